@@ -1,0 +1,71 @@
+/*
+ * VoiceCatC: the one C target of the package.
+ *
+ * It exposes the system headers of the libraries VoiceCat links (libsodium,
+ * libopus, SpeexDSP, ALSA) to Swift, and holds the few pass-throughs Swift needs
+ * because it cannot import C variadic functions or macros. Every wrapper is
+ * prefixed `vcshim_` and says in one line why it exists.
+ */
+#ifndef VOICECAT_C_H
+#define VOICECAT_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sodium.h>
+#include <opus/opus.h>
+#include <speex/speex_preprocess.h>
+#include <speex/speex_echo.h>
+#include <speex/speex_jitter.h>
+#include <alsa/asoundlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- libopus: opus_encoder_ctl / opus_decoder_ctl are variadic ---------------- */
+
+/* OPUS_SET_BITRATE(bps) */
+int vcshim_opus_set_bitrate(OpusEncoder *enc, int32_t bps);
+/* OPUS_SET_COMPLEXITY(0..10) */
+int vcshim_opus_set_complexity(OpusEncoder *enc, int32_t complexity);
+/* OPUS_SET_INBAND_FEC(0/1) */
+int vcshim_opus_set_inband_fec(OpusEncoder *enc, int32_t on);
+/* OPUS_SET_PACKET_LOSS_PERC(0..100) */
+int vcshim_opus_set_packet_loss_perc(OpusEncoder *enc, int32_t perc);
+/* OPUS_SET_DTX(0/1) */
+int vcshim_opus_set_dtx(OpusEncoder *enc, int32_t on);
+/* OPUS_SET_MAX_BANDWIDTH(OPUS_BANDWIDTH_*) */
+int vcshim_opus_set_max_bandwidth(OpusEncoder *enc, int32_t bw);
+/* OPUS_SET_SIGNAL(OPUS_SIGNAL_*) */
+int vcshim_opus_set_signal(OpusEncoder *enc, int32_t signal);
+/* OPUS_GET_LOOKAHEAD(&x) */
+int vcshim_opus_get_lookahead(OpusEncoder *enc, int32_t *out);
+/* OPUS_GET_IN_DTX(&x): 1 when the last encoded frame was DTX silence */
+int vcshim_opus_get_in_dtx(OpusEncoder *enc, int32_t *out);
+/* OPUS_SET_DRED_DURATION(x): request 1.5 only; returns OPUS_UNIMPLEMENTED on older libopus */
+int vcshim_opus_set_dred_duration(OpusEncoder *enc, int32_t frames10ms);
+/* OPUS_GET_LAST_PACKET_DURATION(&x) on a decoder */
+int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out);
+/* OPUS_RESET_STATE on a decoder */
+int vcshim_opus_decoder_reset(OpusDecoder *dec);
+
+/* ---- glibc: GNU extensions Glibc's Swift module hides without _GNU_SOURCE ----- */
+
+struct sockaddr;
+/* accept4(2) with flags (SOCK_CLOEXEC), a GNU extension */
+int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags);
+/* pipe2(2) with flags (O_NONBLOCK|O_CLOEXEC), a GNU extension */
+int vcshim_pipe2(int fds[2], int flags);
+/* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
+void vcshim_set_thread_name(const char *name);
+
+/* ---- libFuzzer: only resolved when built with -sanitize=fuzzer ----------------- */
+
+/* Declared here because Swift cannot declare an external C function itself. */
+int LLVMFuzzerRunDriver(int *argc, char ***argv,
+                        int (*user_cb)(const uint8_t *data, size_t size));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,171 @@
+// Server configuration: defaults, the config file and its parser.
+import VoiceCatProtocol
+import VoiceCatSystem
+
+public struct ChannelConfig: Equatable {
+    public var name: String
+    public var audio: AudioConfig
+    public init(name: String, audio: AudioConfig) { self.name = name; self.audio = audio }
+}
+
+public struct ServerConfig {
+    /// Address to bind TCP and UDP on.
+    public var bindHost = "127.0.0.1"
+    /// TCP and UDP port; 0 picks a free port (the same number for both).
+    public var port: UInt16 = ProtocolVersion.defaultPort
+    /// Where the Ed25519 identity seed lives (created 0600 on first start).
+    public var identityPath = "voicecat-identity.key"
+    public var serverName = "VoiceCat"
+    /// Server password checked in Hello; nil or empty = none.
+    public var password: String? = nil
+    /// Credential for SetServerMute; nil or empty disables server mute requests.
+    public var adminPassword: String? = nil
+    public var channels: [ChannelConfig] = ServerConfig.defaultChannels
+    public var maxUsers = 64
+    public var maxStreamsPerUser = 4
+    /// Largest UDP datagram accepted (header + sealed Opus).
+    public var maxDatagramBytes = 1400
+    /// Packets per second allowed per ssrc (token bucket, one second of burst).
+    public var maxPacketsPerSecond = 500
+    /// Sessions silent on both TCP and UDP this long are dropped.
+    public var reapSeconds = 30.0
+    /// A handshake, or a control frame started but not finished, must complete within this.
+    public var frameTimeoutSeconds = 10.0
+    /// Print counters this often (0 = never).
+    public var statsIntervalSeconds = 0.0
+
+    public init() {}
+
+    public static let defaultChannels = [
+        ChannelConfig(name: "Lobby", audio: .speech),
+        ChannelConfig(name: "Music", audio: .music),
+    ]
+
+    /// Why a config file was rejected.
+    public struct ParseError: Error, CustomStringConvertible {
+        public let line: Int
+        public let message: String
+        public var description: String { "config line \(line): \(message)" }
+    }
+
+    /// Applies the settings of a config file (see docs/server.md for the format) on top of `self`.
+    /// A file with `[channel NAME]` sections replaces the default channels.
+    public mutating func apply(configText: String) throws {
+        var parsedChannels: [ChannelConfig] = []
+        var current: Int? = nil
+        for (i, raw) in configText.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let lineNo = i + 1
+            var line = raw.trimmingWhitespace()
+            if let hash = line.firstIndex(of: "#") { line = String(line[..<hash]).trimmingWhitespace() }
+            if line.isEmpty { continue }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]") else { throw ParseError(line: lineNo, message: "unterminated section header") }
+                let inner = String(line.dropFirst().dropLast()).trimmingWhitespace()
+                guard inner.hasPrefix("channel ") else { throw ParseError(line: lineNo, message: "unknown section [\(inner)]") }
+                let name = String(inner.dropFirst("channel ".count)).trimmingWhitespace()
+                guard !name.isEmpty else { throw ParseError(line: lineNo, message: "channel needs a name") }
+                guard !parsedChannels.contains(where: { $0.name == name }) else { throw ParseError(line: lineNo, message: "channel \(name) defined twice") }
+                parsedChannels.append(ChannelConfig(name: name, audio: .speech))
+                current = parsedChannels.count - 1
+                continue
+            }
+            guard let eq = line.firstIndex(of: "=") else { throw ParseError(line: lineNo, message: "expected key = value") }
+            let key = String(line[..<eq]).trimmingWhitespace().lowercased()
+            let value = String(line[line.index(after: eq)...]).trimmingWhitespace()
+            func int() throws -> Int {
+                guard let v = Int(value), v >= 0 else { throw ParseError(line: lineNo, message: "\(key) needs a non-negative integer, got \"\(value)\"") }
+                return v
+            }
+            func double() throws -> Double {
+                guard let v = Double(value), v >= 0 else { throw ParseError(line: lineNo, message: "\(key) needs a non-negative number, got \"\(value)\"") }
+                return v
+            }
+            func bool() throws -> Bool {
+                switch value.lowercased() {
+                case "true", "yes", "on", "1": return true
+                case "false", "no", "off", "0": return false
+                default: throw ParseError(line: lineNo, message: "\(key) needs true or false, got \"\(value)\"")
+                }
+            }
+            if let c = current {
+                var a = parsedChannels[c].audio
+                switch key {
+                case "mode":
+                    switch value.lowercased() {
+                    case "mono": a.mode = .mono
+                    case "stereo": a.mode = .stereo
+                    default: throw ParseError(line: lineNo, message: "mode is mono or stereo")
+                    }
+                case "application":
+                    switch value.lowercased() {
+                    case "voip": a.application = .voip
+                    case "audio": a.application = .audio
+                    case "lowdelay", "low_delay": a.application = .lowDelay
+                    default: throw ParseError(line: lineNo, message: "application is voip, audio or lowdelay")
+                    }
+                case "sample_rate": a.sampleRate = UInt32(try int())
+                case "bitrate", "bitrate_bps": a.bitrate = UInt32(try int())
+                case "frame_ms":
+                    guard let ms = Double(value) else { throw ParseError(line: lineNo, message: "frame_ms needs a number") }
+                    a.frameMicros = UInt32((ms * 1000).rounded())
+                case "fec": a.fec = try bool()
+                case "expected_packet_loss": a.expectedPacketLoss = UInt32(try int())
+                case "dtx": a.dtx = try bool()
+                case "complexity": a.complexity = UInt32(try int())
+                case "dred": a.dred = try bool()
+                default: throw ParseError(line: lineNo, message: "unknown channel setting \(key)")
+                }
+                if let why = a.validationError() { throw ParseError(line: lineNo, message: why) }
+                parsedChannels[c].audio = a
+            } else {
+                switch key {
+                case "name": serverName = value
+                case "bind": bindHost = value
+                case "port":
+                    let p = try int()
+                    guard p <= 65535 else { throw ParseError(line: lineNo, message: "port out of range") }
+                    port = UInt16(p)
+                case "identity": identityPath = value
+                case "password": password = value
+                case "admin_password": adminPassword = value
+                case "max_users": maxUsers = try int()
+                case "max_streams_per_user": maxStreamsPerUser = try int()
+                case "max_datagram_bytes": maxDatagramBytes = try int()
+                case "max_packets_per_second": maxPacketsPerSecond = try int()
+                case "reap_seconds": reapSeconds = try double()
+                case "frame_timeout_seconds": frameTimeoutSeconds = try double()
+                case "stats_interval_seconds": statsIntervalSeconds = try double()
+                default: throw ParseError(line: lineNo, message: "unknown setting \(key)")
+                }
+            }
+        }
+        if !parsedChannels.isEmpty { channels = parsedChannels }
+    }
+}
+
+extension StringProtocol {
+    func trimmingWhitespace() -> String {
+        let isWS: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" }
+        guard let first = firstIndex(where: { !isWS($0) }) else { return "" }
+        let last = lastIndex(where: { !isWS($0) })!
+        return String(self[first...last])
+    }
+}
+
+/// Loads the server identity from its key file, creating it (mode 0600) on first start.
+public enum IdentityStore {
+    static let header = "voicecat-identity-v1 "
+
+    public static func loadOrCreate(path: String) throws -> (IdentityKey, created: Bool) {
+        if let bytes = try Files.read(path) {
+            let text = String(decoding: bytes, as: UTF8.self).trimmingWhitespace()
+            guard text.hasPrefix(header), let seed = bytesFromHex(String(text.dropFirst(header.count)).trimmingWhitespace()) else {
+                throw CryptoError.invalidKeyMaterial("\(path) is not a VoiceCat identity file")
+            }
+            return (try IdentityKey(seed: seed), false)
+        }
+        let id = IdentityKey()
+        try Files.createExclusive(path, bytes: Array((header + hexString(id.seed) + "\n").utf8), mode: 0o600)
+        return (id, true)
+    }
+}

@@ -1,0 +1,283 @@
+// Sockets: addresses, TCP listener/stream, UDP, poll. The only place that knows
+// about file descriptors of the network.
+import Glibc
+import VoiceCatC
+
+/// An IPv4 or IPv6 socket address. Value type, comparable by family, address and port.
+public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
+    public private(set) var storage = sockaddr_storage()
+    public private(set) var length: socklen_t = 0
+
+    public init() {}
+
+    /// Resolves `host` (numeric or a name such as "localhost") and `port`.
+    public init(host: String, port: UInt16) throws(SystemError) {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var res: UnsafeMutablePointer<addrinfo>? = nil
+        let rc = getaddrinfo(host, String(port), &hints, &res)
+        guard rc == 0, let first = res else {
+            throw SystemError("getaddrinfo(\(host)): \(String(cString: gai_strerror(rc)))", errno: EINVAL)
+        }
+        defer { freeaddrinfo(res) }
+        // Prefer IPv4 when a name resolves to both (loopback servers bind 127.0.0.1 by default).
+        var pick = first
+        var p: UnsafeMutablePointer<addrinfo>? = first
+        while let a = p { if a.pointee.ai_family == AF_INET { pick = a; break }; p = a.pointee.ai_next }
+        self.init(raw: pick.pointee.ai_addr, length: pick.pointee.ai_addrlen)
+    }
+
+    public init(raw: UnsafePointer<sockaddr>, length: socklen_t) {
+        withUnsafeMutableBytes(of: &storage) { dst in
+            dst.copyMemory(from: UnsafeRawBufferPointer(start: raw, count: Int(length)))
+        }
+        self.length = length
+    }
+
+    public var family: Int32 { Int32(storage.ss_family) }
+
+    public var port: UInt16 {
+        get {
+            withUnsafeBytes(of: storage) { b in
+                // sin_port and sin6_port both sit at offset 2.
+                UInt16(bigEndian: b.load(fromByteOffset: 2, as: UInt16.self))
+            }
+        }
+        set {
+            withUnsafeMutableBytes(of: &storage) { b in b.storeBytes(of: newValue.bigEndian, toByteOffset: 2, as: UInt16.self) }
+        }
+    }
+
+    /// "1.2.3.4:5" or "[::1]:5".
+    public var description: String {
+        var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        return withUnsafeBytes(of: storage) { b -> String in
+            if family == AF_INET {
+                _ = inet_ntop(AF_INET, b.baseAddress! + 4, &buf, socklen_t(buf.count))
+                return "\(String(cString: buf)):\(port)"
+            } else if family == AF_INET6 {
+                _ = inet_ntop(AF_INET6, b.baseAddress! + 8, &buf, socklen_t(buf.count))
+                return "[\(String(cString: buf))]:\(port)"
+            }
+            return "<family \(family)>"
+        }
+    }
+
+    /// (family, port, address) packed without allocating: IPv4 uses `lo` only.
+    private var key: (family: Int32, port: UInt16, hi: UInt64, lo: UInt64) {
+        withUnsafeBytes(of: storage) { b in
+            if family == AF_INET {
+                return (AF_INET, port, 0, UInt64(b.loadUnaligned(fromByteOffset: 4, as: UInt32.self)))
+            }
+            if family == AF_INET6 {
+                return (AF_INET6, port, b.loadUnaligned(fromByteOffset: 8, as: UInt64.self),
+                        b.loadUnaligned(fromByteOffset: 16, as: UInt64.self))
+            }
+            return (family, 0, 0, 0)
+        }
+    }
+
+    public static func == (a: SocketAddress, b: SocketAddress) -> Bool { a.key == b.key }
+    public func hash(into h: inout Hasher) {
+        let k = key
+        h.combine(k.family); h.combine(k.port); h.combine(k.hi); h.combine(k.lo)
+    }
+
+    func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+        withUnsafeBytes(of: storage) { body($0.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) }
+    }
+}
+
+/// An owned socket file descriptor; closed on `close()` or deinit.
+public final class Socket {
+    public private(set) var fd: Int32
+
+    init(fd: Int32) { self.fd = fd }
+
+    deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    public func close() {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+    }
+
+    static func make(family: Int32, type: Int32) throws(SystemError) -> Socket {
+        let fd = try syscallValue("socket") { socket(family, type | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        return Socket(fd: fd)
+    }
+
+    public func setNonBlocking(_ on: Bool = true) throws(SystemError) {
+        let flags = try syscallValue("fcntl(F_GETFL)") { fcntl(fd, F_GETFL) }
+        try syscallValue("fcntl(F_SETFL)") { fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK) }
+    }
+
+    func setOption(_ level: Int32, _ name: Int32, _ value: Int32) throws(SystemError) {
+        var v = value
+        try syscallValue("setsockopt(\(name))") { setsockopt(fd, level, name, &v, socklen_t(MemoryLayout<Int32>.size)) }
+    }
+
+    public func bind(_ address: SocketAddress) throws(SystemError) {
+        try syscallValue("bind(\(address))") { address.withSockaddr { Glibc.bind(fd, $0, $1) } }
+    }
+
+    /// The address the socket is bound to.
+    public func localAddress() throws(SystemError) -> SocketAddress {
+        var ss = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        try withUnsafeMutablePointer(to: &ss) { (p) throws(SystemError) in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { (sp) throws(SystemError) in
+                try syscallValue("getsockname") { getsockname(fd, sp, &len) }
+            }
+        }
+        return withUnsafePointer(to: &ss) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { SocketAddress(raw: $0, length: len) } }
+    }
+
+    // MARK: TCP
+
+    /// A listening TCP socket.
+    public static func listenTCP(_ address: SocketAddress, backlog: Int32 = 128) throws(SystemError) -> Socket {
+        let s = try make(family: address.family, type: Int32(SOCK_STREAM.rawValue))
+        try s.setOption(SOL_SOCKET, SO_REUSEADDR, 1)
+        try s.bind(address)
+        try syscallValue("listen") { listen(s.fd, backlog) }
+        return s
+    }
+
+    /// Accepts one pending connection (non-blocking listener: nil when none).
+    public func accept() throws(SystemError) -> (Socket, SocketAddress)? {
+        var ss = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let fd = try withUnsafeMutablePointer(to: &ss) { (p) throws(SystemError) -> Int32? in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { (sp) throws(SystemError) -> Int32? in
+                try syscall("accept4", blocking: false) { vcshim_accept4(self.fd, sp, &len, Int32(SOCK_CLOEXEC.rawValue)) }
+            }
+        }
+        guard let fd else { return nil }
+        let addr = withUnsafePointer(to: &ss) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { SocketAddress(raw: $0, length: len) } }
+        let s = Socket(fd: fd)
+        try? s.setOption(Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+        return (s, addr)
+    }
+
+    /// Connects a TCP socket, waiting at most `timeoutMs`.
+    public static func connectTCP(_ address: SocketAddress, timeoutMs: Int) throws(SystemError) -> Socket {
+        let s = try make(family: address.family, type: Int32(SOCK_STREAM.rawValue))
+        try s.setNonBlocking(true)
+        let rc = address.withSockaddr { Glibc.connect(s.fd, $0, $1) }
+        if rc != 0 {
+            guard errno == EINPROGRESS else { throw SystemError("connect(\(address))", errno: errno) }
+            guard try s.waitFor(events: Int16(POLLOUT), timeoutMs: timeoutMs) else {
+                throw SystemError("connect(\(address))", errno: ETIMEDOUT)
+            }
+            var err: Int32 = 0
+            var len = socklen_t(MemoryLayout<Int32>.size)
+            getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len)
+            if err != 0 { throw SystemError("connect(\(address))", errno: err) }
+        }
+        try? s.setOption(Int32(IPPROTO_TCP), TCP_NODELAY, 1)
+        return s
+    }
+
+    /// Waits until `events` are ready; false on timeout.
+    public func waitFor(events: Int16, timeoutMs: Int) throws(SystemError) -> Bool {
+        var p = pollfd(fd: fd, events: events, revents: 0)
+        let deadline = MonotonicClock.milliseconds() + UInt64(max(0, timeoutMs))
+        while true {
+            let left = Int32(max(0, Int64(deadline) - Int64(MonotonicClock.milliseconds())))
+            let n = Glibc.poll(&p, 1, left)
+            if n > 0 { return true }
+            if n == 0 { return false }
+            if errno != EINTR { throw SystemError("poll", errno: errno) }
+        }
+    }
+
+    /// Reads what is available (non-blocking: nil when nothing; 0 at EOF).
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(SystemError) -> Int? {
+        try syscall("read", blocking: false) { Glibc.read(fd, buffer.baseAddress, buffer.count) }
+    }
+
+    /// Writes what it can (non-blocking: nil when the socket buffer is full).
+    public func write(_ bytes: UnsafeRawBufferPointer) throws(SystemError) -> Int? {
+        try syscall("send", blocking: false) { Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    /// Half-closes the write side (TCP).
+    public func shutdownWrite() { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
+
+    // MARK: UDP
+
+    /// A bound UDP socket.
+    public static func bindUDP(_ address: SocketAddress) throws(SystemError) -> Socket {
+        let s = try make(family: address.family, type: Int32(SOCK_DGRAM.rawValue))
+        try s.bind(address)
+        return s
+    }
+
+    /// An unbound UDP socket of the address family of `peer`.
+    public static func udp(familyOf peer: SocketAddress) throws(SystemError) -> Socket {
+        try make(family: peer.family, type: Int32(SOCK_DGRAM.rawValue))
+    }
+
+    public func setReceiveBuffer(_ bytes: Int32) { try? setOption(SOL_SOCKET, SO_RCVBUF, bytes) }
+    public func setSendBuffer(_ bytes: Int32) { try? setOption(SOL_SOCKET, SO_SNDBUF, bytes) }
+
+    /// Sends one datagram. nil when the socket buffer is full (non-blocking).
+    @discardableResult
+    public func sendTo(_ bytes: UnsafeRawBufferPointer, _ address: SocketAddress) throws(SystemError) -> Int? {
+        try syscall("sendto", blocking: false) {
+            address.withSockaddr { Glibc.sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, $1) }
+        }
+    }
+
+    /// Receives one datagram into `buffer`: (length, source), nil when none is waiting.
+    /// A datagram longer than the buffer is reported with its full length (MSG_TRUNC).
+    public func receiveFrom(into buffer: UnsafeMutableRawBufferPointer) throws(SystemError) -> (Int, SocketAddress)? {
+        var ss = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let n = try withUnsafeMutablePointer(to: &ss) { (p) throws(SystemError) -> Int? in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { (sp) throws(SystemError) -> Int? in
+                try syscall("recvfrom", blocking: false) {
+                    Glibc.recvfrom(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT | MSG_TRUNC), sp, &len)
+                }
+            }
+        }
+        guard let n else { return nil }
+        let addr = withUnsafePointer(to: &ss) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { SocketAddress(raw: $0, length: len) } }
+        return (n, addr)
+    }
+}
+
+/// A set of descriptors to wait on with poll(2).
+public struct PollSet {
+    public var fds: [pollfd] = []
+    public init() {}
+
+    public mutating func removeAll() { fds.removeAll(keepingCapacity: true) }
+    public mutating func add(_ fd: Int32, events: Int16) { fds.append(pollfd(fd: fd, events: events, revents: 0)) }
+
+    /// Waits up to `timeoutMs` (-1 forever); returns the number of ready descriptors.
+    @discardableResult
+    public mutating func wait(timeoutMs: Int32) throws(SystemError) -> Int {
+        let n = fds.count
+        return Int(try syscallValue("poll") { fds.withUnsafeMutableBufferPointer { Glibc.poll($0.baseAddress, nfds_t(n), timeoutMs) } })
+    }
+}
+
+/// A pipe used to wake a poll loop from another thread.
+public final class WakePipe {
+    public let readFD: Int32
+    public let writeFD: Int32
+
+    public init() throws(SystemError) {
+        var fds: [Int32] = [0, 0]
+        try syscallValue("pipe2") { vcshim_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) }
+        readFD = fds[0]; writeFD = fds[1]
+    }
+    deinit { close(readFD); close(writeFD) }
+
+    public func wake() { var b: UInt8 = 1; _ = Glibc.write(writeFD, &b, 1) }
+    public func drain() {
+        var buf = [UInt8](repeating: 0, count: 64)
+        while Glibc.read(readFD, &buf, 64) > 0 {}
+    }
+}

@@ -1,0 +1,89 @@
+// The system edge: every syscall goes through `syscall(_:blocking:_:)`, which retries
+// EINTR, maps EAGAIN/EWOULDBLOCK to nil for non-blocking calls, and turns errno
+// into a typed `SystemError`.
+import Glibc
+import VoiceCatC
+
+/// A failed syscall: which call and the errno it set.
+public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
+    public let call: String
+    public let errno: Int32
+
+    public init(_ call: String, errno: Int32) { self.call = call; self.errno = errno }
+
+    public var description: String { "\(call): \(String(cString: strerror(errno))) (errno \(errno))" }
+}
+
+/// Runs `body` until it does not fail with EINTR. A result of -1 throws
+/// `SystemError`, except EAGAIN/EWOULDBLOCK when `blocking` is false, which
+/// returns nil ("try again later").
+@inline(__always)
+public func syscall<T: FixedWidthInteger>(_ name: String, blocking: Bool = true, _ body: () -> T) throws(SystemError) -> T? {
+    while true {
+        let r = body()
+        if r != -1 { return r }
+        let e = Glibc.errno
+        if e == EINTR { continue }
+        if !blocking && (e == EAGAIN || e == EWOULDBLOCK) { return nil }
+        throw SystemError(name, errno: e)
+    }
+}
+
+/// Like `syscall` for calls that are never non-blocking: always returns a value.
+@inline(__always)
+@discardableResult
+public func syscallValue<T: FixedWidthInteger>(_ name: String, _ body: () -> T) throws(SystemError) -> T {
+    // blocking: true never returns nil.
+    try syscall(name, blocking: true, body)!
+}
+
+/// Monotonic clock readings.
+public enum MonotonicClock {
+    public static func nanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+    public static func milliseconds() -> UInt64 { nanoseconds() / 1_000_000 }
+    public static func seconds() -> Double { Double(nanoseconds()) / 1e9 }
+}
+
+/// A pthread mutex. Used on control paths only (never on the audio path).
+public final class Lock: @unchecked Sendable {
+    private let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    public init() { pthread_mutex_init(m, nil) }
+    deinit { pthread_mutex_destroy(m); m.deallocate() }
+    public func lock() { pthread_mutex_lock(m) }
+    public func unlock() { pthread_mutex_unlock(m) }
+    @inline(__always)
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock(); defer { unlock() }
+        return try body()
+    }
+}
+
+/// Sleeps the calling thread.
+public func sleepMilliseconds(_ ms: Int) {
+    var req = timespec(tv_sec: ms / 1000, tv_nsec: (ms % 1000) * 1_000_000)
+    var rem = timespec()
+    while nanosleep(&req, &rem) == -1 && errno == EINTR { req = rem }
+}
+
+/// Starts a detached-or-joinable POSIX thread running `body`.
+public final class SystemThread {
+    private var thread = pthread_t()
+    private final class Box { let body: () -> Void; let name: String; init(_ b: @escaping () -> Void, _ n: String) { body = b; name = n } }
+
+    public init(name: String, _ body: @escaping () -> Void) {
+        let box = Unmanaged.passRetained(Box(body, name)).toOpaque()
+        let rc = pthread_create(&thread, nil, { arg in
+            let b = Unmanaged<Box>.fromOpaque(arg!).takeRetainedValue()
+            b.name.withCString { vcshim_set_thread_name($0) }
+            b.body()
+            return nil
+        }, box)
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+    }
+
+    public func join() { pthread_join(thread, nil) }
+}

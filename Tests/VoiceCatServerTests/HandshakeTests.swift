@@ -1,0 +1,119 @@
+// Handshake and control-channel robustness against a live server.
+import Glibc
+import VoiceCatProtocol
+import VoiceCatServerCore
+import VoiceCatSystem
+import XCTest
+
+final class HandshakeTests: XCTestCase {
+    func testVersionOneClientGetsStatusOneAndAClose() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let s = try Socket.connectTCP(SocketAddress(host: "127.0.0.1", port: ts.port), timeoutMs: 2000)
+        try TestClient.writeAll(s, Handshake.clientHello(version: 1, ephemeral: KxKeyPair().publicKey))
+        let reply = try TestClient.readExactly(s, Handshake.serverHelloPrefixSize)
+        XCTAssertEqual(reply, Array("VCAT".utf8) + [0, 2, 1])
+        XCTAssertThrowsError(try Handshake.serverHelloBodySize(prefix: reply)) { e in
+            XCTAssertEqual(e as? HandshakeError, .versionMismatch(peerVersion: 2))
+        }
+        XCTAssertThrowsError(try TestClient.readExactly(s, 1), "server must close after status 1")
+        ts.waitFor("mismatch counted") { $0.handshakeVersionMismatch == 1 }
+    }
+
+    func testPinnedFingerprintMismatchFailsBeforeAnyCredentialIsSent() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let wrong = String(repeating: "ab", count: 32)
+        XCTAssertThrowsError(try TestClient(port: ts.port, pinned: wrong)) { e in
+            guard case .fingerprintMismatch(let exp, let actual)? = e as? HandshakeError else { return XCTFail("\(e)") }
+            XCTAssertEqual(exp, wrong)
+            XCTAssertEqual(actual, ts.server.fingerprint)
+        }
+        // The matching pin works, and the failed attempt sent no control frame.
+        let ok = try TestClient(port: ts.port, pinned: ts.server.fingerprint.uppercased())
+        XCTAssertEqual(ok.fingerprint, ts.server.fingerprint)
+        sleepMilliseconds(50)
+        XCTAssertEqual(ts.counters.controlFramesIn, 0)
+        XCTAssertEqual(ts.counters.sessionsOpened, 0)
+    }
+
+    func testIdentityPersistsAcrossRestartsWithMode0600() throws {
+        let ts = try TestServer()
+        let path = ts.server.config.identityPath
+        XCTAssertTrue(ts.server.identityCreated)
+        XCTAssertEqual(try Files.mode(path), 0o600)
+        var cfg = ts.server.config
+        cfg.port = 0
+        let again = try Server(config: cfg)
+        XCTAssertFalse(again.identityCreated)
+        XCTAssertEqual(again.fingerprint, ts.server.fingerprint)
+        ts.stop()
+    }
+
+    func testWrongServerPasswordIsRefused() throws {
+        let ts = try TestServer { $0.password = "letmein" }
+        defer { ts.stop() }
+        let c = try TestClient(port: ts.port)
+        c.send(.hello(Hello(username: "alex", password: "guess")))
+        let e = try c.expectError()
+        XCTAssertEqual(e.code, ProtocolErrorCode.authFailed.rawValue)
+        XCTAssertEqual(e.message, "wrong server password")
+        XCTAssertTrue(c.waitForClose(timeoutMs: 1000))
+        XCTAssertNoThrow(try TestClient.login(port: ts.port, username: "alex", password: "letmein"))
+    }
+
+    func testMalformedControlInputCostsOnlyThatConnection() throws {
+        let ts = try TestServer { $0.frameTimeoutSeconds = 0.5 }
+        defer { ts.stop() }
+        let honest = try TestClient.login(port: ts.port, username: "honest")
+
+        // Unknown message type: answered with Error, the connection stays.
+        let u = try TestClient.login(port: ts.port, username: "unknown")
+        try u.sendRaw(u.sealer.seal([0x7f, 0x01, 0x08, 0x01]))
+        XCTAssertEqual(try u.expectError().code, ProtocolErrorCode.unknownMessageType.rawValue)
+        u.send(.ping(timestamp: 7))
+        XCTAssertEqual(try u.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 7)
+
+        // Bad protobuf (a truncated varint in a Hello body): Error, then closed.
+        let bad = try TestClient(port: ts.port)
+        try bad.sendRaw(bad.sealer.seal([0, 1, 0x08, 0xff]))
+        XCTAssertEqual(try bad.expectError().code, ProtocolErrorCode.badRequest.rawValue)
+        XCTAssertTrue(bad.waitForClose(timeoutMs: 1000))
+
+        // A length field over 64 KiB: closed at once.
+        let big = try TestClient(port: ts.port)
+        try big.sendRaw([0x00, 0x01, 0x00, 0x11])
+        XCTAssertTrue(big.waitForClose(timeoutMs: 1000))
+
+        // A frame that fails authentication (tampered byte): closed.
+        let tamper = try TestClient(port: ts.port)
+        var f = tamper.sealer.seal(ControlMessage.hello(Hello(username: "t")).encode())
+        f[6] ^= 1
+        try tamper.sendRaw(f)
+        XCTAssertTrue(tamper.waitForClose(timeoutMs: 1000))
+
+        // Stalls mid-frame: the loop keeps serving others, then drops the staller.
+        let stall = try TestClient.login(port: ts.port, username: "staller")
+        let frame = stall.sealer.seal(ControlMessage.ping(timestamp: 1).encode())
+        try stall.sendRaw(Array(frame[0..<7]))
+        let t0 = MonotonicClock.milliseconds()
+        honest.send(.ping(timestamp: 99))
+        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 99)
+        XCTAssertLessThan(MonotonicClock.milliseconds() - t0, 400, "honest client waited on the staller")
+        XCTAssertTrue(stall.waitForClose(timeoutMs: 2000))
+
+        // Garbage instead of a ClientHello.
+        let junk = try Socket.connectTCP(SocketAddress(host: "127.0.0.1", port: ts.port), timeoutMs: 1000)
+        try TestClient.writeAll(junk, Array("GET / HTTP/1.1\r\n\r\n".utf8))
+        XCTAssertThrowsError(try TestClient.readExactly(junk, 1))
+
+        // A control message before Hello.
+        let early = try TestClient(port: ts.port)
+        early.send(.joinChannel(name: "Lobby", requestID: 1))
+        XCTAssertEqual(try early.expectError().code, ProtocolErrorCode.wrongState.rawValue)
+
+        honest.send(.ping(timestamp: 100))
+        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 100)
+        ts.waitFor("errors counted, honest sessions kept") { $0.controlProtocolErrors >= 4 && $0.sessionsActive == 2 }
+    }
+}

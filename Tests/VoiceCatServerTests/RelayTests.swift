@@ -1,0 +1,282 @@
+// End-to-end tests of voicecat-server over real loopback sockets.
+import Glibc
+import VoiceCatProtocol
+import VoiceCatServerCore
+import VoiceCatSystem
+import XCTest
+
+final class RelayTests: XCTestCase {
+    /// Two clients in Lobby, A with one announced MIC stream; both bound.
+    func pair(_ ts: TestServer) throws -> (a: TestClient, b: TestClient, ssrc: UInt32) {
+        let a = try TestClient.login(port: ts.port, username: "alex")
+        let b = try TestClient.login(port: ts.port, username: "sam")
+        _ = try a.join("Lobby")
+        let jb = try b.join("Lobby")
+        XCTAssertEqual(jb.members.map(\.username), ["alex"])
+        let ann = try a.announce(streamID: 1)
+        XCTAssertEqual(ann.effectiveAudio, AudioConfig.speech)
+        let added = try b.expect("RemoteStreamAdded") { m -> RemoteStream? in
+            if case .remoteStreamAdded(let r) = m { return r }
+            return nil
+        }
+        XCTAssertEqual(added.ssrc, ann.ssrc)
+        XCTAssertEqual(added.userID, a.hello.userID)
+        try a.bind()
+        try b.bind()
+        return (a, b, ann.ssrc)
+    }
+
+    func randomOpus(_ n: Int) -> [UInt8] { Sodium.randomBytes(n) }
+
+    func testRelayDeliversExactlyWhatTheTalkerSealed() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        for i in 0..<50 {
+            let opus = randomOpus(20 + i)
+            let flags: FrameFlags = i == 0 ? [.marker] : (i == 49 ? [.lastFrame] : [.fec])
+            let sent = a.sealVoice(ssrc: ssrc, seq: UInt64(i), timestamp: UInt32(i * 960), opus: opus, flags: flags)
+            a.sendDatagram(sent)
+            let got = try XCTUnwrap(b.receiveVoice(), "frame \(i) not relayed")
+            // The header is relayed unchanged, and so are the Opus bytes.
+            XCTAssertEqual(got.header.bytes, Array(sent[0..<FrameHeader.size]))
+            XCTAssertEqual(got.payload, opus)
+        }
+        let c = ts.waitFor("50 relayed") { $0.voiceRelayedOut == 50 }
+        XCTAssertEqual(c.mediaDrops, 0)
+        XCTAssertNil(a.receiveDatagram(timeoutMs: 100), "the talker must not hear itself")
+    }
+
+    func testBadMediaIsDroppedAndCountedWhileHonestClientsKeepWorking() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        let mallory = try TestClient.login(port: ts.port, username: "mallory")
+        _ = try mallory.join("Lobby")
+        let mSSRC = try mallory.announce(streamID: 7).ssrc
+        try mallory.bind()
+
+        // 1. Spoofed ssrc: Mallory sends as Alex's stream, with her own valid keys.
+        mallory.sendDatagram(mallory.sealVoice(ssrc: ssrc, seq: 0, timestamp: 0, opus: randomOpus(40)))
+        ts.waitFor("spoof dropped") { $0.dropSpoofedSSRC == 1 }
+
+        // 2. Replay: Alex's frame captured and sent again.
+        let frame = a.sealVoice(ssrc: ssrc, seq: 5, timestamp: 4800, opus: randomOpus(30))
+        a.sendDatagram(frame)
+        XCTAssertNotNil(b.receiveVoice())
+        a.sendDatagram(frame)
+        ts.waitFor("replay dropped") { $0.dropReplay == 1 }
+
+        // 3. Wrong key.
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 6, timestamp: 5760, opus: randomOpus(30), key: SymmetricKey.random()))
+        ts.waitFor("wrong key dropped") { $0.dropAuthFailed == 1 }
+
+        // 4. Truncated: half a header, and a header with a cut-off tag.
+        a.sendDatagram(Array(frame[0..<10]))
+        a.sendDatagram(Array(a.sealVoice(ssrc: ssrc, seq: 7, timestamp: 0, opus: randomOpus(30))[0..<30]))
+        ts.waitFor("truncated dropped") { $0.dropMalformed == 1 && $0.dropAuthFailed == 2 }
+
+        // 5. From an address no session is bound to.
+        let stranger = try Socket.udp(familyOf: a.serverAddress)
+        _ = try frame.withUnsafeBytes { try stranger.sendTo($0, a.serverAddress) }
+        ts.waitFor("unbound dropped") { $0.dropUnbound == 1 }
+
+        // None of those reached Sam; the honest frames still flow both ways.
+        let honest = randomOpus(33)
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 8, timestamp: 7680, opus: honest))
+        let got = try XCTUnwrap(b.receiveVoice())
+        XCTAssertEqual(got.header.seq, 8)
+        XCTAssertEqual(got.payload, honest)
+        mallory.sendDatagram(mallory.sealVoice(ssrc: mSSRC, seq: 0, timestamp: 0, opus: honest))
+        XCTAssertEqual(b.receiveVoice()?.header.ssrc, mSSRC)
+        XCTAssertNil(b.receiveDatagram(timeoutMs: 200), "a dropped frame was relayed")
+        let c = ts.waitFor("3 honest frames in") { $0.voiceRelayedIn == 3 }
+        XCTAssertEqual(c.voiceRelayedIn, 3)
+        XCTAssertEqual(c.dropSpoofedSSRC, 1)
+        XCTAssertEqual(c.dropReplay, 1)
+    }
+
+    func testSeventyThousandFramesRelayWithoutAuthenticationFailure() throws {
+        let ts = try TestServer { $0.maxPacketsPerSecond = 10_000_000 }
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        let total = 70_000
+        let batch = 100
+        var received = 0
+        var lastSeq: UInt64 = 0
+        let opus = randomOpus(60)
+        var seq = 0
+        while seq < total {
+            for _ in 0..<batch {
+                a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: UInt64(seq), timestamp: UInt32(truncatingIfNeeded: seq * 960), opus: opus))
+                seq += 1
+            }
+            // Drain what arrived so no socket buffer overflows.
+            while received < seq, let got = b.receiveVoice(timeoutMs: 1000) {
+                XCTAssertEqual(got.header.seq, UInt64(received))
+                lastSeq = got.header.seq
+                received += 1
+            }
+        }
+        XCTAssertEqual(received, total)
+        XCTAssertEqual(lastSeq, UInt64(total - 1))
+        let c = ts.waitFor("all relayed") { $0.voiceRelayedOut == UInt64(total) }
+        XCTAssertEqual(c.dropAuthFailed, 0)
+        XCTAssertEqual(c.voiceRelayedOut, UInt64(total))
+    }
+
+    func testKeepaliveIsEchoed() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let a = try TestClient.login(port: ts.port, username: "alex")
+        try a.bind()
+        let ka = FrameHeader(type: .keepalive, ssrc: a.hello.bindingID, seq: 1, timestamp: 123456)
+        a.sendDatagram(ka.bytes)
+        let echo = try XCTUnwrap(a.receiveDatagram())
+        XCTAssertEqual(echo, ka.bytes)
+        ts.waitFor("keepalive counted") { $0.keepalivesEchoed == 1 }
+        // A keepalive naming another binding id is not echoed.
+        a.sendDatagram(FrameHeader(type: .keepalive, ssrc: a.hello.bindingID &+ 1, seq: 2, timestamp: 0).bytes)
+        XCTAssertNil(a.receiveDatagram(timeoutMs: 200))
+        ts.waitFor("stray keepalive dropped") { $0.dropUnbound == 1 }
+    }
+
+    func testSilentSessionIsReapedButAKeepaliveDefersIt() throws {
+        let ts = try TestServer { $0.reapSeconds = 0.6 }
+        defer { ts.stop() }
+        let quiet = try TestClient.login(port: ts.port, username: "quiet")
+        let lively = try TestClient.login(port: ts.port, username: "lively")
+        try lively.bind()
+        let start = MonotonicClock.milliseconds()
+        // Lively sends only UDP keepalives: media activity defers the reaper on its own.
+        while MonotonicClock.milliseconds() - start < 1500 {
+            lively.sendDatagram(FrameHeader(type: .keepalive, ssrc: lively.hello.bindingID, seq: 0, timestamp: 0).bytes)
+            _ = lively.receiveDatagram(timeoutMs: 200)
+        }
+        XCTAssertTrue(quiet.waitForClose(timeoutMs: 1000), "silent session not reaped")
+        ts.waitFor("one reaped") { $0.sessionsReaped == 1 }
+        lively.send(.ping(timestamp: 42))
+        XCTAssertEqual(try lively.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 42)
+    }
+
+    func testRebindRetiresTheOldKeys() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        let oldKey = a.media.send
+        try a.rebind(to: 1)
+        XCTAssertNotEqual(a.media.send, oldKey)
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 0, timestamp: 0, opus: randomOpus(20), key: oldKey))
+        ts.waitFor("old key refused") { $0.dropAuthFailed == 1 }
+        XCTAssertNil(b.receiveDatagram(timeoutMs: 200))
+        let opus = randomOpus(20)
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 1, timestamp: 960, opus: opus))
+        XCTAssertEqual(b.receiveVoice()?.payload, opus)
+        // A rebind must move forward.
+        a.send(.rebind(epoch: 1))
+        XCTAssertEqual(try a.expectError().code, ProtocolErrorCode.badRequest.rawValue)
+    }
+
+    func testMembershipAndStreamEventsAreBroadcast() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let a = try TestClient.login(port: ts.port, username: "alex")
+        XCTAssertEqual(a.hello.channels.map(\.name), ["Lobby", "Music"])
+        XCTAssertEqual(a.hello.channels[1].audio, AudioConfig.music)
+        _ = try a.join("Lobby")
+        let b = try TestClient.login(port: ts.port, username: "sam")
+        _ = try b.join("Lobby")
+        let joined = try a.expect("UserJoined") { m -> MemberInfo? in if case .userJoined(let u, _) = m { return u }; return nil }
+        XCTAssertEqual(joined.username, "sam")
+        let s1 = try b.announce(streamID: 1).ssrc
+        let s2 = try b.announce(streamID: 2, kind: .screenAudio).ssrc
+        XCTAssertNotEqual(s1, s2)
+        let kinds = try (0..<2).map { _ in
+            try a.expect("RemoteStreamAdded") { m -> StreamKind? in if case .remoteStreamAdded(let r) = m { return r.kind }; return nil }
+        }
+        XCTAssertEqual(kinds, [.mic, .screenAudio])
+        b.send(.streamStop(streamID: 1))
+        let removed = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(_, _, let s) = m { return s }; return nil }
+        XCTAssertEqual(removed, s1)
+        b.send(.streamStateUpdate(ssrc: s2, muted: true, hold: false))
+        let upd = try a.expect("StreamStateUpdate") { m -> Bool? in if case .streamStateUpdate(let s, let mu, _) = m, s == s2 { return mu }; return nil }
+        XCTAssertTrue(upd)
+        b.close()
+        let gone = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(_, _, let s) = m { return s }; return nil }
+        XCTAssertEqual(gone, s2)
+        let left = try a.expect("UserLeft") { m -> UInt32? in if case .userLeft(let u, _) = m { return u }; return nil }
+        XCTAssertEqual(left, b.hello.userID)
+        // ssrcs are never reused, even after the stream is gone.
+        let s3 = try a.announce(streamID: 1).ssrc
+        XCTAssertFalse([s1, s2].contains(s3))
+    }
+
+    func testLimitsAndRequestErrors() throws {
+        let ts = try TestServer { $0.maxStreamsPerUser = 2; $0.maxUsers = 2; $0.maxDatagramBytes = 200 }
+        defer { ts.stop() }
+        let a = try TestClient.login(port: ts.port, username: "alex")
+        a.send(.streamAnnounce(StreamAnnounce(streamID: 1, kind: .mic, channels: 1, requestID: 99)))
+        XCTAssertEqual(try a.expectError(requestID: 99).code, ProtocolErrorCode.wrongState.rawValue)
+        a.send(.joinChannel(name: "Nowhere", requestID: 5))
+        XCTAssertEqual(try a.expectError(requestID: 5).code, ProtocolErrorCode.notFound.rawValue)
+        _ = try a.join("Lobby")
+        _ = try a.announce(streamID: 1)
+        a.send(.streamAnnounce(StreamAnnounce(streamID: 1, kind: .mic, channels: 1, requestID: 6)))
+        XCTAssertEqual(try a.expectError(requestID: 6).code, ProtocolErrorCode.badRequest.rawValue)
+        a.send(.streamAnnounce(StreamAnnounce(streamID: 2, kind: .mic, channels: 3, requestID: 7)))
+        XCTAssertEqual(try a.expectError(requestID: 7).code, ProtocolErrorCode.badRequest.rawValue)
+        _ = try a.announce(streamID: 2)
+        a.send(.streamAnnounce(StreamAnnounce(streamID: 3, kind: .mic, channels: 1, requestID: 8)))
+        XCTAssertEqual(try a.expectError(requestID: 8).code, ProtocolErrorCode.limitReached.rawValue)
+
+        // Usernames are unique; the server holds at most maxUsers.
+        let dup = try TestClient(port: ts.port)
+        dup.send(.hello(Hello(username: "alex")))
+        XCTAssertEqual(try dup.expectError().code, ProtocolErrorCode.usernameTaken.rawValue)
+        let sam = try TestClient.login(port: ts.port, username: "sam")
+        defer { sam.close() }
+        let third = try TestClient(port: ts.port)
+        third.send(.hello(Hello(username: "kim")))
+        XCTAssertEqual(try third.expectError().code, ProtocolErrorCode.serverFull.rawValue)
+
+        // Oversized datagrams are dropped before any parsing.
+        try a.bind()
+        a.sendDatagram([UInt8](repeating: 1, count: 201))
+        ts.waitFor("oversize dropped") { $0.dropOversize == 1 }
+    }
+
+    func testPacketRateIsLimitedPerSSRC() throws {
+        let ts = try TestServer { $0.maxPacketsPerSecond = 50 }
+        defer { ts.stop() }
+        let (a, _, ssrc) = try pair(ts)
+        for i in 0..<200 { a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: UInt64(i), timestamp: 0, opus: [1, 2, 3])) }
+        let c = ts.waitFor("rate drops") { $0.voiceRelayedIn + $0.dropRateLimited == 200 }
+        // One second of burst (50) plus what refilled while sending.
+        XCTAssertLessThan(c.voiceRelayedIn, 120)
+        XCTAssertGreaterThan(c.dropRateLimited, 80)
+    }
+
+    func testServerMuteIsEnforcedAndSignaled() throws {
+        let ts = try TestServer { $0.adminPassword = "hunter2" }
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        b.send(.setServerMute(SetServerMute(userID: a.hello.userID, muted: true, deafened: false, adminPassword: "wrong", requestID: 3)))
+        XCTAssertEqual(try b.expectError(requestID: 3).code, ProtocolErrorCode.forbidden.rawValue)
+        b.send(.setServerMute(SetServerMute(userID: a.hello.userID, muted: true, deafened: false, adminPassword: "hunter2")))
+        for c in [a, b] {
+            let st = try c.expect("ServerMuteState") { m -> ServerMuteState? in if case .serverMuteState(let s) = m { return s }; return nil }
+            XCTAssertEqual(st, ServerMuteState(userID: a.hello.userID, muted: true, deafened: false))
+        }
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 0, timestamp: 0, opus: [9, 9]))
+        ts.waitFor("muted frame dropped") { $0.dropServerMuted == 1 }
+        XCTAssertNil(b.receiveDatagram(timeoutMs: 200))
+        // Deafen Sam: Alex (unmuted) is no longer relayed to Sam.
+        b.send(.setServerMute(SetServerMute(userID: a.hello.userID, muted: false, deafened: false, adminPassword: "hunter2")))
+        b.send(.setServerMute(SetServerMute(userID: b.hello.userID, muted: false, deafened: true, adminPassword: "hunter2")))
+        _ = try b.expect("deafened") { m -> Bool? in if case .serverMuteState(let s) = m, s.deafened { return true }; return nil }
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 1, timestamp: 960, opus: [9, 9]))
+        ts.waitFor("relayed in") { $0.voiceRelayedIn == 1 }
+        XCTAssertNil(b.receiveDatagram(timeoutMs: 200))
+        XCTAssertEqual(ts.counters.voiceRelayedOut, 0)
+    }
+}
