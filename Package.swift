@@ -7,7 +7,11 @@
 //                        plus one small wrapper per variadic C call Swift cannot import.
 //   VoiceCatProtocol     pure: wire format, protobuf codec, messages, crypto, replay window.
 //                        Knows nothing about sockets, threads or devices.
+//   VoiceCatAudio        pure: Opus wrappers, reframer, jitter buffer, mixer and limiter.
 //   VoiceCatSystem       system edge: syscalls (EINTR/EAGAIN handling), sockets, poll, clocks.
+//   VoiceCatABI          the public header's types (include/voicecat.h) for Swift.
+//   VoiceCatClient       the client engine: session, send and receive paths, mixer threads.
+//   VoiceCatImpl         the C ABI: @_cdecl vc_* exports over VoiceCatClient (libvoicecat.so).
 //   VoiceCatServerCore   the relay server (event loop over VoiceCatSystem + VoiceCatProtocol).
 //   voicecat-server      thin executable around VoiceCatServerCore.
 //   voicecat-fuzz        libFuzzer target over every parser that reads network bytes.
@@ -16,6 +20,7 @@ import PackageDescription
 let package = Package(
     name: "VoiceCat",
     products: [
+        .library(name: "voicecat", type: .dynamic, targets: ["VoiceCatImpl"]),
         .executable(name: "voicecat-server", targets: ["voicecat-server"]),
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
     ],
@@ -32,13 +37,23 @@ let package = Package(
         ),
         .target(name: "VoiceCatProtocol", dependencies: ["VoiceCatC"]),
         .target(name: "VoiceCatSystem", dependencies: ["VoiceCatC"]),
+        .target(name: "VoiceCatAudio", dependencies: ["VoiceCatC", "VoiceCatProtocol"]),
+        .target(name: "VoiceCatABI"),
+        .target(name: "VoiceCatClient", dependencies: ["VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem"]),
+        .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "VoiceCatC"]),
+        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
+        .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio"]),
         .testTarget(
             name: "VoiceCatServerTests",
-            dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem"]
+            dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
+        ),
+        .testTarget(
+            name: "VoiceCatClientTests",
+            dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
         ),
     ]
 )

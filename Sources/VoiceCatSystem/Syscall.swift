@@ -87,3 +87,47 @@ public final class SystemThread {
 
     public func join() { pthread_join(thread, nil) }
 }
+
+/// A mutex with a condition variable, for threads that wait for a state change
+/// (request replies, queued events). Control paths only.
+public final class Condition: @unchecked Sendable {
+    private let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let c = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    public init() {
+        pthread_mutex_init(m, nil)
+        var attr = pthread_condattr_t()
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
+        pthread_cond_init(c, &attr)
+        pthread_condattr_destroy(&attr)
+    }
+    deinit {
+        pthread_cond_destroy(c); pthread_mutex_destroy(m)
+        c.deallocate(); m.deallocate()
+    }
+
+    public func lock() { pthread_mutex_lock(m) }
+    public func unlock() { pthread_mutex_unlock(m) }
+    public func broadcast() { pthread_cond_broadcast(c) }
+
+    @inline(__always)
+    public func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock(); defer { unlock() }
+        return try body()
+    }
+
+    /// Waits (lock held) until signalled or until the monotonic deadline (ms);
+    /// false when the deadline passed. A nil deadline waits forever.
+    @discardableResult
+    public func wait(untilMs deadline: UInt64?) -> Bool {
+        guard let deadline else { pthread_cond_wait(c, m); return true }
+        let ns = deadline * 1_000_000
+        var ts = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+        return pthread_cond_timedwait(c, m, &ts) == 0
+    }
+}
+
+/// The calling thread's id, for "am I on one of my own threads" checks.
+public func currentThreadID() -> pthread_t { pthread_self() }
+public func sameThread(_ a: pthread_t, _ b: pthread_t) -> Bool { pthread_equal(a, b) != 0 }

@@ -3,6 +3,7 @@ import Glibc
 import VoiceCatProtocol
 import VoiceCatServerCore
 import VoiceCatSystem
+import VoiceCatTestSupport
 import XCTest
 
 final class RelayTests: XCTestCase {

@@ -4,6 +4,7 @@ import Glibc
 import VoiceCatProtocol
 import VoiceCatServerCore
 import VoiceCatSystem
+import VoiceCatTestSupport
 import XCTest
 
 struct TestFailure: Error, CustomStringConvertible {
@@ -226,44 +227,14 @@ struct ByteBuilder {
     mutating func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) } }
 }
 
-/// A server on an ephemeral loopback port with a fresh identity, for one test.
-final class TestServer {
-    let server: Server
-    let dir: String
-    var port: UInt16 { server.port }
 
-    init(_ tweak: (inout ServerConfig) -> Void = { _ in }) throws {
-        var tmpl = Array("/tmp/vc-test-XXXXXX".utf8CString)
-        guard let d = mkdtemp(&tmpl) else { throw TestFailure("mkdtemp failed") }
-        dir = String(cString: d)
-        var c = ServerConfig()
-        c.port = 0
-        c.identityPath = dir + "/identity.key"
-        tweak(&c)
-        server = try Server(config: c)
-        server.log = { _ in }
-        server.start()
-    }
-
-    var counters: ServerCounters { server.countersSnapshot() }
-
-    /// Polls the counters until `cond` holds (or fails the test after `timeoutMs`).
+extension TestServer {
+    /// Polls the counters until `cond` holds, failing the test after `timeoutMs`.
     @discardableResult
     func waitFor(_ what: String, timeoutMs: Int = 3000, file: StaticString = #filePath, line: UInt = #line,
                  _ cond: (ServerCounters) -> Bool) -> ServerCounters {
-        let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)
-        while MonotonicClock.milliseconds() < deadline {
-            let c = counters
-            if cond(c) { return c }
-            sleepMilliseconds(10)
-        }
+        if let c = poll(timeoutMs: timeoutMs, cond) { return c }
         XCTFail("server counters never reached: \(what); now \(counters.summary)", file: file, line: line)
         return counters
-    }
-
-    func stop() {
-        server.stop()
-        unlink(dir + "/identity.key")
-        rmdir(dir)
     }
 }

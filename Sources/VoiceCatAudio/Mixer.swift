@@ -1,0 +1,55 @@
+// The master bus: float accumulation of every stream, then a soft limiter into int16.
+// Preallocated; never allocates after init.
+
+/// Soft limiter: linear below the knee, a smooth tanh-shaped curve above it that
+/// approaches full scale without ever reaching it, so loud sums never wrap or clip hard.
+@inline(__always)
+public func softLimit(_ x: Float) -> Float {
+    let knee: Float = 0.7
+    let a = abs(x)
+    if a <= knee { return x }
+    let range: Float = 1 - knee
+    let y = knee + range * tanhApprox((a - knee) / range)
+    return x < 0 ? -y : y
+}
+
+/// tanh with a rational approximation (exact enough for a limiter, no libm call).
+@inline(__always)
+func tanhApprox(_ x: Float) -> Float {
+    if x > 4.97 { return 1 }
+    let x2 = x * x
+    let r = x * (135135 + x2 * (17325 + x2 * (378 + x2))) / (135135 + x2 * (62370 + x2 * (3150 + x2 * 28)))
+    return min(r, 1)
+}
+
+public final class MixBus {
+    public let capacityFrames: Int
+    /// Interleaved stereo float accumulator, full scale = 1.0.
+    public let acc: UnsafeMutablePointer<Float>
+
+    public init(capacityFrames: Int) {
+        self.capacityFrames = capacityFrames
+        acc = .allocate(capacity: capacityFrames * 2)
+        acc.initialize(repeating: 0, count: capacityFrames * 2)
+    }
+
+    deinit { acc.deallocate() }
+
+    public func clear(frames: Int) { acc.update(repeating: 0, count: frames * 2) }
+
+    /// Adds `frames` interleaved stereo int16 samples scaled by `gain`, starting at
+    /// frame `offset` of the accumulator.
+    public func add(_ pcm: UnsafePointer<Int16>, frames: Int, gain: Float, at offset: Int = 0) {
+        let g = gain / 32768
+        let dst = acc + offset * 2
+        for i in 0..<(frames * 2) { dst[i] += Float(pcm[i]) * g }
+    }
+
+    /// Limits and converts the accumulator into interleaved stereo int16.
+    public func render(into out: UnsafeMutablePointer<Int16>, frames: Int) {
+        for i in 0..<(frames * 2) {
+            let y = softLimit(acc[i]) * 32767
+            out[i] = Int16(max(-32767, min(32767, y.rounded())))
+        }
+    }
+}

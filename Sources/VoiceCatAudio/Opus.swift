@@ -1,0 +1,108 @@
+// libopus encoder and decoder wrappers. Pure computation; created on the control
+// path, used on the audio path without allocating.
+import VoiceCatC
+import VoiceCatProtocol
+
+public struct CodecError: Error, Equatable, CustomStringConvertible {
+    public let call: String
+    public let code: Int32
+    public init(_ call: String, _ code: Int32) { self.call = call; self.code = code }
+    public var description: String { "\(call): \(String(cString: opus_strerror(code)))" }
+}
+
+/// Maps AudioConfig.sampleRate to the encoder's bandwidth cap (seed §3).
+public func opusMaxBandwidth(forSampleRate rate: UInt32) -> Int32 {
+    switch rate {
+    case ...8000: return 1101      // OPUS_BANDWIDTH_NARROWBAND
+    case ...12000: return 1102     // MEDIUMBAND
+    case ...16000: return 1103     // WIDEBAND
+    case ...24000: return 1104     // SUPERWIDEBAND
+    default: return 1105           // FULLBAND
+    }
+}
+
+public func opusApplication(_ a: AudioConfig.Application) -> Int32 {
+    switch a {
+    case .voip: return 2048        // OPUS_APPLICATION_VOIP
+    case .audio: return 2049       // OPUS_APPLICATION_AUDIO
+    case .lowDelay: return 2051    // OPUS_APPLICATION_RESTRICTED_LOWDELAY
+    }
+}
+
+/// An Opus encoder at 48 kHz configured from every AudioConfig field.
+public final class OpusEncoderBox {
+    let enc: OpaquePointer
+    public let channels: Int
+    public let frameSamples: Int
+    /// True when the last encoded frame was DTX (nothing worth sending).
+    public private(set) var lastWasDTX = false
+    /// True when DRED could be enabled in the loaded libopus.
+    public private(set) var dredEnabled = false
+
+    public init(config: AudioConfig) throws {
+        if let why = config.validationError() { throw CodecError("AudioConfig: \(why)", -1) }
+        channels = config.channels
+        frameSamples = config.frameSamples
+        var err: Int32 = 0
+        guard let e = opus_encoder_create(48000, Int32(channels), opusApplication(config.application), &err), err == 0 else {
+            throw CodecError("opus_encoder_create", err)
+        }
+        enc = e
+        func check(_ name: String, _ rc: Int32) throws { if rc != 0 { opus_encoder_destroy(e); throw CodecError(name, rc) } }
+        try check("OPUS_SET_BITRATE", vcshim_opus_set_bitrate(e, Int32(config.bitrate)))
+        try check("OPUS_SET_COMPLEXITY", vcshim_opus_set_complexity(e, Int32(config.complexity)))
+        try check("OPUS_SET_INBAND_FEC", vcshim_opus_set_inband_fec(e, config.fec ? 1 : 0))
+        try check("OPUS_SET_PACKET_LOSS_PERC", vcshim_opus_set_packet_loss_perc(e, Int32(config.expectedPacketLoss)))
+        try check("OPUS_SET_DTX", vcshim_opus_set_dtx(e, config.dtx ? 1 : 0))
+        try check("OPUS_SET_MAX_BANDWIDTH", vcshim_opus_set_max_bandwidth(e, opusMaxBandwidth(forSampleRate: config.sampleRate)))
+        if config.application == .voip { _ = vcshim_opus_set_signal(e, 3001) }  // OPUS_SIGNAL_VOICE
+        if config.dred {
+            // 100 ms of redundancy; OPUS_UNIMPLEMENTED on libopus without DRED (falls back to FEC/PLC).
+            dredEnabled = vcshim_opus_set_dred_duration(e, 10) == 0
+        }
+    }
+
+    deinit { opus_encoder_destroy(enc) }
+
+    /// Encodes one frame of `frameSamples * channels` interleaved samples into `out`.
+    /// Returns the packet length.
+    public func encode(_ pcm: UnsafePointer<Int16>, into out: UnsafeMutableRawBufferPointer) throws -> Int {
+        let n = opus_encode(enc, pcm, Int32(frameSamples), out.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(out.count))
+        guard n >= 0 else { throw CodecError("opus_encode", n) }
+        var dtx: Int32 = 0
+        _ = vcshim_opus_get_in_dtx(enc, &dtx)
+        // A packet of 1-2 bytes carries no audio: DTX says it need not be sent.
+        lastWasDTX = dtx != 0 || n <= 2
+        return Int(n)
+    }
+}
+
+/// An Opus decoder with stereo 48 kHz output: a mono stream decodes to L = R.
+public final class OpusDecoderBox {
+    let dec: OpaquePointer
+    public static let channels = 2
+
+    public init() throws {
+        var err: Int32 = 0
+        guard let d = opus_decoder_create(48000, 2, &err), err == 0 else { throw CodecError("opus_decoder_create", err) }
+        dec = d
+    }
+
+    deinit { opus_decoder_destroy(dec) }
+
+    public func reset() { _ = vcshim_opus_decoder_reset(dec) }
+
+    /// Decodes a packet (or conceals a lost frame when `packet` is nil) into
+    /// `frames` stereo samples at `out`. With `fec`, decodes the in-band FEC copy of
+    /// the previous frame carried by `packet`. Returns samples per channel.
+    public func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool = false, frames: Int, into out: UnsafeMutablePointer<Int16>) throws -> Int {
+        let n: Int32
+        if let p = packet, p.count > 0 {
+            n = opus_decode(dec, p.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(p.count), out, Int32(frames), fec ? 1 : 0)
+        } else {
+            n = opus_decode(dec, nil, 0, out, Int32(frames), 0)
+        }
+        guard n >= 0 else { throw CodecError("opus_decode", n) }
+        return Int(n)
+    }
+}

@@ -1,0 +1,132 @@
+// The encrypted TCP control channel of one session: handshake, sealed frames in
+// both directions. Writes are serialized by a lock (any thread may send); reads
+// happen on the connecting thread during connect, then on the network thread.
+import Glibc
+import VoiceCatProtocol
+import VoiceCatSystem
+
+final class ControlConnection {
+    let socket: Socket
+    let keys: SessionKeys
+    let fingerprint: String
+    private var sealer: ControlSealer
+    private var opener: ControlOpener
+    private let sendLock = Lock()
+    private var readBuffer = [UInt8](repeating: 0, count: 65536)
+
+    /// Connects and runs the handshake. On a fingerprint mismatch `seenFingerprint`
+    /// receives the server's fingerprint before the error is thrown.
+    init(address: SocketAddress, pinned: String?, deadlineMs: UInt64, seenFingerprint: inout String?) throws {
+        let left = { max(0, Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))) }
+        do {
+            socket = try Socket.connectTCP(address, timeoutMs: left())
+        } catch let e where e.errno == ETIMEDOUT {
+            throw ClientError.timeout("connecting to \(address) timed out")
+        } catch {
+            throw ClientError.network("cannot connect to \(address): \(error)")
+        }
+        let hs = ClientHandshake()
+        try ControlConnection.writeAll(socket, hs.helloBytes, deadlineMs: deadlineMs)
+        var reply = try ControlConnection.readExactly(socket, Handshake.serverHelloPrefixSize, deadlineMs: deadlineMs)
+        let body: Int
+        do { body = try Handshake.serverHelloBodySize(prefix: reply) } catch HandshakeError.versionMismatch(let v) {
+            throw ClientError.version("the server speaks protocol v\(v); this library speaks v\(ProtocolVersion.current)")
+        } catch {
+            throw ClientError.protocolError("bad ServerHello: \(error)")
+        }
+        reply += try ControlConnection.readExactly(socket, body, deadlineMs: deadlineMs)
+        do {
+            (keys, fingerprint) = try hs.finish(serverHello: reply, pinnedFingerprint: pinned)
+        } catch HandshakeError.fingerprintMismatch(let expected, let actual) {
+            seenFingerprint = actual
+            throw ClientError.auth("server fingerprint \(actual) does not match the pinned \(expected)")
+        } catch {
+            throw ClientError.protocolError("handshake failed: \(error)")
+        }
+        seenFingerprint = fingerprint
+        sealer = ControlSealer(key: keys.control.send)
+        opener = ControlOpener(key: keys.control.receive)
+    }
+
+    static func writeAll(_ s: Socket, _ bytes: [UInt8], deadlineMs: UInt64) throws {
+        var off = 0
+        while off < bytes.count {
+            let r: Int?
+            do { r = try bytes.withUnsafeBytes { try s.write(UnsafeRawBufferPointer(rebasing: $0[off...])) } } catch {
+                throw ClientError.network("control connection write failed: \(error)")
+            }
+            if let n = r { off += n; continue }
+            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
+            guard left > 0, (try? s.waitFor(events: Int16(POLLOUT), timeoutMs: left)) == true else {
+                throw ClientError.timeout("control connection write timed out")
+            }
+        }
+    }
+
+    static func readExactly(_ s: Socket, _ count: Int, deadlineMs: UInt64) throws -> [UInt8] {
+        var out = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: count)
+        while out.count < count {
+            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
+            guard left > 0, (try? s.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else {
+                throw ClientError.timeout("the server did not answer the handshake in time")
+            }
+            let want = count - out.count
+            let r: Int?
+            do { r = try buf.withUnsafeMutableBytes { try s.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<want])) } } catch {
+                throw ClientError.network("control connection read failed: \(error)")
+            }
+            guard let n = r else { continue }
+            if n == 0 { throw ClientError.network("the server closed the connection during the handshake") }
+            out += buf[0..<n]
+        }
+        return out
+    }
+
+    /// Seals and sends one message (any thread). Waits at most 2 s for socket space.
+    func send(_ m: ControlMessage) throws {
+        try sendLock.withLock {
+            let frame = sealer.seal(m.encode())
+            try ControlConnection.writeAll(socket, frame, deadlineMs: MonotonicClock.milliseconds() + 2000)
+        }
+    }
+
+    /// Next message, blocking until the deadline (connect phase only).
+    func receive(deadlineMs: UInt64) throws -> ControlMessage {
+        while true {
+            if let m = try nextBuffered() { return m }
+            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
+            guard left > 0, (try? socket.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else {
+                throw ClientError.timeout("the server did not answer in time")
+            }
+            guard try readAvailable() else { throw ClientError.network("the server closed the control connection") }
+        }
+    }
+
+    /// Reads what the socket has (non-blocking). False at EOF.
+    func readAvailable() throws -> Bool {
+        while true {
+            let r: Int?
+            do { r = try readBuffer.withUnsafeMutableBytes { try socket.read(into: $0) } } catch {
+                throw ClientError.network("control connection read failed: \(error)")
+            }
+            guard let n = r else { return true }
+            if n == 0 { return false }
+            opener.append(readBuffer[0..<n])
+        }
+    }
+
+    /// The next complete message already read, if any.
+    func nextBuffered() throws -> ControlMessage? {
+        let plain: [UInt8]?
+        do { plain = try opener.next() } catch { throw ClientError.protocolError("control frame rejected: \(error)") }
+        guard let p = plain else { return nil }
+        do { return try ControlMessage.decode(p) } catch ControlDecodeError.unknownType {
+            return nil  // a newer server's message: ignore it
+        } catch {
+            throw ClientError.protocolError("bad control message from the server: \(error)")
+        }
+    }
+
+    func close() { socket.close() }
+}

@@ -1,0 +1,95 @@
+// A published stream: reframer, Opus encoder, header flags, seal, send. Driven by
+// the thread that feeds it (vc_stream_feed_pcm); its lock only guards against a
+// concurrent stop. Nothing here allocates per frame.
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSystem
+
+/// What a stream needs from the session to send a frame.
+protocol MediaSender: AnyObject {
+    /// Seals `opus` under the current media key and sends it; false when not sent.
+    func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool
+}
+
+final class LocalStream {
+    let lock = Lock()
+    let streamID: UInt32
+    let ssrc: UInt32
+    let kind: StreamKind
+    let externalFeed: Bool
+    let audio: AudioConfig
+    var inputChannels: Int
+    let reframer: Reframer
+    let encoder: OpusEncoderBox
+    private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500, alignment: 16)
+    private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500 + MediaCrypto.overhead, alignment: 16)
+    private let silence: UnsafeMutablePointer<Int16>
+    private(set) var seq: UInt64 = 0
+    private(set) var timestamp: UInt32 = 0
+    private var needMarker = true
+    private(set) var framesEncoded: UInt64 = 0
+    private(set) var framesSent: UInt64 = 0
+    var stopped = false
+    weak var sender: MediaSender?
+
+    init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig) throws {
+        self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
+        self.inputChannels = inputChannels
+        self.audio = audio
+        do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
+        reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
+        silence = .allocate(capacity: audio.frameSamples * audio.channels)
+        silence.initialize(repeating: 0, count: audio.frameSamples * audio.channels)
+    }
+
+    deinit { opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate() }
+
+    /// Reframes, encodes and sends (lock held by caller).
+    func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
+        var failure: Error? = nil
+        reframer.push(pcm, frames: frames, inChannels: channels) { frame in
+            if failure == nil { do { try encodeAndSend(frame, last: false) } catch { failure = error } }
+        }
+        if let f = failure { throw f }
+    }
+
+    /// Sends what is pending (padded with silence) flagged as the last frame.
+    func finish() {
+        if reframer.pending > 0 {
+            let missing = reframer.frameSamples - reframer.pending
+            reframer.push(silence, frames: missing, inChannels: reframer.channels) { frame in
+                try? encodeAndSend(frame, last: true)
+            }
+        } else {
+            try? encodeAndSend(silence, last: true)
+        }
+    }
+
+    private func encodeAndSend(_ frame: UnsafePointer<Int16>, last: Bool) throws {
+        let n: Int
+        do { n = try encoder.encode(frame, into: opusBuffer) } catch { throw ClientError.codec("\(error)") }
+        framesEncoded += 1
+        defer { timestamp &+= UInt32(audio.frameSamples) }
+        // DTX: frames the encoder marks as silence are not transmitted; the next
+        // transmitted frame starts a new talkspurt.
+        if encoder.lastWasDTX && !last {
+            needMarker = true
+            return
+        }
+        var flags: FrameFlags = []
+        if needMarker { flags.insert(.marker) }
+        if audio.fec { flags.insert(.fec) }
+        if encoder.lastWasDTX { flags.insert(.dtx) }
+        if last { flags.insert(.lastFrame) }
+        let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
+        guard let s = sender,
+              s.sendVoice(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n]), scratch: sealBuffer) else {
+            // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
+            needMarker = true
+            return
+        }
+        seq += 1
+        framesSent += 1
+        needMarker = false
+    }
+}

@@ -1,0 +1,119 @@
+// One preallocated receive slot per remote stream: jitter buffer, decoder, a small
+// FIFO of decoded PCM and the listener's settings. The network thread inserts
+// frames; the mixer (sink thread or a vc_read_mixed_pcm caller) renders. Both hold
+// the slot's lock only for that step; nothing here allocates after init.
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSystem
+
+final class RemoteSlot {
+    static let maxFrameSamples = 2880           // 60 ms at 48 kHz
+    static let fifoCapacity = 4800 + 2880       // frames: one pull chunk + one codec frame
+
+    let lock = Lock()
+    let jitter: JitterBuffer
+    let decoder: OpusDecoderBox
+    private let decoded: UnsafeMutablePointer<Int16>   // one frame, stereo
+    private let fifo: UnsafeMutablePointer<Int16>      // stereo ring
+    private var fifoRead = 0
+    private var fifoCount = 0
+
+    // Identity (written by the network thread under `lock`).
+    var active = false
+    var ssrc: UInt32 = 0
+    var userID: UInt32 = 0
+    var streamID: UInt32 = 0
+    var kind: StreamKind = .mic
+    var channels = 1
+    var frameSamples = 960
+    var username = ""
+    var settings = RemoteSettings()
+    var duplicates: UInt64 = 0
+
+    // Network-thread only.
+    var replay = ReplayWindow()
+    var lastPacketMs: UInt64 = 0
+    var talking = false
+
+    init() throws {
+        jitter = JitterBuffer(capacity: 64, maxPayload: 1500)
+        decoder = try OpusDecoderBox()
+        decoded = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
+        decoded.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
+        fifo = .allocate(capacity: RemoteSlot.fifoCapacity * 2)
+        fifo.initialize(repeating: 0, count: RemoteSlot.fifoCapacity * 2)
+    }
+
+    deinit { decoded.deallocate(); fifo.deallocate() }
+
+    /// Prepares the slot for a new stream (network thread, lock held by caller).
+    func configure(_ r: RemoteStream, username: String) {
+        active = true
+        ssrc = r.ssrc; userID = r.userID; streamID = r.streamID; kind = r.kind
+        channels = r.audio.channels
+        frameSamples = r.audio.frameSamples
+        self.username = username
+        settings = RemoteSettings()
+        duplicates = 0
+        // Start playout once ~40 ms are buffered (at least one frame).
+        let target = max(1, (40_000 + Int(r.audio.frameMicros) - 1) / Int(r.audio.frameMicros))
+        jitter.reset(frameSamples: frameSamples, targetFrames: target)
+        decoder.reset()
+        fifoRead = 0; fifoCount = 0
+        replay = ReplayWindow()
+        lastPacketMs = 0
+        talking = false
+    }
+
+    /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
+    /// Lock held by caller.
+    func render(into bus: MixBus, frames: Int) {
+        while fifoCount < frames {
+            let n = frameSamples
+            switch jitter.next() {
+            case .packet(let slot):
+                let ok = (try? decoder.decode(jitter.payload(slot), frames: n, into: decoded)) != nil
+                jitter.release(slot)
+                if !ok { jitter.countConcealed(); _ = try? decoder.decode(nil, frames: n, into: decoded) }
+            case .fec(let slot):
+                if (try? decoder.decode(jitter.payload(slot), fec: true, frames: n, into: decoded)) == nil {
+                    jitter.fecFailed()
+                    _ = try? decoder.decode(nil, frames: n, into: decoded)
+                }
+            case .conceal:
+                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
+            case .silence:
+                decoded.update(repeating: 0, count: n * 2)
+            }
+            pushFIFO(decoded, frames: n)
+        }
+        let gain: Float = settings.muted ? 0 : settings.gain
+        // Up to two contiguous pieces of the ring.
+        var left = frames
+        while left > 0 {
+            let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
+            if gain != 0 {
+                bus.add(fifo + fifoRead * 2, frames: run, gain: gain, at: frames - left)
+            }
+            fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
+            fifoCount -= run
+            left -= run
+        }
+    }
+
+    private func pushFIFO(_ src: UnsafeMutablePointer<Int16>, frames: Int) {
+        var write = (fifoRead + fifoCount) % RemoteSlot.fifoCapacity
+        var i = 0
+        while i < frames {
+            let run = min(frames - i, RemoteSlot.fifoCapacity - write)
+            (fifo + write * 2).update(from: src + i * 2, count: run * 2)
+            write = (write + run) % RemoteSlot.fifoCapacity
+            i += run
+        }
+        fifoCount += frames
+    }
+
+    /// Buffered audio in ms (jitter buffer plus decoded FIFO).
+    var depthMs: UInt32 { UInt32((jitter.depthFrames * frameSamples + fifoCount) / 48) }
+    var targetMs: UInt32 { UInt32(jitter.targetFrames * frameSamples / 48) }
+}

@@ -1,0 +1,402 @@
+/*
+ * voicecat.h — the C API of libvoicecat, a real-time voice core.
+ *
+ * A host program links libvoicecat to join a voice channel on a voicecat-server,
+ * publish audio streams and receive the mix of everyone else.
+ *
+ * Conventions (read once, they hold for every function below):
+ *
+ *  - Handles. `vc_client` is opaque; several may exist in one process. Every call
+ *    except the global ones takes a `vc_client *` first. A NULL or destroyed
+ *    handle gives VC_ERR_INVALID_ARG (handles are checked against a registry of
+ *    live clients), never a crash.
+ *  - Results. Every call that can fail returns `int`: VC_OK (0) or a negative
+ *    VC_ERR_* code; vc_strerror() gives static text. The most recent detailed
+ *    message for a client is available from vc_last_error().
+ *  - Config structs come from a `*_default()` function and are then edited, so new
+ *    fields never break old callers.
+ *  - Audio at the API is always 48 kHz, interleaved int16_t; `frames` counts
+ *    sample frames (one sample per channel).
+ *  - Thread safety. Unless a function says otherwise it may be called from any
+ *    thread, concurrently with any other function on the same client.
+ *  - Callback safety. Callbacks (events, mixed output sink, log) run on threads
+ *    of the library. From inside a callback only functions marked "callback-safe:
+ *    yes" may be called; the others return VC_ERR_STATE there rather than
+ *    deadlock.
+ *  - Ownership. The library never keeps pointers the caller passes in, except the
+ *    callback function pointers and their `user` pointers, which must stay valid
+ *    until replaced or the client is destroyed. Strings it returns are static or
+ *    copied into caller buffers.
+ */
+#ifndef VOICECAT_H
+#define VOICECAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Version --------------------------------------------------------------- */
+
+#define VC_VERSION_MAJOR 0
+#define VC_VERSION_MINOR 2
+#define VC_VERSION_PATCH 0
+/** (major << 16) | (minor << 8) | patch of this header. */
+#define VC_VERSION_NUMBER ((VC_VERSION_MAJOR << 16) | (VC_VERSION_MINOR << 8) | VC_VERSION_PATCH)
+
+/* ---- Result codes ---------------------------------------------------------- */
+
+#define VC_OK                 0
+#define VC_ERR_INVALID_ARG   -1   /**< NULL pointer, bad handle, out-of-range value */
+#define VC_ERR_STATE         -2   /**< not allowed now (not connected, inside a callback, ...) */
+#define VC_ERR_NOT_FOUND     -3   /**< unknown stream id, ssrc, channel or device */
+#define VC_ERR_NETWORK       -4   /**< socket error, connection lost or refused */
+#define VC_ERR_TIMEOUT       -5   /**< the server did not answer in time */
+#define VC_ERR_PROTOCOL      -6   /**< the server sent something malformed */
+#define VC_ERR_VERSION       -7   /**< the server speaks another protocol version */
+#define VC_ERR_AUTH          -8   /**< wrong password, or server fingerprint mismatch */
+#define VC_ERR_REJECTED      -9   /**< the server refused the request (limit, name taken, ...) */
+#define VC_ERR_DEVICE       -10   /**< an audio device could not be opened or failed */
+#define VC_ERR_CODEC        -11   /**< Opus rejected a configuration or frame */
+#define VC_ERR_NO_MEMORY    -12   /**< allocation failed or a fixed capacity is full */
+#define VC_ERR_UNSUPPORTED  -13   /**< not available in this build or configuration */
+#define VC_ERR_BUFFER_TOO_SMALL -14 /**< a caller buffer cannot hold the result */
+
+/* ---- Enumerations ---------------------------------------------------------- */
+
+typedef enum vc_stream_kind {
+    VC_STREAM_MIC = 0,          /**< a microphone; gated by VAD / push-to-talk */
+    VC_STREAM_SCREEN_AUDIO = 1, /**< system / desktop audio for listening together */
+    VC_STREAM_AUX_DEVICE = 2    /**< a second capture device */
+} vc_stream_kind;
+
+typedef enum vc_channel_mode { VC_MODE_MONO = 0, VC_MODE_STEREO = 1 } vc_channel_mode;
+
+typedef enum vc_opus_application {
+    VC_APP_VOIP = 0, VC_APP_AUDIO = 1, VC_APP_LOWDELAY = 2
+} vc_opus_application;
+
+typedef enum vc_event_type {
+    VC_EVENT_NONE = 0,
+    VC_EVENT_CONNECTED = 1,            /**< session accepted; text = server name */
+    VC_EVENT_DISCONNECTED = 2,         /**< code = VC_ERR_* reason (VC_OK when asked for); text = detail */
+    VC_EVENT_CHANNEL_JOINED = 3,       /**< channel_id; text = channel name */
+    VC_EVENT_USER_JOINED = 4,          /**< user_id; text = username */
+    VC_EVENT_USER_LEFT = 5,            /**< user_id */
+    VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind, channels */
+    VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc */
+    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id: frames started arriving */
+    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id: no frames for the hangover (300 ms) */
+    VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding */
+    VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
+    VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
+    VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, muted, hold: a remote publisher's UI state */
+    VC_EVENT_ERROR = 14                /**< code, text: an asynchronous error */
+} vc_event_type;
+
+/* ---- Structures ------------------------------------------------------------ */
+
+/** Client settings. Get defaults from vc_client_config_default(). */
+typedef struct vc_client_config {
+    const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat" */
+    uint32_t keepalive_ms;         /**< UDP keepalive and TCP ping period; default 5000 */
+    uint32_t max_remote_streams;   /**< receive slots preallocated; default 32 */
+    uint32_t event_queue_size;     /**< events kept for vc_poll_event; default 256 (oldest dropped past it) */
+} vc_client_config;
+
+/** Where and how to connect. */
+typedef struct vc_connect_params {
+    const char *host;               /**< name or address of the server */
+    uint16_t port;                  /**< 0 = 47800 */
+    const char *username;           /**< 1..64 bytes, unique on the server */
+    const char *password;           /**< server password, NULL = none */
+    const char *server_fingerprint; /**< 64 hex digits to pin, NULL = trust on first use */
+    uint32_t timeout_ms;            /**< for the whole connect; 0 = 5000 */
+} vc_connect_params;
+
+/** A channel's Opus configuration (seed §3). */
+typedef struct vc_audio_config {
+    uint32_t codec;                /**< 0 = Opus */
+    vc_channel_mode mode;
+    uint32_t sample_rate;          /**< caps the encoded bandwidth; PCM is always 48 kHz */
+    uint32_t bitrate_bps;
+    uint32_t frame_us;             /**< 2500, 5000, 10000, 20000, 40000 or 60000 */
+    vc_opus_application application;
+    int32_t fec;
+    uint32_t expected_packet_loss; /**< percent */
+    int32_t dtx;
+    uint32_t complexity;           /**< 0..10 */
+    int32_t dred;                  /**< used when the loaded libopus has DRED */
+} vc_audio_config;
+
+/** A stream to publish. */
+typedef struct vc_stream_desc {
+    vc_stream_kind kind;
+    int32_t external_feed;         /**< 1: the host feeds PCM with vc_stream_feed_pcm */
+    const char *device;            /**< capture device when external_feed = 0; NULL = default */
+    uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
+} vc_stream_desc;
+
+/** The listener's local settings for one remote stream (no protocol traffic). */
+typedef struct vc_remote_stream {
+    float gain;                    /**< linear, 0..4; default 1.0 */
+    int32_t muted;                 /**< default 0 */
+    int32_t noise_reduction;       /**< default 0 */
+} vc_remote_stream;
+
+/** A remote stream the client currently receives. */
+typedef struct vc_remote_stream_info {
+    uint32_t ssrc;
+    uint32_t user_id;
+    uint32_t stream_id;
+    vc_stream_kind kind;
+    uint32_t channels;             /**< of the channel's AudioConfig */
+    int32_t talking;
+    vc_remote_stream settings;
+    char username[65];
+} vc_remote_stream_info;
+
+/** Receive statistics of one remote stream. */
+typedef struct vc_stream_stats {
+    uint64_t packets_received;
+    uint64_t packets_lost;         /**< seq gaps never filled */
+    uint64_t duplicates;           /**< replayed or repeated seqs, dropped */
+    uint64_t late;                 /**< arrived after their playout time, dropped */
+    uint64_t underruns;            /**< the buffer ran dry mid-talkspurt */
+    uint64_t fec_recovered;        /**< lost frames rebuilt from in-band FEC */
+    uint64_t plc_frames;           /**< frames concealed by PLC */
+    uint64_t dred_recovered;       /**< lost frames rebuilt from DRED */
+    uint32_t target_depth_ms;
+    uint32_t current_depth_ms;
+    int32_t talking;
+} vc_stream_stats;
+
+/** Connection statistics. */
+typedef struct vc_connection_stats {
+    uint32_t media_rtt_ms;         /**< from the last keepalive echo; 0 = none yet */
+    uint32_t control_rtt_ms;       /**< from the last Ping/Pong; 0 = none yet */
+    uint64_t bytes_in, bytes_out;  /**< UDP payload bytes */
+    uint64_t packets_in, packets_out;
+    uint64_t auth_failures;        /**< media datagrams that failed authentication */
+    int32_t voice_connected;       /**< 1 while the media path is bound and answering */
+} vc_connection_stats;
+
+/** One event. Text fields are NUL-terminated copies. */
+typedef struct vc_event {
+    vc_event_type type;
+    int32_t code;
+    uint32_t user_id;
+    uint32_t ssrc;
+    uint32_t stream_id;
+    uint32_t channel_id;
+    uint32_t kind;
+    uint32_t channels;
+    int32_t muted;
+    int32_t deafened;
+    int32_t hold;
+    char text[256];
+} vc_event;
+
+typedef struct vc_client vc_client;
+
+/** Event callback: runs on the client's network thread. Callback-safe calls only. */
+typedef void (*vc_event_fn)(void *user, const vc_event *event);
+/** Log callback: level 0 error, 1 warning, 2 info, 3 debug; `message` valid during the call. */
+typedef void (*vc_log_fn)(void *user, int level, const char *message);
+/** Mixed output sink: the FINAL stereo 48 kHz mix, `frames` sample frames, `channels` = 2. */
+typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+#ifndef VC_TYPES_ONLY
+
+/* ---- Global ---------------------------------------------------------------- */
+
+/** Version of the loaded library, as VC_VERSION_NUMBER. Thread-safe; callback-safe: yes. */
+uint32_t vc_version_number(void);
+/** Version string "major.minor.patch" (static). Thread-safe; callback-safe: yes. */
+const char *vc_version_string(void);
+/** Static text for a result code; unknown codes give "unknown error". Callback-safe: yes. */
+const char *vc_strerror(int code);
+/**
+ * sizeof() of a public struct as the library was built, e.g. "vc_stream_stats", so
+ * FFI callers can check their layouts. Returns 0 for an unknown name or NULL.
+ * Callback-safe: yes.
+ */
+size_t vc_struct_size(const char *name);
+/**
+ * Routes the library's log lines to `fn` (NULL = no logging, the default). Global
+ * for the process. Thread-safe; callback-safe: yes. `fn` may be called from any
+ * library thread, never from the audio path.
+ */
+void vc_set_log_callback(vc_log_fn fn, void *user);
+
+/* ---- Lifecycle and session ------------------------------------------------- */
+
+/** Default client settings. Callback-safe: yes. */
+vc_client_config vc_client_config_default(void);
+
+/**
+ * Creates a client. `cfg` may be NULL for defaults. On success *out is the new
+ * handle. Returns VC_ERR_INVALID_ARG (out NULL, bad config), VC_ERR_NO_MEMORY,
+ * VC_ERR_CODEC. Callback-safe: yes.
+ */
+int vc_client_create(const vc_client_config *cfg, vc_client **out);
+
+/**
+ * Disconnects (if connected), stops every thread of the client and frees it.
+ * NULL is a no-op. Blocks until the client's threads have finished. The handle is
+ * invalid afterwards (later calls with it return VC_ERR_INVALID_ARG). Must not be
+ * called from inside a callback of the same client (it is then ignored and an
+ * error is logged).
+ */
+void vc_client_destroy(vc_client *c);
+
+/**
+ * Connects to a server: TCP, handshake, Hello, then binds the UDP media path.
+ * Blocks until the session is accepted or fails, at most timeout_ms.
+ * Returns VC_OK, VC_ERR_INVALID_ARG, VC_ERR_STATE (already connected),
+ * VC_ERR_NETWORK, VC_ERR_TIMEOUT, VC_ERR_VERSION, VC_ERR_AUTH (wrong password or
+ * fingerprint mismatch — with a pinned fingerprint nothing is sent after the
+ * handshake), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL.
+ * The fingerprint seen is available from vc_get_server_fingerprint() even when
+ * the connect fails with VC_ERR_AUTH. Callback-safe: no.
+ */
+int vc_connect(vc_client *c, const vc_connect_params *p);
+
+/**
+ * Leaves the server: stops every stream, closes the sockets, raises
+ * VC_EVENT_DISCONNECTED (code VC_OK). Returns VC_ERR_STATE when not connected.
+ * Callback-safe: no.
+ */
+int vc_disconnect(vc_client *c);
+
+/**
+ * Copies the server's fingerprint (64 lowercase hex digits and a NUL) into buf.
+ * len must be at least 65. Returns VC_ERR_STATE before any handshake,
+ * VC_ERR_BUFFER_TOO_SMALL. Callback-safe: yes.
+ */
+int vc_get_server_fingerprint(vc_client *c, char *buf, size_t len);
+
+/**
+ * Joins a channel by name and blocks until the server answers. Streams published
+ * in another channel are withdrawn by the server and must be started again.
+ * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected),
+ * VC_ERR_TIMEOUT. Callback-safe: no.
+ */
+int vc_join_channel(vc_client *c, const char *name);
+
+/** The joined channel's AudioConfig. VC_ERR_STATE when in no channel. Callback-safe: yes. */
+int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
+
+/* ---- Publishing streams (send path) ----------------------------------------- */
+
+/**
+ * Announces a stream in the joined channel and waits for its ssrc. The stream is
+ * encoded with the channel's AudioConfig. Only external_feed = 1 is available in
+ * this build (capture devices: VC_ERR_UNSUPPORTED). On success *out_stream_id
+ * names it in later calls. Returns VC_ERR_STATE (no channel), VC_ERR_INVALID_ARG
+ * (channels not 1 or 2), VC_ERR_REJECTED (stream limit), VC_ERR_CODEC.
+ * Callback-safe: no.
+ */
+int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
+
+/**
+ * Stops a stream: its last frame carries the last-frame flag, then the server is
+ * told. Returns VC_ERR_NOT_FOUND for an unknown id. Callback-safe: no.
+ */
+int vc_stream_stop(vc_client *c, uint32_t stream_id);
+
+/**
+ * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
+ * 2) interleaved int16 at 48 kHz, any block size. The PCM is reframed to the
+ * channel's frame size, converted to the channel's mode (mono upmixed L = R, stereo
+ * averaged for mono), Opus-encoded, sealed and sent on the calling thread. Never
+ * blocks on the network (a full socket buffer drops the frame) and does not
+ * allocate. While the server mutes this user nothing is sent. Returns
+ * VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG, VC_ERR_STATE (not an
+ * external-feed stream), VC_ERR_CODEC. Thread safety: calls for one stream must
+ * not overlap (one feeding thread per stream). Callback-safe: yes.
+ */
+int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+/* ---- Receiving (per remote stream, local to this listener) ------------------- */
+
+/**
+ * Sets this listener's gain (0..4), mute and noise reduction for a remote stream.
+ * No protocol traffic. Returns VC_ERR_NOT_FOUND for an ssrc not being received,
+ * VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN. noise_reduction is accepted
+ * and reported back; it has no audible effect in this build. Callback-safe: yes.
+ */
+int vc_set_remote_stream(vc_client *c, uint32_t ssrc, const vc_remote_stream *s);
+
+/** Reads the settings back (defaults: gain 1.0, unmuted, NR off). Callback-safe: yes. */
+int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
+
+/**
+ * Lists the remote streams being received: fills up to `cap` entries of `out` (may
+ * be NULL when cap is 0) and sets *count to the total number. Callback-safe: yes.
+ */
+int vc_list_remote_streams(vc_client *c, vc_remote_stream_info *out, size_t cap, size_t *count);
+
+/** Receive statistics of one remote stream. VC_ERR_NOT_FOUND for an unknown ssrc. Callback-safe: yes. */
+int vc_get_stream_stats(vc_client *c, uint32_t ssrc, vc_stream_stats *out);
+
+/** Connection statistics. Callback-safe: yes. */
+int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
+
+/* ---- Output ------------------------------------------------------------------ */
+
+/**
+ * 1: no playback device is opened; the host takes the mix, pushed through
+ * vc_set_mixed_output_sink() or pulled with vc_read_mixed_pcm(). 0 (playback to a
+ * device) is not available in this build: VC_ERR_UNSUPPORTED. Default 1.
+ * Callback-safe: yes.
+ */
+int vc_set_external_playback(vc_client *c, int enabled);
+
+/**
+ * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix.
+ * While set, a mixer thread of the client decodes and mixes every 20 ms (960
+ * frames) and calls fn from that thread; vc_read_mixed_pcm() is then refused with
+ * VC_ERR_STATE. Clearing waits for a running call to return. Callback-safe: no
+ * (not from inside the sink itself).
+ */
+int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
+
+/**
+ * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
+ * `frames` stereo frames now into `out` (2 * frames int16). Silence when nothing
+ * plays. Call it at the rate the audio is consumed (48 kHz). Does not allocate.
+ * Returns VC_ERR_STATE while a sink is set. Callback-safe: yes.
+ */
+int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
+
+/* ---- Events ------------------------------------------------------------------ */
+
+/**
+ * Takes the oldest queued event into *out, waiting up to timeout_ms (0 = do not
+ * wait, negative = forever). Returns 1 when an event was taken, 0 when none came,
+ * or a negative error. Events are queued whether or not a callback is set.
+ * Callback-safe: yes (with timeout 0).
+ */
+int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
+
+/**
+ * Sets (or clears with NULL) a callback called on the network thread for each
+ * event, in addition to the queue. Callback-safe: yes.
+ */
+int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
+
+/**
+ * The detailed message of the last failed call on this client (for example the
+ * server's refusal text), copied into buf. Callback-safe: yes.
+ */
+int vc_last_error(vc_client *c, char *buf, size_t len);
+
+#endif /* VC_TYPES_ONLY */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VOICECAT_H */
