@@ -99,7 +99,11 @@ final class ControlConnection {
             guard left > 0, (try? socket.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else {
                 throw ClientError.timeout("the server did not answer in time")
             }
-            guard try readAvailable() else { throw ClientError.network("the server closed the control connection") }
+            if try !readAvailable() {
+                // The server may have said why before closing.
+                if let m = try nextBuffered() { return m }
+                throw ClientError.network("the server closed the control connection")
+            }
         }
     }
 

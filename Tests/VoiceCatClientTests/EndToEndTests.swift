@@ -1,0 +1,253 @@
+// Two or more clients in one process through a real server on loopback, real Opus,
+// real sockets: what one feeds comes out of the other's mix.
+import Foundation
+import VoiceCatAudio
+import VoiceCatClient
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+/// Collects the mixed output pushed to a sink, with the time of the first block.
+final class SinkRecorder: @unchecked Sendable {
+    let lock = NSLock()
+    var left: [Int16] = []
+    var right: [Int16] = []
+    var firstBlockNs: UInt64 = 0
+
+    func take(_ pcm: UnsafePointer<Int16>, _ frames: Int) {
+        lock.lock(); defer { lock.unlock() }
+        if firstBlockNs == 0 { firstBlockNs = MonotonicClock.nanoseconds() }
+        for i in 0..<frames { left.append(pcm[2 * i]); right.append(pcm[2 * i + 1]) }
+    }
+    var snapshot: (l: [Int16], r: [Int16], t0: UInt64) { lock.lock(); defer { lock.unlock() }; return (left, right, firstBlockNs) }
+}
+
+final class EndToEndTests: XCTestCase {
+    var server: TestServer!
+    var clients: [VoiceClient] = []
+
+    override func setUpWithError() throws {
+        server = try TestServer()
+    }
+
+    override func tearDown() {
+        for c in clients { c.shutdown() }
+        clients = []
+        server.stop()
+    }
+
+    func client(_ name: String, channel: String = "Lobby") throws -> VoiceClient {
+        var cfg = ClientConfig()
+        cfg.keepaliveMs = 1000
+        let c = try VoiceClient(config: cfg)
+        clients.append(c)
+        try c.connect(host: "127.0.0.1", port: server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.joinChannel(channel)
+        return c
+    }
+
+    /// Feeds `pcm` (interleaved, `channels`) in 20 ms blocks at real-time pace.
+    func feedRealtime(_ c: VoiceClient, _ stream: UInt32, _ pcm: [Int16], channels: Int = 1, block: Int = 960) throws {
+        let start = MonotonicClock.nanoseconds()
+        var i = 0
+        var k: UInt64 = 0
+        while i < pcm.count / channels {
+            let n = min(block, pcm.count / channels - i)
+            try pcm.withUnsafeBufferPointer { try c.feed(streamID: stream, pcm: $0.baseAddress! + i * channels, frames: n, channels: channels) }
+            i += n
+            k += UInt64(n)
+            let due = start + k * 1_000_000_000 / 48000
+            let now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+    }
+
+    /// Waits until `c` receives the ssrc (RemoteStreamAdded processed).
+    func waitForRemote(_ c: VoiceClient, ssrc: UInt32) throws {
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while MonotonicClock.milliseconds() < deadline {
+            if c.remoteStreams().contains(where: { $0.ssrc == ssrc }) { return }
+            usleep(5000)
+        }
+        throw ClientError.timeout("ssrc \(ssrc) never appeared")
+    }
+
+    /// Pulls the mix at real-time pace while `work` runs on another thread.
+    func pullWhile(_ c: VoiceClient, seconds: Double, during work: @escaping () -> Void) -> (l: [Int16], r: [Int16]) {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread { work(); done.signal() }
+        var l: [Int16] = [], r: [Int16] = []
+        var buf = [Int16](repeating: 0, count: 960 * 2)
+        let start = MonotonicClock.nanoseconds()
+        let blocks = Int(seconds * 50)
+        for k in 1...blocks {
+            buf.withUnsafeMutableBufferPointer { try! c.readMixed(into: $0.baseAddress!, frames: 960) }
+            for i in 0..<960 { l.append(buf[2 * i]); r.append(buf[2 * i + 1]) }
+            let due = start + UInt64(k) * 20_000_000
+            let now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        done.wait()
+        return (l, r)
+    }
+
+    func testFedSignalComesOutOfTheOtherSinkCorrelatedAndOnTime() throws {
+        let alex = try client("alex")
+        let sam = try client("sam")
+        let rec = SinkRecorder()
+        sam.setSink { rec.take($0, $1) }
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try waitForRemote(sam, ssrc: ssrc)
+        let input = Signal.voiceLike(seconds: 3)
+        usleep(100_000)
+        let feedStart = MonotonicClock.nanoseconds()
+        try feedRealtime(alex, sid, input)
+        usleep(400_000)
+        sam.setSink(nil)
+        let (out, _, t0) = rec.snapshot
+        // Where in the sink timeline the fed signal starts.
+        let offset = Int(Int64(feedStart) - Int64(t0)) * 48 / 1_000_000
+        XCTAssertGreaterThan(offset, 0)
+        var shifted = [Int16](repeating: 0, count: max(0, out.count - offset))
+        if offset < out.count { shifted = Array(out[offset...]) }
+        let (lag, ncc) = Signal.align(input: input, output: shifted, maxLag: 48 * 400, window: 24000..<120_000)
+        let latencyMs = Double(lag) / 48
+        print("one-way latency feed → sink: \(String(format: "%.1f", latencyMs)) ms, normalized cross-correlation \(String(format: "%.3f", ncc))")
+        XCTAssertGreaterThanOrEqual(ncc, 0.9)
+        XCTAssertLessThan(latencyMs, 300, "generous bound; 20 ms frames on loopback")
+        let stats = try sam.streamStats(ssrc: ssrc)
+        XCTAssertGreaterThanOrEqual(stats.jitter.packetsReceived, 145)
+        XCTAssertEqual(stats.jitter.packetsLost, 0)
+        XCTAssertEqual(alex.connectionStats().authFailures + sam.connectionStats().authFailures, 0)
+    }
+
+    func testGainMuteAndTwoTalkers() throws {
+        let alex = try client("alex")
+        let kim = try client("kim")
+        let sam = try client("sam")
+        let a = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let k = try kim.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let aSSRC = alex.ssrc(ofStream: a)!, kSSRC = kim.ssrc(ofStream: k)!
+        try waitForRemote(sam, ssrc: aSSRC)
+        try waitForRemote(sam, ssrc: kSSRC)
+        let toneA = Signal.tone(440, seconds: 4.5), toneK = Signal.tone(1200, seconds: 4.5)
+        // 0–1.5 s both at gain 1; 1.5–3 s Alex at gain 0.5; 3–4.5 s Alex muted.
+        let (l, _) = pullWhile(sam, seconds: 5) {
+            let t = Thread { try? self.feedRealtime(kim, k, toneK) }
+            t.start()
+            let start = MonotonicClock.milliseconds()
+            var switched = 0
+            var i = 0
+            while i < toneA.count {
+                let n = min(960, toneA.count - i)
+                try? toneA.withUnsafeBufferPointer { try alex.feed(streamID: a, pcm: $0.baseAddress! + i, frames: n, channels: 1) }
+                i += n
+                let el = MonotonicClock.milliseconds() - start
+                if switched == 0 && el >= 1500 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 0.5)); switched = 1 }
+                if switched == 1 && el >= 3000 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 1, muted: true)); switched = 2 }
+                let due = UInt64(i) / 48  // ms of audio fed so far
+                if due > el { usleep(UInt32(due - el) * 1000) }
+            }
+        }
+        func seg(_ fromS: Double, _ toS: Double) -> ArraySlice<Int16> { l[Int(fromS * 48000)..<Int(toS * 48000)] }
+        let pA1 = Signal.tonePower(seg(0.8, 1.4), 440), pK1 = Signal.tonePower(seg(0.8, 1.4), 1200)
+        let pA2 = Signal.tonePower(seg(2.3, 2.9), 440)
+        let pA3 = Signal.tonePower(seg(3.8, 4.4), 440), pK3 = Signal.tonePower(seg(3.8, 4.4), 1200)
+        print("tone power: alex \(pA1) → gain 0.5 \(pA2) → muted \(pA3); kim \(pK1) → \(pK3)")
+        XCTAssertGreaterThan(pA1, 1000, "alex present")
+        XCTAssertGreaterThan(pK1, 1000, "kim present")
+        // Gain 0.5 halves the amplitude: a quarter of the power (RMS ratio 0.5 ± 10 %).
+        let ratio = sqrt(pA2 / pA1)
+        XCTAssertEqual(ratio, 0.5, accuracy: 0.05)
+        XCTAssertLessThan(pA3, pA1 / 10_000, "muted stream is silent")
+        XCTAssertEqual(sqrt(pK3 / pK1), 1, accuracy: 0.1, "muting alex leaves kim untouched")
+        XCTAssertEqual(try sam.remote(ssrc: aSSRC), RemoteSettings(gain: 1, muted: true))
+    }
+
+    func testStereoChannelKeepsLeftAndRightDistinct() throws {
+        let alex = try client("alex", channel: "Music")
+        let sam = try client("sam", channel: "Music")
+        let sid = try alex.startStream(kind: .screenAudio, externalFeed: true, channels: 2)
+        try waitForRemote(sam, ssrc: alex.ssrc(ofStream: sid)!)
+        let l = Signal.tone(500, seconds: 2), r = Signal.tone(1500, seconds: 2)
+        var stereo = [Int16](repeating: 0, count: l.count * 2)
+        for i in 0..<l.count { stereo[2 * i] = l[i]; stereo[2 * i + 1] = r[i] }
+        let (ol, or) = pullWhile(sam, seconds: 2.5) { try? self.feedRealtime(alex, sid, stereo, channels: 2) }
+        let w = ol.indices.dropFirst(24000).prefix(48000)
+        let l500 = Signal.tonePower(ol[w], 500), l1500 = Signal.tonePower(ol[w], 1500)
+        let r500 = Signal.tonePower(or[w], 500), r1500 = Signal.tonePower(or[w], 1500)
+        print("stereo: L 500 Hz \(l500) 1500 Hz \(l1500); R 500 Hz \(r500) 1500 Hz \(r1500)")
+        XCTAssertGreaterThan(l500, 100 * l1500)
+        XCTAssertGreaterThan(r1500, 100 * r500)
+    }
+
+    func testEventsForStreamsAndTalkState() throws {
+        let alex = try client("alex")
+        let sam = try client("sam")
+        while sam.pollEvent(timeoutMs: 0) != nil {}
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = alex.ssrc(ofStream: sid)!
+        func next(_ t: ClientEventType) throws -> ClientEvent {
+            let deadline = MonotonicClock.milliseconds() + 3000
+            while MonotonicClock.milliseconds() < deadline {
+                if let e = sam.pollEvent(timeoutMs: 100), e.type == t { return e }
+            }
+            throw ClientError.timeout("no \(t) event")
+        }
+        let added = try next(.remoteStreamAdded)
+        XCTAssertEqual(added.ssrc, ssrc)
+        XCTAssertEqual(added.text, "alex")
+        try feedRealtime(alex, sid, Signal.voiceLike(seconds: 0.5))
+        XCTAssertEqual(try next(.talkStart).ssrc, ssrc)
+        XCTAssertEqual(try next(.talkStop).ssrc, ssrc)
+        try alex.stopStream(sid)
+        XCTAssertEqual(try next(.remoteStreamRemoved).ssrc, ssrc)
+        XCTAssertThrowsError(try sam.streamStats(ssrc: ssrc))
+    }
+
+    func testDestroyWhileConnectedAndStreamingIsClean() throws {
+        let alex = try client("alex")
+        let sam = try client("sam")
+        let rec = SinkRecorder()
+        sam.setSink { rec.take($0, $1) }
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let feeder = Thread { try? self.feedRealtime(alex, sid, Signal.voiceLike(seconds: 1)) }
+        feeder.start()
+        usleep(300_000)
+        sam.shutdown()
+        alex.shutdown()
+        XCTAssertFalse(sam.isConnected)
+        XCTAssertThrowsError(try alex.feed(streamID: sid, pcm: [Int16](repeating: 0, count: 960), frames: 960, channels: 1))
+        server.waitSessions(0)
+    }
+
+    func testServerErrorsAndFingerprintPinning() throws {
+        let c = try VoiceClient()
+        clients.append(c)
+        XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: server.port, username: "x", password: nil,
+                                           pinnedFingerprint: String(repeating: "0", count: 64), timeoutMs: 2000)) { e in
+            guard case .auth? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        XCTAssertEqual(c.serverFingerprint, server.server.fingerprint, "the fingerprint seen is reported")
+        try c.connect(host: "127.0.0.1", port: server.port, username: "x", password: nil, pinnedFingerprint: server.server.fingerprint,
+                      timeoutMs: 2000)
+        XCTAssertThrowsError(try c.joinChannel("Nowhere")) { e in
+            guard case .notFound? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        let dup = try VoiceClient()
+        clients.append(dup)
+        XCTAssertThrowsError(try dup.connect(host: "127.0.0.1", port: server.port, username: "x", password: nil, pinnedFingerprint: nil,
+                                             timeoutMs: 2000)) { e in
+            guard case .rejected? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        XCTAssertTrue(dup.lastError.contains("already connected"), dup.lastError)
+    }
+}
+
+extension TestServer {
+    func waitSessions(_ n: UInt64) {
+        XCTAssertNotNil(poll { $0.sessionsActive == n }, "sessions never dropped to \(n)")
+    }
+}

@@ -1,0 +1,62 @@
+// Test signals and measurements.
+import Foundation
+
+enum Signal {
+    /// A speech-like test signal: three partials under a syllable-rate envelope.
+    static func voiceLike(seconds: Double, amplitude: Double = 0.3, f0: Double = 220, seed: Double = 0) -> [Int16] {
+        let n = Int(seconds * 48000)
+        return (0..<n).map { i in
+            let t = Double(i) / 48000
+            let env = 0.55 + 0.45 * sin(2 * .pi * 3.7 * t + seed)
+            let s = sin(2 * .pi * f0 * t) + 0.5 * sin(2 * .pi * f0 * 2 * t + 1) + 0.3 * sin(2 * .pi * f0 * 3 * t + 2)
+            return Int16(amplitude * 32767 * env * s / 1.8)
+        }
+    }
+
+    static func tone(_ f: Double, seconds: Double, amplitude: Double = 0.2) -> [Int16] {
+        (0..<Int(seconds * 48000)).map { Int16(amplitude * 32767 * sin(2 * .pi * f * Double($0) / 48000)) }
+    }
+
+    static func rms(_ x: ArraySlice<Int16>) -> Double {
+        guard !x.isEmpty else { return 0 }
+        return sqrt(x.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(x.count))
+    }
+
+    /// Power of frequency `f` in `x` (Goertzel), normalized by length.
+    static func tonePower(_ x: ArraySlice<Int16>, _ f: Double) -> Double {
+        let w = 2 * Double.pi * f / 48000
+        let c = 2 * cos(w)
+        var s1 = 0.0, s2 = 0.0
+        for v in x { let s0 = Double(v) + c * s1 - s2; s2 = s1; s1 = s0 }
+        let p = s1 * s1 + s2 * s2 - c * s1 * s2
+        return p / Double(x.count * x.count)
+    }
+
+    /// Best lag (in samples, output behind input) and the normalized cross-correlation there:
+    /// a coarse search over decimated lags, then a fine one around the best.
+    static func align(input: [Int16], output: [Int16], maxLag: Int, window: Range<Int>) -> (lag: Int, ncc: Double) {
+        func ncc(_ lag: Int, stride step: Int) -> Double {
+            var sxy = 0.0, sxx = 0.0, syy = 0.0
+            var i = window.lowerBound
+            while i < window.upperBound {
+                let o = i + lag
+                guard o < output.count, i < input.count else { break }
+                let x = Double(input[i]), y = Double(output[o])
+                sxy += x * y; sxx += x * x; syy += y * y
+                i += step
+            }
+            return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0
+        }
+        var coarse = (lag: 0, ncc: -2.0)
+        for lag in Swift.stride(from: 0, through: maxLag, by: 3) {
+            let v = ncc(lag, stride: 7)
+            if v > coarse.ncc { coarse = (lag, v) }
+        }
+        var best = (lag: 0, ncc: -2.0)
+        for lag in max(0, coarse.lag - 3)...(coarse.lag + 3) {
+            let v = ncc(lag, stride: 1)
+            if v > best.ncc { best = (lag, v) }
+        }
+        return best
+    }
+}
