@@ -1,13 +1,24 @@
-# VoiceCat build, test and demo entry points. `make test` and `make demo` install
-# what a fresh Debian machine is missing (scripts/deps.sh) before they build.
-SWIFT   ?= swift
-SHELL   := /bin/bash
+# VoiceCat build, test and demo entry points.
+#   make demo     a server on loopback and two hosts talking through it
+#   make test     everything CI runs (.ci/run calls it)
+#   make install PREFIX=/usr/local
+# `demo` and `test` install the Debian packages a fresh machine is missing first.
+SWIFT       ?= swift
+PREFIX      ?= /usr/local
+CC          ?= cc
+SHELL       := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 export PATH := /opt/swift/usr/bin:$(PATH)
 
+VERSION      := 0.2.0
 FUZZ_SECONDS ?= 30
+LIB_BUILD    := .build/lib/release/libvoicecat.so
+TEST_PREFIX  := $(CURDIR)/build/prefix
+EXAMPLES     := build/examples
+PYTHON       ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import pytest' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: all deps build test swift-test fuzz-replay fuzz fuzz-build server clean
+.PHONY: all deps build lib install examples server demo test swift-test tsan c-test py-test \
+        fuzz-replay fuzz-build fuzz clean
 
 all: build
 
@@ -17,16 +28,69 @@ deps:
 build: deps
 	$(SWIFT) build
 
-server: deps
+## lib: libvoicecat.so — static Swift stdlib, only vc_* exported (version script), SONAME libvoicecat.so.0.
+## Linked with lld (tools/lib-toolset.json): gold leaves local Swift symbols in .dynsym.
+lib:
+	$(SWIFT) build -c release --product voicecat --build-path .build/lib --toolset tools/lib-toolset.json \
+	    -Xlinker --version-script=$(CURDIR)/tools/libvoicecat.map -Xlinker -soname=libvoicecat.so.0
+
+server:
 	$(SWIFT) build -c release --product voicecat-server
 
-## test: the whole suite CI runs (.ci/run calls this).
-test: deps swift-test fuzz-replay fuzz
+## install: the library, include/voicecat.h and voicecat.pc under $(PREFIX).
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 -s $(LIB_BUILD) $(DESTDIR)$(PREFIX)/lib/libvoicecat.so.$(VERSION)
+	ln -sf libvoicecat.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libvoicecat.so.0
+	ln -sf libvoicecat.so.0 $(DESTDIR)$(PREFIX)/lib/libvoicecat.so
+	install -m 644 include/voicecat.h $(DESTDIR)$(PREFIX)/include/voicecat.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/voicecat.pc.in \
+	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/voicecat.pc
+
+## examples: the C examples, built through pkg-config against an installed prefix.
+examples:
+	@test -f $(PREFIX)/lib/pkgconfig/voicecat.pc || { echo "run 'make install PREFIX=$(PREFIX)' first"; exit 1; }
+	mkdir -p $(EXAMPLES)
+	for ex in speak_wav record_mix; do \
+	    PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O2 \
+	        examples/c/$$ex.c -o $(EXAMPLES)/$$ex $$(PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat); \
+	done
+
+## demo: server on loopback, one host speaks an espeak-ng recording, another records the mix.
+demo: deps server
+	$(MAKE) install PREFIX=$(TEST_PREFIX)
+	$(MAKE) examples PREFIX=$(TEST_PREFIX)
+	bash scripts/demo.sh $(TEST_PREFIX) $(EXAMPLES)
+
+## test: Swift tests, the same under ThreadSanitizer, the C API checks and examples through
+## pkg-config on an installed prefix against a live server, pytest over the Python binding,
+## and the fuzzer (corpus replay plus a short run).
+test: deps swift-test tsan c-test py-test fuzz-replay fuzz
 	@echo "make test: all stages passed"
 
 swift-test:
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+tsan:
+	$(SWIFT) build --build-tests --sanitize=thread --build-path .build/tsan
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --build-path .build/tsan \
+	    --filter 'VoiceCatClientTests|VoiceCatServerTests'
+
+c-test:
+	$(MAKE) install PREFIX=$(TEST_PREFIX)
+	$(MAKE) examples PREFIX=$(TEST_PREFIX)
+	@echo "exported symbols other than vc_*:"; \
+	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -e '^vc_' -e '^VOICECAT_0$$'
+	PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror Tests/c/api_check.c -o $(EXAMPLES)/api_check \
+	    $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat)
+	$(SWIFT) build --product voicecat-server
+	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server
+
+py-test:
+	@test -n "$(PYTHON)" || { echo "no python3 with pytest"; exit 1; }
+	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 VOICECAT_SERVER=.build/debug/voicecat-server \
+	    $(PYTHON) -m pytest -q Tests/python
 
 ## fuzz-replay: every corpus input through the parsers, in a normal build.
 fuzz-replay:
@@ -35,11 +99,12 @@ fuzz-replay:
 
 ## fuzz: libFuzzer over the network parsers for FUZZ_SECONDS (lld: gold cannot link it).
 fuzz-build:
-	$(SWIFT) build -c release --product voicecat-fuzz --build-path .build/fuzz --toolset tools/fuzz-toolset.json 2>&1 | { grep -v "Cannot export local symbol" || true; }
+	$(SWIFT) build -c release --product voicecat-fuzz --build-path .build/fuzz --toolset tools/fuzz-toolset.json 2>&1 \
+	    | { grep -v "Cannot export local symbol" || true; }
 
 fuzz: fuzz-build
 	mkdir -p .build/fuzz-corpus
-	.build/fuzz/release/voicecat-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build/fuzz-corpus Tests/fuzz-corpus 2>&1 | tail -12
+	.build/fuzz/release/voicecat-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build/fuzz-corpus Tests/fuzz-corpus 2>&1 | tail -6
 
 clean:
-	rm -rf .build
+	rm -rf .build build

@@ -225,7 +225,8 @@ public final class JitterBuffer {
     private func play(_ o: Int) -> Playout {
         playTS = timestamps[o] + Int64(frameSamples)
         lastPlayedSeq = seqs[o]
-        lastPlayedWasFinal = flagBits[o] & 0x08 != 0
+        // After a last-frame or DTX frame the stream is expected to pause: running dry is not an underrun.
+        lastPlayedWasFinal = flagBits[o] & 0x0c != 0
         return .packet(slot: o)
     }
 

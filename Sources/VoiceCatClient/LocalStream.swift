@@ -27,6 +27,7 @@ final class LocalStream {
     private(set) var seq: UInt64 = 0
     private(set) var timestamp: UInt32 = 0
     private var needMarker = true
+    private var inDTX = false
     private(set) var framesEncoded: UInt64 = 0
     private(set) var framesSent: UInt64 = 0
     var stopped = false
@@ -70,11 +71,14 @@ final class LocalStream {
         do { n = try encoder.encode(frame, into: opusBuffer) } catch { throw ClientError.codec("\(error)") }
         framesEncoded += 1
         defer { timestamp &+= UInt32(audio.frameSamples) }
-        // DTX: frames the encoder marks as silence are not transmitted; the next
-        // transmitted frame starts a new talkspurt.
+        // DTX: the first silent frame is sent flagged DTX (so receivers know a pause,
+        // not a loss, follows); the rest are not transmitted, and the next real frame
+        // starts a new talkspurt with the marker.
         if encoder.lastWasDTX && !last {
-            needMarker = true
-            return
+            if inDTX { return }
+            inDTX = true
+        } else {
+            inDTX = false
         }
         var flags: FrameFlags = []
         if needMarker { flags.insert(.marker) }
@@ -90,6 +94,6 @@ final class LocalStream {
         }
         seq += 1
         framesSent += 1
-        needMarker = false
+        needMarker = inDTX
     }
 }

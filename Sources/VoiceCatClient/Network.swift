@@ -187,7 +187,7 @@ extension VoiceClient {
             return (s.talking, s.userID)
         }
         if wasTalking {
-            s.talking = false
+            s.lock.withLock { s.talking = false }
             var e = ClientEvent(type: .talkStop)
             e.ssrc = ssrc; e.userID = uid
             emit(e)
@@ -224,7 +224,7 @@ extension VoiceClient {
                 guard verdict == .fresh else { continue }
                 slot.lastPacketMs = now
                 if !slot.talking {
-                    slot.talking = true
+                    slot.lock.withLock { slot.talking = true }
                     var e = ClientEvent(type: .talkStart)
                     e.ssrc = h.ssrc; e.userID = slot.userID
                     emit(e)
@@ -289,7 +289,7 @@ extension VoiceClient {
         for (ssrc, idx) in ssrcToSlot {
             let s = slots[idx]
             if s.talking && now &- s.lastPacketMs > VoiceClient.talkHangoverMs {
-                s.talking = false
+                s.lock.withLock { s.talking = false }
                 var e = ClientEvent(type: .talkStop)
                 e.ssrc = ssrc; e.userID = s.userID
                 emit(e)

@@ -30,10 +30,12 @@ final class RemoteSlot {
     var settings = RemoteSettings()
     var duplicates: UInt64 = 0
 
+    /// Written by the network thread under `lock`; read there without it.
+    var talking = false
+
     // Network-thread only.
     var replay = ReplayWindow()
     var lastPacketMs: UInt64 = 0
-    var talking = false
 
     init() throws {
         jitter = JitterBuffer(capacity: 64, maxPayload: 1500)

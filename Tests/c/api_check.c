@@ -1,0 +1,161 @@
+/*
+ * api_check: every C entry point given NULL, a bad handle or an unknown id returns
+ * VC_ERR_INVALID_ARG or VC_ERR_NOT_FOUND (or the documented state error) and never
+ * crashes. Built against the installed library through pkg-config and run by
+ * `make test` with a live server:  api_check PORT
+ * Prints "N passed, M failed" and exits non-zero on any failure.
+ */
+#include <voicecat.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+#define EXPECT(expr, want) do { \
+    int got_ = (expr); \
+    if (got_ == (want)) passed++; \
+    else { failed++; fprintf(stderr, "FAIL %s:%d: %s = %d (%s), want %d\n", __FILE__, __LINE__, #expr, got_, vc_strerror(got_), (want)); } \
+} while (0)
+
+static void null_and_bad_handles(void) {
+    int16_t pcm[1920] = {0};
+    vc_event ev;
+    vc_remote_stream rs = {1.0f, 0, 0};
+    vc_stream_stats st;
+    vc_connection_stats cs;
+    vc_audio_config ac;
+    char buf[128];
+    size_t count;
+    uint32_t id;
+    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    vc_connect_params p = {0};
+    vc_client *bad = (vc_client *)(uintptr_t)0x1234;  /* never a live handle */
+    vc_client *handles[2] = {NULL, bad};
+
+    for (int i = 0; i < 2; i++) {
+        vc_client *c = handles[i];
+        EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
+        EXPECT(vc_disconnect(c), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_server_fingerprint(c, buf, sizeof buf), VC_ERR_INVALID_ARG);
+        EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_channel_audio(c, &ac), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_stop(c, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_feed_pcm(c, 1, pcm, 960, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_remote_stream(c, 1, &rs), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_remote_stream(c, 1, &rs), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_remote_streams(c, NULL, 0, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_stream_stats(c, 1, &st), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_connection_stats(c, &cs), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_external_playback(c, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_mixed_output_sink(c, NULL, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_read_mixed_pcm(c, pcm, 960), VC_ERR_INVALID_ARG);
+        EXPECT(vc_poll_event(c, &ev, 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_event_callback(c, NULL, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_last_error(c, buf, sizeof buf), VC_ERR_INVALID_ARG);
+        vc_client_destroy(c);  /* NULL and unknown handles are ignored */
+    }
+    EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
+    EXPECT((int)vc_struct_size(NULL), 0);
+    EXPECT((int)vc_struct_size("no_such_struct"), 0);
+    EXPECT((int)vc_struct_size("vc_event"), (int)sizeof(vc_event));
+    EXPECT((int)vc_struct_size("vc_stream_stats"), (int)sizeof(vc_stream_stats));
+    EXPECT((int)vc_struct_size("vc_remote_stream_info"), (int)sizeof(vc_remote_stream_info));
+    EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
+    EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
+}
+
+static void null_args_on_a_live_client(int port) {
+    vc_client *c = NULL;
+    EXPECT(vc_client_create(NULL, &c), VC_OK);
+    int16_t pcm[1920] = {0};
+    vc_remote_stream rs = {1.0f, 0, 0};
+    vc_stream_stats st;
+    char fp[65];
+    uint32_t id;
+    size_t count = 99;
+    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    vc_connect_params p = {0};
+
+    /* Before connecting. */
+    EXPECT(vc_connect(c, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);          /* host and username NULL */
+    EXPECT(vc_disconnect(c), VC_ERR_STATE);
+    EXPECT(vc_get_server_fingerprint(c, fp, sizeof fp), VC_ERR_STATE);
+    EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_STATE);
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_STATE);
+    EXPECT(vc_set_external_playback(c, 0), VC_ERR_UNSUPPORTED);
+
+    p.host = "127.0.0.1";
+    p.port = (uint16_t)port;
+    p.username = "api-check";
+    p.server_fingerprint = "not hex";
+    EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
+    p.server_fingerprint = NULL;
+    EXPECT(vc_connect(c, &p), VC_OK);
+    EXPECT(vc_connect(c, &p), VC_ERR_STATE);
+    EXPECT(vc_get_server_fingerprint(c, NULL, 65), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_server_fingerprint(c, fp, 10), VC_ERR_BUFFER_TOO_SMALL);
+    EXPECT(vc_get_server_fingerprint(c, fp, sizeof fp), VC_OK);
+    EXPECT((int)strlen(fp), 64);
+    EXPECT(vc_join_channel(c, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_join_channel(c, "No such channel"), VC_ERR_NOT_FOUND);
+    EXPECT(vc_join_channel(c, "Lobby"), VC_OK);
+    EXPECT(vc_get_channel_audio(c, NULL), VC_ERR_INVALID_ARG);
+
+    /* Streams. */
+    EXPECT(vc_stream_start(c, NULL, &id), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_start(c, &d, NULL), VC_ERR_INVALID_ARG);
+    d.channels = 3;
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
+    d.channels = 1;
+    d.kind = (vc_stream_kind)42;
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
+    d.kind = VC_STREAM_MIC;
+    d.external_feed = 0;
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_UNSUPPORTED);
+    d.external_feed = 1;
+    EXPECT(vc_stream_start(c, &d, &id), VC_OK);
+    EXPECT(vc_stream_feed_pcm(c, id, NULL, 960, 1), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 3), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 960, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 2), VC_OK);
+    EXPECT(vc_stream_stop(c, id + 1000), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_stop(c, id), VC_OK);
+    EXPECT(vc_stream_stop(c, id), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_ERR_NOT_FOUND);
+
+    /* Remote streams that do not exist. */
+    EXPECT(vc_set_remote_stream(c, 77777, &rs), VC_ERR_NOT_FOUND);
+    EXPECT(vc_set_remote_stream(c, 77777, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_remote_stream(c, 77777, &rs), VC_ERR_NOT_FOUND);
+    EXPECT(vc_get_remote_stream(c, 77777, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_stream_stats(c, 77777, &st), VC_ERR_NOT_FOUND);
+    EXPECT(vc_get_stream_stats(c, 77777, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_remote_streams(c, NULL, 0, &count), VC_OK);
+    EXPECT((int)count, 0);
+    EXPECT(vc_list_remote_streams(c, NULL, 4, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_remote_streams(c, NULL, 0, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_connection_stats(c, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_read_mixed_pcm(c, NULL, 960), VC_ERR_INVALID_ARG);
+    EXPECT(vc_read_mixed_pcm(c, pcm, 960), VC_OK);
+    EXPECT(vc_poll_event(c, NULL, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, NULL, 10), VC_ERR_INVALID_ARG);
+
+    EXPECT(vc_disconnect(c), VC_OK);
+    EXPECT(vc_disconnect(c), VC_ERR_STATE);
+    vc_client_destroy(c);
+    /* The handle is dead now: refused, not dereferenced. */
+    EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_INVALID_ARG);
+    vc_client_destroy(c);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: %s PORT\n", argv[0]); return 2; }
+    null_and_bad_handles();
+    null_args_on_a_live_client(atoi(argv[1]));
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,150 @@
+"""pytest over the Python binding, against the installed libvoicecat and a live
+voicecat-server on loopback. `make test` sets VOICECAT_LIBRARY and VOICECAT_SERVER."""
+import array
+import ctypes
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python"))
+import voicecat  # noqa: E402
+from voicecat import _lib  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server():
+    binary = os.environ.get("VOICECAT_SERVER", ".build/debug/voicecat-server")
+    d = tempfile.mkdtemp()
+    port_file = os.path.join(d, "port")
+    proc = subprocess.Popen([binary, "--port", "0", "--port-file", port_file, "--identity", os.path.join(d, "id.key")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for _ in range(200):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            break
+        time.sleep(0.02)
+    port = int(open(port_file).read())
+    yield port
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def tone(freq, seconds, amp=0.25, channels=1):
+    n = int(seconds * 48000)
+    a = array.array("h", [0] * (n * channels))
+    for i in range(n):
+        v = int(amp * 32767 * math.sin(2 * math.pi * freq * i / 48000))
+        for ch in range(channels):
+            a[i * channels + ch] = v
+    return a
+
+
+def power_at(samples, freq):
+    """Goertzel power of `freq` in a list of samples, normalized."""
+    w = 2 * math.pi * freq / 48000
+    c = 2 * math.cos(w)
+    s1 = s2 = 0.0
+    for x in samples:
+        s1, s2 = x + c * s1 - s2, s1
+    return (s1 * s1 + s2 * s2 - c * s1 * s2) / (len(samples) ** 2)
+
+
+def test_version_and_struct_layouts_match():
+    assert voicecat.VERSION == "0.2.0"
+    for name, cls in _lib._STRUCTS.items():
+        assert _lib.lib.vc_struct_size(name.encode()) == ctypes.sizeof(cls)
+
+
+def test_every_entry_point_refuses_null_and_unknown_ids(server):
+    lib = _lib.lib
+    bad = ctypes.c_void_p(0xdead0)
+    for h in (None, bad):
+        assert lib.vc_disconnect(h) == -1
+        assert lib.vc_join_channel(h, b"Lobby") == -1
+        assert lib.vc_stream_stop(h, 1) == -1
+        assert lib.vc_read_mixed_pcm(h, None, 10) == -1
+        assert lib.vc_poll_event(h, None, 0) == -1
+        lib.vc_client_destroy(h)
+    with voicecat.Client() as c:
+        with pytest.raises(voicecat.StateError):
+            c.join("Lobby")
+        c.connect("127.0.0.1", server, "py-null")
+        with pytest.raises(voicecat.NotFound):
+            c.join("Nowhere")
+        c.join("Lobby")
+        with pytest.raises(voicecat.NotFound):
+            c.stream_stats(424242)
+        with pytest.raises(voicecat.NotFound):
+            c.set_remote(424242, gain=0.5)
+        with pytest.raises(voicecat.NotFound):
+            c.feed(99, b"\0\0" * 960)
+        with pytest.raises(voicecat.InvalidArgument):
+            c.start_stream(channels=3)
+        assert lib.vc_get_stream_stats(c._h, 1, None) == -1
+        assert lib.vc_stream_feed_pcm(c._h, 1, None, 960, 1) == -1
+        with pytest.raises(voicecat.Unsupported):
+            c._c(lib.vc_set_external_playback(c._h, 0))
+
+
+def test_wrong_fingerprint_is_an_auth_error_and_reports_the_real_one(server):
+    with voicecat.Client() as c:
+        with pytest.raises(voicecat.AuthError) as e:
+            c.connect("127.0.0.1", server, "py-pin", fingerprint="ab" * 32)
+        assert "does not match" in str(e.value)
+        real = c.fingerprint
+        assert len(real) == 64
+        c.connect("127.0.0.1", server, "py-pin", fingerprint=real)
+
+
+def test_feed_in_one_client_comes_out_of_the_others_sink(server):
+    got, events = [], []
+    with voicecat.Client() as talker, voicecat.Client() as listener:
+        talker.connect("127.0.0.1", server, "py-talker")
+        listener.connect("127.0.0.1", server, "py-listener")
+        talker.join("Lobby")
+        listener.join("Lobby")
+        listener.set_sink(lambda pcm, frames: got.append(pcm))
+        sid = talker.start_stream()
+        signal = tone(600, 1.5)
+        raw = signal.tobytes()
+        start = time.monotonic()
+        for k, i in enumerate(range(0, len(raw), 1920)):
+            talker.feed(sid, raw[i:i + 1920])
+            delay = start + (k + 1) * 0.02 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        time.sleep(0.3)
+        streams = listener.remote_streams()
+        assert [s["username"] for s in streams] == ["py-talker"]
+        stats = listener.stream_stats(streams[0]["ssrc"])
+        assert stats["packets_received"] >= 70
+        assert stats["packets_lost"] == 0
+        listener.set_sink(None)
+        while True:
+            e = listener.poll_event(0)
+            if not e:
+                break
+            events.append(e.type)
+    mix = array.array("h")
+    mix.frombytes(b"".join(got))
+    left = mix[0::2]
+    assert "remote_stream_added" in events and "talk_start" in events
+    # The 600 Hz tone dominates the left channel; an unrelated frequency does not.
+    assert power_at(left, 600) > 1000 * power_at(left, 1700)
+    assert max(abs(x) for x in left) > 5000
+
+
+def test_pull_mode_and_sink_are_exclusive(server):
+    with voicecat.Client() as c:
+        c.connect("127.0.0.1", server, "py-pull")
+        c.join("Lobby")
+        assert c.read_mix(480) == b"\0" * 1920
+        c.set_sink(lambda pcm, frames: None)
+        with pytest.raises(voicecat.StateError):
+            c.read_mix(480)
+        c.set_sink(None)
+        assert len(c.read_mix(100)) == 400
