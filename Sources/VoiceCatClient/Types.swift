@@ -1,5 +1,6 @@
 // Public Swift-side types of the client engine. The C layer (VoiceCatImpl) maps
 // them one to one onto include/voicecat.h.
+import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -80,22 +81,12 @@ public struct RemoteStreamInfo: Equatable {
 }
 
 public struct StreamStats: Equatable {
-    public var jitter = JitterStatsSnapshot()
+    /// The jitter buffer's counters; `duplicates` includes replays caught by the
+    /// replay window, `late` includes frames skipped to catch up.
+    public var jitter = JitterStats()
     public var targetDepthMs: UInt32 = 0
     public var currentDepthMs: UInt32 = 0
     public var talking = false
-}
-
-/// Receive counters of one stream (duplicates include replays caught by the replay window).
-public struct JitterStatsSnapshot: Equatable {
-    public var packetsReceived: UInt64 = 0
-    public var packetsLost: UInt64 = 0
-    public var duplicates: UInt64 = 0
-    public var late: UInt64 = 0
-    public var underruns: UInt64 = 0
-    public var fecRecovered: UInt64 = 0
-    public var plcFrames: UInt64 = 0
-    public var dredRecovered: UInt64 = 0
 }
 
 public struct ConnectionStats: Equatable {

@@ -459,11 +459,10 @@ public final class VoiceClient: MediaSender {
 
     public func streamStats(ssrc: UInt32) throws -> StreamStats {
         try withSlot(ssrc: ssrc) { s in
-            let j = s.jitter.stats
             var st = StreamStats()
-            st.jitter = JitterStatsSnapshot(packetsReceived: j.packetsReceived, packetsLost: j.packetsLost,
-                                            duplicates: j.duplicates + s.duplicates, late: j.late + j.skipped, underruns: j.underruns,
-                                            fecRecovered: j.fecRecovered, plcFrames: j.plcFrames, dredRecovered: j.dredRecovered)
+            st.jitter = s.jitter.stats
+            st.jitter.duplicates += s.duplicates
+            st.jitter.late += st.jitter.skipped
             st.targetDepthMs = s.targetMs
             st.currentDepthMs = s.depthMs
             st.talking = s.talking
