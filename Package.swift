@@ -9,6 +9,7 @@
 //                        Knows nothing about sockets, threads or devices.
 //   VoiceCatAudio        pure: Opus wrappers, reframer, jitter buffer, mixer and limiter.
 //   VoiceCatSystem       system edge: syscalls (EINTR/EAGAIN handling), sockets, poll, clocks.
+//   VoiceCatDevices      system edge: ALSA capture and playback PCMs, device lists.
 //   VoiceCatABI          the public header's types (include/voicecat.h) for Swift.
 //   VoiceCatClient       the client engine: session, send and receive paths, mixer threads.
 //   VoiceCatImpl         the C ABI: @_cdecl vc_* exports over VoiceCatClient (libvoicecat.so).
@@ -39,7 +40,8 @@ let package = Package(
         .target(name: "VoiceCatSystem", dependencies: ["VoiceCatC"]),
         .target(name: "VoiceCatAudio", dependencies: ["VoiceCatC", "VoiceCatProtocol"]),
         .target(name: "VoiceCatABI"),
-        .target(name: "VoiceCatClient", dependencies: ["VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem"]),
+        .target(name: "VoiceCatDevices", dependencies: ["VoiceCatC", "VoiceCatSystem"]),
+        .target(name: "VoiceCatClient", dependencies: ["VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),

@@ -78,6 +78,15 @@ typedef enum vc_opus_application {
     VC_APP_VOIP = 0, VC_APP_AUDIO = 1, VC_APP_LOWDELAY = 2
 } vc_opus_application;
 
+/** How the MIC streams' input gate decides to transmit (seed §11). */
+typedef enum vc_input_mode {
+    VC_INPUT_VAD = 0,          /**< voice activation: frame RMS over a threshold, with a hang time (default) */
+    VC_INPUT_PTT = 1,          /**< push-to-talk: only while vc_set_push_to_talk(c, 1) */
+    VC_INPUT_CONTINUOUS = 2    /**< always transmit */
+} vc_input_mode;
+
+typedef enum vc_device_kind { VC_DEVICE_CAPTURE = 0, VC_DEVICE_PLAYBACK = 1 } vc_device_kind;
+
 typedef enum vc_event_type {
     VC_EVENT_NONE = 0,
     VC_EVENT_CONNECTED = 1,            /**< session accepted; text = server name */
@@ -104,6 +113,8 @@ typedef struct vc_client_config {
     uint32_t keepalive_ms;         /**< UDP keepalive and TCP ping period; default 5000 */
     uint32_t max_remote_streams;   /**< receive slots preallocated; default 32 */
     uint32_t event_queue_size;     /**< events kept for vc_poll_event; default 256 (oldest dropped past it) */
+    int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
+    const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" */
 } vc_client_config;
 
 /** Where and how to connect. */
@@ -183,6 +194,12 @@ typedef struct vc_connection_stats {
     int32_t voice_connected;       /**< 1 while the media path is bound and answering */
 } vc_connection_stats;
 
+/** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
+typedef struct vc_device_info {
+    char name[128];
+    char description[256];
+} vc_device_info;
+
 /** One event. Text fields are NUL-terminated copies. */
 typedef struct vc_event {
     vc_event_type type;
@@ -232,6 +249,24 @@ size_t vc_struct_size(const char *name);
 void vc_set_log_callback(vc_log_fn fn, void *user);
 
 /* ---- Lifecycle and session ------------------------------------------------- */
+
+/**
+ * Adds PCM definitions in ALSA configuration syntax for this process, for example
+ * file-backed PCMs or plugin chains:
+ *   pcm.mic { type file slave.pcm { type null } file "/dev/null" infile "in.raw" format "raw" }
+ * Names defined here are opened from this configuration, all others from ALSA's
+ * own. Replaces what an earlier call set; NULL clears. Returns VC_ERR_INVALID_ARG
+ * when the text does not parse (the previous configuration stays). Affects devices
+ * opened afterwards. Thread-safe; callback-safe: yes.
+ */
+int vc_set_alsa_config(const char *config_text);
+
+/**
+ * Lists capture or playback devices: ALSA's name hints plus the PCMs defined with
+ * vc_set_alsa_config. Fills up to `cap` entries (out may be NULL when cap is 0) and
+ * sets *count to the total. Thread-safe; callback-safe: yes.
+ */
+int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t *count);
 
 /** Default client settings. Callback-safe: yes. */
 vc_client_config vc_client_config_default(void);
@@ -293,10 +328,18 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
 
 /**
  * Announces a stream in the joined channel and waits for its ssrc. The stream is
- * encoded with the channel's AudioConfig. Only external_feed = 1 is available in
- * this build (capture devices: VC_ERR_UNSUPPORTED). On success *out_stream_id
- * names it in later calls. Returns VC_ERR_STATE (no channel), VC_ERR_INVALID_ARG
- * (channels not 1 or 2), VC_ERR_REJECTED (stream limit), VC_ERR_CODEC.
+ * encoded with the channel's AudioConfig (mode, bitrate, frame size, ...).
+ * external_feed = 1: the host feeds PCM with vc_stream_feed_pcm.
+ * external_feed = 0: a capture thread reads `device` (NULL = "default") at 48 kHz
+ * in 20 ms periods with `channels` channels; the send path reframes to the
+ * channel's frame size and converts to its mode (mono upmixed L = R). For
+ * SCREEN_AUDIO name a monitor or loopback capture device (for example a PulseAudio
+ * or PipeWire monitor through ALSA's pulse plugin). MIC streams pass the input gate
+ * (vc_set_input_mode); SCREEN_AUDIO and AUX_DEVICE never do.
+ * On success *out_stream_id names it in later calls. Returns VC_ERR_STATE (no
+ * channel), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
+ * VC_ERR_REJECTED (stream limit), VC_ERR_DEVICE (the capture device cannot be
+ * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC.
  * Callback-safe: no.
  */
 int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
@@ -319,6 +362,34 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * not overlap (one feeding thread per stream). Callback-safe: yes.
  */
 int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * Reopens a device stream's capture with 1 or 2 channels (stereo capture encodes
+ * real stereo on a stereo channel; a mono capture on a stereo channel is upmixed
+ * L = R). For an external-feed stream it only records the value (vc_stream_feed_pcm
+ * names its channel count on every call). Returns VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG,
+ * VC_ERR_DEVICE (the previous capture is kept). Callback-safe: no.
+ */
+int vc_set_capture_channels(vc_client *c, uint32_t stream_id, uint32_t channels);
+
+/**
+ * Selects how MIC streams are gated: VC_INPUT_VAD (default), VC_INPUT_PTT or
+ * VC_INPUT_CONTINUOUS. Opening the gate starts a talkspurt (marker flag); closing
+ * it sends one last frame flagged last-frame-before-stop, then nothing. Gated
+ * frames are neither encoded nor sent. SCREEN_AUDIO and AUX_DEVICE are never
+ * gated. The VAD is a frame-energy (RMS) detector. Callback-safe: yes.
+ */
+int vc_set_input_mode(vc_client *c, vc_input_mode mode);
+
+/**
+ * Voice-activation settings: `threshold` is the frame RMS as a fraction of int16
+ * full scale (0..1, default 0.025); the gate stays open `hang_ms` (0..10000,
+ * default 300) after the last frame above it. Callback-safe: yes.
+ */
+int vc_set_vad(vc_client *c, float threshold, uint32_t hang_ms);
+
+/** Push-to-talk key state (used in VC_INPUT_PTT mode). Callback-safe: yes. */
+int vc_set_push_to_talk(vc_client *c, int active);
 
 /* ---- Receiving (per remote stream, local to this listener) ------------------- */
 
@@ -349,9 +420,14 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
 
 /**
  * 1: no playback device is opened; the host takes the mix, pushed through
- * vc_set_mixed_output_sink() or pulled with vc_read_mixed_pcm(). 0 (playback to a
- * device) is not available in this build: VC_ERR_UNSUPPORTED. Default 1.
- * Callback-safe: yes.
+ * vc_set_mixed_output_sink() or pulled with vc_read_mixed_pcm().
+ * 0 (the default, vc_client_config.external_playback): a playback thread plays
+ * the mix on the configured ALSA device while connected (opened at vc_connect;
+ * a failure there is reported as a VC_EVENT_ERROR with VC_ERR_DEVICE and the
+ * session continues). Switching to 0 while connected opens the device now and
+ * returns VC_ERR_DEVICE with ALSA's reason if it cannot. While a device plays,
+ * a sink set with vc_set_mixed_output_sink() receives the same mix (a tap) and
+ * vc_read_mixed_pcm() is refused. Callback-safe: no.
  */
 int vc_set_external_playback(vc_client *c, int enabled);
 
@@ -371,6 +447,22 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * Returns VC_ERR_STATE while a sink is set. Callback-safe: yes.
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
+
+/**
+ * Closes every audio device (playback and all captures) without touching the
+ * session or its streams; device streams send nothing until restarted. Idempotent.
+ * Returns VC_ERR_STATE from inside a callback. Callback-safe: no.
+ */
+int vc_audio_suspend(vc_client *c);
+
+/**
+ * Reopens the devices closed by vc_audio_suspend (or lost) against the current
+ * route: the playback device (unless external playback) and every device stream's
+ * capture. Idempotent. Returns VC_ERR_DEVICE (with ALSA's reason in
+ * vc_last_error) if one cannot be opened; the others are opened anyway.
+ * Callback-safe: no.
+ */
+int vc_audio_restart(vc_client *c);
 
 /* ---- Events ------------------------------------------------------------------ */
 

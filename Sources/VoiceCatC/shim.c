@@ -38,3 +38,8 @@ void vcshim_set_thread_name(const char *name) {
     buf[15] = 0;
     pthread_setname_np(pthread_self(), buf);
 }
+
+static void vcshim_alsa_quiet(const char *file, int line, const char *function, int err, const char *fmt, ...) {
+    (void)file; (void)line; (void)function; (void)err; (void)fmt;
+}
+void vcshim_alsa_silence_errors(void) { snd_lib_error_set_handler(vcshim_alsa_quiet); }

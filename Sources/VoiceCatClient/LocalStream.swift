@@ -9,6 +9,8 @@ import VoiceCatSystem
 protocol MediaSender: AnyObject {
     /// Seals `opus` under the current media key and sends it; false when not sent.
     func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool
+    /// The client's current input-gate settings.
+    func gateSettings() -> GateSettings
 }
 
 final class LocalStream {
@@ -32,6 +34,12 @@ final class LocalStream {
     private(set) var framesSent: UInt64 = 0
     var stopped = false
     weak var sender: MediaSender?
+    /// MIC streams only: VAD / push-to-talk.
+    private var gate = InputGate()
+    private(set) var framesGated: UInt64 = 0
+    /// The device capture feeding this stream (nil for external feed).
+    var capture: CaptureWorker?
+    var device: String?
 
     init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig) throws {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
@@ -49,9 +57,27 @@ final class LocalStream {
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
         var failure: Error? = nil
         reframer.push(pcm, frames: frames, inChannels: channels) { frame in
-            if failure == nil { do { try encodeAndSend(frame, last: false) } catch { failure = error } }
+            guard failure == nil else { return }
+            do { try gateAndSend(frame) } catch { failure = error }
         }
         if let f = failure { throw f }
+    }
+
+    /// The input gate (MIC streams only), then encode and send.
+    private func gateAndSend(_ frame: UnsafePointer<Int16>) throws {
+        guard kind == .mic, let settings = sender?.gateSettings() else { return try encodeAndSend(frame, last: false) }
+        switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: settings) {
+        case .open:
+            try encodeAndSend(frame, last: false)
+        case .closing:
+            try encodeAndSend(frame, last: true)
+            needMarker = true
+        case .closed:
+            // Gated frames are not encoded; time still passes for the receiver.
+            timestamp &+= UInt32(audio.frameSamples)
+            framesGated += 1
+            needMarker = true
+        }
     }
 
     /// Sends what is pending (padded with silence) flagged as the last frame.

@@ -121,11 +121,11 @@ extension VoiceClient {
         case .remoteStreamAdded(let r):
             addRemote(r)
         case .remoteStreamRemoved(let uid, let sid, let ssrc):
-            let own = cond.withLock { () -> Bool in
-                guard uid == hello?.userID else { return false }
-                if let s = localStreams.removeValue(forKey: sid) { s.lock.withLock { s.stopped = true } }
-                return true
+            let (own, withdrawn) = cond.withLock { () -> (Bool, LocalStream?) in
+                guard uid == hello?.userID else { return (false, nil) }
+                return (true, localStreams.removeValue(forKey: sid))
             }
+            if let w = withdrawn { retire(w) }
             if !own { removeRemote(ssrc: ssrc) }
             var e = ClientEvent(type: .remoteStreamRemoved)
             e.userID = uid; e.streamID = sid; e.ssrc = ssrc

@@ -35,6 +35,10 @@ public struct ClientConfig {
     public var keepaliveMs: UInt32 = 5000
     public var maxRemoteStreams = 32
     public var eventQueueSize = 256
+    /// True: no playback device; the host takes the mix (sink or pull).
+    public var externalPlayback = false
+    /// ALSA PCM for playback when externalPlayback is false.
+    public var playbackDevice = "default"
     public init() {}
 }
 

@@ -55,8 +55,17 @@ public final class VoiceClient: MediaSender {
     let bus: MixBus
     static let mixChunk = 4800
 
+    // Devices (guarded by deviceLock).
+    let deviceLock = Lock()
+    var playback: PlaybackWorker?
+    var audioSuspended = false
+
+    // Input gate.
+    let gateLock = Lock()
+    var gate = GateSettings()
+
     // Output.
-    var externalPlayback = true
+    var externalPlayback: Bool
     var sink: ((UnsafePointer<Int16>, Int) -> Void)?
     var mixerThread: SystemThread?
     var mixerThreadID: pthread_t?
@@ -75,6 +84,7 @@ public final class VoiceClient: MediaSender {
         }
         guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50") }
         self.config = config
+        externalPlayback = config.externalPlayback
         Sodium.ensureInitialized()
         var s: [RemoteSlot] = []
         do { for _ in 0..<config.maxRemoteStreams { s.append(try RemoteSlot()) } } catch {
@@ -96,6 +106,7 @@ public final class VoiceClient: MediaSender {
     /// Stops every thread and closes the session (destroy).
     public func shutdown() {
         setSink(nil)
+        closeAllDevices(includingCaptures: true)
         if isConnected { try? disconnect() }
         joinNetworkThread()
     }
@@ -210,6 +221,7 @@ public final class VoiceClient: MediaSender {
                 replies = [:]
             }
             startNetworkThread()
+            openPlaybackAfterConnect()
             var e = ClientEvent(type: .connected)
             e.userID = result.userID
             e.text = result.serverName
@@ -269,6 +281,7 @@ public final class VoiceClient: MediaSender {
             return (c, s)
         }
         guard let conn else { throw fail(.state("not connected")) }
+        closeAllDevices(includingCaptures: true)
         for s in streams { s.lock.withLock { s.finish(); s.stopped = true } }
         cond.withLock { stopNetwork = true }
         wake.wake()
@@ -277,8 +290,16 @@ public final class VoiceClient: MediaSender {
         teardown(reason: 0, text: "disconnected by the host")
     }
 
+    /// Stops a stream the server no longer carries: its capture thread ends, feeds are refused.
+    func retire(_ s: LocalStream) {
+        deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
+        s.lock.withLock { s.stopped = true }
+    }
+
     /// Forgets the session (any thread; the network thread when the server goes away).
     func teardown(reason: Int32, text: String) {
+        closeAllDevices(includingCaptures: true)
+        for s in cond.withLock({ Array(localStreams.values) }) { retire(s) }
         let wasConnected = cond.withLock { () -> Bool in
             let was = connected
             connected = false
@@ -349,7 +370,7 @@ public final class VoiceClient: MediaSender {
                     localStreams = [:]
                     return old
                 }
-                for s in streams { s.lock.withLock { s.stopped = true } }
+                for s in streams { retire(s) }
                 var e = ClientEvent(type: .channelJoined)
                 e.channelID = r.channelID
                 e.text = name
@@ -362,10 +383,9 @@ public final class VoiceClient: MediaSender {
 
     // MARK: streams
 
-    public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int) throws -> UInt32 {
+    public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int, device: String? = nil) throws -> UInt32 {
         try refuseInCallback("vc_stream_start")
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2")) }
-        guard externalFeed else { throw fail(.unsupported("capture devices are not available in this build; use external_feed = 1")) }
         do {
             let sid = try cond.withLock { () throws -> UInt32 in
                 guard connected else { throw ClientError.state("not connected") }
@@ -381,6 +401,18 @@ public final class VoiceClient: MediaSender {
                 let s = try LocalStream(streamID: sid, ssrc: r.ssrc, kind: kind, externalFeed: externalFeed,
                                         inputChannels: channels, audio: r.effectiveAudio)
                 s.sender = self
+                if !externalFeed {
+                    do {
+                        try deviceLock.withLock {
+                            if audioSuspended { s.device = device ?? "default"; return }
+                            try startCapture(s, device: device ?? "default", channels: channels)
+                        }
+                    } catch {
+                        // The server already announced it: withdraw it again.
+                        cond.withLock { () -> ControlConnection? in control }.map { try? $0.send(.streamStop(streamID: sid)) }
+                        throw error
+                    }
+                }
                 cond.withLock { localStreams[sid] = s }
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")
                 return sid
@@ -394,6 +426,7 @@ public final class VoiceClient: MediaSender {
         try refuseInCallback("vc_stream_stop")
         let (s, conn) = cond.withLock { (localStreams.removeValue(forKey: id), control) }
         guard let s else { throw fail(.notFound("no stream \(id)")) }
+        deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
         s.lock.withLock { s.finish(); s.stopped = true }
         try? conn?.send(.streamStop(streamID: id))
     }
@@ -474,11 +507,6 @@ public final class VoiceClient: MediaSender {
 
     // MARK: output
 
-    public func setExternalPlayback(_ on: Bool) throws {
-        guard on else { throw ClientError.unsupported("playback devices are not available in this build; use external playback") }
-        externalPlayback = true
-    }
-
     /// Renders `frames` of the final stereo mix into `out` (any thread; serialized).
     public func renderMix(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         mixLock.lock()
@@ -500,6 +528,7 @@ public final class VoiceClient: MediaSender {
     /// Pull mode (vc_read_mixed_pcm).
     public func readMixed(into out: UnsafeMutablePointer<Int16>, frames: Int) throws {
         if mixLock.withLock({ sink != nil }) { throw ClientError.state("a mixed-output sink is set; the mixer thread owns the mix") }
+        if deviceLock.withLock({ playback != nil }) { throw ClientError.state("a playback device owns the mix (use external playback to pull it)") }
         renderMix(into: out, frames: frames)
     }
 
@@ -518,6 +547,8 @@ public final class VoiceClient: MediaSender {
             mixLock.withLock { mixerThreadID = nil }
             return
         }
+        // A playback device already renders the mix and taps it into the sink.
+        if deviceLock.withLock({ playback != nil }) { return }
         let needThread = mixLock.withLock { () -> Bool in
             if mixerThread != nil { return false }
             stopMixer = false

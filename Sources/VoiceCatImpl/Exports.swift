@@ -3,7 +3,9 @@
 // between C and Swift types and maps errors to VC_ERR_* codes.
 import Glibc
 import VoiceCatABI
+import VoiceCatAudio
 import VoiceCatClient
+import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -115,6 +117,7 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_stream_stats": return MemoryLayout<vc_stream_stats>.size
     case "vc_connection_stats": return MemoryLayout<vc_connection_stats>.size
     case "vc_event": return MemoryLayout<vc_event>.size
+    case "vc_device_info": return MemoryLayout<vc_device_info>.size
     default: return 0
     }
 }
@@ -131,7 +134,8 @@ public func vc_set_log_callback(_ fn: vc_log_fn?, _ user: UnsafeMutableRawPointe
 
 @_cdecl("vc_client_config_default")
 public func vc_client_config_default() -> vc_client_config {
-    vc_client_config(client_name: nil, keepalive_ms: 5000, max_remote_streams: 32, event_queue_size: 256)
+    vc_client_config(client_name: nil, keepalive_ms: 5000, max_remote_streams: 32, event_queue_size: 256,
+                     external_playback: 0, playback_device: nil)
 }
 
 @_cdecl("vc_client_create")
@@ -144,6 +148,8 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         c.keepaliveMs = cfg.pointee.keepalive_ms
         c.maxRemoteStreams = Int(cfg.pointee.max_remote_streams)
         c.eventQueueSize = Int(cfg.pointee.event_queue_size)
+        c.externalPlayback = cfg.pointee.external_playback != 0
+        if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch { return code(error) }
@@ -231,7 +237,8 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
     withClient(p) { b in
         guard let d, let outID else { return ERR_INVALID_ARG }
         guard let kind = StreamKind(rawValue: d.pointee.kind.rawValue) else { return ERR_INVALID_ARG }
-        outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels))
+        outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
+                                                 device: d.pointee.device.map { String(cString: $0) })
         return VC_OK_
     }
 }
@@ -396,4 +403,70 @@ public func vc_last_error(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar
         copyString(b.client.lastError, into: buf, capacity: len)
         return VC_OK_
     }
+}
+
+// MARK: - devices and input gate
+
+@_cdecl("vc_set_alsa_config")
+public func vc_set_alsa_config(_ text: UnsafePointer<CChar>?) -> Int32 {
+    do { try AlsaConfig.set(text.map { String(cString: $0) }) } catch {
+        ClientLog.log(0, "vc_set_alsa_config: \(error)")
+        return ERR_INVALID_ARG
+    }
+    return VC_OK_
+}
+
+@_cdecl("vc_list_devices")
+public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_device_info>?, _ cap: Int,
+                            _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    guard let count, cap == 0 || out != nil else { return ERR_INVALID_ARG }
+    let dir: DeviceDirection
+    switch kind.rawValue {
+    case 0: dir = .capture
+    case 1: dir = .playback
+    default: return ERR_INVALID_ARG
+    }
+    let list = listDevices(dir)
+    count.pointee = list.count
+    for (i, d) in list.prefix(cap).enumerated() {
+        var info = vc_device_info()
+        copyStringTuple(d.name, into: &info.name)
+        copyStringTuple(d.description, into: &info.description)
+        out![i] = info
+    }
+    return VC_OK_
+}
+
+@_cdecl("vc_set_capture_channels")
+public func vc_set_capture_channels(_ p: OpaquePointer?, _ id: UInt32, _ channels: UInt32) -> Int32 {
+    withClient(p) { b in try b.client.setCaptureChannels(streamID: id, channels: Int(channels)); return VC_OK_ }
+}
+
+@_cdecl("vc_set_input_mode")
+public func vc_set_input_mode(_ p: OpaquePointer?, _ mode: vc_input_mode) -> Int32 {
+    withClient(p) { b in
+        guard let m = InputMode(rawValue: Int32(bitPattern: mode.rawValue)) else { return ERR_INVALID_ARG }
+        b.client.setInputMode(m)
+        return VC_OK_
+    }
+}
+
+@_cdecl("vc_set_vad")
+public func vc_set_vad(_ p: OpaquePointer?, _ threshold: Float, _ hangMs: UInt32) -> Int32 {
+    withClient(p) { b in try b.client.setVAD(threshold: threshold, hangMs: hangMs); return VC_OK_ }
+}
+
+@_cdecl("vc_set_push_to_talk")
+public func vc_set_push_to_talk(_ p: OpaquePointer?, _ active: Int32) -> Int32 {
+    withClient(p) { b in b.client.setPushToTalk(active != 0); return VC_OK_ }
+}
+
+@_cdecl("vc_audio_suspend")
+public func vc_audio_suspend(_ p: OpaquePointer?) -> Int32 {
+    withClient(p) { b in try b.client.suspendAudio(); return VC_OK_ }
+}
+
+@_cdecl("vc_audio_restart")
+public func vc_audio_restart(_ p: OpaquePointer?) -> Int32 {
+    withClient(p) { b in try b.client.restartAudio(); return VC_OK_ }
 }

@@ -40,6 +40,7 @@ final class EndToEndTests: XCTestCase {
     func client(_ name: String, channel: String = "Lobby") throws -> VoiceClient {
         var cfg = ClientConfig()
         cfg.keepaliveMs = 1000
+        cfg.externalPlayback = true
         let c = try VoiceClient(config: cfg)
         clients.append(c)
         try c.connect(host: "127.0.0.1", port: server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)

@@ -54,6 +54,12 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_poll_event(c, &ev, 0), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_event_callback(c, NULL, NULL), VC_ERR_INVALID_ARG);
         EXPECT(vc_last_error(c, buf, sizeof buf), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_input_mode(c, VC_INPUT_VAD), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_vad(c, 0.025f, 300), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_push_to_talk(c, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_capture_channels(c, 1, 2), VC_ERR_INVALID_ARG);
+        EXPECT(vc_audio_suspend(c), VC_ERR_INVALID_ARG);
+        EXPECT(vc_audio_restart(c), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -62,6 +68,8 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_event"), (int)sizeof(vc_event));
     EXPECT((int)vc_struct_size("vc_stream_stats"), (int)sizeof(vc_stream_stats));
     EXPECT((int)vc_struct_size("vc_remote_stream_info"), (int)sizeof(vc_remote_stream_info));
+    EXPECT((int)vc_struct_size("vc_client_config"), (int)sizeof(vc_client_config));
+    EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
 }
@@ -77,6 +85,28 @@ static void null_args_on_a_live_client(int port) {
     size_t count = 99;
     vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
     vc_connect_params p = {0};
+    char reason[512];
+    vc_device_info devs[4];
+
+    /* Devices and the input gate. */
+    EXPECT(vc_list_devices(VC_DEVICE_CAPTURE, NULL, 0, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_devices(VC_DEVICE_CAPTURE, NULL, 4, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_devices((vc_device_kind)7, devs, 4, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_alsa_config("pcm.vc_api { type null }"), VC_OK);
+    EXPECT(vc_list_devices(VC_DEVICE_PLAYBACK, devs, 4, &count), VC_OK);
+    EXPECT(strcmp(devs[0].name, "vc_api"), 0);
+    EXPECT(vc_set_alsa_config("pcm.broken { type"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_alsa_config(NULL), VC_OK);
+    EXPECT(vc_set_input_mode(c, (vc_input_mode)9), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_input_mode(c, VC_INPUT_CONTINUOUS), VC_OK);
+    EXPECT(vc_set_vad(c, -1.0f, 300), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_vad(c, 0.03f, 100000), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_vad(c, 0.025f, 300), VC_OK);
+    EXPECT(vc_set_push_to_talk(c, 1), VC_OK);
+    EXPECT(vc_set_capture_channels(c, 4242, 2), VC_ERR_NOT_FOUND);
+    EXPECT(vc_audio_suspend(c), VC_OK);
+    EXPECT(vc_audio_suspend(c), VC_OK);
+    EXPECT(vc_audio_restart(c), VC_OK);
 
     /* Before connecting. */
     EXPECT(vc_connect(c, NULL), VC_ERR_INVALID_ARG);
@@ -85,7 +115,7 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_get_server_fingerprint(c, fp, sizeof fp), VC_ERR_STATE);
     EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_STATE);
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_STATE);
-    EXPECT(vc_set_external_playback(c, 0), VC_ERR_UNSUPPORTED);
+    EXPECT(vc_set_external_playback(c, 1), VC_OK);
 
     p.host = "127.0.0.1";
     p.port = (uint16_t)port;
@@ -114,7 +144,11 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
     d.kind = VC_STREAM_MIC;
     d.external_feed = 0;
-    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_UNSUPPORTED);
+    d.device = "vc_api_check_no_such_device";
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_DEVICE);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "vc_api_check_no_such_device") != NULL, 1);
+    d.device = NULL;
     d.external_feed = 1;
     EXPECT(vc_stream_start(c, &d, &id), VC_OK);
     EXPECT(vc_stream_feed_pcm(c, id, NULL, 960, 1), VC_ERR_INVALID_ARG);
@@ -123,6 +157,8 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 960, 1), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id + 1000), VC_ERR_NOT_FOUND);
+    EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_ERR_NOT_FOUND);

@@ -86,8 +86,8 @@ def test_every_entry_point_refuses_null_and_unknown_ids(server):
             c.start_stream(channels=3)
         assert lib.vc_get_stream_stats(c._h, 1, None) == -1
         assert lib.vc_stream_feed_pcm(c._h, 1, None, 960, 1) == -1
-        with pytest.raises(voicecat.Unsupported):
-            c._c(lib.vc_set_external_playback(c._h, 0))
+        with pytest.raises(voicecat.DeviceError):
+            c.start_stream(device="vc_py_no_such_device")
 
 
 def test_wrong_fingerprint_is_an_auth_error_and_reports_the_real_one(server):
@@ -102,7 +102,7 @@ def test_wrong_fingerprint_is_an_auth_error_and_reports_the_real_one(server):
 
 def test_feed_in_one_client_comes_out_of_the_others_sink(server):
     got, events = [], []
-    with voicecat.Client() as talker, voicecat.Client() as listener:
+    with voicecat.Client(external_playback=True) as talker, voicecat.Client(external_playback=True) as listener:
         talker.connect("127.0.0.1", server, "py-talker")
         listener.connect("127.0.0.1", server, "py-listener")
         talker.join("Lobby")
@@ -139,7 +139,7 @@ def test_feed_in_one_client_comes_out_of_the_others_sink(server):
 
 
 def test_pull_mode_and_sink_are_exclusive(server):
-    with voicecat.Client() as c:
+    with voicecat.Client(external_playback=True) as c:
         c.connect("127.0.0.1", server, "py-pull")
         c.join("Lobby")
         assert c.read_mix(480) == b"\0" * 1920
@@ -148,3 +148,30 @@ def test_pull_mode_and_sink_are_exclusive(server):
             c.read_mix(480)
         c.set_sink(None)
         assert len(c.read_mix(100)) == 400
+
+
+def test_device_capture_to_device_playback_through_file_backed_pcms(server, tmp_path):
+    """A Python host captures from an ALSA PCM backed by a file; another plays the mix
+    into a file-backed PCM; the tone arrives."""
+    infile, outfile = tmp_path / "in.raw", tmp_path / "out.raw"
+    infile.write_bytes(tone(700, 2.0).tobytes())
+    voicecat.set_alsa_config(
+        f'pcm.py_cap {{ type file slave.pcm {{ type null }} file "/dev/null" infile "{infile}" format "raw" }}\n'
+        f'pcm.py_play {{ type file slave.pcm {{ type null }} file "{outfile}" format "raw" }}\n')
+    try:
+        assert "py_cap" in [n for n, _ in voicecat.list_devices(voicecat.DEVICE_CAPTURE)]
+        with voicecat.Client(playback_device="py_play") as listener, voicecat.Client(external_playback=True) as talker:
+            listener.connect("127.0.0.1", server, "py-dev-listener")
+            listener.join("Lobby")
+            talker.connect("127.0.0.1", server, "py-dev-talker")
+            talker.join("Lobby")
+            talker.set_input_mode(voicecat.INPUT_CONTINUOUS)
+            sid = talker.start_stream(device="py_cap")
+            time.sleep(1.5)
+            talker.stop_stream(sid)
+        out = array.array("h")
+        out.frombytes(outfile.read_bytes())
+        left = out[0::2]
+        assert power_at(left, 700) > 1000 * power_at(left, 1900)
+    finally:
+        voicecat.set_alsa_config(None)

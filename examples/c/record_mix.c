@@ -78,6 +78,7 @@ int main(int argc, char **argv) {
     vc_client *c = NULL;
     vc_client_config cfg = vc_client_config_default();
     cfg.client_name = "record_mix";
+    cfg.external_playback = 1;  /* the mix goes to our sink, not to a sound card */
     int rc = vc_client_create(&cfg, &c);
     if (rc) { fprintf(stderr, "record_mix: %s\n", vc_strerror(rc)); return 1; }
     vc_connect_params p = {0};
@@ -92,7 +93,6 @@ int main(int argc, char **argv) {
         vc_client_destroy(c);
         return 1;
     }
-    vc_set_external_playback(c, 1);
     vc_set_mixed_output_sink(c, on_mix, &rec);
     printf("record_mix: recording %s for %.1f s\n", argv[5], seconds);
 

@@ -36,7 +36,10 @@ int main(int argc, char **argv) {
     }
 
     vc_client *c = NULL;
-    int rc = vc_client_create(NULL, &c);
+    vc_client_config cfg = vc_client_config_default();
+    cfg.client_name = "speak_wav";
+    cfg.external_playback = 1;  /* a talker only: no playback device */
+    int rc = vc_client_create(&cfg, &c);
     if (rc) return fail(NULL, "vc_client_create", rc);
     vc_connect_params p = {0};
     p.host = argv[1];

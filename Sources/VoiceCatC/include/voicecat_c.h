@@ -59,6 +59,12 @@ int vcshim_pipe2(int fds[2], int flags);
 /* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
 void vcshim_set_thread_name(const char *name);
 
+/* ---- ALSA ---------------------------------------------------------------------- */
+
+/* Installs a silent snd_lib_error handler (the handler type is variadic, which Swift
+ * cannot implement); the library reports ALSA errors itself with snd_strerror. */
+void vcshim_alsa_silence_errors(void);
+
 /* ---- libFuzzer: only resolved when built with -sanitize=fuzzer ----------------- */
 
 /* Declared here because Swift cannot declare an external C function itself. */

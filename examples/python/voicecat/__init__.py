@@ -14,6 +14,8 @@ from ._lib import lib
 VERSION = lib.vc_version_string().decode()
 
 STREAM_MIC, STREAM_SCREEN_AUDIO, STREAM_AUX_DEVICE = 0, 1, 2
+INPUT_VAD, INPUT_PTT, INPUT_CONTINUOUS = 0, 1, 2
+DEVICE_CAPTURE, DEVICE_PLAYBACK = 0, 1
 
 EVENT_NAMES = {1: "connected", 2: "disconnected", 3: "channel_joined", 4: "user_joined", 5: "user_left",
                6: "remote_stream_added", 7: "remote_stream_removed", 8: "talk_start", 9: "talk_stop",
@@ -79,12 +81,16 @@ class Event:
 class Client:
     """One libvoicecat client. A context manager; close() destroys it."""
 
-    def __init__(self, client_name="python", keepalive_ms=5000, max_remote_streams=32):
+    def __init__(self, client_name="python", keepalive_ms=5000, max_remote_streams=32,
+                 external_playback=False, playback_device=None):
         cfg = lib.vc_client_config_default()
         self._name = client_name.encode()
+        self._playback = playback_device.encode() if playback_device else None
         cfg.client_name = self._name
         cfg.keepalive_ms = keepalive_ms
         cfg.max_remote_streams = max_remote_streams
+        cfg.external_playback = int(external_playback)
+        cfg.playback_device = self._playback
         h = ctypes.c_void_p()
         check(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(h)))
         self._h = h
@@ -130,8 +136,9 @@ class Client:
         self._c(lib.vc_get_channel_audio(self._h, ctypes.byref(a)))
         return {f: getattr(a, f) for f, _ in a._fields_}
 
-    def start_stream(self, kind=STREAM_MIC, channels=1):
-        d = _lib.vc_stream_desc(kind, 1, None, channels)
+    def start_stream(self, kind=STREAM_MIC, channels=1, device=None):
+        """An external-feed stream, or with `device` a stream captured from that ALSA PCM."""
+        d = _lib.vc_stream_desc(kind, 0 if device else 1, device.encode() if device else None, channels)
         sid = ctypes.c_uint32()
         self._c(lib.vc_stream_start(self._h, ctypes.byref(d), ctypes.byref(sid)))
         return sid.value
@@ -147,6 +154,27 @@ class Client:
         else:
             buf, n = pcm, len(pcm)
         self._c(lib.vc_stream_feed_pcm(self._h, stream_id, buf, n // channels, channels))
+
+    def set_capture_channels(self, stream_id, channels):
+        self._c(lib.vc_set_capture_channels(self._h, stream_id, channels))
+
+    def set_input_mode(self, mode):
+        self._c(lib.vc_set_input_mode(self._h, mode))
+
+    def set_vad(self, threshold=0.025, hang_ms=300):
+        self._c(lib.vc_set_vad(self._h, threshold, hang_ms))
+
+    def set_push_to_talk(self, active):
+        self._c(lib.vc_set_push_to_talk(self._h, int(active)))
+
+    def set_external_playback(self, enabled):
+        self._c(lib.vc_set_external_playback(self._h, int(enabled)))
+
+    def suspend_audio(self):
+        self._c(lib.vc_audio_suspend(self._h))
+
+    def restart_audio(self):
+        self._c(lib.vc_audio_restart(self._h))
 
     def set_remote(self, ssrc, gain=1.0, muted=False, noise_reduction=False):
         s = _lib.vc_remote_stream(gain, int(muted), int(noise_reduction))
@@ -200,6 +228,20 @@ class Client:
         e = _lib.vc_event()
         got = self._c(lib.vc_poll_event(self._h, ctypes.byref(e), timeout_ms))
         return Event(e) if got == 1 else None
+
+
+def set_alsa_config(text):
+    """Defines extra ALSA PCMs for this process (ALSA configuration syntax); None clears."""
+    check(lib.vc_set_alsa_config(text.encode() if text is not None else None))
+
+
+def list_devices(kind=DEVICE_CAPTURE):
+    """[(name, description)] of capture or playback devices."""
+    count = ctypes.c_size_t()
+    check(lib.vc_list_devices(kind, None, 0, ctypes.byref(count)))
+    arr = (_lib.vc_device_info * max(1, count.value))()
+    check(lib.vc_list_devices(kind, arr, count.value, ctypes.byref(count)))
+    return [(d.name.decode(), d.description.decode(errors="replace")) for d in arr[:count.value]]
 
 
 def set_log_handler(fn):

@@ -13,7 +13,8 @@ c_int16_p = ctypes.POINTER(ctypes.c_int16)
 
 class vc_client_config(ctypes.Structure):
     _fields_ = [("client_name", ctypes.c_char_p), ("keepalive_ms", ctypes.c_uint32),
-                ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32)]
+                ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32),
+                ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p)]
 
 
 class vc_connect_params(ctypes.Structure):
@@ -55,6 +56,10 @@ class vc_connection_stats(ctypes.Structure):
                 ("bytes_in", ctypes.c_uint64), ("bytes_out", ctypes.c_uint64),
                 ("packets_in", ctypes.c_uint64), ("packets_out", ctypes.c_uint64),
                 ("auth_failures", ctypes.c_uint64), ("voice_connected", ctypes.c_int32)]
+
+
+class vc_device_info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 128), ("description", ctypes.c_char * 256)]
 
 
 class vc_event(ctypes.Structure):
@@ -145,6 +150,23 @@ _protos = [
     ("vc_poll_event", ctypes.c_int, [_P, ctypes.POINTER(vc_event), ctypes.c_int]),
     # int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
     ("vc_set_event_callback", ctypes.c_int, [_P, EVENT_FN, ctypes.c_void_p]),
+    # int vc_set_alsa_config(const char *config_text);
+    ("vc_set_alsa_config", ctypes.c_int, [ctypes.c_char_p]),
+    # int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t *count);
+    ("vc_list_devices", ctypes.c_int, [ctypes.c_int, ctypes.POINTER(vc_device_info), ctypes.c_size_t,
+                                       ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_set_capture_channels(vc_client *c, uint32_t stream_id, uint32_t channels);
+    ("vc_set_capture_channels", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
+    # int vc_set_input_mode(vc_client *c, vc_input_mode mode);
+    ("vc_set_input_mode", ctypes.c_int, [_P, ctypes.c_int]),
+    # int vc_set_vad(vc_client *c, float threshold, uint32_t hang_ms);
+    ("vc_set_vad", ctypes.c_int, [_P, ctypes.c_float, ctypes.c_uint32]),
+    # int vc_set_push_to_talk(vc_client *c, int active);
+    ("vc_set_push_to_talk", ctypes.c_int, [_P, ctypes.c_int]),
+    # int vc_audio_suspend(vc_client *c);
+    ("vc_audio_suspend", ctypes.c_int, [_P]),
+    # int vc_audio_restart(vc_client *c);
+    ("vc_audio_restart", ctypes.c_int, [_P]),
     # int vc_last_error(vc_client *c, char *buf, size_t len);
     ("vc_last_error", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
 ]
@@ -156,7 +178,8 @@ for _name, _restype, _argtypes in _protos:
 _STRUCTS = {"vc_client_config": vc_client_config, "vc_connect_params": vc_connect_params,
             "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
             "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
-            "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event}
+            "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
+            "vc_device_info": vc_device_info}
 for _name, _cls in _STRUCTS.items():
     _size = lib.vc_struct_size(_name.encode())
     if _size != ctypes.sizeof(_cls):

@@ -1,0 +1,268 @@
+// Device I/O: a capture thread per device-fed stream and one playback thread for
+// the final mix. Each thread owns its PCM; stopping joins the thread before the
+// PCM is closed. Device faults are recovered by ALSA (xruns) or by reopening the
+// device once a second, and reported as VC_EVENT_ERROR; never a crash.
+import Glibc
+import VoiceCatAudio
+import VoiceCatDevices
+import VoiceCatSystem
+
+/// A stop flag shared with a worker thread.
+final class StopFlag: @unchecked Sendable {
+    private let lock = Lock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
+}
+
+/// Captures from an ALSA device into a LocalStream.
+final class CaptureWorker {
+    let device: String
+    let channels: Int
+    private let stop = StopFlag()
+    private var thread: SystemThread?
+
+    /// Opens the device now (so the caller gets VC_ERR_DEVICE at once) and starts the thread.
+    init(device: String, channels: Int, stream: LocalStream, report: @escaping (String) -> Void) throws {
+        self.device = device
+        self.channels = channels
+        let pcm: AlsaPCM
+        do { pcm = try AlsaPCM(name: device, direction: .capture, channels: channels) } catch {
+            throw ClientError.device("\(error)")
+        }
+        let stop = self.stop
+        thread = SystemThread(name: "vc-capture") {
+            CaptureWorker.run(pcm: pcm, device: device, channels: channels, stream: stream, stop: stop, report: report)
+        }
+    }
+
+    private static func run(pcm first: AlsaPCM, device: String, channels: Int, stream: LocalStream, stop: StopFlag,
+                            report: (String) -> Void) {
+        var pcm: AlsaPCM? = first
+        let period = 960
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * channels)
+        defer { buf.deallocate() }
+        var pacer = PeriodPacer(periodFrames: period)
+        while !stop.isSet {
+            guard let p = pcm else {
+                // Reopen once a second until the device is back or we are stopped.
+                for _ in 0..<10 where !stop.isSet { sleepMilliseconds(100) }
+                if stop.isSet { break }
+                pcm = try? AlsaPCM(name: device, direction: .capture, channels: channels)
+                if pcm != nil { report("capture device \"\(device)\" reopened"); pacer = PeriodPacer(periodFrames: period) }
+                continue
+            }
+            do { try p.read(buf, frames: period) } catch {
+                report("\(error); reopening")
+                p.close()
+                pcm = nil
+                continue
+            }
+            stream.lock.withLock {
+                if !stream.stopped { try? stream.feed(buf, frames: period, channels: channels) }
+            }
+            pacer.wait()
+        }
+        pcm?.close()
+    }
+
+    /// Stops the thread and closes the device.
+    func stopAndJoin() {
+        stop.set()
+        thread?.join()
+        thread = nil
+    }
+}
+
+/// Plays the final mix on an ALSA device, 20 ms at a time.
+final class PlaybackWorker {
+    let device: String
+    private let stop = StopFlag()
+    private var thread: SystemThread?
+
+    init(device: String, client: VoiceClient) throws {
+        self.device = device
+        let pcm: AlsaPCM
+        do { pcm = try AlsaPCM(name: device, direction: .playback, channels: 2) } catch {
+            throw ClientError.device("\(error)")
+        }
+        let stop = self.stop
+        thread = SystemThread(name: "vc-playback") { [unowned client] in
+            PlaybackWorker.run(pcm: pcm, device: device, client: client, stop: stop)
+        }
+    }
+
+    private static func run(pcm first: AlsaPCM, device: String, client: VoiceClient, stop: StopFlag) {
+        client.mixLock.withLock { client.mixerThreadID = currentThreadID() }
+        var pcm: AlsaPCM? = first
+        let period = 960
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * 2)
+        defer { buf.deallocate() }
+        var pacer = PeriodPacer(periodFrames: period)
+        while !stop.isSet {
+            guard let p = pcm else {
+                for _ in 0..<10 where !stop.isSet { sleepMilliseconds(100) }
+                if stop.isSet { break }
+                pcm = try? AlsaPCM(name: device, direction: .playback, channels: 2)
+                if pcm != nil { client.reportDevice("playback device \"\(device)\" reopened"); pacer = PeriodPacer(periodFrames: period) }
+                continue
+            }
+            client.renderMix(into: buf, frames: period)
+            client.tapSink(buf, frames: period)
+            do { try p.write(buf, frames: period) } catch {
+                client.reportDevice("\(error); reopening")
+                p.close()
+                pcm = nil
+                continue
+            }
+            pacer.wait()
+        }
+        pcm?.close()
+        client.mixLock.withLock { client.mixerThreadID = nil }
+    }
+
+    func stopAndJoin() {
+        stop.set()
+        thread?.join()
+        thread = nil
+    }
+}
+
+extension VoiceClient {
+    /// An asynchronous device problem, as an error event.
+    func reportDevice(_ text: String) {
+        ClientLog.log(1, text)
+        var e = ClientEvent(type: .error)
+        e.code = -10
+        e.text = text
+        emit(e)
+    }
+
+    // MARK: input gate
+
+    public func setInputMode(_ m: InputMode) { gateLock.withLock { gate.mode = m } }
+
+    public func setVAD(threshold: Float, hangMs: UInt32) throws {
+        guard threshold.isFinite, threshold >= 0, threshold <= 1 else { throw ClientError.invalidArgument("VAD threshold must be within 0..1") }
+        guard hangMs <= 10_000 else { throw ClientError.invalidArgument("hang time must be at most 10000 ms") }
+        gateLock.withLock { gate.threshold = threshold; gate.hangMs = hangMs }
+    }
+
+    public func setPushToTalk(_ active: Bool) { gateLock.withLock { gate.pushToTalk = active } }
+
+    public var currentGateSettings: GateSettings { gateLock.withLock { gate } }
+
+    func gateSettings() -> GateSettings { gateLock.withLock { gate } }
+
+    // MARK: capture
+
+    /// Starts device capture for a stream (device streams only).
+    func startCapture(_ s: LocalStream, device: String, channels: Int) throws {
+        let w = try CaptureWorker(device: device, channels: channels, stream: s) { [weak self] text in self?.reportDevice(text) }
+        s.capture = w
+        s.device = device
+        s.inputChannels = channels
+    }
+
+    /// vc_set_capture_channels: reopens a device stream's capture with 1 or 2 channels.
+    public func setCaptureChannels(streamID: UInt32, channels: Int) throws {
+        try refuseInCallback("vc_set_capture_channels")
+        guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2")) }
+        guard let s = cond.withLock({ localStreams[streamID] }) else { throw fail(.notFound("no stream \(streamID)")) }
+        try deviceLock.withLock {
+            guard let old = s.capture else {
+                s.lock.withLock { s.inputChannels = channels }
+                return
+            }
+            old.stopAndJoin()
+            s.capture = nil
+            if audioSuspended { s.inputChannels = channels; return }
+            do { try startCapture(s, device: old.device, channels: channels) } catch let e as ClientError {
+                // Put the previous capture back so the stream keeps working.
+                try? startCapture(s, device: old.device, channels: old.channels)
+                throw fail(e)
+            }
+        }
+    }
+
+    // MARK: playback
+
+    /// vc_set_external_playback. Opening the device can fail with a device error.
+    public func setExternalPlayback(_ on: Bool) throws {
+        try refuseInCallback("vc_set_external_playback")
+        try deviceLock.withLock {
+            externalPlayback = on
+            if on {
+                playback?.stopAndJoin()
+                playback = nil
+            } else if isConnected && !audioSuspended && playback == nil {
+                do { playback = try PlaybackWorker(device: config.playbackDevice, client: self) } catch let e as ClientError {
+                    externalPlayback = true
+                    throw fail(e)
+                }
+            }
+        }
+    }
+
+    public var isExternalPlayback: Bool { deviceLock.withLock { externalPlayback } }
+
+    /// Called after connecting: opens the playback device unless external playback is on.
+    func openPlaybackAfterConnect() {
+        deviceLock.withLock {
+            guard !externalPlayback, !audioSuspended, playback == nil else { return }
+            do { playback = try PlaybackWorker(device: config.playbackDevice, client: self) } catch {
+                reportDevice("\(error)")
+            }
+        }
+    }
+
+    func closeAllDevices(includingCaptures: Bool) {
+        deviceLock.withLock {
+            playback?.stopAndJoin()
+            playback = nil
+            guard includingCaptures else { return }
+            for s in cond.withLock({ Array(localStreams.values) }) {
+                s.capture?.stopAndJoin()
+            }
+        }
+    }
+
+    // MARK: suspend / restart
+
+    /// Closes every device; the session and its streams stay. Idempotent.
+    public func suspendAudio() throws {
+        try refuseInCallback("vc_audio_suspend")
+        deviceLock.withLock {
+            audioSuspended = true
+            playback?.stopAndJoin()
+            playback = nil
+            for s in cond.withLock({ Array(localStreams.values) }) {
+                if let w = s.capture { w.stopAndJoin(); s.capture = nil; s.device = s.device ?? w.device }
+            }
+        }
+    }
+
+    /// Reopens the devices against the current route. Idempotent.
+    public func restartAudio() throws {
+        try refuseInCallback("vc_audio_restart")
+        try deviceLock.withLock {
+            audioSuspended = false
+            var firstError: ClientError? = nil
+            if !externalPlayback && playback == nil && isConnected {
+                do { playback = try PlaybackWorker(device: config.playbackDevice, client: self) } catch let e as ClientError { firstError = e }
+            }
+            for s in cond.withLock({ Array(localStreams.values) }) where !s.externalFeed && s.capture == nil {
+                do { try startCapture(s, device: s.device ?? "default", channels: s.inputChannels) } catch let e as ClientError {
+                    firstError = firstError ?? e
+                }
+            }
+            if let e = firstError { throw fail(e) }
+        }
+    }
+
+    /// The mix is also handed to the sink (if any) when a device plays it.
+    func tapSink(_ buf: UnsafePointer<Int16>, frames: Int) {
+        let fn = mixLock.withLock { sink }
+        fn?(buf, frames)
+    }
+}

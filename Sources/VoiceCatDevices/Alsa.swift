@@ -1,0 +1,229 @@
+// ALSA PCM devices: the only code that talks to sound hardware. 48 kHz, S16_LE,
+// interleaved, blocking I/O in 20 ms periods. PCMs may also come from an in-process
+// ALSA configuration (vc_set_alsa_config), e.g. file-backed PCMs for tests.
+import Glibc
+import VoiceCatC
+import VoiceCatSystem
+
+/// A device failure, with ALSA's reason.
+public struct DeviceError: Error, CustomStringConvertible {
+    public let message: String
+    public let code: Int32
+    public init(_ message: String, code: Int32 = 0) { self.message = message; self.code = code }
+    public var description: String { message }
+}
+
+func alsaReason(_ err: Int32) -> String { String(cString: snd_strerror(err)) }
+
+/// Process-wide extra ALSA configuration (PCM definitions) loaded from text.
+public enum AlsaConfig {
+    static let lock = Lock()
+    nonisolated(unsafe) static var config: OpaquePointer? = nil
+    nonisolated(unsafe) static var silenced = false
+
+    static func silenceOnce() {
+        lock.withLock {
+            if !silenced { vcshim_alsa_silence_errors(); silenced = true }
+        }
+    }
+
+    /// Replaces the extra configuration with `text` (ALSA configuration syntax); nil clears it.
+    public static func set(_ text: String?) throws {
+        silenceOnce()
+        guard let text else {
+            lock.withLock { if let c = config { snd_config_delete(c) }; config = nil }
+            return
+        }
+        var top: OpaquePointer? = nil
+        var rc = snd_config_top(&top)
+        guard rc >= 0, let top else { throw DeviceError("snd_config_top: \(alsaReason(rc))", code: rc) }
+        var input: OpaquePointer? = nil
+        rc = text.withCString { snd_input_buffer_open(&input, $0, strlen($0)) }
+        guard rc >= 0, let input else { snd_config_delete(top); throw DeviceError("snd_input_buffer_open: \(alsaReason(rc))", code: rc) }
+        rc = snd_config_load(top, input)
+        snd_input_close(input)
+        guard rc >= 0 else { snd_config_delete(top); throw DeviceError("ALSA configuration does not parse: \(alsaReason(rc))", code: rc) }
+        lock.withLock {
+            if let c = config { snd_config_delete(c) }
+            config = top
+        }
+    }
+
+    /// PCM names the extra configuration defines.
+    static func pcmNames() -> [String] {
+        lock.withLock {
+            guard let c = config else { return [] }
+            var pcm: OpaquePointer? = nil
+            guard snd_config_search(c, "pcm", &pcm) >= 0, let pcm else { return [] }
+            var names: [String] = []
+            var it = snd_config_iterator_first(pcm)
+            while it != snd_config_iterator_end(pcm) {
+                if let node = snd_config_iterator_entry(it) {
+                    var id: UnsafePointer<CChar>? = nil
+                    if snd_config_get_id(node, &id) >= 0, let id { names.append(String(cString: id)) }
+                }
+                it = snd_config_iterator_next(it)
+            }
+            return names
+        }
+    }
+
+    /// Opens `name` from the extra configuration when it defines it, else from ALSA's own.
+    static func open(_ name: String, _ stream: snd_pcm_stream_t) -> (OpaquePointer?, Int32) {
+        silenceOnce()
+        var pcm: OpaquePointer? = nil
+        let rc: Int32 = lock.withLock {
+            if let c = config {
+                var node: OpaquePointer? = nil
+                if snd_config_search(c, "pcm.\(name)", &node) >= 0 {
+                    return snd_pcm_open_lconf(&pcm, name, stream, 0, c)
+                }
+            }
+            return snd_pcm_open(&pcm, name, stream, 0)
+        }
+        return (pcm, rc)
+    }
+}
+
+public enum DeviceDirection { case capture, playback }
+
+public struct DeviceInfo: Equatable {
+    public var name: String
+    public var description: String
+}
+
+/// Lists PCMs for a direction: ALSA's name hints plus the extra configuration's PCMs.
+public func listDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
+    AlsaConfig.silenceOnce()
+    var out: [DeviceInfo] = AlsaConfig.pcmNames().map { DeviceInfo(name: $0, description: "defined by vc_set_alsa_config") }
+    var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>? = nil
+    if snd_device_name_hint(-1, "pcm", &hints) >= 0, let hints {
+        var i = 0
+        while let h = hints[i] {
+            func get(_ key: String) -> String? {
+                guard let p = snd_device_name_get_hint(h, key) else { return nil }
+                defer { free(p) }
+                return String(cString: p)
+            }
+            let ioid = get("IOID")
+            let wanted = ioid == nil || (dir == .capture && ioid == "Input") || (dir == .playback && ioid == "Output")
+            if wanted, let name = get("NAME"), !out.contains(where: { $0.name == name }) {
+                let desc = (get("DESC") ?? "").split(separator: "\n").joined(separator: " — ")
+                out.append(DeviceInfo(name: name, description: desc))
+            }
+            i += 1
+        }
+        snd_device_name_free_hint(hints)
+    }
+    return out
+}
+
+/// One open PCM.
+public final class AlsaPCM {
+    public let name: String
+    public let direction: DeviceDirection
+    public let channels: Int
+    public let periodFrames: Int
+    private var pcm: OpaquePointer?
+
+    /// Opens and configures a PCM: 48 kHz, S16_LE interleaved, `channels`, periods of
+    /// `periodFrames`, a buffer of `periods` periods.
+    public init(name: String, direction: DeviceDirection, channels: Int, periodFrames: Int = 960, periods: Int = 4) throws {
+        self.name = name
+        self.direction = direction
+        self.channels = channels
+        self.periodFrames = periodFrames
+        let what = direction == .capture ? "capture" : "playback"
+        let (p, rc) = AlsaConfig.open(name, direction == .capture ? SND_PCM_STREAM_CAPTURE : SND_PCM_STREAM_PLAYBACK)
+        guard rc >= 0, let p else { throw DeviceError("cannot open \(what) device \"\(name)\": \(alsaReason(rc))", code: rc) }
+        pcm = p
+        var hw: OpaquePointer? = nil
+        guard snd_pcm_hw_params_malloc(&hw) >= 0, let hw else { snd_pcm_close(p); throw DeviceError("out of memory") }
+        defer { snd_pcm_hw_params_free(hw) }
+        func check(_ step: String, _ r: Int32) throws {
+            if r < 0 {
+                snd_pcm_close(p)
+                pcm = nil
+                throw DeviceError("\(what) device \"\(name)\": \(step) failed: \(alsaReason(r))", code: r)
+            }
+        }
+        try check("hw_params_any", snd_pcm_hw_params_any(p, hw))
+        try check("set_access", snd_pcm_hw_params_set_access(p, hw, SND_PCM_ACCESS_RW_INTERLEAVED))
+        try check("set_format S16_LE", snd_pcm_hw_params_set_format(p, hw, SND_PCM_FORMAT_S16_LE))
+        try check("set_channels \(channels)", snd_pcm_hw_params_set_channels(p, hw, UInt32(channels)))
+        var rate: UInt32 = 48000
+        try check("set_rate 48000", snd_pcm_hw_params_set_rate_near(p, hw, &rate, nil))
+        guard rate == 48000 else { try check("rate 48000 (device offers \(rate))", -EINVAL) ; return }
+        var period = snd_pcm_uframes_t(periodFrames)
+        try check("set_period_size", snd_pcm_hw_params_set_period_size_near(p, hw, &period, nil))
+        var buffer = snd_pcm_uframes_t(periodFrames * periods)
+        try check("set_buffer_size", snd_pcm_hw_params_set_buffer_size_near(p, hw, &buffer))
+        try check("hw_params", snd_pcm_hw_params(p, hw))
+        try check("prepare", snd_pcm_prepare(p))
+    }
+
+    deinit { close() }
+
+    public func close() {
+        if let p = pcm { snd_pcm_close(p); pcm = nil }
+    }
+
+    /// Reads exactly `frames` (recovering from overruns). Throws on an unrecoverable error.
+    public func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws {
+        guard let p = pcm else { throw DeviceError("device \"\(name)\" is closed") }
+        var done = 0
+        while done < frames {
+            let n = snd_pcm_readi(p, buf + done * channels, snd_pcm_uframes_t(frames - done))
+            if n < 0 {
+                let r = snd_pcm_recover(p, Int32(n), 1)
+                if r < 0 { throw DeviceError("capture device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n)) }
+                xruns += 1
+                continue
+            }
+            done += n
+        }
+    }
+
+    /// Writes exactly `frames` (recovering from underruns).
+    public func write(_ buf: UnsafePointer<Int16>, frames: Int) throws {
+        guard let p = pcm else { throw DeviceError("device \"\(name)\" is closed") }
+        var done = 0
+        while done < frames {
+            let n = snd_pcm_writei(p, buf + done * channels, snd_pcm_uframes_t(frames - done))
+            if n < 0 {
+                let r = snd_pcm_recover(p, Int32(n), 1)
+                if r < 0 { throw DeviceError("playback device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n)) }
+                xruns += 1
+                continue
+            }
+            done += n
+        }
+    }
+
+    /// Over- and underruns recovered so far.
+    public private(set) var xruns = 0
+}
+
+/// Paces a device loop to the monotonic clock: file-backed and other non-blocking
+/// PCMs run as fast as they are driven; real devices block and rarely wait here.
+public struct PeriodPacer {
+    let periodNs: UInt64
+    var next: UInt64
+
+    public init(periodFrames: Int) {
+        periodNs = UInt64(periodFrames) * 1_000_000_000 / 48000
+        next = MonotonicClock.nanoseconds() + periodNs
+    }
+
+    /// Sleeps until the next period is due; after a long stall it resynchronizes.
+    public mutating func wait() {
+        let now = MonotonicClock.nanoseconds()
+        if next > now {
+            var ts = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
+            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+        } else if now - next > 10 * periodNs {
+            next = now
+        }
+        next += periodNs
+    }
+}

@@ -1,0 +1,214 @@
+// Devices and the send path with real ALSA PCMs backed by files (ALSA's file plugin
+// over a null slave: there is no sound card here or in CI), through a live server.
+import Foundation
+import VoiceCatAudio
+import VoiceCatClient
+import VoiceCatDevices
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+final class DeviceTests: XCTestCase {
+    var server: TestServer!
+    var clients: [VoiceClient] = []
+    var dir = ""
+
+    override func setUpWithError() throws {
+        server = try TestServer()
+        dir = NSTemporaryDirectory() + "vc-dev-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        for c in clients { c.shutdown() }
+        clients = []
+        server.stop()
+        try? AlsaConfig.set(nil)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// Defines file-backed PCMs: captures reading `infile`s, playbacks writing `file`s.
+    func definePCMs(captures: [String: String], playbacks: [String: String]) throws {
+        var text = ""
+        for (name, infile) in captures {
+            text += "pcm.\(name) { type file slave.pcm { type null } file \"/dev/null\" infile \"\(infile)\" format \"raw\" }\n"
+        }
+        for (name, file) in playbacks {
+            text += "pcm.\(name) { type file slave.pcm { type null } file \"\(file)\" format \"raw\" }\n"
+        }
+        try AlsaConfig.set(text)
+    }
+
+    func writeRaw(_ path: String, _ pcm: [Int16]) {
+        let data = pcm.withUnsafeBufferPointer { Data(buffer: $0) }
+        FileManager.default.createFile(atPath: path, contents: data)
+    }
+
+    func readRaw(_ path: String) -> [Int16] {
+        guard let d = FileManager.default.contents(atPath: path) else { return [] }
+        return d.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+    }
+
+    func client(_ name: String, channel: String = "Lobby", playback: String? = nil) throws -> VoiceClient {
+        var cfg = ClientConfig()
+        cfg.keepaliveMs = 1000
+        cfg.externalPlayback = playback == nil
+        if let p = playback { cfg.playbackDevice = p }
+        let c = try VoiceClient(config: cfg)
+        clients.append(c)
+        try c.connect(host: "127.0.0.1", port: server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.joinChannel(channel)
+        return c
+    }
+
+    func waitForRemote(_ c: VoiceClient, ssrc: UInt32) throws {
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while MonotonicClock.milliseconds() < deadline {
+            if c.remoteStreams().contains(where: { $0.ssrc == ssrc }) { return }
+            usleep(5000)
+        }
+        throw ClientError.timeout("ssrc \(ssrc) never appeared")
+    }
+
+    /// Index of the first 10 ms block whose RMS exceeds `level` (fraction of full scale).
+    func onset(_ x: [Int16], level: Double = 0.02) -> Int? {
+        var i = 0
+        while i + 480 <= x.count {
+            if Signal.rms(x[i..<(i + 480)]) > level * 32768 { return i }
+            i += 480
+        }
+        return nil
+    }
+
+    func testCapturedFileComesOutOfTheOtherClientsPlaybackDevice() throws {
+        let input = [Int16](repeating: 0, count: 24000) + Signal.voiceLike(seconds: 2) + [Int16](repeating: 0, count: 48000)
+        writeRaw(dir + "/in.raw", input)
+        try definePCMs(captures: ["vc_cap": dir + "/in.raw"], playbacks: ["vc_play": dir + "/out.raw"])
+        let sam = try client("sam", playback: "vc_play")
+        let alex = try client("alex")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_cap")
+        try waitForRemote(sam, ssrc: alex.ssrc(ofStream: sid)!)
+        usleep(3_200_000)
+        try alex.stopStream(sid)
+        sam.shutdown()
+        let out = readRaw(dir + "/out.raw")
+        let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+        let start = try XCTUnwrap(onset(left), "nothing audible was played")
+        let signal = Array(input[24000...])
+        let (lag, ncc) = Signal.align(input: signal, output: Array(left[max(0, start - 4800)...]), maxLag: 9600, window: 4800..<72000)
+        print("device path: onset at \(Double(start) / 48) ms of playback, residual lag \(lag), NCC \(String(format: "%.3f", ncc))")
+        XCTAssertGreaterThanOrEqual(ncc, 0.9)
+    }
+
+    func testVadOpensOnSpeechAndClosesAfterTheHangTime() throws {
+        let alex = try client("alex", channel: "Music")  // DTX off: every open frame is on the wire
+        alex.setInputMode(.vad)
+        try alex.setVAD(threshold: 0.025, hangMs: 300)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let speech = Signal.tone(300, seconds: 1, amplitude: 0.2)
+        let quiet = Signal.tone(300, seconds: 1, amplitude: 0.005)   // below the threshold
+        func feed(_ x: [Int16]) throws {
+            try x.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: x.count, channels: 1) }
+        }
+        try feed(quiet)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 0, "quiet input must not open the gate")
+        try feed(speech)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 50)
+        try feed(quiet)
+        // 15 frames of hang (300 ms), then one frame flagged last.
+        XCTAssertEqual(alex.connectionStats().packetsOut, 50 + 15 + 1)
+    }
+
+    func testPushToTalkSendsOnlyWhileActiveAndScreenAudioIsNeverGated() throws {
+        let alex = try client("alex", channel: "Music")
+        alex.setInputMode(.pushToTalk)
+        let mic = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let screen = try alex.startStream(kind: .screenAudio, externalFeed: true, channels: 1)
+        let tone = Signal.tone(400, seconds: 0.5, amplitude: 0.2)   // 25 frames
+        func feed(_ s: UInt32) throws {
+            try tone.withUnsafeBufferPointer { try alex.feed(streamID: s, pcm: $0.baseAddress!, frames: tone.count, channels: 1) }
+        }
+        try feed(mic)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 0)
+        alex.setPushToTalk(true)
+        try feed(mic)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 25)
+        alex.setPushToTalk(false)
+        try feed(mic)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 26, "releasing the key sends one last frame")
+        try feed(screen)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 51, "SCREEN_AUDIO is never gated")
+        let quiet = Signal.tone(400, seconds: 0.5, amplitude: 0.005)
+        alex.setInputMode(.vad)
+        try quiet.withUnsafeBufferPointer { try alex.feed(streamID: screen, pcm: $0.baseAddress!, frames: quiet.count, channels: 1) }
+        XCTAssertEqual(alex.connectionStats().packetsOut, 76, "not even by the VAD")
+    }
+
+    func testStereoCaptureKeepsLeftAndRightDistinct() throws {
+        let l = Signal.tone(500, seconds: 3), r = Signal.tone(1500, seconds: 3)
+        var stereo = [Int16](repeating: 0, count: l.count * 2)
+        for i in 0..<l.count { stereo[2 * i] = l[i]; stereo[2 * i + 1] = r[i] }
+        writeRaw(dir + "/st.raw", stereo)
+        try definePCMs(captures: ["vc_cap_st": dir + "/st.raw"], playbacks: ["vc_play_st": dir + "/st-out.raw"])
+        let sam = try client("sam", channel: "Music", playback: "vc_play_st")
+        let alex = try client("alex", channel: "Music")
+        let sid = try alex.startStream(kind: .auxDevice, externalFeed: false, channels: 1, device: "vc_cap_st")
+        try alex.setCaptureChannels(streamID: sid, channels: 2)
+        try waitForRemote(sam, ssrc: alex.ssrc(ofStream: sid)!)
+        usleep(1_500_000)
+        sam.shutdown()
+        let out = readRaw(dir + "/st-out.raw")
+        let ol = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+        let or = stride(from: 1, to: out.count, by: 2).map { out[$0] }
+        let start = try XCTUnwrap(onset(ol), "nothing audible was played")
+        let w = (start + 9600)..<min(ol.count, start + 9600 + 24000)
+        let l500 = Signal.tonePower(ol[w], 500), l1500 = Signal.tonePower(ol[w], 1500)
+        let r500 = Signal.tonePower(or[w], 500), r1500 = Signal.tonePower(or[w], 1500)
+        print("stereo capture: L 500 Hz \(l500) 1500 Hz \(l1500); R 500 Hz \(r500) 1500 Hz \(r1500)")
+        XCTAssertGreaterThan(l500, 100 * l1500)
+        XCTAssertGreaterThan(r1500, 100 * r500)
+    }
+
+    func testSuspendAndRestartMidStreamKeepTheSessionAndSsrc() throws {
+        writeRaw(dir + "/loop.raw", Signal.voiceLike(seconds: 5))
+        try definePCMs(captures: ["vc_cap_loop": dir + "/loop.raw"], playbacks: [:])
+        let sam = try client("sam")
+        let alex = try client("alex")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_cap_loop")
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try waitForRemote(sam, ssrc: ssrc)
+        usleep(500_000)
+        try alex.suspendAudio()
+        try alex.suspendAudio()  // idempotent
+        let before = alex.connectionStats().packetsOut
+        usleep(300_000)
+        XCTAssertEqual(alex.connectionStats().packetsOut, before, "nothing is sent while suspended")
+        try alex.restartAudio()
+        try alex.restartAudio()  // idempotent
+        usleep(500_000)
+        XCTAssertGreaterThan(alex.connectionStats().packetsOut, before + 15, "audio resumed")
+        XCTAssertTrue(alex.isConnected)
+        XCTAssertEqual(alex.ssrc(ofStream: sid), ssrc)
+        XCTAssertEqual(sam.remoteStreams().map(\.ssrc), [ssrc])
+        XCTAssertGreaterThan(try sam.streamStats(ssrc: ssrc).jitter.packetsReceived, before)
+    }
+
+    func testMissingDeviceIsADeviceErrorWithTheReason() throws {
+        let alex = try client("alex")
+        XCTAssertThrowsError(try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_no_such_device")) { e in
+            guard case .device(let text)? = e as? ClientError else { return XCTFail("\(e)") }
+            XCTAssertTrue(text.contains("vc_no_such_device"), text)
+            XCTAssertTrue(text.contains("No such file or directory"), text)
+        }
+        XCTAssertThrowsError(try alex.setExternalPlayback(false)) { e in
+            guard case .device? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        XCTAssertTrue(alex.isExternalPlayback, "a failed switch leaves external playback on")
+        XCTAssertTrue(alex.remoteStreams().isEmpty)
+        try definePCMs(captures: ["vc_cap_list": "/dev/null"], playbacks: [:])
+        XCTAssertTrue(listDevices(.capture).contains { $0.name == "vc_cap_list" })
+    }
+}
