@@ -1,48 +1,62 @@
-// Per-ssrc jitter buffer: reorders by timestamp and plays frames in order.
+// Per-ssrc adaptive jitter buffer (seed §5).
 //
-// Pure and preallocated: packets live in a fixed pool of slots; insert and playout
-// do not allocate. Timestamps (u32 at 48 kHz) are unwrapped to 64 bits so a stream
-// crossing 2^32 plays through. Playout:
-//   * starts (or restarts after starving or after a stop) once `targetFrames`
-//     frames are buffered, or once the oldest has waited that many ticks;
-//   * each tick plays the frame whose timestamp is next; a gap in *seq* is a loss
-//     (concealed, with in-band FEC when the following frame is already here); a gap
-//     in *timestamp* with contiguous seq is a DTX/silence gap (no loss);
-//   * a talkspurt marker reseeds the clock to that frame;
-//   * when the backlog exceeds target + hysteresis the oldest frames are skipped.
+// Pure and preallocated: packets live in a fixed pool of slots; nothing allocates
+// per frame. Timestamps (u32 at 48 kHz) are unwrapped to 64 bits so a stream
+// crossing 2^32 plays through. The consumer calls next() once per frame period;
+// that call *is* the playout clock.
+//
+//   * No artificial prebuffer: the clock is seeded at the first frame and plays it
+//     at once; it is reseeded on a talkspurt marker and after the stream paused
+//     (last-frame or DTX flag) or starved.
+//   * Starving mid-talkspurt (the next frame is not here and nothing newer is)
+//     conceals without advancing the clock: latency grows by what the network
+//     needed, never by a guess.
+//   * A missing frame with newer frames buffered is waited for while the backlog
+//     is under `target` (the late-drop window tracks the target); past it the
+//     frame is declared lost and concealed, with in-band FEC when the next frame
+//     is already here.
+//   * Frame-skip catch-up: when the backlog exceeds target + hysteresis the clock
+//     jumps forward to leave `target` buffered, bounded against the leading edge
+//     (newest frame), and the stale frames are dropped. This is the downward force
+//     that keeps latency from ratcheting up after a delay spike or clock drift.
+//   * target = clamp(2.5 × EWMA|inter-arrival gap − per-frame gap|, one frame,
+//     500 ms). Gaps over four frames (silence, DTX) and reordered stragglers are
+//     outliers and do not feed the estimate.
 
 public struct JitterStats: Equatable, Sendable {
     public var packetsReceived: UInt64 = 0
     public var packetsLost: UInt64 = 0
     public var duplicates: UInt64 = 0
+    /// Arrived after their playout time, dropped.
     public var late: UInt64 = 0
+    /// Starvation episodes in the middle of a talkspurt.
     public var underruns: UInt64 = 0
     public var fecRecovered: UInt64 = 0
     public var plcFrames: UInt64 = 0
     public var dredRecovered: UInt64 = 0
+    /// Frames dropped by catch-up or because the pool was full.
     public var skipped: UInt64 = 0
     public init() {}
 }
 
 public final class JitterBuffer {
-    /// What the decoder should do for the next frame.
+    /// What the decoder should do for the next frame period.
     public enum Playout: Equatable {
         /// Decode the packet in `slot` (then call `release(slot)`).
         case packet(slot: Int)
-        /// The frame is lost; the packet in `slot` is the next frame and carries FEC for it
-        /// (decode it with fec = true; do not release).
+        /// This frame is lost; the packet in `slot` is the next frame and carries FEC
+        /// (or DRED) for it: decode it in recovery mode; do not release it.
         case fec(slot: Int)
-        /// The frame is lost and nothing can rebuild it: conceal (PLC).
+        /// This frame is missing and nothing can rebuild it: conceal (PLC).
         case conceal
-        /// Nothing to play (not started, silence gap, or stream stopped).
+        /// Nothing to play: the stream is paused or has not started.
         case silence
     }
 
+    public static let maxTargetMs = 500.0
     public let capacity: Int
     public let maxPayload: Int
     public private(set) var frameSamples: Int
-    public var targetFrames: Int
-    public var hysteresisFrames = 4
     public private(set) var stats = JitterStats()
 
     // Slot pool.
@@ -54,23 +68,32 @@ public final class JitterBuffer {
     private let used: UnsafeMutablePointer<Bool>
     public private(set) var count = 0
 
-    // Clocks.
+    // Sequence and timestamp tracking.
     private var haveTimestamp = false
     private var lastExtTS: Int64 = 0
     private var maxSeq: UInt64 = 0
     private var haveSeq = false
+
+    // Jitter estimate (ms).
+    private var jitterMs = 0.0
+    private var lastArrivalMs = 0.0
+    private var lastArrivalTS: Int64 = 0
+    private var haveArrival = false
+
+    // Playout clock.
     private var playing = false
     private var playTS: Int64 = 0
-    private var lastPlayedSeq: UInt64 = 0
-    private var lastPlayedWasFinal = false
-    private var waitTicks = 0
-    private var concealedSinceStarve = false
+    private var newestTS: Int64 = 0
+    private var paused = true        // after a last-frame / DTX frame, or before the first
+    private var starving = false
+    private var starvedTicks = 0
+    /// Starved this many periods in a row, the talker is taken to have stopped.
+    public var maxStarvedMs = 200.0
 
-    public init(capacity: Int = 64, maxPayload: Int = 1500, frameSamples: Int = 960, targetFrames: Int = 2) {
+    public init(capacity: Int = 64, maxPayload: Int = 1500, frameSamples: Int = 960) {
         self.capacity = capacity
         self.maxPayload = maxPayload
         self.frameSamples = frameSamples
-        self.targetFrames = targetFrames
         payloads = .allocate(capacity: capacity * maxPayload)
         lengths = .allocate(capacity: capacity); lengths.initialize(repeating: 0, count: capacity)
         timestamps = .allocate(capacity: capacity); timestamps.initialize(repeating: 0, count: capacity)
@@ -84,15 +107,29 @@ public final class JitterBuffer {
         seqs.deallocate(); flagBits.deallocate(); used.deallocate()
     }
 
-    /// Forgets everything (new stream in this slot).
-    public func reset(frameSamples: Int, targetFrames: Int) {
+    /// Forgets everything (a new stream in this slot).
+    public func reset(frameSamples: Int) {
         self.frameSamples = frameSamples
-        self.targetFrames = targetFrames
         for i in 0..<capacity { used[i] = false }
         count = 0
         stats = JitterStats()
-        haveTimestamp = false; haveSeq = false; playing = false
-        waitTicks = 0; lastPlayedWasFinal = false; concealedSinceStarve = false
+        haveTimestamp = false; haveSeq = false; haveArrival = false
+        jitterMs = 0
+        playing = false; paused = true; starving = false
+    }
+
+    private var frameMs: Double { Double(frameSamples) / 48 }
+
+    /// The adaptive target backlog, in ms.
+    public var targetMs: Double { min(JitterBuffer.maxTargetMs, max(frameMs, 2.5 * jitterMs)) }
+    private var targetSamples: Int64 { Int64(targetMs * 48) }
+    private var hysteresisSamples: Int64 { max(Int64(2 * frameSamples), targetSamples / 2) }
+
+    /// Buffered audio ahead of the playout clock, in ms.
+    public var depthMs: Double {
+        guard count > 0 else { return 0 }
+        let from = playing ? playTS : oldestTS()
+        return Double(max(0, newestTS + Int64(frameSamples) - from)) / 48
     }
 
     public var isPlaying: Bool { playing }
@@ -102,6 +139,7 @@ public final class JitterBuffer {
         UnsafeRawBufferPointer(start: payloads + slot * maxPayload, count: lengths[slot])
     }
     public func flags(_ slot: Int) -> UInt8 { flagBits[slot] }
+    public func timestamp(_ slot: Int) -> Int64 { timestamps[slot] }
 
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
@@ -117,9 +155,9 @@ public final class JitterBuffer {
 
     public enum InsertResult: Equatable { case accepted, late, duplicate }
 
-    /// Stores one received frame. `flags` are the header flag bits.
+    /// Stores one received frame that arrived at `arrivalMs` (any monotonic ms clock).
     @discardableResult
-    public func insert(seq: UInt64, timestamp: UInt32, flags: UInt8, payload: UnsafeRawBufferPointer) -> InsertResult {
+    public func insert(seq: UInt64, timestamp: UInt32, flags: UInt8, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
         for i in 0..<capacity where used[i] && seqs[i] == seq {
             stats.duplicates += 1
             return .duplicate
@@ -133,8 +171,9 @@ public final class JitterBuffer {
             stats.packetsLost += seq - maxSeq - 1
             maxSeq = seq
         } else if stats.packetsLost > 0 {
-            stats.packetsLost -= 1  // a reordered straggler fills an earlier gap
+            stats.packetsLost -= 1
         }
+        updateJitter(ts: ext, arrivalMs: arrivalMs)
         if playing && ext < playTS {
             stats.late += 1
             return .late
@@ -142,7 +181,6 @@ public final class JitterBuffer {
         var slot = -1
         for i in 0..<capacity where !used[i] { slot = i; break }
         if slot < 0 {
-            // Full: the oldest frame is the least useful one.
             let o = oldestSlot()!
             release(o)
             stats.skipped += 1
@@ -156,7 +194,19 @@ public final class JitterBuffer {
         flagBits[slot] = flags
         used[slot] = true
         count += 1
+        if count == 1 || ext > newestTS { newestTS = ext }
         return .accepted
+    }
+
+    private func updateJitter(ts: Int64, arrivalMs: Double) {
+        defer {
+            if !haveArrival || ts > lastArrivalTS { lastArrivalTS = ts; lastArrivalMs = arrivalMs; haveArrival = true }
+        }
+        guard haveArrival, ts > lastArrivalTS else { return }          // first, or a reordered straggler
+        let gapSamples = ts - lastArrivalTS
+        guard gapSamples <= 4 * Int64(frameSamples) else { return }     // silence / DTX / a burst loss
+        let d = abs((arrivalMs - lastArrivalMs) - Double(gapSamples) / 48)
+        jitterMs += (min(d, JitterBuffer.maxTargetMs) - jitterMs) / 16
     }
 
     private func oldestSlot() -> Int? {
@@ -166,54 +216,68 @@ public final class JitterBuffer {
         return best < 0 ? nil : best
     }
 
-    /// Decides the next frame to render. Call once per frame period.
+    private func oldestTS() -> Int64 {
+        var best = Int64.max
+        for i in 0..<capacity where used[i] && timestamps[i] < best { best = timestamps[i] }
+        return best
+    }
+
+    private func slot(at ts: Int64) -> Int? {
+        for i in 0..<capacity where used[i] && timestamps[i] == ts { return i }
+        return nil
+    }
+
+    /// Drops buffered frames older than the clock.
+    private func dropStale() {
+        for i in 0..<capacity where used[i] && timestamps[i] < playTS {
+            release(i)
+            stats.skipped += 1
+        }
+    }
+
+    /// Decides the next frame period.
     public func next() -> Playout {
         if !playing {
-            guard let o = oldestSlot() else { waitTicks = 0; return .silence }
-            waitTicks += 1
-            let startNow = count >= targetFrames || waitTicks > targetFrames
-                || flagBits[o] & 0x08 != 0 || (lastPlayedWasFinal && flagBits[o] & 0x01 != 0 && count >= 1 && waitTicks >= targetFrames)
-            guard startNow else { return .silence }
+            guard let o = oldestSlot() else { return .silence }
+            // (Re)seed at once; catch-up below bounds it against the leading edge.
             playing = true
-            waitTicks = 0
-            concealedSinceStarve = false
+            starving = false
             playTS = timestamps[o]
-            return play(o)
         }
-        // Catch-up: keep the backlog near the target.
-        while count > targetFrames + hysteresisFrames, let o = oldestSlot() {
-            release(o)
-            stats.skipped += 1
-            playTS = max(playTS, timestamps[o] + Int64(frameSamples))
+        // Catch-up: keep the backlog within target + hysteresis of the leading edge.
+        if count > 0 && newestTS - playTS > targetSamples + hysteresisSamples {
+            let fs = Int64(frameSamples)
+            let to = newestTS - (targetSamples / fs) * fs
+            if to > playTS { playTS = to; dropStale() }
         }
+        if let s = slot(at: playTS) { return play(s) }
         guard let o = oldestSlot() else {
-            if lastPlayedWasFinal { playing = false; return .silence }
-            // Starved mid-talkspurt: conceal once, then wait to be refilled.
-            stats.underruns += 1
-            playing = false
-            if !concealedSinceStarve {
-                concealedSinceStarve = true
-                stats.plcFrames += 1
-                lastPlayedSeq &+= 1
-                return .conceal
+            // Nothing buffered at all.
+            if paused { playing = false; return .silence }
+            if !starving { starving = true; starvedTicks = 0; stats.underruns += 1 }
+            starvedTicks += 1
+            if Double(starvedTicks) * frameMs > maxStarvedMs {
+                // The talker stopped without a last frame: pause until the next frame.
+                playing = false
+                paused = true
+                return .silence
             }
-            return .silence
+            stats.plcFrames += 1
+            return .conceal    // wait: the clock does not advance
         }
         let ts = timestamps[o]
-        if ts <= playTS { return play(o) }
-        // A marker starts a new talkspurt: reseed to it.
-        if flagBits[o] & 0x01 != 0 {
+        // A new talkspurt, or the end of a pause/starvation: jump to it.
+        if paused || starving || flagBits[o] & 0x01 != 0 {
             playTS = ts
+            starving = false
             return play(o)
         }
-        if seqs[o] == lastPlayedSeq &+ 1 {
-            // Contiguous seq across a timestamp gap: DTX / silence, nothing lost.
-            playTS += Int64(frameSamples)
-            return .silence
+        // A gap with newer frames here: wait while within the target, then give up on it.
+        if newestTS - playTS <= targetSamples {
+            stats.plcFrames += 1
+            return .conceal
         }
-        // Lost frame(s) before `o`.
         playTS += Int64(frameSamples)
-        lastPlayedSeq &+= 1
         if ts == playTS {
             stats.fecRecovered += 1
             return .fec(slot: o)
@@ -222,16 +286,18 @@ public final class JitterBuffer {
         return .conceal
     }
 
-    private func play(_ o: Int) -> Playout {
-        playTS = timestamps[o] + Int64(frameSamples)
-        lastPlayedSeq = seqs[o]
-        // After a last-frame or DTX frame the stream is expected to pause: running dry is not an underrun.
-        lastPlayedWasFinal = flagBits[o] & 0x0c != 0
-        return .packet(slot: o)
+    private func play(_ s: Int) -> Playout {
+        playTS = timestamps[s] + Int64(frameSamples)
+        // After a last-frame or DTX frame the stream is expected to pause.
+        paused = flagBits[s] & 0x0c != 0
+        starving = false
+        return .packet(slot: s)
     }
 
-    /// Counts a frame concealed by the caller for another reason (decoder error).
+    /// Counts a frame concealed by the caller (decoder error).
     public func countConcealed() { stats.plcFrames += 1 }
-    /// Converts the last `.fec` decision into PLC (the FEC decode produced nothing).
+    /// The last `.fec` decision produced nothing: count it as PLC.
     public func fecFailed() { stats.fecRecovered -= 1; stats.plcFrames += 1 }
+    /// The last `.fec` decision was served by DRED instead of in-band FEC.
+    public func fecWasDRED() { stats.fecRecovered -= 1; stats.dredRecovered += 1 }
 }

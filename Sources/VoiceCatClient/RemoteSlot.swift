@@ -57,9 +57,7 @@ final class RemoteSlot {
         self.username = username
         settings = RemoteSettings()
         duplicates = 0
-        // Start playout once ~40 ms are buffered (at least one frame).
-        let target = max(1, (40_000 + Int(r.audio.frameMicros) - 1) / Int(r.audio.frameMicros))
-        jitter.reset(frameSamples: frameSamples, targetFrames: target)
+        jitter.reset(frameSamples: frameSamples)
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()
@@ -116,6 +114,6 @@ final class RemoteSlot {
     }
 
     /// Buffered audio in ms (jitter buffer plus decoded FIFO).
-    var depthMs: UInt32 { UInt32((jitter.depthFrames * frameSamples + fifoCount) / 48) }
-    var targetMs: UInt32 { UInt32(jitter.targetFrames * frameSamples / 48) }
+    var depthMs: UInt32 { UInt32(jitter.depthMs + Double(fifoCount) / 48) }
+    var targetMs: UInt32 { UInt32(jitter.targetMs) }
 }

@@ -34,12 +34,13 @@ final class ReframerTests: XCTestCase {
 }
 
 final class JitterBufferTests: XCTestCase {
-    func insert(_ jb: JitterBuffer, _ seq: UInt64, ts: UInt32, flags: UInt8 = 0) -> JitterBuffer.InsertResult {
+    @discardableResult
+    func insert(_ jb: JitterBuffer, _ seq: UInt64, ts: UInt32, flags: UInt8 = 0, at t: Double = 0) -> JitterBuffer.InsertResult {
         let payload: [UInt8] = [UInt8(truncatingIfNeeded: seq)]
-        return payload.withUnsafeBytes { jb.insert(seq: seq, timestamp: ts, flags: flags, payload: $0) }
+        return payload.withUnsafeBytes { jb.insert(seq: seq, timestamp: ts, flags: flags, payload: $0, arrivalMs: t) }
     }
 
-    /// Plays `n` ticks; returns the first payload byte of each played packet, -1 for FEC, -2 for PLC, nil for silence.
+    /// Plays `n` ticks: the first payload byte of each played packet, -1 for FEC, -2 for PLC, nil for silence.
     func play(_ jb: JitterBuffer, _ n: Int) -> [Int?] {
         (0..<n).map { _ in
             switch jb.next() {
@@ -51,24 +52,45 @@ final class JitterBufferTests: XCTestCase {
         }
     }
 
-    func testReorderedFramesPlayInOrderAndLossesAreCounted() {
-        let jb = JitterBuffer(frameSamples: 960, targetFrames: 2)
-        for s: UInt64 in [0, 2, 1, 3, 5, 6] { XCTAssertEqual(insert(jb, s, ts: UInt32(s) * 960), .accepted) }
+    func testReorderedFramesInsideTheWindowPlayInOrderAndDuplicatesAreDropped() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var out: [Int?] = []
+        // Arrival order 0 2 1 3 5 4, one tick per frame period.
+        insert(jb, 0, ts: 0); insert(jb, 2, ts: 2 * 960)
         XCTAssertEqual(insert(jb, 2, ts: 2 * 960), .duplicate)
-        XCTAssertEqual(play(jb, 7), [0, 1, 2, 3, -1, 5, 6])   // 4 is lost; 5 carries its FEC
-        XCTAssertEqual(jb.stats.packetsLost, 1)
+        out += play(jb, 1)
+        insert(jb, 1, ts: 960)
+        out += play(jb, 1)
+        insert(jb, 3, ts: 3 * 960)
+        out += play(jb, 1)
+        insert(jb, 5, ts: 5 * 960); insert(jb, 4, ts: 4 * 960)
+        out += play(jb, 4)
+        XCTAssertEqual(out, [0, 1, 2, 3, 4, 5, -2])
         XCTAssertEqual(jb.stats.duplicates, 1)
+        XCTAssertEqual(jb.stats.packetsLost, 0, "stragglers fill their gaps in the loss count")
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(jb.stats.underruns, 1)
+    }
+
+    func testALostFrameIsRebuiltFromTheNextFramesFEC() {
+        let jb = JitterBuffer(frameSamples: 960)
+        insert(jb, 0, ts: 0)
+        XCTAssertEqual(play(jb, 1), [0])
+        insert(jb, 2, ts: 2 * 960)   // 1 is lost
+        insert(jb, 3, ts: 3 * 960)
+        XCTAssertEqual(play(jb, 3), [-1, 2, 3])
+        XCTAssertEqual(jb.stats.packetsLost, 1)
         XCTAssertEqual(jb.stats.fecRecovered, 1)
-        XCTAssertEqual(insert(jb, 4, ts: 4 * 960), .late)
-        XCTAssertEqual(jb.stats.packetsLost, 0, "a straggler fills its gap in the loss count")
+        XCTAssertEqual(insert(jb, 1, ts: 960), .late)
+        XCTAssertEqual(jb.stats.late, 1)
     }
 
     func testTimestampsCrossing32BitsPlayThrough() {
-        let jb = JitterBuffer(frameSamples: 960, targetFrames: 1)
+        let jb = JitterBuffer(frameSamples: 960)
         var ts = UInt32.max - 960 * 2 + 1
         var played: [Int?] = []
         for s in UInt64(0)..<6 {
-            _ = insert(jb, s, ts: ts)
+            insert(jb, s, ts: ts)
             ts &+= 960
             played += play(jb, 1)
         }
@@ -76,16 +98,82 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.stats.plcFrames, 0)
     }
 
-    func testDtxGapIsSilenceNotLossAndMarkerReseeds() {
-        let jb = JitterBuffer(frameSamples: 960, targetFrames: 1)
-        _ = insert(jb, 0, ts: 0)
-        _ = insert(jb, 1, ts: 960, flags: 0x08)            // last frame of a talkspurt
+    func testDtxPauseIsSilenceAndAMarkerReseeds() {
+        let jb = JitterBuffer(frameSamples: 960)
+        insert(jb, 0, ts: 0)
+        insert(jb, 1, ts: 960, flags: 0x04)               // first DTX frame: a pause follows
         XCTAssertEqual(play(jb, 3), [0, 1, nil])
-        _ = insert(jb, 2, ts: 960 * 50, flags: 0x01)       // next talkspurt, contiguous seq
+        insert(jb, 2, ts: 960 * 50, flags: 0x01)          // next talkspurt, contiguous seq
         XCTAssertEqual(play(jb, 1), [2])
         XCTAssertEqual(jb.stats.packetsLost, 0)
         XCTAssertEqual(jb.stats.plcFrames, 0)
         XCTAssertEqual(jb.stats.underruns, 0)
+    }
+
+    func testScriptedTraceCountsExactlyTheInjectedLossesAndDuplicates() {
+        var trace: [TraceFrame] = []
+        let lost: Set<UInt64> = [7, 30, 31, 32, 77, 150]
+        let dup: Set<UInt64> = [3, 40, 41, 99]
+        for s in UInt64(0)..<200 {
+            let t = Double(s) * 20 + 30
+            trace.append(TraceFrame(seq: s, timestamp: UInt32(s) * 960, sendMs: Double(s) * 20,
+                                    arrivalsMs: lost.contains(s) ? [] : (dup.contains(s) ? [t, t + 3] : [t])))
+        }
+        let model = JitterBufferModel()
+        let r = JitterSimulation.run(trace, model: model)
+        XCTAssertEqual(model.jb.stats.packetsLost, UInt64(lost.count))
+        XCTAssertEqual(model.jb.stats.duplicates, UInt64(dup.count))
+        XCTAssertEqual(model.jb.stats.packetsReceived, UInt64(200 - lost.count))
+        XCTAssertEqual(r.framesPlayed, 200 - lost.count)
+        XCTAssertEqual(r.lateLost, 0)
+    }
+
+    func testTalkspurtsSeparatedBySilenceDoNotRatchetLatency() {
+        var n = TraceGenerator.Network()
+        n.jitterMs = 15
+        n.spikeProbability = 0.02
+        n.spikeMs = 60
+        let trace = TraceGenerator.generate(frames: 500, talkFrames: 50, silenceFrames: 50, network: n, seed: 7)
+        let model = JitterBufferModel()
+        var perSpurt: [[Double]] = Array(repeating: [], count: 10)
+        // Run tick by tick to attribute delays to talkspurts.
+        var arrivals: [(Double, Int)] = []
+        for (i, f) in trace.enumerated() { for a in f.arrivalsMs { arrivals.append((a, i)) } }
+        arrivals.sort { $0.0 < $1.0 }
+        var k = 0
+        var now = arrivals[0].0 + 7
+        var arrivalOf: [UInt64: Double] = [:]
+        while now < arrivals.last!.0 + 500 {
+            while k < arrivals.count && arrivals[k].0 <= now {
+                let f = trace[arrivals[k].1]
+                if arrivalOf[f.seq] == nil { arrivalOf[f.seq] = arrivals[k].0 }
+                model.put(seq: f.seq, timestamp: f.timestamp, flags: f.flags, arrivalMs: arrivals[k].0)
+                k += 1
+            }
+            if case .played(let seq) = model.tick() { perSpurt[Int(seq) / 50].append(now - arrivalOf[seq]!) }
+            now += 20
+        }
+        let means = perSpurt.map { $0.reduce(0, +) / Double(max(1, $0.count)) }
+        print("mean buffer delay per talkspurt (ms): \(means.map { Int($0) })")
+        XCTAssertLessThanOrEqual(means[9], means[0] + 10, "latency ratcheted up across talkspurts")
+        XCTAssertLessThan(means.max()!, 150)
+    }
+
+    func testSenderClockDriftKeepsPlayoutDelayBounded() {
+        for rate in [1.001, 0.999] {
+            var n = TraceGenerator.Network()
+            n.jitterMs = 5
+            n.senderClockRate = rate
+            let frames = 30_000  // 10 minutes of 20 ms frames
+            let trace = TraceGenerator.generate(frames: frames, network: n, seed: 11)
+            let r = JitterSimulation.run(trace, model: JitterBufferModel())
+            let firstMinute = r.delaysMs.prefix(3000), lastMinute = r.delaysMs.suffix(3000)
+            let a = firstMinute.reduce(0, +) / 3000, b = lastMinute.reduce(0, +) / 3000
+            print("sender clock x\(rate): mean delay first minute \(Int(a)) ms, last minute \(Int(b)) ms, max \(Int(r.delaysMs.max()!)) ms")
+            XCTAssertLessThan(b, a + 20, "delay drifted upward")
+            XCTAssertLessThan(r.delaysMs.max()!, 200)
+            XCTAssertGreaterThan(Double(r.framesPlayed), Double(frames) * 0.99)
+        }
     }
 }
 
