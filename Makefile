@@ -18,7 +18,7 @@ EXAMPLES     := build/examples
 PYTHON       ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import pytest' 2>/dev/null && { echo $$p; break; }; done)
 
 .PHONY: all deps build lib install examples server demo test swift-test tsan c-test py-test \
-        fuzz-replay fuzz-build fuzz clean
+        fuzz-replay fuzz-build fuzz bench clean
 
 all: build
 
@@ -105,6 +105,11 @@ fuzz-build:
 fuzz: fuzz-build
 	mkdir -p .build/fuzz-corpus
 	.build/fuzz/release/voicecat-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build/fuzz-corpus Tests/fuzz-corpus 2>&1 | tail -6
+
+## bench: the jitter-buffer comparison with SpeexDSP (docs/benchmarks.md).
+bench:
+	$(SWIFT) build -c release --product bench-jitter
+	.build/release/bench-jitter
 
 clean:
 	rm -rf .build build

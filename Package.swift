@@ -24,6 +24,7 @@ let package = Package(
         .library(name: "voicecat", type: .dynamic, targets: ["VoiceCatImpl"]),
         .executable(name: "voicecat-server", targets: ["voicecat-server"]),
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
+        .executable(name: "bench-jitter", targets: ["bench-jitter"]),
     ],
     targets: [
         .target(
@@ -46,6 +47,7 @@ let package = Package(
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "VoiceCatC"]),
+        .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "VoiceCatC"]),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio"]),

@@ -19,9 +19,11 @@
 //     jumps forward to leave `target` buffered, bounded against the leading edge
 //     (newest frame), and the stale frames are dropped. This is the downward force
 //     that keeps latency from ratcheting up after a delay spike or clock drift.
-//   * target = clamp(2.5 × EWMA|inter-arrival gap − per-frame gap|, one frame,
-//     500 ms). Gaps over four frames (silence, DTX) and reordered stragglers are
-//     outliers and do not feed the estimate.
+//   * target = clamp(max(4 × EWMA|inter-arrival gap − per-frame gap|, the recent
+//     peak of that deviation decaying with a ~5 s half-life), one frame, 500 ms).
+//     Gaps over four frames (silence, DTX) and reordered stragglers are outliers
+//     and do not feed the estimate. The factors were chosen with
+//     `bench-jitter --sweep` (docs/benchmarks.md).
 
 public struct JitterStats: Equatable, Sendable {
     public var packetsReceived: UInt64 = 0
@@ -76,6 +78,7 @@ public final class JitterBuffer {
 
     // Jitter estimate (ms).
     private var jitterMs = 0.0
+    private var peakMs = 0.0
     private var lastArrivalMs = 0.0
     private var lastArrivalTS: Int64 = 0
     private var haveArrival = false
@@ -115,15 +118,28 @@ public final class JitterBuffer {
         stats = JitterStats()
         haveTimestamp = false; haveSeq = false; haveArrival = false
         jitterMs = 0
+        peakMs = 0
         playing = false; paused = true; starving = false
     }
 
     private var frameMs: Double { Double(frameSamples) / 48 }
 
+    /// target = targetFactor × jitter estimate (floored at one frame, capped at 500 ms).
+    public var targetFactor = 4.0
+    /// Catch-up starts when the backlog exceeds target + max(hysteresisFrames frames, target × hysteresisFraction).
+    public var hysteresisFrames = 0.5
+    public var hysteresisFraction = 0.5
+
     /// The adaptive target backlog, in ms.
-    public var targetMs: Double { min(JitterBuffer.maxTargetMs, max(frameMs, 2.5 * jitterMs)) }
+    public var targetMs: Double {
+        min(JitterBuffer.maxTargetMs, max(frameMs, targetFactor * jitterMs, peakFraction * peakMs))
+    }
+    /// Share of the recent peak deviation (decaying with a ~5 s half-life) the target covers.
+    public var peakFraction = 1.0
     private var targetSamples: Int64 { Int64(targetMs * 48) }
-    private var hysteresisSamples: Int64 { max(Int64(2 * frameSamples), targetSamples / 2) }
+    private var hysteresisSamples: Int64 {
+        max(Int64(hysteresisFrames * Double(frameSamples)), Int64(Double(targetSamples) * hysteresisFraction))
+    }
 
     /// Buffered audio ahead of the playout clock, in ms.
     public var depthMs: Double {
@@ -206,7 +222,10 @@ public final class JitterBuffer {
         let gapSamples = ts - lastArrivalTS
         guard gapSamples <= 4 * Int64(frameSamples) else { return }     // silence / DTX / a burst loss
         let d = abs((arrivalMs - lastArrivalMs) - Double(gapSamples) / 48)
-        jitterMs += (min(d, JitterBuffer.maxTargetMs) - jitterMs) / 16
+        let dc = min(d, JitterBuffer.maxTargetMs)
+        jitterMs += (dc - jitterMs) / 16
+        // Peak with exponential decay per frame period: half-life ~5 s at 20 ms frames.
+        peakMs = max(dc, peakMs * 0.99723)
     }
 
     private func oldestSlot() -> Int? {
@@ -266,13 +285,14 @@ public final class JitterBuffer {
             return .conceal    // wait: the clock does not advance
         }
         let ts = timestamps[o]
-        // A new talkspurt, or the end of a pause/starvation: jump to it.
+        // A new talkspurt, or the end of a pause or starvation: reseed to it.
         if paused || starving || flagBits[o] & 0x01 != 0 {
             playTS = ts
             starving = false
             return play(o)
         }
-        // A gap with newer frames here: wait while within the target, then give up on it.
+        // A gap with newer frames here: the missing frame may only be late. Wait while
+        // the backlog is within the target (the late-drop window), then give up on it.
         if newestTS - playTS <= targetSamples {
             stats.plcFrames += 1
             return .conceal

@@ -77,6 +77,8 @@ public struct SimulationResult: CustomStringConvertible {
     public var concealedTicks = 0
     /// Time each played frame waited between its (first) arrival and its playout.
     public var delaysMs: [Double] = []
+    /// The seq of each entry of delaysMs.
+    public var playedSeqs: [UInt64] = []
 
     public var meanDelayMs: Double { delaysMs.isEmpty ? 0 : delaysMs.reduce(0, +) / Double(delaysMs.count) }
     public func percentileDelayMs(_ p: Double) -> Double {
@@ -130,7 +132,7 @@ public enum JitterSimulation {
             case .played(let seq):
                 if played.insert(seq).inserted {
                     r.framesPlayed += 1
-                    if let a = firstArrival[seq] { r.delaysMs.append(now - a) }
+                    if let a = firstArrival[seq] { r.delaysMs.append(now - a); r.playedSeqs.append(seq) }
                 }
             case .concealed: r.concealedTicks += 1
             case .silence: break
