@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include "voicecat_c.h"
 
 /* OPUS_SET_DRED_DURATION_REQUEST from libopus >= 1.5; absent from 1.3 headers. */
@@ -43,3 +45,67 @@ static void vcshim_alsa_quiet(const char *file, int line, const char *function, 
     (void)file; (void)line; (void)function; (void)err; (void)fmt;
 }
 void vcshim_alsa_silence_errors(void) { snd_lib_error_set_handler(vcshim_alsa_quiet); }
+
+/* ---- DRED through dlsym: the Debian 1.3 headers do not declare it ---------------- */
+
+typedef struct vcshim_dred_fns {
+    void *(*decoder_create)(int *error);
+    void (*decoder_destroy)(void *dec);
+    void *(*alloc)(int *error);
+    void (*free_)(void *dred);
+    int (*parse)(void *dred_dec, void *dred, const unsigned char *data, opus_int32 len, opus_int32 max_dred_samples,
+                 opus_int32 sampling_rate, int *dred_end, int defer_processing);
+    int (*decode)(OpusDecoder *st, const void *dred, opus_int32 dred_offset, opus_int16 *pcm, opus_int32 frame_size);
+} vcshim_dred_fns;
+
+static vcshim_dred_fns dred_fns;
+static pthread_once_t dred_once = PTHREAD_ONCE_INIT;
+static int dred_ok;
+
+static void dred_resolve(void) {
+    dred_fns.decoder_create = (void *(*)(int *))dlsym(RTLD_DEFAULT, "opus_dred_decoder_create");
+    dred_fns.decoder_destroy = (void (*)(void *))dlsym(RTLD_DEFAULT, "opus_dred_decoder_destroy");
+    dred_fns.alloc = (void *(*)(int *))dlsym(RTLD_DEFAULT, "opus_dred_alloc");
+    dred_fns.free_ = (void (*)(void *))dlsym(RTLD_DEFAULT, "opus_dred_free");
+    dred_fns.parse = (int (*)(void *, void *, const unsigned char *, opus_int32, opus_int32, opus_int32, int *, int))
+        dlsym(RTLD_DEFAULT, "opus_dred_parse");
+    dred_fns.decode = (int (*)(OpusDecoder *, const void *, opus_int32, opus_int16 *, opus_int32))
+        dlsym(RTLD_DEFAULT, "opus_decoder_dred_decode");
+    dred_ok = dred_fns.decoder_create && dred_fns.decoder_destroy && dred_fns.alloc && dred_fns.free_ &&
+              dred_fns.parse && dred_fns.decode;
+}
+
+int vcshim_dred_available(void) { pthread_once(&dred_once, dred_resolve); return dred_ok; }
+
+typedef struct { void *dec; void *dred; } vcshim_dred_state;
+
+void *vcshim_dred_create(void) {
+    if (!vcshim_dred_available()) return NULL;
+    int err = 0;
+    vcshim_dred_state *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->dec = dred_fns.decoder_create(&err);
+    s->dred = err == 0 ? dred_fns.alloc(&err) : NULL;
+    if (!s->dec || !s->dred) { vcshim_dred_destroy(s); return NULL; }
+    return s;
+}
+
+void vcshim_dred_destroy(void *state) {
+    vcshim_dred_state *s = state;
+    if (!s) return;
+    if (s->dred) dred_fns.free_(s->dred);
+    if (s->dec) dred_fns.decoder_destroy(s->dec);
+    free(s);
+}
+
+int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size) {
+    vcshim_dred_state *s = state;
+    if (!s || !packet || len <= 0) return 0;
+    int dred_end = 0;
+    int r = dred_fns.parse(s->dec, s->dred, packet, len, 48000, 48000, &dred_end, 0);
+    if (r <= 0) return r;  /* no DRED in this packet, or an error */
+    /* The lost frame ends where this packet's audio starts: its redundancy sits
+     * frame_size samples back. */
+    if (r < frame_size) return 0;
+    return dred_fns.decode(dec, s->dred, frame_size, pcm, frame_size);
+}

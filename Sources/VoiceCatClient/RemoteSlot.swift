@@ -13,6 +13,8 @@ final class RemoteSlot {
     let lock = Lock()
     let jitter: JitterBuffer
     let decoder: OpusDecoderBox
+    let dred = DREDRecovery()
+    var dredWanted = false
     private let decoded: UnsafeMutablePointer<Int16>   // one frame, stereo
     private let fifo: UnsafeMutablePointer<Int16>      // stereo ring
     private var fifoRead = 0
@@ -53,6 +55,7 @@ final class RemoteSlot {
         active = true
         ssrc = r.ssrc; userID = r.userID; streamID = r.streamID; kind = r.kind
         channels = r.audio.channels
+        dredWanted = r.audio.dred && dred.isActive
         frameSamples = r.audio.frameSamples
         self.username = username
         settings = RemoteSettings()
@@ -76,7 +79,9 @@ final class RemoteSlot {
                 jitter.release(slot)
                 if !ok { jitter.countConcealed(); _ = try? decoder.decode(nil, frames: n, into: decoded) }
             case .fec(let slot):
-                if (try? decoder.decode(jitter.payload(slot), fec: true, frames: n, into: decoded)) == nil {
+                if dredWanted && dred.recover(decoder: decoder, packet: jitter.payload(slot), frames: n, into: decoded) {
+                    jitter.fecWasDRED()
+                } else if (try? decoder.decode(jitter.payload(slot), fec: true, frames: n, into: decoded)) == nil {
                     jitter.fecFailed()
                     _ = try? decoder.decode(nil, frames: n, into: decoded)
                 }

@@ -49,6 +49,18 @@ int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out)
 /* OPUS_RESET_STATE on a decoder */
 int vcshim_opus_decoder_reset(OpusDecoder *dec);
 
+/* ---- libopus DRED: libopus >= 1.5 built with --enable-dred, found at run time ----- */
+
+/* 1 when the loaded libopus exports the DRED decoder API (looked up with dlsym). */
+int vcshim_dred_available(void);
+/* A DRED parser state; NULL when DRED is unavailable. */
+void *vcshim_dred_create(void);
+void vcshim_dred_destroy(void *state);
+/* Rebuilds the `frame_size` samples just before `packet` from the packet's DRED data
+ * into pcm (interleaved, the decoder's channels). Returns the samples written, 0
+ * when the packet carries no usable DRED, or a negative Opus error. */
+int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size);
+
 /* ---- glibc: GNU extensions Glibc's Swift module hides without _GNU_SOURCE ----- */
 
 struct sockaddr;
