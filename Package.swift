@@ -48,7 +48,7 @@ let package = Package(
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "VoiceCatC"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "VoiceCatC"]),
-        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem"]),
+        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatAudio"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio"]),
         .testTarget(

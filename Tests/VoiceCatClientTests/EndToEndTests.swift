@@ -252,3 +252,63 @@ extension TestServer {
         XCTAssertNotNil(poll { $0.sessionsActive == n }, "sessions never dropped to \(n)")
     }
 }
+
+final class ImpairedNetworkTests: XCTestCase {
+    func testSpeechArrivesThroughBurstyLossAndJitter() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var down = Impairment.burstyLoss(percent: 5)
+        down.baseDelayMs = 10
+        down.jitterMs = 30
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: down, seed: 42)
+        defer { proxy.stop() }
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        let alex = try VoiceClient(config: cfg), sam = try VoiceClient(config: cfg)
+        defer { alex.shutdown(); sam.shutdown() }
+        try alex.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        // Sam's TCP and UDP go through the impairing proxy.
+        try sam.connect(host: "127.0.0.1", port: proxy.port, username: "sam", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try alex.joinChannel("Lobby")
+        try sam.joinChannel("Lobby")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while !sam.remoteStreams().contains(where: { $0.ssrc == ssrc }) && MonotonicClock.milliseconds() < deadline { usleep(5000) }
+        let rec = SinkRecorder()
+        sam.setSink { rec.take($0, $1) }
+        let input = Signal.voiceLike(seconds: 6)
+        usleep(100_000)
+        let feedStart = MonotonicClock.nanoseconds()
+        var i = 0, k: UInt64 = 0
+        while i < input.count {
+            try input.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + i, frames: 960, channels: 1) }
+            i += 960; k += 960
+            let due = feedStart + k * 1_000_000_000 / 48000
+            let now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        usleep(500_000)
+        sam.setSink(nil)
+        let stats = try sam.streamStats(ssrc: ssrc)
+        let (out, _, t0) = rec.snapshot
+        let offset = Int(Int64(feedStart) - Int64(t0)) * 48 / 1_000_000
+        let shifted = offset > 0 && offset < out.count ? Array(out[offset...]) : out
+        // The delay moves as the buffer stretches and catches up: correlate 100 ms windows.
+        var nccs: [Double] = []
+        for w in stride(from: 48000, to: 264_000, by: 4800) {
+            nccs.append(Signal.align(input: input, output: shifted, maxLag: 48 * 300, window: w..<(w + 4800)).ncc)
+        }
+        let ncc = nccs.sorted()[nccs.count / 2]
+        let j = stats.jitter
+        print("through 5 % bursty loss + 30 ms jitter: median NCC of 100 ms windows \(String(format: "%.3f", ncc)); received \(j.packetsReceived), "
+              + "lost \(j.packetsLost), late \(j.late), fec \(j.fecRecovered), plc \(j.plcFrames), underruns \(j.underruns), "
+              + "target \(stats.targetDepthMs) ms; proxy dropped \(proxy.udpDropped)")
+        XCTAssertGreaterThan(ncc, 0.7, "speech must still arrive, correlated with the input")
+        XCTAssertGreaterThan(j.packetsLost, 3, "the stats must show the injected loss")
+        XCTAssertLessThanOrEqual(Int(j.packetsLost), proxy.udpDropped, "no more lost than the proxy dropped (it also drops keepalive echoes)")
+        XCTAssertGreaterThan(j.fecRecovered + j.plcFrames, 0)
+        XCTAssertGreaterThan(stats.targetDepthMs, 20, "30 ms of jitter must raise the target above one frame")
+    }
+}
