@@ -150,6 +150,14 @@ typedef struct vc_stream_desc {
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
 } vc_stream_desc;
 
+/** Talker-side processing of a MIC stream (SpeexDSP). Get defaults from vc_send_processing_default(). */
+typedef struct vc_send_processing {
+    int32_t noise_suppression;     /**< stationary-noise suppression; default 0 */
+    int32_t agc;                   /**< automatic gain control; default 0 */
+    int32_t echo_cancellation;     /**< acoustic echo cancellation against the played mix; default 0 */
+    float agc_level;               /**< AGC target: speech RMS as a fraction of full scale; default 0.125 (-18 dBFS) */
+} vc_send_processing;
+
 /** The listener's local settings for one remote stream (no protocol traffic). */
 typedef struct vc_remote_stream {
     float gain;                    /**< linear, 0..4; default 1.0 */
@@ -372,6 +380,28 @@ int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uin
  */
 int vc_set_capture_channels(vc_client *c, uint32_t stream_id, uint32_t channels);
 
+/** Default send processing (everything off, AGC target 0.125). Callback-safe: yes. */
+vc_send_processing vc_send_processing_default(void);
+
+/**
+ * Sets the talker-side processing of a MIC stream: SpeexDSP noise suppression, AGC
+ * and acoustic echo cancellation (an MDF echo canceller plus the preprocessor's
+ * residual-echo suppressor). The echo canceller's far-end reference is the mix this
+ * client actually plays (on the playback device, through the sink, or pulled with
+ * vc_read_mixed_pcm), taken in the order it was produced: the capture side consumes
+ * one 10 ms block of it per 10 ms of microphone signal, so the echo delay the
+ * canceller sees is the device or host buffering between the two, which its 250 ms
+ * tail covers. Processing runs before the input gate; the VAD stays the energy
+ * detector of vc_set_vad, applied to the processed signal (it does not use
+ * SpeexDSP's speech probability). The state is built on the calling thread.
+ * Returns VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG (not a MIC stream, agc_level outside
+ * (0, 1]), VC_ERR_UNSUPPORTED (the channel is stereo). Callback-safe: no.
+ */
+int vc_set_send_processing(vc_client *c, uint32_t stream_id, const vc_send_processing *p);
+
+/** Reads a stream's send processing back. Callback-safe: yes. */
+int vc_get_send_processing(vc_client *c, uint32_t stream_id, vc_send_processing *out);
+
 /**
  * Selects how MIC streams are gated: VC_INPUT_VAD (default), VC_INPUT_PTT or
  * VC_INPUT_CONTINUOUS. Opening the gate starts a talkspurt (marker flag); closing
@@ -395,9 +425,12 @@ int vc_set_push_to_talk(vc_client *c, int active);
 
 /**
  * Sets this listener's gain (0..4), mute and noise reduction for a remote stream.
- * No protocol traffic. Returns VC_ERR_NOT_FOUND for an ssrc not being received,
- * VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN. noise_reduction is accepted
- * and reported back; it has no audible effect in this build. Callback-safe: yes.
+ * No protocol traffic, no effect on other listeners. noise_reduction = 1 creates a
+ * SpeexDSP denoiser for this stream on the calling thread (it then runs after
+ * decoding and before gain and mixing); 0 releases it; it is released too when the
+ * stream goes away. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
+ * ssrc not being received, VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN.
+ * Callback-safe: yes.
  */
 int vc_set_remote_stream(vc_client *c, uint32_t ssrc, const vc_remote_stream *s);
 

@@ -15,6 +15,14 @@ final class StopFlag: @unchecked Sendable {
     func set() { lock.withLock { value = true } }
 }
 
+/// A counter shared between threads (how many streams cancel echo).
+final class LockedCounter: @unchecked Sendable {
+    private let lock = Lock()
+    private var value = 0
+    func load() -> Int { lock.withLock { value } }
+    func add(_ d: Int) { lock.withLock { value += d } }
+}
+
 /// Captures from an ALSA device into a LocalStream.
 final class CaptureWorker {
     let device: String
@@ -264,5 +272,31 @@ extension VoiceClient {
     func tapSink(_ buf: UnsafePointer<Int16>, frames: Int) {
         let fn = mixLock.withLock { sink }
         fn?(buf, frames)
+    }
+}
+
+extension VoiceClient {
+    /// vc_set_send_processing: NS, AGC and AEC for a MIC stream on a mono channel.
+    public func setSendProcessing(streamID: UInt32, _ p: SendProcessing) throws {
+        try refuseInCallback("vc_set_send_processing")
+        guard p.agcLevel.isFinite, p.agcLevel > 0, p.agcLevel <= 1 else { throw fail(.invalidArgument("agc_level must be within (0, 1]")) }
+        guard let s = cond.withLock({ localStreams[streamID] }) else { throw fail(.notFound("no stream \(streamID)")) }
+        guard s.kind == .mic else { throw fail(.invalidArgument("send processing applies to MIC streams")) }
+        guard s.audio.channels == 1 else { throw fail(.unsupported("send processing needs a mono channel")) }
+        // Built here, on the caller's thread; swapped in under the stream's lock.
+        let fresh = p.isActive ? SpeexApm(frameSamples: s.audio.frameSamples, settings: p) : nil
+        let old = s.lock.withLock { () -> SpeexApm? in
+            let o = s.apm
+            s.apm = fresh
+            return o
+        }
+        let was = old?.settings.echoCancellation == true, now = p.echoCancellation
+        if was != now { aecStreams.add(now ? 1 : -1) }
+        if aecStreams.load() == 0 { farEnd.clear() }
+    }
+
+    public func sendProcessing(streamID: UInt32) throws -> SendProcessing {
+        guard let s = cond.withLock({ localStreams[streamID] }) else { throw ClientError.notFound("no stream \(streamID)") }
+        return s.lock.withLock { s.apm?.settings ?? SendProcessing() }
     }
 }

@@ -11,6 +11,8 @@ protocol MediaSender: AnyObject {
     func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool
     /// The client's current input-gate settings.
     func gateSettings() -> GateSettings
+    /// The far-end (played) reference for echo cancellation.
+    var farEnd: FarEndRing { get }
 }
 
 final class LocalStream {
@@ -26,6 +28,8 @@ final class LocalStream {
     private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500, alignment: 16)
     private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500 + MediaCrypto.overhead, alignment: 16)
     private let silence: UnsafeMutablePointer<Int16>
+    /// Scratch for the processed copy of a frame.
+    private let processed: UnsafeMutablePointer<Int16>
     private(set) var seq: UInt64 = 0
     private(set) var timestamp: UInt32 = 0
     private var needMarker = true
@@ -40,6 +44,9 @@ final class LocalStream {
     /// The device capture feeding this stream (nil for external feed).
     var capture: CaptureWorker?
     var device: String?
+    /// Talker-side processing (MIC streams on mono channels); swapped under `lock`.
+    var apm: SpeexApm?
+    private let farBlock = UnsafeMutablePointer<Int16>.allocate(capacity: 480)
 
     init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig) throws {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
@@ -49,9 +56,11 @@ final class LocalStream {
         reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
         silence = .allocate(capacity: audio.frameSamples * audio.channels)
         silence.initialize(repeating: 0, count: audio.frameSamples * audio.channels)
+        processed = .allocate(capacity: audio.frameSamples * audio.channels)
+        processed.initialize(repeating: 0, count: audio.frameSamples * audio.channels)
     }
 
-    deinit { opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate() }
+    deinit { opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate() }
 
     /// Reframes, encodes and sends (lock held by caller).
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
@@ -63,8 +72,24 @@ final class LocalStream {
         if let f = failure { throw f }
     }
 
-    /// The input gate (MIC streams only), then encode and send.
-    private func gateAndSend(_ frame: UnsafePointer<Int16>) throws {
+    /// Send processing (NS / AGC / AEC), then the input gate (MIC streams only), then encode and send.
+    private func gateAndSend(_ input: UnsafePointer<Int16>) throws {
+        let frame: UnsafePointer<Int16>
+        if let apm {
+            // Process a copy in the stream's scratch: the reframer owns `input`.
+            let work = processed
+            work.update(from: input, count: audio.frameSamples)
+            var off = 0
+            while off + apm.blockSize <= audio.frameSamples {
+                let far: UnsafePointer<Int16>? = apm.settings.echoCancellation && apm.blockSize == 480
+                    && sender?.farEnd.pop(into: farBlock) == true ? UnsafePointer(farBlock) : nil
+                apm.process(work + off, farEnd: far)
+                off += apm.blockSize
+            }
+            frame = UnsafePointer(work)
+        } else {
+            frame = input
+        }
         guard kind == .mic, let settings = sender?.gateSettings() else { return try encodeAndSend(frame, last: false) }
         switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: settings) {
         case .open:

@@ -31,6 +31,9 @@ final class RemoteSlot {
     var username = ""
     var settings = RemoteSettings()
     var duplicates: UInt64 = 0
+    /// The listener's noise reduction for this stream: created on the control path when
+    /// enabled, released when disabled or when the slot gets another stream.
+    var noiseReducer: NoiseReducer?
 
     /// Written by the network thread under `lock`; read there without it.
     var talking = false
@@ -60,6 +63,7 @@ final class RemoteSlot {
         self.username = username
         settings = RemoteSettings()
         duplicates = 0
+        noiseReducer = nil
         jitter.reset(frameSamples: frameSamples)
         decoder.reset()
         fifoRead = 0; fifoCount = 0
@@ -90,6 +94,8 @@ final class RemoteSlot {
             case .silence:
                 decoded.update(repeating: 0, count: n * 2)
             }
+            // Listener-side NR: after decode, before gain and mixing.
+            noiseReducer?.process(decoded, frames: n)
             pushFIFO(decoded, frames: n)
         }
         let gain: Float = settings.muted ? 0 : settings.gain

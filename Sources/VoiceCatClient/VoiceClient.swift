@@ -60,6 +60,10 @@ public final class VoiceClient: MediaSender {
     var playback: PlaybackWorker?
     var audioSuspended = false
 
+    // Talker-side echo cancellation: the played mix, for the capture side.
+    let farEnd = FarEndRing(blockSize: 480, blocks: 64)
+    let aecStreams = LockedCounter()
+
     // Input gate.
     let gateLock = Lock()
     var gate = GateSettings()
@@ -293,7 +297,13 @@ public final class VoiceClient: MediaSender {
     /// Stops a stream the server no longer carries: its capture thread ends, feeds are refused.
     func retire(_ s: LocalStream) {
         deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
-        s.lock.withLock { s.stopped = true }
+        let hadAEC = s.lock.withLock { () -> Bool in
+            s.stopped = true
+            let aec = s.apm?.settings.echoCancellation == true
+            s.apm = nil
+            return aec
+        }
+        if hadAEC { aecStreams.add(-1) }
     }
 
     /// Forgets the session (any thread; the network thread when the server goes away).
@@ -426,8 +436,8 @@ public final class VoiceClient: MediaSender {
         try refuseInCallback("vc_stream_stop")
         let (s, conn) = cond.withLock { (localStreams.removeValue(forKey: id), control) }
         guard let s else { throw fail(.notFound("no stream \(id)")) }
-        deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
-        s.lock.withLock { s.finish(); s.stopped = true }
+        s.lock.withLock { s.finish() }
+        retire(s)
         try? conn?.send(.streamStop(streamID: id))
     }
 
@@ -472,8 +482,24 @@ public final class VoiceClient: MediaSender {
 
     public func setRemote(ssrc: UInt32, _ settings: RemoteSettings) throws {
         guard settings.gain.isFinite, settings.gain >= 0, settings.gain <= 4 else { throw ClientError.invalidArgument("gain must be within 0..4") }
-        try withSlot(ssrc: ssrc) { $0.settings = settings }
+        // The NR state is built here, on the caller's thread, never on the audio path.
+        let shape = try withSlot(ssrc: ssrc) { ($0.frameSamples, $0.channels, $0.noiseReducer != nil) }
+        let fresh = settings.noiseReduction && !shape.2 ? NoiseReducer(frameSamples: shape.0, streamChannels: shape.1) : nil
+        var released: NoiseReducer? = nil
+        try withSlot(ssrc: ssrc) { s in
+            s.settings = settings
+            if settings.noiseReduction {
+                if s.noiseReducer == nil { s.noiseReducer = fresh }
+            } else {
+                released = s.noiseReducer  // freed below, outside the slot lock
+                s.noiseReducer = nil
+            }
+        }
+        _ = released
     }
+
+    /// True while a noise-reduction state runs for the stream (tests, diagnostics).
+    public func isNoiseReducing(ssrc: UInt32) throws -> Bool { try withSlot(ssrc: ssrc) { $0.noiseReducer != nil } }
 
     public func remote(ssrc: UInt32) throws -> RemoteSettings { try withSlot(ssrc: ssrc) { $0.settings } }
 
@@ -521,6 +547,8 @@ public final class VoiceClient: MediaSender {
                 s.lock.unlock()
             }
             bus.render(into: out + done * 2, frames: n)
+            // The echo canceller's far-end reference: what is being played.
+            if aecStreams.load() > 0 { farEnd.pushStereo(out + done * 2, frames: n) }
             done += n
         }
     }

@@ -118,6 +118,7 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_connection_stats": return MemoryLayout<vc_connection_stats>.size
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
+    case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
     default: return 0
     }
 }
@@ -469,4 +470,34 @@ public func vc_audio_suspend(_ p: OpaquePointer?) -> Int32 {
 @_cdecl("vc_audio_restart")
 public func vc_audio_restart(_ p: OpaquePointer?) -> Int32 {
     withClient(p) { b in try b.client.restartAudio(); return VC_OK_ }
+}
+
+// MARK: - send processing
+
+@_cdecl("vc_send_processing_default")
+public func vc_send_processing_default() -> vc_send_processing {
+    vc_send_processing(noise_suppression: 0, agc: 0, echo_cancellation: 0, agc_level: 0.125)
+}
+
+@_cdecl("vc_set_send_processing")
+public func vc_set_send_processing(_ p: OpaquePointer?, _ id: UInt32, _ sp: UnsafePointer<vc_send_processing>?) -> Int32 {
+    withClient(p) { b in
+        guard let sp else { return ERR_INVALID_ARG }
+        var s = SendProcessing(noiseSuppression: sp.pointee.noise_suppression != 0, agc: sp.pointee.agc != 0,
+                               echoCancellation: sp.pointee.echo_cancellation != 0)
+        s.agcLevel = sp.pointee.agc_level
+        try b.client.setSendProcessing(streamID: id, s)
+        return VC_OK_
+    }
+}
+
+@_cdecl("vc_get_send_processing")
+public func vc_get_send_processing(_ p: OpaquePointer?, _ id: UInt32, _ out: UnsafeMutablePointer<vc_send_processing>?) -> Int32 {
+    withClient(p) { b in
+        guard let out else { return ERR_INVALID_ARG }
+        let s = try b.client.sendProcessing(streamID: id)
+        out.pointee = vc_send_processing(noise_suppression: s.noiseSuppression ? 1 : 0, agc: s.agc ? 1 : 0,
+                                         echo_cancellation: s.echoCancellation ? 1 : 0, agc_level: s.agcLevel)
+        return VC_OK_
+    }
 }

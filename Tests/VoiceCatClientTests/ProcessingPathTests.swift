@@ -1,0 +1,206 @@
+// The SpeexDSP stages in the engine's own receive and send paths (the slots and
+// streams of a VoiceClient), driven deterministically without a network.
+import Foundation
+@testable import VoiceCatClient
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+final class ProcessingPathTests: XCTestCase {
+    /// 1 s speech-like bursts and 1 s pauses over stationary noise, at `snrDB` while talking.
+    static func noisySpeech(seconds: Int, snrDB: Double, seed: UInt64, f0: Double) -> [Int16] {
+        var rng = TraceGenerator.Random(seed: seed)
+        let noiseRMS = 1000.0
+        let speechRMS = noiseRMS * pow(10, snrDB / 20)
+        return (0..<(seconds * 48000)).map { i in
+            let t = Double(i) / 48000
+            var s = 0.0
+            if Int(t) % 2 == 0 {
+                let env = 0.55 + 0.45 * sin(2 * .pi * 3.1 * t)
+                s = speechRMS * 1.6 * env * (sin(2 * .pi * f0 * t) + 0.6 * sin(4 * .pi * f0 * t + 0.4) + 0.35 * sin(6 * .pi * f0 * t + 1.3)) / 1.3
+            }
+            return Int16(max(-32767, min(32767, s + rng.normal() * noiseRMS)))
+        }
+    }
+
+    static func packets(_ pcm: [Int16]) throws -> [[UInt8]] {
+        let enc = try OpusEncoderBox(config: .speech)
+        var out: [[UInt8]] = []
+        var buf = [UInt8](repeating: 0, count: 1500)
+        for f in 0..<(pcm.count / 960) {
+            let n = try pcm.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + f * 960, into: $0) } }
+            out.append(Array(buf[0..<n]))
+        }
+        return out
+    }
+
+    /// A client (never connected) with two receive slots playing A and B.
+    func listener(nrOnA: Bool) throws -> (VoiceClient, RemoteSlot, RemoteSlot) {
+        let c = try VoiceClient()
+        let a = c.slots[0], b = c.slots[1]
+        a.lock.withLock { a.configure(RemoteStream(userID: 1, streamID: 1, ssrc: 1001, kind: .mic, audio: .speech), username: "a") }
+        b.lock.withLock { b.configure(RemoteStream(userID: 2, streamID: 1, ssrc: 1002, kind: .mic, audio: .speech), username: "b") }
+        try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: nrOnA))
+        XCTAssertEqual(try c.isNoiseReducing(ssrc: 1001), nrOnA)
+        XCTAssertFalse(try c.isNoiseReducing(ssrc: 1002))
+        return (c, a, b)
+    }
+
+    /// Plays both streams tick by tick; returns each slot's own output (left channel).
+    func play(_ a: RemoteSlot, _ b: RemoteSlot, _ pa: [[UInt8]], _ pb: [[UInt8]]) -> ([Int16], [Int16]) {
+        let busA = MixBus(capacityFrames: 960), busB = MixBus(capacityFrames: 960)
+        var outA: [Int16] = [], outB: [Int16] = []
+        var pcm = [Int16](repeating: 0, count: 1920)
+        for k in 0..<pa.count {
+            for (slot, p) in [(a, pa[k]), (b, pb[k])] {
+                p.withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+            }
+            for (slot, bus) in [(a, busA), (b, busB)] {
+                bus.clear(frames: 960)
+                slot.lock.withLock { slot.render(into: bus, frames: 960) }
+                pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+                let left = stride(from: 0, to: 1920, by: 2).map { pcm[$0] }
+                if slot === a { outA += left } else { outB += left }
+            }
+        }
+        return (outA, outB)
+    }
+
+    func pausesRMS(_ x: [Int16]) -> Double {
+        var acc = 0.0, n = 0
+        for s in stride(from: 3, to: x.count / 48000, by: 2) {
+            for v in x[(s * 48000 + 9600)..<((s + 1) * 48000 - 4800)] { acc += Double(v) * Double(v); n += 1 }
+        }
+        return (acc / Double(n)).squareRoot()
+    }
+
+    func testListenerNoiseReductionOnOneStreamLeavesTheOtherSampleIdentical() throws {
+        let pa = try Self.packets(Self.noisySpeech(seconds: 8, snrDB: 5, seed: 1, f0: 150))
+        let pb = try Self.packets(Self.noisySpeech(seconds: 8, snrDB: 5, seed: 2, f0: 210))
+        let (c1, a1, b1) = try listener(nrOnA: true)
+        let (c2, a2, b2) = try listener(nrOnA: false)
+        let (withNR, otherWith) = play(a1, b1, pa, pb)
+        let (withoutNR, otherWithout) = play(a2, b2, pa, pb)
+        XCTAssertEqual(otherWith, otherWithout, "the other stream must be sample-identical")
+        let drop = 20 * log10(pausesRMS(withoutNR) / pausesRMS(withNR))
+        print("listener NR in the receive path: noise floor in pauses −\(String(format: "%.1f", drop)) dB")
+        XCTAssertGreaterThanOrEqual(drop, 10)
+        // Turning it off releases the state; the settings read back.
+        try c1.setRemote(ssrc: 1001, RemoteSettings(gain: 0.5))
+        XCTAssertFalse(try c1.isNoiseReducing(ssrc: 1001))
+        XCTAssertEqual(try c1.remote(ssrc: 1001), RemoteSettings(gain: 0.5))
+        _ = c2
+    }
+
+    func testSendProcessingIsRefusedWhereItCannotApply() throws {
+        let c = try VoiceClient()
+        XCTAssertThrowsError(try c.setSendProcessing(streamID: 9, SendProcessing(noiseSuppression: true))) { e in
+            guard case .notFound? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        var bad = SendProcessing(agc: true)
+        bad.agcLevel = 2
+        XCTAssertThrowsError(try c.setSendProcessing(streamID: 9, bad)) { e in
+            guard case .invalidArgument? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+    }
+}
+
+/// Talker-side processing through a live server: what the listener receives.
+final class SendProcessingNetworkTests: XCTestCase {
+    func run(processing: SendProcessing, micFrom: @escaping (_ k: Int, _ playedMix: [Int16]) -> [Int16], seconds: Int,
+             talkerOther: [Int16]? = nil) throws -> [Int16] {
+        let server = try TestServer()
+        defer { server.stop() }
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        let x = try VoiceClient(config: cfg), y = try VoiceClient(config: cfg), t = try VoiceClient(config: cfg)
+        defer { x.shutdown(); y.shutdown(); t.shutdown() }
+        for (c, n) in [(x, "x"), (y, "y"), (t, "t")] {
+            try c.connect(host: "127.0.0.1", port: server.port, username: n, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+            try c.joinChannel("Lobby")
+            c.setInputMode(.continuous)
+        }
+        let sx = try x.startStream(kind: .mic, externalFeed: true, channels: 1)
+        try x.setSendProcessing(streamID: sx, processing)
+        XCTAssertEqual(try x.sendProcessing(streamID: sx), processing)
+        let st = try t.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let xSSRC = x.ssrc(ofStream: sx)!, tSSRC = t.ssrc(ofStream: st)!
+        let deadline = Date().addingTimeInterval(3)
+        while Date() < deadline && !(y.remoteStreams().contains { $0.ssrc == xSSRC } && y.remoteStreams().contains { $0.ssrc == tSSRC }
+                                     && x.remoteStreams().contains { $0.ssrc == tSSRC }) {
+            usleep(5000)
+        }
+        // y hears x only.
+        try y.setRemote(ssrc: tSSRC, RemoteSettings(muted: true))
+        var heard: [Int16] = []
+        var mix = [Int16](repeating: 0, count: 1920), ymix = [Int16](repeating: 0, count: 1920)
+        let start = Date()
+        for k in 0..<(seconds * 50) {
+            if let other = talkerOther {
+                try other.withUnsafeBufferPointer { try t.feed(streamID: st, pcm: $0.baseAddress! + k * 960, frames: 960, channels: 1) }
+            }
+            mix.withUnsafeMutableBufferPointer { try? x.readMixed(into: $0.baseAddress!, frames: 960) }
+            let mic = micFrom(k, stride(from: 0, to: 1920, by: 2).map { mix[$0] })
+            try mic.withUnsafeBufferPointer { try x.feed(streamID: sx, pcm: $0.baseAddress!, frames: 960, channels: 1) }
+            ymix.withUnsafeMutableBufferPointer { try? y.readMixed(into: $0.baseAddress!, frames: 960) }
+            heard += stride(from: 0, to: 1920, by: 2).map { ymix[$0] }
+            let due = start.addingTimeInterval(Double(k + 1) * 0.02)
+            let wait = due.timeIntervalSinceNow
+            if wait > 0 { usleep(UInt32(wait * 1e6)) }
+        }
+        return heard
+    }
+
+    func rms(_ x: ArraySlice<Int16>) -> Double { (x.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(max(1, x.count))).squareRoot() }
+
+    func testTalkerNoiseSuppressionReachesTheListener() throws {
+        let noisy = ProcessingPathTests.noisySpeech(seconds: 6, snrDB: 5, seed: 3, f0: 170)
+        func pauses(_ h: [Int16]) -> Double {
+            // Pauses at odd seconds; the path adds < 100 ms of delay.
+            rms(h[(3 * 48000 + 9600)..<(4 * 48000 - 4800)]) + rms(h[(5 * 48000 + 9600)..<(6 * 48000 - 4800)])
+        }
+        let plain = try run(processing: SendProcessing(), micFrom: { k, _ in Array(noisy[(k * 960)..<((k + 1) * 960)]) }, seconds: 6)
+        let ns = try run(processing: SendProcessing(noiseSuppression: true), micFrom: { k, _ in Array(noisy[(k * 960)..<((k + 1) * 960)]) }, seconds: 6)
+        let drop = 20 * log10(pauses(plain) / pauses(ns))
+        print("talker NS through the network: noise in pauses at the listener −\(String(format: "%.1f", drop)) dB")
+        XCTAssertGreaterThanOrEqual(drop, 10)
+    }
+
+    func testEchoOfThePlayedMixIsCancelledBeforeItIsSent() throws {
+        // x plays t's speech; x's microphone picks it up 60 ms later, attenuated (the echo).
+        var remote: [Int16] = []
+        for k in 0..<14 {
+            remote += (0..<48000).map { i in
+                let t = Double(i) / 48000
+                let f0 = 130 + Double(k) * 9
+                return Int16(7000 * (0.55 + 0.45 * sin(2 * .pi * 2.7 * t)) * (sin(2 * .pi * f0 * t) + 0.5 * sin(4 * .pi * f0 * t + 1)) / 1.5)
+            }
+        }
+        func echoMic() -> (Int, [Int16]) -> [Int16] {
+            var line = [Int16](repeating: 0, count: 2880)   // 60 ms
+            var lp = 0.0
+            return { _, played in
+                line += played
+                let out = line.prefix(960).map { v -> Int16 in lp += 0.35 * (Double(v) - lp); return Int16(0.5 * lp) }
+                line.removeFirst(960)
+                return Array(out)
+            }
+        }
+        let plain = try run(processing: SendProcessing(), micFrom: echoMic(), seconds: 14, talkerOther: remote)
+        let aec = try run(processing: SendProcessing(echoCancellation: true), micFrom: echoMic(), seconds: 14, talkerOther: remote)
+        for s in stride(from: 2, to: 14, by: 2) {
+            let w = (s * 48000)..<((s + 2) * 48000)
+            print("  \(s)-\(s + 2) s: \(String(format: "%.1f", 20 * log10(rms(plain[w]) / max(1, rms(aec[w]))))) dB")
+        }
+        let w = (10 * 48000)..<(14 * 48000)   // after convergence
+        let erle = 20 * log10(rms(plain[w]) / max(1, rms(aec[w])))
+        print("echo cancellation in the send path: echo heard by the listener −\(String(format: "%.1f", erle)) dB")
+        // This measures the wiring (far-end reference taken from the mix actually
+        // played, consumed in step with the microphone) at the far listener, after
+        // Opus has coded the residual and the listener's buffer has played it; the
+        // canceller's own ERLE (>= 15 dB) is measured in ProcessingTests.
+        XCTAssertGreaterThanOrEqual(erle, 8)
+    }
+}
