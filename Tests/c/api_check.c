@@ -60,6 +60,8 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_set_capture_channels(c, 1, 2), VC_ERR_INVALID_ARG);
         EXPECT(vc_audio_suspend(c), VC_ERR_INVALID_ARG);
         EXPECT(vc_audio_restart(c), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -70,6 +72,7 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_remote_stream_info"), (int)sizeof(vc_remote_stream_info));
     EXPECT((int)vc_struct_size("vc_client_config"), (int)sizeof(vc_client_config));
     EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
+    EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
 }
@@ -157,6 +160,21 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 960, 1), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id + 1000), VC_ERR_NOT_FOUND);
+    vc_send_processing sp = vc_send_processing_default();
+    EXPECT(sp.noise_suppression == 0 && sp.agc == 0 && sp.echo_cancellation == 0, 1);
+    EXPECT(vc_set_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_send_processing(c, id + 1000, &sp), VC_ERR_NOT_FOUND);
+    sp.agc_level = 3.0f;
+    EXPECT(vc_set_send_processing(c, id, &sp), VC_ERR_INVALID_ARG);
+    sp.agc_level = 0.1f;
+    sp.noise_suppression = 1;
+    sp.echo_cancellation = 1;
+    EXPECT(vc_set_send_processing(c, id, &sp), VC_OK);
+    vc_send_processing back;
+    EXPECT(vc_get_send_processing(c, id, &back), VC_OK);
+    EXPECT(back.noise_suppression == 1 && back.echo_cancellation == 1 && back.agc == 0, 1);
+    EXPECT(vc_get_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_OK);

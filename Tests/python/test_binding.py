@@ -88,6 +88,14 @@ def test_every_entry_point_refuses_null_and_unknown_ids(server):
         assert lib.vc_stream_feed_pcm(c._h, 1, None, 960, 1) == -1
         with pytest.raises(voicecat.DeviceError):
             c.start_stream(device="vc_py_no_such_device")
+        sid = c.start_stream()
+        c.set_send_processing(sid, noise_suppression=True, agc=True)
+        assert c.get_send_processing(sid)["noise_suppression"] is True
+        with pytest.raises(voicecat.InvalidArgument):
+            c.set_send_processing(sid, agc=True, agc_level=5.0)
+        screen = c.start_stream(voicecat.STREAM_SCREEN_AUDIO)
+        with pytest.raises(voicecat.InvalidArgument):
+            c.set_send_processing(screen, noise_suppression=True)
 
 
 def test_wrong_fingerprint_is_an_auth_error_and_reports_the_real_one(server):

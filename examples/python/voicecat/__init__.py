@@ -176,6 +176,16 @@ class Client:
     def restart_audio(self):
         self._c(lib.vc_audio_restart(self._h))
 
+    def set_send_processing(self, stream_id, noise_suppression=False, agc=False, echo_cancellation=False, agc_level=0.125):
+        p = _lib.vc_send_processing(int(noise_suppression), int(agc), int(echo_cancellation), agc_level)
+        self._c(lib.vc_set_send_processing(self._h, stream_id, ctypes.byref(p)))
+
+    def get_send_processing(self, stream_id):
+        p = _lib.vc_send_processing()
+        self._c(lib.vc_get_send_processing(self._h, stream_id, ctypes.byref(p)))
+        return {"noise_suppression": bool(p.noise_suppression), "agc": bool(p.agc),
+                "echo_cancellation": bool(p.echo_cancellation), "agc_level": p.agc_level}
+
     def set_remote(self, ssrc, gain=1.0, muted=False, noise_reduction=False):
         s = _lib.vc_remote_stream(gain, int(muted), int(noise_reduction))
         self._c(lib.vc_set_remote_stream(self._h, ssrc, ctypes.byref(s)))

@@ -62,6 +62,11 @@ class vc_device_info(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 128), ("description", ctypes.c_char * 256)]
 
 
+class vc_send_processing(ctypes.Structure):
+    _fields_ = [("noise_suppression", ctypes.c_int32), ("agc", ctypes.c_int32), ("echo_cancellation", ctypes.c_int32),
+                ("agc_level", ctypes.c_float)]
+
+
 class vc_event(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("code", ctypes.c_int32), ("user_id", ctypes.c_uint32),
                 ("ssrc", ctypes.c_uint32), ("stream_id", ctypes.c_uint32), ("channel_id", ctypes.c_uint32),
@@ -167,6 +172,12 @@ _protos = [
     ("vc_audio_suspend", ctypes.c_int, [_P]),
     # int vc_audio_restart(vc_client *c);
     ("vc_audio_restart", ctypes.c_int, [_P]),
+    # vc_send_processing vc_send_processing_default(void);
+    ("vc_send_processing_default", vc_send_processing, []),
+    # int vc_set_send_processing(vc_client *c, uint32_t stream_id, const vc_send_processing *p);
+    ("vc_set_send_processing", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_send_processing)]),
+    # int vc_get_send_processing(vc_client *c, uint32_t stream_id, vc_send_processing *out);
+    ("vc_get_send_processing", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_send_processing)]),
     # int vc_last_error(vc_client *c, char *buf, size_t len);
     ("vc_last_error", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
 ]
@@ -179,7 +190,7 @@ _STRUCTS = {"vc_client_config": vc_client_config, "vc_connect_params": vc_connec
             "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
             "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
             "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-            "vc_device_info": vc_device_info}
+            "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing}
 for _name, _cls in _STRUCTS.items():
     _size = lib.vc_struct_size(_name.encode())
     if _size != ctypes.sizeof(_cls):
