@@ -184,6 +184,29 @@ public struct TraceGenerator {
         /// Sender clock speed relative to the receiver (1.001: 0.1 % fast).
         public var senderClockRate = 1.0
         public init() {}
+
+        /// About `percent` % loss in bursts (mean burst length ~3 packets).
+        public static func burstyLoss(percent: Double) -> Network {
+            var m = Network()
+            m.pBadToGood = 0.33
+            m.lossBad = 0.8
+            // Stationary P(bad) = g / (g + b); loss ≈ P(bad) × lossBad.
+            let pBad = percent / 100 / m.lossBad
+            m.pGoodToBad = pBad * m.pBadToGood / (1 - pBad)
+            return m
+        }
+
+        /// The fate of one packet: nil when lost, else the delays of its copies (ms).
+        /// `bad` is the Gilbert-Elliott state, carried from packet to packet.
+        public func fate(_ rng: inout Random, bad: inout Bool) -> [Double]? {
+            bad = bad ? rng.uniform() >= pBadToGood : rng.uniform() < pGoodToBad
+            if rng.uniform() < (bad ? lossBad : lossGood) { return nil }
+            var delay = baseDelayMs + abs(rng.normal()) * jitterMs
+            if spikeProbability > 0 && rng.uniform() < spikeProbability { delay += rng.exponential(spikeMs) }
+            var out = [delay]
+            if rng.uniform() < duplicateProbability { out.append(delay + rng.uniform() * 10) }
+            return out
+        }
     }
 
     /// `frames` frames of `frameMs`, talkspurts of `talkFrames` separated by
@@ -210,20 +233,15 @@ public struct TraceGenerator {
             var flags: UInt8 = 0
             if sentInSpurt == 0 { flags |= 0x01 }
             if talkFrames != .max && sentInSpurt == talkFrames - 1 { flags |= 0x08 }
-            // Gilbert-Elliott state.
-            bad = bad ? rng.uniform() >= n.pBadToGood : rng.uniform() < n.pGoodToBad
-            let lost = rng.uniform() < (bad ? n.lossBad : n.lossGood)
-            var delay = n.baseDelayMs + abs(rng.normal()) * n.jitterMs
-            if n.spikeProbability > 0 && rng.uniform() < n.spikeProbability { delay += rng.exponential(n.spikeMs) }
-            if let at = n.stepAtFrame, out.count >= at { delay += n.stepMs }
             var arrivals: [Double] = []
-            if !lost {
-                var a = sendMs + delay
+            if let delays = n.fate(&rng, bad: &bad) {
+                let step = n.stepAtFrame.map { out.count >= $0 ? n.stepMs : 0 } ?? 0
+                var a = sendMs + delays[0] + step
                 // A queue keeps most order: only part of a later frame overtakes an earlier one.
                 if a < lastArrival && rng.uniform() < 0.7 { a = lastArrival + 0.05 }
                 lastArrival = max(lastArrival, a)
                 arrivals.append(a)
-                if rng.uniform() < n.duplicateProbability { arrivals.append(a + rng.uniform() * 10) }
+                for extra in delays.dropFirst() { arrivals.append(sendMs + extra + step) }
             }
             out.append(TraceFrame(seq: seq, timestamp: UInt32(truncatingIfNeeded: slot) &* samples, flags: flags,
                                   sendMs: sendMs, arrivalsMs: arrivals))

@@ -6,29 +6,8 @@ import Glibc
 import VoiceCatAudio
 import VoiceCatSystem
 
-public struct Impairment {
-    public var baseDelayMs = 0.0
-    public var jitterMs = 0.0
-    public var spikeProbability = 0.0
-    public var spikeMs = 0.0
-    public var pGoodToBad = 0.0
-    public var pBadToGood = 1.0
-    public var lossGood = 0.0
-    public var lossBad = 0.0
-    public var duplicateProbability = 0.0
-    public init() {}
-
-    /// About `percent` % loss in bursts (mean burst length ~3 packets).
-    public static func burstyLoss(percent: Double) -> Impairment {
-        var m = Impairment()
-        m.pBadToGood = 0.33
-        m.lossBad = 0.8
-        // Stationary P(bad) = g/(g+b); loss ≈ P(bad) × lossBad.
-        let pBad = percent / 100 / m.lossBad
-        m.pGoodToBad = pBad * m.pBadToGood / (1 - pBad)
-        return m
-    }
-}
+/// The network model of the proxy: the same one the jitter-buffer traces use.
+public typealias Impairment = TraceGenerator.Network
 
 public final class ImpairmentProxy {
     public let port: UInt16
@@ -80,15 +59,7 @@ public final class ImpairmentProxy {
     private func nowMs() -> Double { Double(MonotonicClock.nanoseconds()) / 1e6 }
 
     /// Decides the fate of one datagram: nil = dropped, else the delays of its copies.
-    private func impair(_ m: Impairment, bad: inout Bool) -> [Double]? {
-        bad = bad ? rng.uniform() >= m.pBadToGood : rng.uniform() < m.pGoodToBad
-        if rng.uniform() < (bad ? m.lossBad : m.lossGood) { return nil }
-        var d = m.baseDelayMs + abs(rng.normal()) * m.jitterMs
-        if m.spikeProbability > 0 && rng.uniform() < m.spikeProbability { d += rng.exponential(m.spikeMs) }
-        var out = [d]
-        if rng.uniform() < m.duplicateProbability { out.append(d + rng.uniform() * 10) }
-        return out
-    }
+    private func impair(_ m: Impairment, bad: inout Bool) -> [Double]? { m.fate(&rng, bad: &bad) }
 
     private func schedule(_ bytes: [UInt8], via: Socket, to: SocketAddress, delays: [Double]?) {
         guard let delays else { udpDropped += 1; return }
