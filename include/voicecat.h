@@ -465,11 +465,14 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
 int vc_set_external_playback(vc_client *c, int enabled);
 
 /**
- * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix.
- * While set, a mixer thread of the client decodes and mixes every 20 ms (960
- * frames) and calls fn from that thread; vc_read_mixed_pcm() is then refused with
- * VC_ERR_STATE. Clearing waits for a running call to return. Callback-safe: no
- * (not from inside the sink itself).
+ * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
+ * 960 frames (20 ms) per call, channels = 2. With external playback a mixer thread
+ * of the client decodes and mixes every 20 ms and calls fn from that thread; while
+ * a playback device plays the mix, the playback thread hands fn the same blocks it
+ * plays (a tap). Either way vc_read_mixed_pcm() is refused with VC_ERR_STATE while
+ * a sink is set. The sink runs on an audio thread: it must not block. Clearing
+ * waits for a running call to return. Callback-safe: no (not from inside the sink
+ * itself).
  */
 int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 

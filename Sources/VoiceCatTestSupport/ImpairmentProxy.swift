@@ -17,8 +17,8 @@ public final class ImpairmentProxy {
     private let target: SocketAddress
     private let tcpListener: Socket
     private let udp: Socket
-    private let upstream: Impairment
-    private let downstream: Impairment
+    private var upstream: Impairment
+    private var downstream: Impairment
     private var rng: TraceGenerator.Random
     private var badUp = false, badDown = false
     private var clients: [SocketAddress: Socket] = [:]     // client address → socket towards the server
@@ -48,6 +48,11 @@ public final class ImpairmentProxy {
         self.downstream = downstream
         rng = TraceGenerator.Random(seed: seed)
         thread = SystemThread(name: "vc-proxy") { [unowned self] in self.run() }
+    }
+
+    /// Changes the impairment of each direction from now on (for example a blackout).
+    public func setImpairment(upstream up: Impairment, downstream down: Impairment) {
+        lock.withLock { upstream = up; downstream = down }
     }
 
     public func stop() {
@@ -91,12 +96,14 @@ public final class ImpairmentProxy {
                     clients[from] = s
                     via = s
                 }
-                schedule(Array(buf[0..<n]), via: via, to: target, delays: impair(upstream, bad: &badUp))
+                let m = lock.withLock { upstream }
+                schedule(Array(buf[0..<n]), via: via, to: target, delays: impair(m, bad: &badUp))
             }
             // Server → client datagrams.
             for (client, s) in ups {
                 while let (n, _) = try? buf.withUnsafeMutableBytes({ try s.receiveFrom(into: $0) }) {
-                    schedule(Array(buf[0..<n]), via: udp, to: client, delays: impair(downstream, bad: &badDown))
+                    let m = lock.withLock { downstream }
+                    schedule(Array(buf[0..<n]), via: udp, to: client, delays: impair(m, bad: &badDown))
                 }
             }
             // Due datagrams.

@@ -312,3 +312,52 @@ final class ImpairedNetworkTests: XCTestCase {
         XCTAssertGreaterThan(stats.targetDepthMs, 20, "30 ms of jitter must raise the target above one frame")
     }
 }
+
+final class VoicePathRecoveryTests: XCTestCase {
+    func testMediaBlackoutRaisesVoiceDisconnectedThenRebindsWithFreshKeys() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: Impairment(), seed: 1)
+        defer { proxy.stop() }
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        cfg.keepaliveMs = 100
+        let sam = try VoiceClient(config: cfg), alex = try VoiceClient(config: cfg)
+        defer { sam.shutdown(); alex.shutdown() }
+        try sam.connect(host: "127.0.0.1", port: proxy.port, username: "sam", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try alex.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try sam.joinChannel("Lobby")
+        try alex.joinChannel("Lobby")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = alex.ssrc(ofStream: sid)!
+        func waitEvent(_ t: ClientEventType, _ ms: Int) -> Bool {
+            let deadline = MonotonicClock.milliseconds() + UInt64(ms)
+            while MonotonicClock.milliseconds() < deadline {
+                if let e = sam.pollEvent(timeoutMs: 50), e.type == t { return true }
+            }
+            return false
+        }
+        XCTAssertTrue(sam.connectionStats().voiceConnected)
+        // Every UDP datagram to and from sam is lost; TCP still works.
+        var blackout = Impairment()
+        blackout.lossGood = 1
+        proxy.setImpairment(upstream: blackout, downstream: blackout)
+        XCTAssertTrue(waitEvent(.voiceDisconnected, 3000), "no voice-disconnected event")
+        XCTAssertFalse(sam.connectionStats().voiceConnected)
+        XCTAssertTrue(sam.isConnected, "the control session stays")
+        proxy.setImpairment(upstream: Impairment(), downstream: Impairment())
+        XCTAssertTrue(waitEvent(.voiceReconnected, 3000), "no voice-reconnected event")
+        XCTAssertTrue(sam.connectionStats().voiceConnected)
+        // Media flows again under the new epoch's keys.
+        let before = (try? sam.streamStats(ssrc: ssrc).jitter.packetsReceived) ?? 0
+        let tone = Signal.tone(440, seconds: 0.5)
+        for k in 0..<25 {
+            try tone.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + k * 960, frames: 960, channels: 1) }
+            usleep(20_000)
+        }
+        usleep(200_000)
+        XCTAssertGreaterThan(try sam.streamStats(ssrc: ssrc).jitter.packetsReceived, before + 20)
+        XCTAssertEqual(sam.connectionStats().authFailures, 0)
+    }
+}
