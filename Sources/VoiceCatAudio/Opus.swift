@@ -57,7 +57,7 @@ public final class OpusEncoderBox {
         try check("OPUS_SET_MAX_BANDWIDTH", vcshim_opus_set_max_bandwidth(e, opusMaxBandwidth(forSampleRate: config.sampleRate)))
         if config.application == .voip { _ = vcshim_opus_set_signal(e, 3001) }  // OPUS_SIGNAL_VOICE
         if config.dred {
-            // 100 ms of redundancy; OPUS_UNIMPLEMENTED on libopus without DRED (falls back to FEC/PLC).
+            // 100 ms of redundancy; libopus without DRED answers with an error (FEC/PLC remain).
             dredEnabled = vcshim_opus_set_dred_duration(e, 10) == 0
         }
     }

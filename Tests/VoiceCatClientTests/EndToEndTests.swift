@@ -64,16 +64,6 @@ final class EndToEndTests: XCTestCase {
         }
     }
 
-    /// Waits until `c` receives the ssrc (RemoteStreamAdded processed).
-    func waitForRemote(_ c: VoiceClient, ssrc: UInt32) throws {
-        let deadline = MonotonicClock.milliseconds() + 3000
-        while MonotonicClock.milliseconds() < deadline {
-            if c.remoteStreams().contains(where: { $0.ssrc == ssrc }) { return }
-            usleep(5000)
-        }
-        throw ClientError.timeout("ssrc \(ssrc) never appeared")
-    }
-
     /// Pulls the mix at real-time pace while `work` runs on another thread.
     func pullWhile(_ c: VoiceClient, seconds: Double, during work: @escaping () -> Void) -> (l: [Int16], r: [Int16]) {
         let done = DispatchSemaphore(value: 0)
@@ -100,7 +90,7 @@ final class EndToEndTests: XCTestCase {
         sam.setSink { rec.take($0, $1) }
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-        try waitForRemote(sam, ssrc: ssrc)
+        try sam.waitForRemote(ssrc: ssrc)
         let input = Signal.voiceLike(seconds: 3)
         usleep(100_000)
         let feedStart = MonotonicClock.nanoseconds()
@@ -131,8 +121,8 @@ final class EndToEndTests: XCTestCase {
         let a = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let k = try kim.startStream(kind: .mic, externalFeed: true, channels: 1)
         let aSSRC = alex.ssrc(ofStream: a)!, kSSRC = kim.ssrc(ofStream: k)!
-        try waitForRemote(sam, ssrc: aSSRC)
-        try waitForRemote(sam, ssrc: kSSRC)
+        try sam.waitForRemote(ssrc: aSSRC)
+        try sam.waitForRemote(ssrc: kSSRC)
         let toneA = Signal.tone(440, seconds: 4.5), toneK = Signal.tone(1200, seconds: 4.5)
         // 0–1.5 s both at gain 1; 1.5–3 s Alex at gain 0.5; 3–4.5 s Alex muted.
         let (l, _) = pullWhile(sam, seconds: 5) {
@@ -171,17 +161,15 @@ final class EndToEndTests: XCTestCase {
         let alex = try client("alex", channel: "Music")
         let sam = try client("sam", channel: "Music")
         let sid = try alex.startStream(kind: .screenAudio, externalFeed: true, channels: 2)
-        try waitForRemote(sam, ssrc: alex.ssrc(ofStream: sid)!)
+        try sam.waitForRemote(ssrc: alex.ssrc(ofStream: sid)!)
         let l = Signal.tone(500, seconds: 2), r = Signal.tone(1500, seconds: 2)
         var stereo = [Int16](repeating: 0, count: l.count * 2)
         for i in 0..<l.count { stereo[2 * i] = l[i]; stereo[2 * i + 1] = r[i] }
         let (ol, or) = pullWhile(sam, seconds: 2.5) { try? self.feedRealtime(alex, sid, stereo, channels: 2) }
         let w = ol.indices.dropFirst(24000).prefix(48000)
-        let l500 = Signal.tonePower(ol[w], 500), l1500 = Signal.tonePower(ol[w], 1500)
-        let r500 = Signal.tonePower(or[w], 500), r1500 = Signal.tonePower(or[w], 1500)
-        print("stereo: L 500 Hz \(l500) 1500 Hz \(l1500); R 500 Hz \(r500) 1500 Hz \(r1500)")
-        XCTAssertGreaterThan(l500, 100 * l1500)
-        XCTAssertGreaterThan(r1500, 100 * r500)
+        let (lSep, rSep) = Signal.stereoSeparation(ol[w], or[w], leftHz: 500, rightHz: 1500, label: "stereo")
+        XCTAssertGreaterThan(lSep, 100)
+        XCTAssertGreaterThan(rSep, 100)
     }
 
     func testEventsForStreamsAndTalkState() throws {

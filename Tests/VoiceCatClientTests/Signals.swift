@@ -1,5 +1,7 @@
 // Test signals and measurements.
 import Foundation
+import VoiceCatClient
+import VoiceCatSystem
 
 enum Signal {
     /// A speech-like test signal: three partials under a syllable-rate envelope.
@@ -32,6 +34,14 @@ enum Signal {
         return p / Double(x.count * x.count)
     }
 
+    /// How far each channel's own tone dominates the other's: (L: left/right tone power
+    /// in the left channel, R: right/left tone power in the right channel).
+    static func stereoSeparation(_ l: ArraySlice<Int16>, _ r: ArraySlice<Int16>, leftHz: Double, rightHz: Double, label: String) -> (Double, Double) {
+        let ll = tonePower(l, leftHz), lr = tonePower(l, rightHz), rl = tonePower(r, leftHz), rr = tonePower(r, rightHz)
+        print("\(label): L \(Int(leftHz)) Hz \(ll) \(Int(rightHz)) Hz \(lr); R \(Int(leftHz)) Hz \(rl) \(Int(rightHz)) Hz \(rr)")
+        return (ll / max(lr, 1e-9), rr / max(rl, 1e-9))
+    }
+
     /// Best lag (in samples, output behind input) and the normalized cross-correlation there:
     /// a coarse search over decimated lags, then a fine one around the best.
     static func align(input: [Int16], output: [Int16], maxLag: Int, window: Range<Int>) -> (lag: Int, ncc: Double) {
@@ -58,5 +68,17 @@ enum Signal {
             if v > best.ncc { best = (lag, v) }
         }
         return best
+    }
+}
+
+extension VoiceClient {
+    /// Waits until this client receives `ssrc` (its RemoteStreamAdded was processed).
+    func waitForRemote(ssrc: UInt32, timeoutMs: UInt64 = 3000) throws {
+        let deadline = MonotonicClock.milliseconds() + timeoutMs
+        while MonotonicClock.milliseconds() < deadline {
+            if remoteStreams().contains(where: { $0.ssrc == ssrc }) { return }
+            usleep(5000)
+        }
+        throw ClientError.timeout("ssrc \(ssrc) never appeared")
     }
 }
