@@ -48,9 +48,10 @@ let package = Package(
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "VoiceCatC"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "VoiceCatC"]),
+        .target(name: "VoiceCatAllocCounter"),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatAudio"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
-        .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio"]),
+        .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatAllocCounter"]),
         .testTarget(
             name: "VoiceCatServerTests",
             dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
