@@ -58,7 +58,8 @@ let package = Package(
         ),
         .testTarget(
             name: "VoiceCatClientTests",
-            dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
+            dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport",
+                           "VoiceCatAllocCounter"]
         ),
     ]
 )

@@ -2,6 +2,7 @@
 // streams of a VoiceClient), driven deterministically without a network.
 import Foundation
 @testable import VoiceCatClient
+import VoiceCatAllocCounter
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
@@ -92,6 +93,34 @@ final class ProcessingPathTests: XCTestCase {
         XCTAssertFalse(try c1.isNoiseReducing(ssrc: 1001))
         XCTAssertEqual(try c1.remote(ssrc: 1001), RemoteSettings(gain: 0.5))
         _ = c2
+    }
+
+    func testTheEnginesSlotAndStreamDoNotAllocatePerFrame() throws {
+        try XCTSkipIf(vc_alloc_counter_active() == 0, "the allocation counter is off under sanitizers")
+        let pa = try Self.packets(Self.noisySpeech(seconds: 6, snrDB: 5, seed: 4, f0: 180))
+        let (c, a, _) = try listener(nrOnA: true)
+        let bus = MixBus(capacityFrames: 960)
+        // A stream as vc_stream_start builds it, with NS/AGC/AEC, fed through the gate.
+        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech)
+        s.sender = c
+        s.apm = SpeexApm(frameSamples: 960, settings: SendProcessing(noiseSuppression: true, agc: true, echoCancellation: true))
+        c.setInputMode(.continuous)
+        let mic = Self.noisySpeech(seconds: 6, snrDB: 10, seed: 5, f0: 120)
+        var out = [Int16](repeating: 0, count: 1920)
+        func step(_ k: Int) throws {
+            pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+            bus.clear(frames: 960)
+            a.lock.withLock { a.render(into: bus, frames: 960) }
+            out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+            c.farEnd.pushStereo(out, frames: 960)
+            try mic.withUnsafeBufferPointer { p in try s.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1) } }
+        }
+        for k in 0..<50 { try step(k) }
+        let before = vc_alloc_count()
+        for k in 50..<pa.count { try step(k) }
+        let n = vc_alloc_count() - before
+        print("engine slot render + stream feed: \(n) allocations over \(pa.count - 50) frames")
+        XCTAssertEqual(n, 0)
     }
 
     func testSendProcessingIsRefusedWhereItCannotApply() throws {
