@@ -88,8 +88,14 @@ final class DeviceTests: XCTestCase {
         let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
         let start = try XCTUnwrap(onset(left), "nothing audible was played")
         let signal = Array(input[24000...])
-        let (lag, ncc) = Signal.align(input: signal, output: Array(left[max(0, start - 4800)...]), maxLag: 9600, window: 4800..<72000)
-        print("device path: onset at \(Double(start) / 48) ms of playback, residual lag \(lag), NCC \(String(format: "%.3f", ncc))")
+        let played = Array(left[max(0, start - 4800)...])
+        // 100 ms windows, each aligned: robust to the buffer stretching by a frame under load.
+        var nccs: [Double] = []
+        for w in stride(from: 4800, to: 86_400, by: 4800) {
+            nccs.append(Signal.align(input: signal, output: played, maxLag: 9600, window: w..<(w + 4800)).ncc)
+        }
+        let ncc = nccs.sorted()[nccs.count / 2]
+        print("device path: onset at \(Double(start) / 48) ms of playback, median NCC of 100 ms windows \(String(format: "%.3f", ncc))")
         XCTAssertGreaterThanOrEqual(ncc, 0.9)
     }
 
