@@ -183,3 +183,30 @@ def test_device_capture_to_device_playback_through_file_backed_pcms(server, tmp_
         assert power_at(left, 700) > 1000 * power_at(left, 1900)
     finally:
         voicecat.set_alsa_config(None)
+
+
+def test_the_python_example_programs_talk_through_a_server(server, tmp_path):
+    """examples/python: speak_wav.py speaks a WAV, record_mix.py records the mix."""
+    import wave
+    examples = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python")
+    speech = tmp_path / "tone.wav"
+    with wave.open(str(speech), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48000)
+        w.writeframes(tone(520, 1.5).tobytes())
+    out = tmp_path / "mix.wav"
+    rec = subprocess.Popen([sys.executable, os.path.join(examples, "record_mix.py"), "127.0.0.1", str(server),
+                            "py-ex-listener", "Lobby", str(out), "3"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    subprocess.run([sys.executable, os.path.join(examples, "speak_wav.py"), "127.0.0.1", str(server),
+                    "py-ex-talker", "Lobby", str(speech)], check=True, timeout=30)
+    log, _ = rec.communicate(timeout=30)
+    assert rec.returncode == 0, log
+    assert "talk_start" in log
+    with wave.open(str(out), "rb") as w:
+        assert w.getnchannels() == 2 and w.getframerate() == 48000
+        mix = array.array("h")
+        mix.frombytes(w.readframes(w.getnframes()))
+    left = mix[0::2]
+    assert power_at(left, 520) > 1000 * power_at(left, 1300)

@@ -24,7 +24,7 @@ def main():
         with lock:
             chunks.append(pcm)
 
-    with voicecat.Client("record_mix.py") as c:
+    with voicecat.Client("record_mix.py", external_playback=True) as c:
         c.connect(host, port, user)
         c.join(channel)
         c.set_sink(on_mix)

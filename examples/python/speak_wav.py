@@ -21,7 +21,7 @@ def main():
             sys.exit(f"{path}: need 48 kHz 16-bit mono or stereo")
         channels = w.getnchannels()
         pcm = w.readframes(w.getnframes())
-    with voicecat.Client("speak_wav.py") as c:
+    with voicecat.Client("speak_wav.py", external_playback=True) as c:
         c.connect(host, port, user)
         print(f"speak_wav.py: connected, server fingerprint {c.fingerprint}")
         c.join(channel)
