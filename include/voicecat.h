@@ -479,8 +479,9 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 /**
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
  * `frames` stereo frames now into `out` (2 * frames int16). Silence when nothing
- * plays. Call it at the rate the audio is consumed (48 kHz). Does not allocate.
- * Returns VC_ERR_STATE while a sink is set. Callback-safe: yes.
+ * plays. Call it at the rate the audio is consumed (48 kHz): each call advances the
+ * playout clock of every remote stream. Does not allocate. Returns VC_ERR_STATE
+ * while a sink is set or a playback device plays the mix. Callback-safe: yes.
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
 
