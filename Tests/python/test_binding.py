@@ -109,11 +109,12 @@ def test_wrong_fingerprint_is_an_auth_error_and_reports_the_real_one(server):
 
 
 def test_feed_in_one_client_comes_out_of_the_others_sink(server):
-    got, events = [], []
+    got, events, pushed = [], [], []
     with voicecat.Client(external_playback=True) as talker, voicecat.Client(external_playback=True) as listener:
         talker.connect("127.0.0.1", server, "py-talker")
         listener.connect("127.0.0.1", server, "py-listener")
         talker.join("Lobby")
+        listener.set_event_handler(lambda e: pushed.append(e.type))
         listener.join("Lobby")
         listener.set_sink(lambda pcm, frames: got.append(pcm))
         sid = talker.start_stream()
@@ -141,6 +142,7 @@ def test_feed_in_one_client_comes_out_of_the_others_sink(server):
     mix.frombytes(b"".join(got))
     left = mix[0::2]
     assert "remote_stream_added" in events and "talk_start" in events
+    assert "remote_stream_added" in pushed and "talk_start" in pushed, "the event callback sees them too"
     # The 600 Hz tone dominates the left channel; an unrelated frequency does not.
     assert power_at(left, 600) > 1000 * power_at(left, 1700)
     assert max(abs(x) for x in left) > 5000

@@ -234,6 +234,17 @@ class Client:
         self._c(lib.vc_read_mixed_pcm(self._h, buf, frames))
         return bytes(buf)
 
+    def set_event_handler(self, fn):
+        """fn(Event) for every event, called on the client's network thread; None clears.
+        Events are queued for poll_event() either way."""
+        if fn is None:
+            self._c(lib.vc_set_event_callback(self._h, _lib.EVENT_FN(), None))
+            self._on_event = None
+            return
+        cb = _lib.EVENT_FN(lambda _user, e: fn(Event(e.contents)))
+        self._c(lib.vc_set_event_callback(self._h, cb, None))
+        self._on_event = cb   # C holds the pointer: keep the CFUNCTYPE alive
+
     def poll_event(self, timeout_ms=0):
         e = _lib.vc_event()
         got = self._c(lib.vc_poll_event(self._h, ctypes.byref(e), timeout_ms))
