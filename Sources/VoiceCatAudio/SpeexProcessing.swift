@@ -1,5 +1,3 @@
-import Glibc
-
 // SpeexDSP processing: the listener's per-stream noise reduction (seed §10) and the
 // talker's noise suppression, automatic gain control and acoustic echo cancellation
 // (seed §8/§11), behind the ApmProcessor protocol the seed names. States are created
@@ -135,52 +133,4 @@ public final class SpeexApm: ApmProcessor {
         }
         speex_preprocess_run(pre, near)
     }
-}
-
-/// The far-end reference for echo cancellation: the mono downmix of the mix as it is
-/// played, handed from the playback side to the capture side through a bounded
-/// ring. The capture side takes one block per near-end block, so the delay between
-/// them stays what the device buffering makes it; the canceller's tail absorbs it.
-public final class FarEndRing: @unchecked Sendable {
-    public let blockSize: Int
-    private let capacity: Int
-    private let buf: UnsafeMutablePointer<Int16>
-    private var write = 0
-    private var count = 0
-    private let lock = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-
-    public init(blockSize: Int = 480, blocks: Int = 64) {
-        self.blockSize = blockSize
-        capacity = blockSize * blocks
-        buf = .allocate(capacity: capacity)
-        buf.initialize(repeating: 0, count: capacity)
-        pthread_mutex_init(lock, nil)
-    }
-
-    deinit { pthread_mutex_destroy(lock); lock.deallocate(); buf.deallocate() }
-
-    /// Appends the played stereo mix (downmixed); the oldest is overwritten when full.
-    public func pushStereo(_ pcm: UnsafePointer<Int16>, frames: Int) {
-        pthread_mutex_lock(lock)
-        for i in 0..<frames {
-            buf[write] = Int16((Int32(pcm[2 * i]) + Int32(pcm[2 * i + 1])) / 2)
-            write = (write + 1) % capacity
-        }
-        count = min(capacity, count + frames)
-        pthread_mutex_unlock(lock)
-    }
-
-    /// Takes the oldest `blockSize` samples into `out`; false (out untouched) when
-    /// less than a block is waiting.
-    public func pop(into out: UnsafeMutablePointer<Int16>) -> Bool {
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
-        guard count >= blockSize else { return false }
-        var r = (write - count + capacity) % capacity
-        for i in 0..<blockSize { out[i] = buf[r]; r = (r + 1) % capacity }
-        count -= blockSize
-        return true
-    }
-
-    public func clear() { pthread_mutex_lock(lock); count = 0; pthread_mutex_unlock(lock) }
 }
