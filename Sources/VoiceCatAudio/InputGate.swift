@@ -62,6 +62,4 @@ public struct InputGate: Sendable {
         if isOpen { isOpen = false; return .closing }
         return .closed
     }
-
-    public mutating func reset() { isOpen = false; hangLeft = 0 }
 }

@@ -80,7 +80,6 @@ public final class OpusEncoderBox {
 /// An Opus decoder with stereo 48 kHz output: a mono stream decodes to L = R.
 public final class OpusDecoderBox {
     let dec: OpaquePointer
-    public static let channels = 2
 
     public init() throws {
         var err: Int32 = 0

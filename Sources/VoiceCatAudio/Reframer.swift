@@ -21,8 +21,6 @@ public final class Reframer {
     /// Samples per channel waiting for the next frame.
     public var pending: Int { filled }
 
-    public func reset() { filled = 0 }
-
     /// Appends `frames` sample frames of `inChannels` interleaved channels; calls
     /// `emit` with a pointer to each complete frame (valid only during the call).
     public func push(_ pcm: UnsafePointer<Int16>, frames: Int, inChannels: Int, emit: (UnsafePointer<Int16>) -> Void) {

@@ -3,24 +3,56 @@
 // PCM is closed. Device faults are recovered by ALSA (xruns) or by reopening the
 // device once a second, and reported as VC_EVENT_ERROR; never a crash.
 import Glibc
+import Synchronization
 import VoiceCatAudio
 import VoiceCatDevices
 import VoiceCatSystem
 
-/// A stop flag shared with a worker thread.
-final class StopFlag: @unchecked Sendable {
-    private let lock = Lock()
-    private var value = false
-    var isSet: Bool { lock.withLock { value } }
-    func set() { lock.withLock { value = true } }
+/// A stop flag shared with a worker thread; read every period, so lock-free.
+final class StopFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set() { value.store(true, ordering: .releasing) }
 }
 
-/// A counter shared between threads (how many streams cancel echo).
-final class LockedCounter: @unchecked Sendable {
-    private let lock = Lock()
-    private var value = 0
-    func load() -> Int { lock.withLock { value } }
-    func add(_ d: Int) { lock.withLock { value += d } }
+/// A counter read on the audio path (how many streams cancel echo); lock-free.
+final class AtomicCounter: Sendable {
+    private let value = Atomic<Int>(0)
+    func load() -> Int { value.load(ordering: .relaxed) }
+    func add(_ d: Int) { value.wrappingAdd(d, ordering: .relaxed) }
+}
+
+/// The loop both device threads run: one 20 ms period of I/O at a time, paced to
+/// the clock; on a device failure it reports, closes the PCM and tries to reopen it
+/// once a second until it is back or the thread is stopped (logged, not an event).
+enum DeviceLoop {
+    static let period = 960
+
+    static func run(first: AlsaPCM, reopen: () -> AlsaPCM?, stop: StopFlag, report: (String) -> Void,
+                    io: (AlsaPCM) throws -> Void) {
+        var pcm: AlsaPCM? = first
+        var pacer = PeriodPacer(periodFrames: period)
+        while !stop.isSet {
+            guard let p = pcm else {
+                for _ in 0..<10 where !stop.isSet { sleepMilliseconds(100) }
+                if stop.isSet { break }
+                pcm = reopen()
+                if let p = pcm {
+                    ClientLog.log(2, "\(p.direction == .capture ? "capture" : "playback") device \"\(p.name)\" reopened")
+                    pacer = PeriodPacer(periodFrames: period)
+                }
+                continue
+            }
+            do { try io(p) } catch {
+                report("\(error); reopening")
+                p.close()
+                pcm = nil
+                continue
+            }
+            pacer.wait()
+        }
+        pcm?.close()
+    }
 }
 
 /// Captures from an ALSA device into a LocalStream.
@@ -46,32 +78,15 @@ final class CaptureWorker {
 
     private static func run(pcm first: AlsaPCM, device: String, channels: Int, stream: LocalStream, stop: StopFlag,
                             report: (String) -> Void) {
-        var pcm: AlsaPCM? = first
-        let period = 960
-        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * channels)
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: DeviceLoop.period * channels)
         defer { buf.deallocate() }
-        var pacer = PeriodPacer(periodFrames: period)
-        while !stop.isSet {
-            guard let p = pcm else {
-                // Reopen once a second until the device is back or we are stopped.
-                for _ in 0..<10 where !stop.isSet { sleepMilliseconds(100) }
-                if stop.isSet { break }
-                pcm = try? AlsaPCM(name: device, direction: .capture, channels: channels)
-                if pcm != nil { report("capture device \"\(device)\" reopened"); pacer = PeriodPacer(periodFrames: period) }
-                continue
-            }
-            do { try p.read(buf, frames: period) } catch {
-                report("\(error); reopening")
-                p.close()
-                pcm = nil
-                continue
-            }
+        DeviceLoop.run(first: first, reopen: { try? AlsaPCM(name: device, direction: .capture, channels: channels) },
+                       stop: stop, report: report) { p in
+            try p.read(buf, frames: DeviceLoop.period)
             stream.lock.withLock {
-                if !stream.stopped { try? stream.feed(buf, frames: period, channels: channels) }
+                if !stream.stopped { try? stream.feed(buf, frames: DeviceLoop.period, channels: channels) }
             }
-            pacer.wait()
         }
-        pcm?.close()
     }
 
     /// Stops the thread and closes the device.
@@ -102,30 +117,14 @@ final class PlaybackWorker {
 
     private static func run(pcm first: AlsaPCM, device: String, client: VoiceClient, stop: StopFlag) {
         client.mixLock.withLock { client.mixerThreadID = currentThreadID() }
-        var pcm: AlsaPCM? = first
-        let period = 960
-        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * 2)
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: DeviceLoop.period * 2)
         defer { buf.deallocate() }
-        var pacer = PeriodPacer(periodFrames: period)
-        while !stop.isSet {
-            guard let p = pcm else {
-                for _ in 0..<10 where !stop.isSet { sleepMilliseconds(100) }
-                if stop.isSet { break }
-                pcm = try? AlsaPCM(name: device, direction: .playback, channels: 2)
-                if pcm != nil { client.reportDevice("playback device \"\(device)\" reopened"); pacer = PeriodPacer(periodFrames: period) }
-                continue
-            }
-            client.renderMix(into: buf, frames: period)
-            client.tapSink(buf, frames: period)
-            do { try p.write(buf, frames: period) } catch {
-                client.reportDevice("\(error); reopening")
-                p.close()
-                pcm = nil
-                continue
-            }
-            pacer.wait()
+        DeviceLoop.run(first: first, reopen: { try? AlsaPCM(name: device, direction: .playback, channels: 2) },
+                       stop: stop, report: { client.reportDevice($0) }) { p in
+            client.renderMix(into: buf, frames: DeviceLoop.period)
+            client.tapSink(buf, frames: DeviceLoop.period)
+            try p.write(buf, frames: DeviceLoop.period)
         }
-        pcm?.close()
         client.mixLock.withLock { client.mixerThreadID = nil }
     }
 
@@ -157,8 +156,6 @@ extension VoiceClient {
     }
 
     public func setPushToTalk(_ active: Bool) { gateLock.withLock { gate.pushToTalk = active } }
-
-    public var currentGateSettings: GateSettings { gateLock.withLock { gate } }
 
     func gateSettings() -> GateSettings { gateLock.withLock { gate } }
 

@@ -6,13 +6,12 @@ final class EventQueue {
     private var items: [ClientEvent] = []
     private var head = 0
     private let capacity: Int
-    private(set) var dropped: UInt64 = 0
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
 
     func push(_ e: ClientEvent) {
         cond.withLock {
-            if items.count - head >= capacity { head += 1; dropped += 1 }
+            if items.count - head >= capacity { head += 1 }  // oldest dropped, as documented
             items.append(e)
             if head > 256 { items.removeFirst(head); head = 0 }
             cond.broadcast()

@@ -34,13 +34,10 @@ final class LocalStream {
     private(set) var timestamp: UInt32 = 0
     private var needMarker = true
     private var inDTX = false
-    private(set) var framesEncoded: UInt64 = 0
-    private(set) var framesSent: UInt64 = 0
     var stopped = false
     weak var sender: MediaSender?
     /// MIC streams only: VAD / push-to-talk.
     private var gate = InputGate()
-    private(set) var framesGated: UInt64 = 0
     /// The device capture feeding this stream (nil for external feed).
     var capture: CaptureWorker?
     var device: String?
@@ -100,7 +97,6 @@ final class LocalStream {
         case .closed:
             // Gated frames are not encoded; time still passes for the receiver.
             timestamp &+= UInt32(audio.frameSamples)
-            framesGated += 1
             needMarker = true
         }
     }
@@ -120,7 +116,6 @@ final class LocalStream {
     private func encodeAndSend(_ frame: UnsafePointer<Int16>, last: Bool) throws {
         let n: Int
         do { n = try encoder.encode(frame, into: opusBuffer) } catch { throw ClientError.codec("\(error)") }
-        framesEncoded += 1
         defer { timestamp &+= UInt32(audio.frameSamples) }
         // DTX: the first silent frame is sent flagged DTX (so receivers know a pause,
         // not a loss, follows); the rest are not transmitted, and the next real frame
@@ -144,7 +139,6 @@ final class LocalStream {
             return
         }
         seq += 1
-        framesSent += 1
         needMarker = inDTX
     }
 }

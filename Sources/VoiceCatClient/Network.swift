@@ -95,9 +95,7 @@ extension VoiceClient {
         case .streamAnnounceResult(let r) where r.requestID != 0:
             reply(r.requestID, m)
         case .error(let e):
-            if e.requestID != 0 && cond.withLock({ replies.keys.contains(e.requestID) || e.requestID < nextRequestID }) {
-                reply(e.requestID, m)
-            } else {
+            if !reply(e.requestID, m) {
                 var ev = ClientEvent(type: .error)
                 ev.code = VoiceClient.code(VoiceClient.mapServerError(e))
                 ev.text = e.message
@@ -143,7 +141,7 @@ extension VoiceClient {
         case .rebindResult(let ep):
             let keys = conn.keys
             cond.withLock { epoch = ep; mediaReceiveKey = keys.media(epoch: ep).receive }
-            keyLock.withLock { mediaSendKey = keys.media(epoch: ep).send }
+            keyLock.withLock { mediaSend?.key = keys.media(epoch: ep).send }
             media.rebindKeys = keys.bind(epoch: ep)
             media.rebindRequestedMs = nil
             media.nextBindMs = now
@@ -153,10 +151,15 @@ extension VoiceClient {
         }
     }
 
-    func reply(_ rid: UInt32, _ m: ControlMessage) {
+    /// Hands a reply to the request waiting for it; false when none waits (a late
+    /// reply after a timeout, or an unsolicited message), so nothing piles up.
+    @discardableResult
+    func reply(_ rid: UInt32, _ m: ControlMessage) -> Bool {
         cond.withLock {
+            guard replies.keys.contains(rid) else { return false }
             replies[rid] = m
             cond.broadcast()
+            return true
         }
     }
 

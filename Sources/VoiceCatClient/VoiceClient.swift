@@ -29,17 +29,24 @@ public final class VoiceClient: MediaSender {
     var localStreams: [UInt32: LocalStream] = [:]
     var nextStreamID: UInt32 = 1
     var nextRequestID: UInt32 = 1
-    var replies: [UInt32: ControlMessage] = [:]
+    /// Outstanding requests by request id: nil until the reply arrives.
+    var replies: [UInt32: ControlMessage?] = [:]
     var connected = false
     var networkThread: SystemThread?
     var networkThreadID: pthread_t?
     var stopNetwork = false
     var lastErrorText = ""
 
-    // Media keys: receive key used by the network thread only; the send key and the
-    // mute flag are read by feeding threads under `keyLock`.
+    // Media keys: the receive key is used by the network thread only. What a feeding
+    // thread needs to send (key, socket, server address) and the server-mute flag are
+    // one snapshot under `keyLock`, taken once per frame; sealing happens outside it.
+    struct MediaSendPath {
+        var key: SymmetricKey
+        let socket: Socket
+        let address: SocketAddress
+    }
     let keyLock = Lock()
-    var mediaSendKey: SymmetricKey?
+    var mediaSend: MediaSendPath?
     var selfMuted = false
     var mediaReceiveKey: SymmetricKey?
     var epoch: UInt32 = 0
@@ -62,7 +69,7 @@ public final class VoiceClient: MediaSender {
 
     // Talker-side echo cancellation: the played mix, for the capture side.
     let farEnd = FarEndRing(blockSize: 480, blocks: 64)
-    let aecStreams = LockedCounter()
+    let aecStreams = AtomicCounter()
 
     // Input gate.
     let gateLock = Lock()
@@ -150,7 +157,6 @@ public final class VoiceClient: MediaSender {
 
     public var serverFingerprint: String? { cond.withLock { fingerprint } }
     public var currentChannelAudio: AudioConfig? { cond.withLock { channelAudio } }
-    public var sessionInfo: HelloResult? { cond.withLock { hello } }
 
     // MARK: connect
 
@@ -208,7 +214,7 @@ public final class VoiceClient: MediaSender {
                 conn.close()
                 throw error
             }
-            keyLock.withLock { mediaSendKey = media.send; selfMuted = false }
+            keyLock.withLock { mediaSend = MediaSendPath(key: media.send, socket: sock, address: address); selfMuted = false }
             statsLock.withLock { connStats = ConnectionStats(); connStats.voiceConnected = true }
             cond.withLock {
                 control = conn
@@ -323,7 +329,7 @@ public final class VoiceClient: MediaSender {
             cond.broadcast()
             return was
         }
-        keyLock.withLock { mediaSendKey = nil }
+        keyLock.withLock { mediaSend = nil }
         statsLock.withLock { connStats.voiceConnected = false }
         for slot in slots { slot.lock.withLock { slot.active = false } }
         guard wasConnected else { return }
@@ -351,17 +357,20 @@ public final class VoiceClient: MediaSender {
             let r = nextRequestID
             nextRequestID &+= 1
             if nextRequestID == 0 { nextRequestID = 1 }
+            replies[r] = .some(nil)
             return (c, r)
         }
-        try conn.send(make(rid))
         let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)
+        do { try conn.send(make(rid)) } catch { cond.withLock { _ = replies.removeValue(forKey: rid) }; throw error }
         return try cond.withLock {
-            while replies[rid] == nil {
+            // Whatever happens, the request stops being outstanding here.
+            defer { replies.removeValue(forKey: rid) }
+            while true {
+                if case .some(.some(let m)) = replies[rid] { return m }
                 guard connected else { throw ClientError.network("connection lost while waiting for the server") }
                 if MonotonicClock.milliseconds() >= deadline { throw ClientError.timeout("the server did not answer in \(timeoutMs) ms") }
                 cond.wait(untilMs: deadline)
             }
-            return replies.removeValue(forKey: rid)!
         }
     }
 
@@ -456,12 +465,9 @@ public final class VoiceClient: MediaSender {
 
     // MediaSender: called by LocalStream on the feeding thread.
     func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool {
-        keyLock.lock()
-        guard let key = mediaSendKey, !selfMuted else { keyLock.unlock(); return false }
-        let n = MediaCrypto.seal(header: header, payload: opus, key: key, into: scratch)
-        keyLock.unlock()
-        let (sock, addr) = cond.withLock { (udp, serverAddress) }
-        guard let sock, (try? sock.sendTo(UnsafeRawBufferPointer(rebasing: scratch[0..<n]), addr)) != nil else { return false }
+        guard let path = keyLock.withLock({ selfMuted ? nil : mediaSend }) else { return false }
+        let n = MediaCrypto.seal(header: header, payload: opus, key: path.key, into: scratch)
+        guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: scratch[0..<n]), path.address)) != nil else { return false }
         statsLock.withLock { connStats.packetsOut += 1; connStats.bytesOut += UInt64(n) }
         return true
     }

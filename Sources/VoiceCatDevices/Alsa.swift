@@ -170,29 +170,26 @@ public final class AlsaPCM {
 
     /// Reads exactly `frames` (recovering from overruns). Throws on an unrecoverable error.
     public func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws {
-        guard let p = pcm else { throw DeviceError("device \"\(name)\" is closed") }
-        var done = 0
-        while done < frames {
-            let n = snd_pcm_readi(p, buf + done * channels, snd_pcm_uframes_t(frames - done))
-            if n < 0 {
-                let r = snd_pcm_recover(p, Int32(n), 1)
-                if r < 0 { throw DeviceError("capture device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n)) }
-                xruns += 1
-                continue
-            }
-            done += n
-        }
+        try transfer(frames: frames) { p, done in snd_pcm_readi(p, buf + done * channels, snd_pcm_uframes_t(frames - done)) }
     }
 
     /// Writes exactly `frames` (recovering from underruns).
     public func write(_ buf: UnsafePointer<Int16>, frames: Int) throws {
-        guard let p = pcm else { throw DeviceError("device \"\(name)\" is closed") }
+        try transfer(frames: frames) { p, done in snd_pcm_writei(p, buf + done * channels, snd_pcm_uframes_t(frames - done)) }
+    }
+
+    /// Repeats `io` (frames done so far → frames moved or a negative error) until
+    /// `frames` have moved, recovering xruns with snd_pcm_recover.
+    private func transfer(frames: Int, _ io: (OpaquePointer, Int) -> Int) throws {
+        let what = direction == .capture ? "capture" : "playback"
+        guard let p = pcm else { throw DeviceError("\(what) device \"\(name)\" is closed") }
         var done = 0
         while done < frames {
-            let n = snd_pcm_writei(p, buf + done * channels, snd_pcm_uframes_t(frames - done))
+            let n = io(p, done)
             if n < 0 {
-                let r = snd_pcm_recover(p, Int32(n), 1)
-                if r < 0 { throw DeviceError("playback device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n)) }
+                if snd_pcm_recover(p, Int32(n), 1) < 0 {
+                    throw DeviceError("\(what) device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n))
+                }
                 xruns += 1
                 continue
             }

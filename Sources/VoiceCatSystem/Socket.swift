@@ -201,9 +201,6 @@ public final class Socket {
         try syscall("send", blocking: false) { Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL)) }
     }
 
-    /// Half-closes the write side (TCP).
-    public func shutdownWrite() { _ = Glibc.shutdown(fd, Int32(SHUT_WR)) }
-
     // MARK: UDP
 
     /// A bound UDP socket.

@@ -45,7 +45,6 @@ public enum MonotonicClock {
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
     public static func milliseconds() -> UInt64 { nanoseconds() / 1_000_000 }
-    public static func seconds() -> Double { Double(nanoseconds()) / 1e9 }
 }
 
 /// A pthread mutex. Used on control paths only (never on the audio path).

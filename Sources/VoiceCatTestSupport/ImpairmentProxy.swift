@@ -11,8 +11,9 @@ public typealias Impairment = TraceGenerator.Network
 
 public final class ImpairmentProxy {
     public let port: UInt16
-    public private(set) var udpForwarded = 0
-    public private(set) var udpDropped = 0
+    /// Datagrams the impairment dropped so far (any thread).
+    public var udpDropped: Int { lock.withLock { dropped } }
+    private var dropped = 0
 
     private let target: SocketAddress
     private let tcpListener: Socket
@@ -67,7 +68,7 @@ public final class ImpairmentProxy {
     private func impair(_ m: Impairment, bad: inout Bool) -> [Double]? { m.fate(&rng, bad: &bad) }
 
     private func schedule(_ bytes: [UInt8], via: Socket, to: SocketAddress, delays: [Double]?) {
-        guard let delays else { udpDropped += 1; return }
+        guard let delays else { lock.withLock { dropped += 1 }; return }
         let now = nowMs()
         for d in delays { queue.append((now + d, bytes, via, to)) }
     }
@@ -113,7 +114,6 @@ public final class ImpairmentProxy {
                 if queue[i].due <= now {
                     let q = queue.remove(at: i)
                     _ = try? q.bytes.withUnsafeBytes { try q.via.sendTo($0, q.to) }
-                    udpForwarded += 1
                 } else { i += 1 }
             }
             // TCP relay, untouched.
