@@ -11,10 +11,10 @@
 //   * Starving mid-talkspurt (the next frame is not here and nothing newer is)
 //     conceals without advancing the clock: latency grows by what the network
 //     needed, never by a guess.
-//   * A missing frame with newer frames buffered is waited for while the backlog
-//     is under `target` (the late-drop window tracks the target); past it the
-//     frame is declared lost and concealed, with in-band FEC when the next frame
-//     is already here.
+//   * A missing frame whose successor is already buffered is rebuilt at once from
+//     the successor's in-band FEC (or DRED). A missing frame with only later frames
+//     buffered is waited for while the backlog is under `target` (the late-drop
+//     window tracks the target); past it the frame is declared lost and concealed.
 //   * Frame-skip catch-up: when the backlog exceeds target + hysteresis the clock
 //     jumps forward to leave `target` buffered, bounded against the leading edge
 //     (newest frame), and the stale frames are dropped. This is the downward force
@@ -263,9 +263,16 @@ public final class JitterBuffer {
             starving = false
             playTS = timestamps[o]
         }
+        // Frame N missing and N+1 already here: rebuild N from N+1's in-band FEC (or
+        // DRED) now, in N's own period, rather than waiting for it (seed §4).
+        let fs = Int64(frameSamples)
+        if !paused && !starving && slot(at: playTS) == nil, let next = slot(at: playTS + fs), flagBits[next] & 0x01 == 0 {
+            playTS += fs
+            stats.fecRecovered += 1
+            return .fec(slot: next)
+        }
         // Catch-up: keep the backlog within target + hysteresis of the leading edge.
         if count > 0 && newestTS - playTS > targetSamples + hysteresisSamples {
-            let fs = Int64(frameSamples)
             let to = newestTS - (targetSamples / fs) * fs
             if to > playTS { playTS = to; dropStale() }
         }

@@ -123,6 +123,35 @@ final class ProcessingPathTests: XCTestCase {
         XCTAssertEqual(n, 0)
     }
 
+    func testALostFrameOnADREDChannelFallsBackToFECWithoutDRED() throws {
+        // The channel asks for DRED; the loaded libopus decides whether it can run.
+        var audio = AudioConfig.speech
+        audio.dred = true
+        audio.expectedPacketLoss = 20
+        let c = try VoiceClient()
+        let slot = c.slots[0]
+        slot.lock.withLock { slot.configure(RemoteStream(userID: 1, streamID: 1, ssrc: 7, kind: .mic, audio: audio), username: "a") }
+        let enc = try OpusEncoderBox(config: audio)
+        let pcm = Self.noisySpeech(seconds: 2, snrDB: 20, seed: 6, f0: 160)
+        let bus = MixBus(capacityFrames: 960)
+        var buf = [UInt8](repeating: 0, count: 1500)
+        for k in 0..<100 {
+            let n = try pcm.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + k * 960, into: $0) } }
+            if k != 50 {  // one packet lost
+                buf[0..<n].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+            }
+            if k >= 1 {  // play a frame behind, so the frame after the loss is already here
+                bus.clear(frames: 960)
+                slot.lock.withLock { slot.render(into: bus, frames: 960) }
+            }
+        }
+        let st = slot.jitter.stats
+        XCTAssertEqual(st.packetsLost, 1)
+        XCTAssertEqual(st.fecRecovered + st.dredRecovered, 1, "the lost frame is rebuilt from the next packet")
+        XCTAssertEqual(st.dredRecovered, DRED.isAvailable ? 1 : 0, "DRED only where libopus has it; else in-band FEC")
+        XCTAssertEqual(st.plcFrames, 0, "rebuilt in its own period, not waited for")
+    }
+
     func testSendProcessingIsRefusedWhereItCannotApply() throws {
         let c = try VoiceClient()
         XCTAssertThrowsError(try c.setSendProcessing(streamID: 9, SendProcessing(noiseSuppression: true))) { e in
