@@ -148,14 +148,9 @@ public final class JitterBuffer {
         return Double(max(0, newestTS + Int64(frameSamples) - from)) / 48
     }
 
-    public var isPlaying: Bool { playing }
-    public var depthFrames: Int { count }
-
     public func payload(_ slot: Int) -> UnsafeRawBufferPointer {
         UnsafeRawBufferPointer(start: payloads + slot * maxPayload, count: lengths[slot])
     }
-    public func flags(_ slot: Int) -> UInt8 { flagBits[slot] }
-    public func timestamp(_ slot: Int) -> Int64 { timestamps[slot] }
 
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
