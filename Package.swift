@@ -3,8 +3,10 @@
 // VoiceCat: a real-time voice core (libvoicecat) and its relay server.
 //
 // Module layering (pure core below, system edge above):
-//   VoiceCatC            C shims: system headers of libsodium, libopus, SpeexDSP, ALSA,
-//                        plus one small wrapper per variadic C call Swift cannot import.
+//   CSodium, COpus,      one C module per system library: its headers for Swift and, where
+//   CSpeexDSP, CAlsa,    Swift cannot call something (variadic *_ctl, variadic handlers,
+//   CLinux               GNU-only calls), a prefixed vcshim_* pass-through. A product links
+//                        only the libraries of the modules it uses (the server: libsodium).
 //   VoiceCatProtocol     pure: wire format, protobuf codec, messages, crypto, replay window.
 //                        Knows nothing about sockets, threads or devices.
 //   VoiceCatAudio        pure: Opus wrappers, reframer, jitter buffer, mixer and limiter.
@@ -27,27 +29,24 @@ let package = Package(
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
     ],
     targets: [
-        .target(
-            name: "VoiceCatC",
-            cSettings: [.unsafeFlags(["-I/usr/include/opus"])],
-            linkerSettings: [
-                .linkedLibrary("sodium"),
-                .linkedLibrary("opus"),
-                .linkedLibrary("speexdsp"),
-                .linkedLibrary("asound"),
-            ]
-        ),
-        .target(name: "VoiceCatProtocol", dependencies: ["VoiceCatC"]),
-        .target(name: "VoiceCatSystem", dependencies: ["VoiceCatC"]),
-        .target(name: "VoiceCatAudio", dependencies: ["VoiceCatC", "VoiceCatProtocol"]),
+        .systemLibrary(name: "CSodium"),
+        .systemLibrary(name: "CSpeexDSP"),
+        .target(name: "COpus", cSettings: [.unsafeFlags(["-I/usr/include/opus"])],
+                linkerSettings: [.linkedLibrary("opus"), .linkedLibrary("dl")]),
+        .target(name: "CAlsa", linkerSettings: [.linkedLibrary("asound")]),
+        .target(name: "CLinux"),
+        .target(name: "CFuzzerDriver"),
+        .target(name: "VoiceCatProtocol", dependencies: ["CSodium"]),
+        .target(name: "VoiceCatSystem", dependencies: ["CLinux"]),
+        .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"]),
         .target(name: "VoiceCatABI"),
-        .target(name: "VoiceCatDevices", dependencies: ["VoiceCatC", "VoiceCatSystem"]),
+        .target(name: "VoiceCatDevices", dependencies: ["CAlsa", "VoiceCatSystem"]),
         .target(name: "VoiceCatClient", dependencies: ["VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
-        .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "VoiceCatC"]),
-        .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "VoiceCatC"]),
+        .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "CFuzzerDriver"]),
+        .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "CSpeexDSP"]),
         .target(name: "VoiceCatAllocCounter"),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatAudio"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),

@@ -1,7 +1,7 @@
 // Deep REDundancy (seed §4): used when the loaded libopus has it (>= 1.5 built with
 // DRED, found with dlsym at run time); otherwise every call reports "nothing
 // recovered" and the receive path falls back to in-band FEC or PLC.
-import VoiceCatC
+import COpus
 
 public enum DRED {
     /// True when the loaded libopus exports the DRED decoder API.

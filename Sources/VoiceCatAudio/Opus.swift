@@ -1,6 +1,6 @@
 // libopus encoder and decoder wrappers. Pure computation; created on the control
 // path, used on the audio path without allocating.
-import VoiceCatC
+import COpus
 import VoiceCatProtocol
 
 public struct CodecError: Error, Equatable, CustomStringConvertible {

@@ -2,7 +2,7 @@
 // talker's noise suppression, automatic gain control and acoustic echo cancellation
 // (seed §8/§11), behind the ApmProcessor protocol the seed names. States are created
 // on the control path; processing a frame does not allocate.
-import VoiceCatC
+import CSpeexDSP
 
 /// Denoises a decoded stream (interleaved stereo at 48 kHz) channel by channel.
 /// Mono streams (decoded as L = R) run one state and copy the result to R.

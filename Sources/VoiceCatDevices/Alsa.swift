@@ -2,7 +2,7 @@
 // interleaved, blocking I/O in 20 ms periods. PCMs may also come from an in-process
 // ALSA configuration (vc_set_alsa_config), e.g. file-backed PCMs for tests.
 import Glibc
-import VoiceCatC
+import CAlsa
 import VoiceCatSystem
 
 /// A device failure, with ALSA's reason.

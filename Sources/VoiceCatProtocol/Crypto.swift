@@ -1,6 +1,6 @@
 // libsodium primitives used by the protocol: X25519 key exchange (crypto_kx),
 // Ed25519 signatures, BLAKE2b-256, ChaCha20-Poly1305-IETF. Pure computation; no I/O.
-import VoiceCatC
+import CSodium
 
 public enum CryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     case sodiumUnavailable

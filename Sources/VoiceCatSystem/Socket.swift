@@ -1,7 +1,7 @@
 // Sockets: addresses, TCP listener/stream, UDP, poll. The only place that knows
 // about file descriptors of the network.
 import Glibc
-import VoiceCatC
+import CLinux
 
 /// An IPv4 or IPv6 socket address. Value type, comparable by family, address and port.
 public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {

@@ -2,7 +2,7 @@
 // EINTR, maps EAGAIN/EWOULDBLOCK to nil for non-blocking calls, and turns errno
 // into a typed `SystemError`.
 import Glibc
-import VoiceCatC
+import CLinux
 
 /// A failed syscall: which call and the errno it set.
 public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {

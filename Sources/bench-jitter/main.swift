@@ -5,7 +5,7 @@
 // on this machine's speed. Run: swift build -c release --product bench-jitter &&
 // .build/release/bench-jitter   (or: make bench)
 import VoiceCatAudio
-import VoiceCatC
+import CSpeexDSP
 import Glibc
 
 /// SpeexDSP's jitter buffer driven the way its manual describes: put on arrival;

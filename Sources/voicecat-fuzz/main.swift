@@ -6,7 +6,7 @@
 // Built with `make fuzz` (-sanitize=fuzzer,address -DFUZZING) it is a libFuzzer
 // binary. Built normally it replays the files named on its command line, so the
 // corpus in Tests/fuzz-corpus runs in every test pass.
-import VoiceCatC
+import CFuzzerDriver
 import VoiceCatProtocol
 #if canImport(Glibc)
 import Glibc

@@ -1,12 +1,9 @@
-#define _GNU_SOURCE 1
+/* COpus: pass-throughs for libopus calls Swift cannot import (variadic *_ctl), and
+ * the DRED decoder API looked up at run time (Debian's libopus 1.3 has none). */
 #include <pthread.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
-#include <fcntl.h>
 #include <dlfcn.h>
 #include <stdlib.h>
-#include "voicecat_c.h"
+#include "copus.h"
 
 /* OPUS_SET_DRED_DURATION_REQUEST from libopus >= 1.5; absent from 1.3 headers. */
 #ifndef OPUS_SET_DRED_DURATION_REQUEST
@@ -29,22 +26,6 @@ int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out)
     return opus_decoder_ctl(dec, OPUS_GET_LAST_PACKET_DURATION(out));
 }
 int vcshim_opus_decoder_reset(OpusDecoder *dec) { return opus_decoder_ctl(dec, OPUS_RESET_STATE); }
-
-int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags) {
-    return accept4(fd, addr, (socklen_t *)len, flags);
-}
-int vcshim_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
-void vcshim_set_thread_name(const char *name) {
-    char buf[16];
-    strncpy(buf, name, 15);
-    buf[15] = 0;
-    pthread_setname_np(pthread_self(), buf);
-}
-
-static void vcshim_alsa_quiet(const char *file, int line, const char *function, int err, const char *fmt, ...) {
-    (void)file; (void)line; (void)function; (void)err; (void)fmt;
-}
-void vcshim_alsa_silence_errors(void) { snd_lib_error_set_handler(vcshim_alsa_quiet); }
 
 /* ---- DRED through dlsym: the Debian 1.3 headers do not declare it ---------------- */
 

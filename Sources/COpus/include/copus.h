@@ -1,28 +1,13 @@
 /*
- * VoiceCatC: the one C target of the package.
- *
- * It exposes the system headers of the libraries VoiceCat links (libsodium,
- * libopus, SpeexDSP, ALSA) to Swift, and holds the few pass-throughs Swift needs
- * because it cannot import C variadic functions or macros. Every wrapper is
- * prefixed `vcshim_` and says in one line why it exists.
+ * COpus: libopus's header for Swift, plus one pass-through per variadic
+ * opus_*_ctl request Swift cannot call, and the DRED API of libopus >= 1.5 found
+ * at run time. Every wrapper is prefixed `vcshim_` and says in one line why.
  */
-#ifndef VOICECAT_C_H
-#define VOICECAT_C_H
+#ifndef VOICECAT_COPUS_H
+#define VOICECAT_COPUS_H
 
-#include <stddef.h>
 #include <stdint.h>
-#include <sodium.h>
 #include <opus/opus.h>
-#include <speex/speex_preprocess.h>
-#include <speex/speex_echo.h>
-#include <speex/speex_jitter.h>
-#include <alsa/asoundlib.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* ---- libopus: opus_encoder_ctl / opus_decoder_ctl are variadic ---------------- */
 
 /* OPUS_SET_BITRATE(bps) */
 int vcshim_opus_set_bitrate(OpusEncoder *enc, int32_t bps);
@@ -49,8 +34,6 @@ int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out)
 /* OPUS_RESET_STATE on a decoder */
 int vcshim_opus_decoder_reset(OpusDecoder *dec);
 
-/* ---- libopus DRED: libopus >= 1.5 built with --enable-dred, found at run time ----- */
-
 /* 1 when the loaded libopus exports the DRED decoder API (looked up with dlsym). */
 int vcshim_dred_available(void);
 /* A DRED parser state; NULL when DRED is unavailable. */
@@ -61,29 +44,4 @@ void vcshim_dred_destroy(void *state);
  * when the packet carries no usable DRED, or a negative Opus error. */
 int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size);
 
-/* ---- glibc: GNU extensions Glibc's Swift module hides without _GNU_SOURCE ----- */
-
-struct sockaddr;
-/* accept4(2) with flags (SOCK_CLOEXEC), a GNU extension */
-int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags);
-/* pipe2(2) with flags (O_NONBLOCK|O_CLOEXEC), a GNU extension */
-int vcshim_pipe2(int fds[2], int flags);
-/* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
-void vcshim_set_thread_name(const char *name);
-
-/* ---- ALSA ---------------------------------------------------------------------- */
-
-/* Installs a silent snd_lib_error handler (the handler type is variadic, which Swift
- * cannot implement); the library reports ALSA errors itself with snd_strerror. */
-void vcshim_alsa_silence_errors(void);
-
-/* ---- libFuzzer: only resolved when built with -sanitize=fuzzer ----------------- */
-
-/* Declared here because Swift cannot declare an external C function itself. */
-int LLVMFuzzerRunDriver(int *argc, char ***argv,
-                        int (*user_cb)(const uint8_t *data, size_t size));
-
-#ifdef __cplusplus
-}
-#endif
 #endif
