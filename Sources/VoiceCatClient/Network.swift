@@ -101,24 +101,27 @@ extension VoiceClient {
                 ev.text = e.message
                 emit(ev)
             }
-        case .ping(let t):
-            try? conn.send(.pong(timestamp: t))
-        case .pong(let t):
-            statsLock.withLock { connStats.controlRttMs = UInt32(clamping: now &- t) }
-        case .userJoined(let member, let ch):
+        case .ping(let p):
+            try? conn.send(.pong(Pong(timestamp: p.timestamp)))
+        case .pong(let p):
+            statsLock.withLock { connStats.controlRttMs = UInt32(clamping: now &- p.timestamp) }
+        case .userJoined(let u):
+            let member = u.member, ch = u.channelID
             cond.withLock { usernames[member.userID] = member.username }
             var e = ClientEvent(type: .userJoined)
             e.userID = member.userID; e.channelID = ch; e.text = member.username
             e.muted = member.muted; e.deafened = member.deafened
             emit(e)
-        case .userLeft(let uid, let ch):
+        case .userLeft(let u):
+            let uid = u.userID, ch = u.channelID
             var e = ClientEvent(type: .userLeft)
             e.userID = uid; e.channelID = ch
             e.text = cond.withLock { usernames[uid] ?? "" }
             emit(e)
         case .remoteStreamAdded(let r):
             addRemote(r)
-        case .remoteStreamRemoved(let uid, let sid, let ssrc):
+        case .remoteStreamRemoved(let r):
+            let uid = r.userID, sid = r.streamID, ssrc = r.ssrc
             let (own, withdrawn) = cond.withLock { () -> (Bool, LocalStream?) in
                 guard uid == hello?.userID else { return (false, nil) }
                 return (true, localStreams.removeValue(forKey: sid))
@@ -128,7 +131,8 @@ extension VoiceClient {
             var e = ClientEvent(type: .remoteStreamRemoved)
             e.userID = uid; e.streamID = sid; e.ssrc = ssrc
             emit(e)
-        case .streamStateUpdate(let ssrc, let muted, let hold):
+        case .streamStateUpdate(let u):
+            let ssrc = u.ssrc, muted = u.muted, hold = u.hold
             var e = ClientEvent(type: .streamStateUpdate)
             e.ssrc = ssrc; e.muted = muted; e.hold = hold
             e.userID = (try? withSlot(ssrc: ssrc) { $0.userID }) ?? 0
@@ -138,7 +142,8 @@ extension VoiceClient {
             var e = ClientEvent(type: .serverMuteState)
             e.userID = s.userID; e.muted = s.muted; e.deafened = s.deafened
             emit(e)
-        case .rebindResult(let ep):
+        case .rebindResult(let r):
+            let ep = r.epoch
             let keys = conn.keys
             cond.withLock { epoch = ep; mediaReceiveKey = keys.media(epoch: ep).receive }
             keyLock.withLock { mediaSend?.key = keys.media(epoch: ep).send }
@@ -262,7 +267,7 @@ extension VoiceClient {
             media.keepaliveSeq += 1
             var bytes = ka.bytes
             _ = try? bytes.withUnsafeMutableBytes { try sock.sendTo(UnsafeRawBufferPointer($0), addr) }
-            try? conn.send(.ping(timestamp: now))
+            try? conn.send(.ping(Ping(timestamp: now)))
         }
         // No echo for three periods: the media path is gone. Ask for new keys and rebind.
         if media.voiceConnected && now &- media.lastEchoMs > 3 * period + period / 2 {
@@ -274,7 +279,7 @@ extension VoiceClient {
         if !media.voiceConnected && media.rebindKeys == nil {
             if media.rebindRequestedMs == nil || now &- media.rebindRequestedMs! > 3 * period {
                 media.rebindRequestedMs = now
-                try? conn.send(.rebind(epoch: curEpoch &+ 1))
+                try? conn.send(.rebind(Rebind(epoch: curEpoch &+ 1)))
             }
         }
         if let keys = media.rebindKeys, now >= media.nextBindMs {

@@ -377,7 +377,7 @@ public final class VoiceClient: MediaSender {
     public func joinChannel(_ name: String, timeoutMs: Int = 5000) throws {
         try refuseInCallback("vc_join_channel")
         do {
-            let reply = try request({ .joinChannel(name: name, requestID: $0) }, timeoutMs: timeoutMs)
+            let reply = try request({ .joinChannel(JoinChannel(name: name, requestID: $0)) }, timeoutMs: timeoutMs)
             switch reply {
             case .joinChannelResult(let r):
                 let streams = cond.withLock { () -> [LocalStream] in
@@ -428,7 +428,7 @@ public final class VoiceClient: MediaSender {
                         }
                     } catch {
                         // The server already announced it: withdraw it again.
-                        cond.withLock { () -> ControlConnection? in control }.map { try? $0.send(.streamStop(streamID: sid)) }
+                        cond.withLock { () -> ControlConnection? in control }.map { try? $0.send(.streamStop(StreamStop(streamID: sid))) }
                         throw error
                     }
                 }
@@ -447,7 +447,7 @@ public final class VoiceClient: MediaSender {
         guard let s else { throw fail(.notFound("no stream \(id)")) }
         s.lock.withLock { s.finish() }
         retire(s)
-        try? conn?.send(.streamStop(streamID: id))
+        try? conn?.send(.streamStop(StreamStop(streamID: id)))
     }
 
     /// The ssrc the server assigned to a local stream.

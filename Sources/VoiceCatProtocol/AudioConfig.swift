@@ -57,8 +57,7 @@ public struct AudioConfig: Equatable, Sendable {
         return nil
     }
 
-    func encode() -> [UInt8] {
-        var w = ProtoWriter()
+    public func encode(into w: inout ProtoWriter) {
         w.uint(1, codec)
         w.uint(2, mode.rawValue)
         w.uint(3, sampleRate)
@@ -71,15 +70,19 @@ public struct AudioConfig: Equatable, Sendable {
         w.uint(10, complexity)
         w.bool(11, dred)
         w.uint(12, frameMicros)
-        return w.bytes
     }
 
-    static func decode(_ r: ProtoReader) throws(ProtobufError) -> AudioConfig {
-        var r = r
+    /// What an absent AudioConfig decodes to: proto3 zeros, not our defaults.
+    public static var decodedEmpty: AudioConfig {
         var c = AudioConfig()
-        // proto3: absent means zero, not our defaults.
         c.mode = .mono; c.sampleRate = 0; c.bitrate = 0; c.application = .voip; c.fec = false
-        c.expectedPacketLoss = 0; c.dtx = false; c.complexity = 0
+        c.expectedPacketLoss = 0; c.dtx = false; c.complexity = 0; c.frameMicros = 0
+        return c
+    }
+
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> AudioConfig {
+        var r = r
+        var c = AudioConfig.decodedEmpty
         var frameMs: UInt32 = 0
         var frameUs: UInt32 = 0
         while let f = try r.next() {

@@ -1,6 +1,8 @@
 // Control messages (PROTOCOL.md §2). A control frame's plaintext is
-// `u16 message type (big-endian) | protobuf body`. Type numbers and fields are
-// listed in docs/protocol.md; keep the two in step.
+// `u16 message type (big-endian) | protobuf body`. Each message is a struct that
+// writes and reads its own fields (field numbers live only there, next to each
+// other); `ControlMessage` is the sum of them. docs/protocol.md lists the same
+// numbers for readers of the wire; keep the two in step.
 
 public enum StreamKind: UInt32, Sendable {
     case mic = 0
@@ -23,117 +25,30 @@ public enum ProtocolErrorCode: UInt32, Sendable {
     case forbidden = 10
 }
 
-public struct ChannelInfo: Equatable, Sendable {
-    public var id: UInt32
-    public var name: String
-    public var audio: AudioConfig
-    public init(id: UInt32, name: String, audio: AudioConfig) { self.id = id; self.name = name; self.audio = audio }
+/// A protobuf message: writes its fields and reads them back. Unknown fields are
+/// skipped on reading; a known field with the wrong wire type is an error.
+public protocol ProtoMessage: Equatable, Sendable {
+    func encode(into w: inout ProtoWriter)
+    static func decode(_ r: ProtoReader) throws(ProtobufError) -> Self
 }
 
-public struct MemberInfo: Equatable, Sendable {
-    public var userID: UInt32
-    public var username: String
-    public var muted: Bool
-    public var deafened: Bool
-    public init(userID: UInt32, username: String, muted: Bool = false, deafened: Bool = false) {
-        self.userID = userID; self.username = username; self.muted = muted; self.deafened = deafened
+extension ProtoMessage {
+    /// The protobuf body alone.
+    public var protobufBytes: [UInt8] {
+        var w = ProtoWriter()
+        encode(into: &w)
+        return w.bytes
     }
 }
 
-public struct Hello: Equatable, Sendable {
-    public var protoVersion: UInt32 = 2
-    public var username: String = ""
-    public var password: String = ""
-    public var clientName: String = ""
-    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "") {
-        self.protoVersion = protoVersion; self.username = username; self.password = password; self.clientName = clientName
-    }
+extension ProtoWriter {
+    /// A nested message field.
+    public mutating func message<M: ProtoMessage>(_ field: Int, _ m: M) { message(field, m.protobufBytes) }
 }
 
-public struct HelloResult: Equatable, Sendable {
-    public var sessionID: UInt64
-    public var userID: UInt32
-    public var bindingID: UInt32
-    public var serverName: String
-    public var channels: [ChannelInfo]
-    public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo]) {
-        self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
-        self.serverName = serverName; self.channels = channels
-    }
-}
-
-public struct ErrorMessage: Equatable, Sendable {
-    public var code: UInt32
-    public var message: String
-    /// The `request_id` of the request this answers, 0 when none.
-    public var requestID: UInt32
-    public init(code: ProtocolErrorCode, message: String, requestID: UInt32 = 0) {
-        self.code = code.rawValue; self.message = message; self.requestID = requestID
-    }
-    public init(rawCode: UInt32, message: String, requestID: UInt32) {
-        self.code = rawCode; self.message = message; self.requestID = requestID
-    }
-}
-
-public struct JoinChannelResult: Equatable, Sendable {
-    public var channelID: UInt32
-    public var audio: AudioConfig
-    public var members: [MemberInfo]
-    public var requestID: UInt32
-    public init(channelID: UInt32, audio: AudioConfig, members: [MemberInfo], requestID: UInt32 = 0) {
-        self.channelID = channelID; self.audio = audio; self.members = members; self.requestID = requestID
-    }
-}
-
-public struct StreamAnnounce: Equatable, Sendable {
-    public var streamID: UInt32
-    public var kind: StreamKind
-    public var channels: UInt32
-    public var requestID: UInt32
-    public init(streamID: UInt32, kind: StreamKind, channels: UInt32, requestID: UInt32 = 0) {
-        self.streamID = streamID; self.kind = kind; self.channels = channels; self.requestID = requestID
-    }
-}
-
-public struct StreamAnnounceResult: Equatable, Sendable {
-    public var streamID: UInt32
-    public var ssrc: UInt32
-    public var effectiveAudio: AudioConfig
-    public var requestID: UInt32
-    public init(streamID: UInt32, ssrc: UInt32, effectiveAudio: AudioConfig, requestID: UInt32 = 0) {
-        self.streamID = streamID; self.ssrc = ssrc; self.effectiveAudio = effectiveAudio; self.requestID = requestID
-    }
-}
-
-public struct RemoteStream: Equatable, Sendable {
-    public var userID: UInt32
-    public var streamID: UInt32
-    public var ssrc: UInt32
-    public var kind: StreamKind
-    public var audio: AudioConfig
-    public init(userID: UInt32, streamID: UInt32, ssrc: UInt32, kind: StreamKind, audio: AudioConfig) {
-        self.userID = userID; self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.audio = audio
-    }
-}
-
-public struct ServerMuteState: Equatable, Sendable {
-    public var userID: UInt32
-    public var muted: Bool
-    public var deafened: Bool
-    public init(userID: UInt32, muted: Bool, deafened: Bool) { self.userID = userID; self.muted = muted; self.deafened = deafened }
-}
-
-public struct SetServerMute: Equatable, Sendable {
-    public var userID: UInt32
-    public var muted: Bool
-    public var deafened: Bool
-    /// The server's admin password (server config `admin_password`).
-    public var adminPassword: String
-    public var requestID: UInt32
-    public init(userID: UInt32, muted: Bool, deafened: Bool, adminPassword: String, requestID: UInt32 = 0) {
-        self.userID = userID; self.muted = muted; self.deafened = deafened
-        self.adminPassword = adminPassword; self.requestID = requestID
-    }
+/// A top-level control message: a protobuf message with its type number.
+public protocol ControlBody: ProtoMessage {
+    static var messageType: MessageType { get }
 }
 
 /// Message type numbers (u16 in front of each control plaintext).
@@ -159,6 +74,511 @@ public enum MessageType: UInt16, Sendable, CaseIterable {
     case setServerMute = 19
 }
 
+extension ProtoReader {
+    /// Calls `body` with every field of the message, in order (read the field's value
+    /// with this reader's accessors; they do not depend on the position).
+    public func forEachField(_ body: (ProtoField) throws(ProtobufError) -> Void) throws(ProtobufError) {
+        var it = self
+        while let f = try it.next() { try body(f) }
+    }
+}
+
+extension StreamKind {
+    static func decode(_ v: UInt32, field: Int) throws(ProtobufError) -> StreamKind {
+        guard let k = StreamKind(rawValue: v) else { throw .valueOutOfRange(field: field) }
+        return k
+    }
+}
+
+// MARK: - nested messages
+
+extension AudioConfig: ProtoMessage {}
+
+public struct ChannelInfo: ProtoMessage {
+    public var id: UInt32
+    public var name: String
+    public var audio: AudioConfig
+    public init(id: UInt32, name: String, audio: AudioConfig) { self.id = id; self.name = name; self.audio = audio }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, id); w.string(2, name); w.message(3, audio)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ChannelInfo {
+        var m = ChannelInfo(id: 0, name: "", audio: AudioConfig())
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.id = try r.uint32(f)
+            case 2: m.name = try r.string(f)
+            case 3: m.audio = try AudioConfig.decode(r.nested(f))
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct MemberInfo: ProtoMessage {
+    public var userID: UInt32
+    public var username: String
+    public var muted: Bool
+    public var deafened: Bool
+    public init(userID: UInt32, username: String, muted: Bool = false, deafened: Bool = false) {
+        self.userID = userID; self.username = username; self.muted = muted; self.deafened = deafened
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, userID); w.string(2, username); w.bool(3, muted); w.bool(4, deafened)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> MemberInfo {
+        var m = MemberInfo(userID: 0, username: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.username = try r.string(f)
+            case 3: m.muted = try r.bool(f)
+            case 4: m.deafened = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+// MARK: - control messages
+
+public struct Hello: ControlBody {
+    public static let messageType = MessageType.hello
+    public var protoVersion: UInt32 = 2
+    public var username: String = ""
+    public var password: String = ""
+    public var clientName: String = ""
+    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "") {
+        self.protoVersion = protoVersion; self.username = username; self.password = password; self.clientName = clientName
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, protoVersion); w.string(2, username); w.string(3, password); w.string(4, clientName)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Hello {
+        var m = Hello(protoVersion: 0, username: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.protoVersion = try r.uint32(f)
+            case 2: m.username = try r.string(f)
+            case 3: m.password = try r.string(f)
+            case 4: m.clientName = try r.string(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct HelloResult: ControlBody {
+    public static let messageType = MessageType.helloResult
+    public var sessionID: UInt64
+    public var userID: UInt32
+    public var bindingID: UInt32
+    public var serverName: String
+    public var channels: [ChannelInfo]
+    public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo]) {
+        self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
+        self.serverName = serverName; self.channels = channels
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, sessionID); w.uint(2, userID); w.uint(3, bindingID); w.string(4, serverName)
+        for c in channels { w.message(5, c) }
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> HelloResult {
+        var m = HelloResult(sessionID: 0, userID: 0, bindingID: 0, serverName: "", channels: [])
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.sessionID = try r.uint64(f)
+            case 2: m.userID = try r.uint32(f)
+            case 3: m.bindingID = try r.uint32(f)
+            case 4: m.serverName = try r.string(f)
+            case 5: m.channels.append(try ChannelInfo.decode(r.nested(f)))
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct ErrorMessage: ControlBody {
+    public static let messageType = MessageType.error
+    public var code: UInt32
+    public var message: String
+    /// The `request_id` of the request this answers, 0 when none.
+    public var requestID: UInt32
+    public init(code: ProtocolErrorCode, message: String, requestID: UInt32 = 0) {
+        self.code = code.rawValue; self.message = message; self.requestID = requestID
+    }
+    public init(rawCode: UInt32, message: String, requestID: UInt32) {
+        self.code = rawCode; self.message = message; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, code); w.string(2, message); w.uint(3, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ErrorMessage {
+        var m = ErrorMessage(rawCode: 0, message: "", requestID: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.code = try r.uint32(f)
+            case 2: m.message = try r.string(f)
+            case 3: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Ping and Pong: `timestamp` is the sender's millisecond clock, echoed back.
+public struct Ping: ControlBody {
+    public static let messageType = MessageType.ping
+    public var timestamp: UInt64
+    public init(timestamp: UInt64) { self.timestamp = timestamp }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, timestamp) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Ping {
+        Ping(timestamp: try decodeTimestamp(r))
+    }
+    static func decodeTimestamp(_ r: ProtoReader) throws(ProtobufError) -> UInt64 {
+        var t: UInt64 = 0
+        try r.forEachField { f throws(ProtobufError) in if f.number == 1 { t = try r.uint64(f) } }
+        return t
+    }
+}
+
+public struct Pong: ControlBody {
+    public static let messageType = MessageType.pong
+    public var timestamp: UInt64
+    public init(timestamp: UInt64) { self.timestamp = timestamp }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, timestamp) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Pong {
+        Pong(timestamp: try Ping.decodeTimestamp(r))
+    }
+}
+
+public struct JoinChannel: ControlBody {
+    public static let messageType = MessageType.joinChannel
+    public var name: String
+    public var requestID: UInt32
+    public init(name: String, requestID: UInt32 = 0) { self.name = name; self.requestID = requestID }
+
+    public func encode(into w: inout ProtoWriter) { w.string(1, name); w.uint(2, requestID) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> JoinChannel {
+        var m = JoinChannel(name: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.name = try r.string(f)
+            case 2: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct JoinChannelResult: ControlBody {
+    public static let messageType = MessageType.joinChannelResult
+    public var channelID: UInt32
+    public var audio: AudioConfig
+    public var members: [MemberInfo]
+    public var requestID: UInt32
+    public init(channelID: UInt32, audio: AudioConfig, members: [MemberInfo], requestID: UInt32 = 0) {
+        self.channelID = channelID; self.audio = audio; self.members = members; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, channelID); w.message(2, audio)
+        for mem in members { w.message(3, mem) }
+        w.uint(4, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> JoinChannelResult {
+        var m = JoinChannelResult(channelID: 0, audio: AudioConfig.decodedEmpty, members: [])
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.channelID = try r.uint32(f)
+            case 2: m.audio = try AudioConfig.decode(r.nested(f))
+            case 3: m.members.append(try MemberInfo.decode(r.nested(f)))
+            case 4: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct UserJoined: ControlBody {
+    public static let messageType = MessageType.userJoined
+    public var member: MemberInfo
+    public var channelID: UInt32
+    public init(member: MemberInfo, channelID: UInt32) { self.member = member; self.channelID = channelID }
+
+    public func encode(into w: inout ProtoWriter) { w.message(1, member); w.uint(2, channelID) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UserJoined {
+        var m = UserJoined(member: MemberInfo(userID: 0, username: ""), channelID: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.member = try MemberInfo.decode(r.nested(f))
+            case 2: m.channelID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct UserLeft: ControlBody {
+    public static let messageType = MessageType.userLeft
+    public var userID: UInt32
+    public var channelID: UInt32
+    public init(userID: UInt32, channelID: UInt32) { self.userID = userID; self.channelID = channelID }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, userID); w.uint(2, channelID) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UserLeft {
+        var m = UserLeft(userID: 0, channelID: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.channelID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct StreamAnnounce: ControlBody {
+    public static let messageType = MessageType.streamAnnounce
+    public var streamID: UInt32
+    public var kind: StreamKind
+    public var channels: UInt32
+    public var requestID: UInt32
+    public init(streamID: UInt32, kind: StreamKind, channels: UInt32, requestID: UInt32 = 0) {
+        self.streamID = streamID; self.kind = kind; self.channels = channels; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, streamID); w.uint(2, kind.rawValue); w.uint(3, channels); w.uint(4, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> StreamAnnounce {
+        var m = StreamAnnounce(streamID: 0, kind: .mic, channels: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.streamID = try r.uint32(f)
+            case 2: m.kind = try StreamKind.decode(r.uint32(f), field: 2)
+            case 3: m.channels = try r.uint32(f)
+            case 4: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct StreamAnnounceResult: ControlBody {
+    public static let messageType = MessageType.streamAnnounceResult
+    public var streamID: UInt32
+    public var ssrc: UInt32
+    public var effectiveAudio: AudioConfig
+    public var requestID: UInt32
+    public init(streamID: UInt32, ssrc: UInt32, effectiveAudio: AudioConfig, requestID: UInt32 = 0) {
+        self.streamID = streamID; self.ssrc = ssrc; self.effectiveAudio = effectiveAudio; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, streamID); w.uint(2, ssrc); w.message(3, effectiveAudio); w.uint(4, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> StreamAnnounceResult {
+        var m = StreamAnnounceResult(streamID: 0, ssrc: 0, effectiveAudio: AudioConfig.decodedEmpty)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.streamID = try r.uint32(f)
+            case 2: m.ssrc = try r.uint32(f)
+            case 3: m.effectiveAudio = try AudioConfig.decode(r.nested(f))
+            case 4: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// RemoteStreamAdded: another member's stream in the channel.
+public struct RemoteStream: ControlBody {
+    public static let messageType = MessageType.remoteStreamAdded
+    public var userID: UInt32
+    public var streamID: UInt32
+    public var ssrc: UInt32
+    public var kind: StreamKind
+    public var audio: AudioConfig
+    public init(userID: UInt32, streamID: UInt32, ssrc: UInt32, kind: StreamKind, audio: AudioConfig) {
+        self.userID = userID; self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.audio = audio
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, userID); w.uint(2, streamID); w.uint(3, ssrc); w.uint(4, kind.rawValue); w.message(5, audio)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> RemoteStream {
+        var m = RemoteStream(userID: 0, streamID: 0, ssrc: 0, kind: .mic, audio: AudioConfig.decodedEmpty)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.streamID = try r.uint32(f)
+            case 3: m.ssrc = try r.uint32(f)
+            case 4: m.kind = try StreamKind.decode(r.uint32(f), field: 4)
+            case 5: m.audio = try AudioConfig.decode(r.nested(f))
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct StreamStop: ControlBody {
+    public static let messageType = MessageType.streamStop
+    public var streamID: UInt32
+    public init(streamID: UInt32) { self.streamID = streamID }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, streamID) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> StreamStop {
+        var m = StreamStop(streamID: 0)
+        try r.forEachField { f throws(ProtobufError) in if f.number == 1 { m.streamID = try r.uint32(f) } }
+        return m
+    }
+}
+
+public struct RemoteStreamRemoved: ControlBody {
+    public static let messageType = MessageType.remoteStreamRemoved
+    public var userID: UInt32
+    public var streamID: UInt32
+    public var ssrc: UInt32
+    public init(userID: UInt32, streamID: UInt32, ssrc: UInt32) { self.userID = userID; self.streamID = streamID; self.ssrc = ssrc }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, userID); w.uint(2, streamID); w.uint(3, ssrc) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> RemoteStreamRemoved {
+        var m = RemoteStreamRemoved(userID: 0, streamID: 0, ssrc: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.streamID = try r.uint32(f)
+            case 3: m.ssrc = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// A publisher's UI state for one of its streams (seed §7).
+public struct StreamStateUpdate: ControlBody {
+    public static let messageType = MessageType.streamStateUpdate
+    public var ssrc: UInt32
+    public var muted: Bool
+    public var hold: Bool
+    public init(ssrc: UInt32, muted: Bool, hold: Bool) { self.ssrc = ssrc; self.muted = muted; self.hold = hold }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, ssrc); w.bool(2, muted); w.bool(3, hold) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> StreamStateUpdate {
+        var m = StreamStateUpdate(ssrc: 0, muted: false, hold: false)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.ssrc = try r.uint32(f)
+            case 2: m.muted = try r.bool(f)
+            case 3: m.hold = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+public struct ServerMuteState: ControlBody {
+    public static let messageType = MessageType.serverMuteState
+    public var userID: UInt32
+    public var muted: Bool
+    public var deafened: Bool
+    public init(userID: UInt32, muted: Bool, deafened: Bool) { self.userID = userID; self.muted = muted; self.deafened = deafened }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, userID); w.bool(2, muted); w.bool(3, deafened) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ServerMuteState {
+        var m = ServerMuteState(userID: 0, muted: false, deafened: false)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.muted = try r.bool(f)
+            case 3: m.deafened = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Rebind (client → server) asks for media keys of a new epoch; RebindResult grants it.
+public struct Rebind: ControlBody {
+    public static let messageType = MessageType.rebind
+    public var epoch: UInt32
+    public init(epoch: UInt32) { self.epoch = epoch }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, epoch) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Rebind { Rebind(epoch: try decodeEpoch(r)) }
+    static func decodeEpoch(_ r: ProtoReader) throws(ProtobufError) -> UInt32 {
+        var e: UInt32 = 0
+        try r.forEachField { f throws(ProtobufError) in if f.number == 1 { e = try r.uint32(f) } }
+        return e
+    }
+}
+
+public struct RebindResult: ControlBody {
+    public static let messageType = MessageType.rebindResult
+    public var epoch: UInt32
+    public init(epoch: UInt32) { self.epoch = epoch }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, epoch) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> RebindResult { RebindResult(epoch: try Rebind.decodeEpoch(r)) }
+}
+
+public struct SetServerMute: ControlBody {
+    public static let messageType = MessageType.setServerMute
+    public var userID: UInt32
+    public var muted: Bool
+    public var deafened: Bool
+    /// The server's admin password (server config `admin_password`).
+    public var adminPassword: String
+    public var requestID: UInt32
+    public init(userID: UInt32, muted: Bool, deafened: Bool, adminPassword: String, requestID: UInt32 = 0) {
+        self.userID = userID; self.muted = muted; self.deafened = deafened
+        self.adminPassword = adminPassword; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, userID); w.bool(2, muted); w.bool(3, deafened); w.string(4, adminPassword); w.uint(5, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> SetServerMute {
+        var m = SetServerMute(userID: 0, muted: false, deafened: false, adminPassword: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.muted = try r.bool(f)
+            case 3: m.deafened = try r.bool(f)
+            case 4: m.adminPassword = try r.string(f)
+            case 5: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+// MARK: - the sum of all messages
+
 /// Why a control plaintext could not be decoded.
 public enum ControlDecodeError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooShort
@@ -178,126 +598,57 @@ public enum ControlMessage: Equatable, Sendable {
     case hello(Hello)
     case helloResult(HelloResult)
     case error(ErrorMessage)
-    case ping(timestamp: UInt64)
-    case pong(timestamp: UInt64)
-    case joinChannel(name: String, requestID: UInt32)
+    case ping(Ping)
+    case pong(Pong)
+    case joinChannel(JoinChannel)
     case joinChannelResult(JoinChannelResult)
-    case userJoined(MemberInfo, channelID: UInt32)
-    case userLeft(userID: UInt32, channelID: UInt32)
+    case userJoined(UserJoined)
+    case userLeft(UserLeft)
     case streamAnnounce(StreamAnnounce)
     case streamAnnounceResult(StreamAnnounceResult)
     case remoteStreamAdded(RemoteStream)
-    case streamStop(streamID: UInt32)
-    case remoteStreamRemoved(userID: UInt32, streamID: UInt32, ssrc: UInt32)
-    case streamStateUpdate(ssrc: UInt32, muted: Bool, hold: Bool)
+    case streamStop(StreamStop)
+    case remoteStreamRemoved(RemoteStreamRemoved)
+    case streamStateUpdate(StreamStateUpdate)
     case serverMuteState(ServerMuteState)
-    case rebind(epoch: UInt32)
-    case rebindResult(epoch: UInt32)
+    case rebind(Rebind)
+    case rebindResult(RebindResult)
     case setServerMute(SetServerMute)
 
-    public var type: MessageType {
+    /// The message inside.
+    public var body: any ControlBody {
         switch self {
-        case .hello: return .hello
-        case .helloResult: return .helloResult
-        case .error: return .error
-        case .ping: return .ping
-        case .pong: return .pong
-        case .joinChannel: return .joinChannel
-        case .joinChannelResult: return .joinChannelResult
-        case .userJoined: return .userJoined
-        case .userLeft: return .userLeft
-        case .streamAnnounce: return .streamAnnounce
-        case .streamAnnounceResult: return .streamAnnounceResult
-        case .remoteStreamAdded: return .remoteStreamAdded
-        case .streamStop: return .streamStop
-        case .remoteStreamRemoved: return .remoteStreamRemoved
-        case .streamStateUpdate: return .streamStateUpdate
-        case .serverMuteState: return .serverMuteState
-        case .rebind: return .rebind
-        case .rebindResult: return .rebindResult
-        case .setServerMute: return .setServerMute
+        case .hello(let m): return m
+        case .helloResult(let m): return m
+        case .error(let m): return m
+        case .ping(let m): return m
+        case .pong(let m): return m
+        case .joinChannel(let m): return m
+        case .joinChannelResult(let m): return m
+        case .userJoined(let m): return m
+        case .userLeft(let m): return m
+        case .streamAnnounce(let m): return m
+        case .streamAnnounceResult(let m): return m
+        case .remoteStreamAdded(let m): return m
+        case .streamStop(let m): return m
+        case .remoteStreamRemoved(let m): return m
+        case .streamStateUpdate(let m): return m
+        case .serverMuteState(let m): return m
+        case .rebind(let m): return m
+        case .rebindResult(let m): return m
+        case .setServerMute(let m): return m
         }
     }
+
+    public var type: MessageType { Swift.type(of: body).messageType }
 
     /// `u16 type | protobuf body`.
     public func encode() -> [UInt8] {
         var w = ProtoWriter()
-        switch self {
-        case .hello(let m):
-            w.uint(1, m.protoVersion); w.string(2, m.username); w.string(3, m.password); w.string(4, m.clientName)
-        case .helloResult(let m):
-            w.uint(1, m.sessionID); w.uint(2, m.userID); w.uint(3, m.bindingID); w.string(4, m.serverName)
-            for c in m.channels {
-                var cw = ProtoWriter()
-                cw.uint(1, c.id); cw.string(2, c.name); cw.message(3, c.audio.encode())
-                w.message(5, cw.bytes)
-            }
-        case .error(let m):
-            w.uint(1, m.code); w.string(2, m.message); w.uint(3, m.requestID)
-        case .ping(let t), .pong(let t):
-            w.uint(1, t)
-        case .joinChannel(let name, let rid):
-            w.string(1, name); w.uint(2, rid)
-        case .joinChannelResult(let m):
-            w.uint(1, m.channelID); w.message(2, m.audio.encode())
-            for mem in m.members { w.message(3, ControlMessage.encodeMember(mem)) }
-            w.uint(4, m.requestID)
-        case .userJoined(let mem, let ch):
-            w.message(1, ControlMessage.encodeMember(mem)); w.uint(2, ch)
-        case .userLeft(let uid, let ch):
-            w.uint(1, uid); w.uint(2, ch)
-        case .streamAnnounce(let m):
-            w.uint(1, m.streamID); w.uint(2, m.kind.rawValue); w.uint(3, m.channels); w.uint(4, m.requestID)
-        case .streamAnnounceResult(let m):
-            w.uint(1, m.streamID); w.uint(2, m.ssrc); w.message(3, m.effectiveAudio.encode()); w.uint(4, m.requestID)
-        case .remoteStreamAdded(let m):
-            w.uint(1, m.userID); w.uint(2, m.streamID); w.uint(3, m.ssrc); w.uint(4, m.kind.rawValue)
-            w.message(5, m.audio.encode())
-        case .streamStop(let sid):
-            w.uint(1, sid)
-        case .remoteStreamRemoved(let uid, let sid, let ssrc):
-            w.uint(1, uid); w.uint(2, sid); w.uint(3, ssrc)
-        case .streamStateUpdate(let ssrc, let muted, let hold):
-            w.uint(1, ssrc); w.bool(2, muted); w.bool(3, hold)
-        case .serverMuteState(let m):
-            w.uint(1, m.userID); w.bool(2, m.muted); w.bool(3, m.deafened)
-        case .rebind(let e), .rebindResult(let e):
-            w.uint(1, e)
-        case .setServerMute(let m):
-            w.uint(1, m.userID); w.bool(2, m.muted); w.bool(3, m.deafened); w.string(4, m.adminPassword)
-            w.uint(5, m.requestID)
-        }
-        var out = [UInt8]()
-        out.reserveCapacity(2 + w.bytes.count)
-        out.append(UInt8(type.rawValue >> 8)); out.append(UInt8(truncatingIfNeeded: type.rawValue))
-        out.append(contentsOf: w.bytes)
-        return out
-    }
-
-    static func encodeMember(_ m: MemberInfo) -> [UInt8] {
-        var w = ProtoWriter()
-        w.uint(1, m.userID); w.string(2, m.username); w.bool(3, m.muted); w.bool(4, m.deafened)
+        let t = type.rawValue
+        w.raw(UInt8(t >> 8)); w.raw(UInt8(truncatingIfNeeded: t))
+        body.encode(into: &w)
         return w.bytes
-    }
-
-    static func decodeMember(_ r: ProtoReader) throws(ProtobufError) -> MemberInfo {
-        var r = r
-        var m = MemberInfo(userID: 0, username: "")
-        while let f = try r.next() {
-            switch f.number {
-            case 1: m.userID = try r.uint32(f)
-            case 2: m.username = try r.string(f)
-            case 3: m.muted = try r.bool(f)
-            case 4: m.deafened = try r.bool(f)
-            default: break
-            }
-        }
-        return m
-    }
-
-    static func kind(_ v: UInt32, field: Int) throws(ProtobufError) -> StreamKind {
-        guard let k = StreamKind(rawValue: v) else { throw .valueOutOfRange(field: field) }
-        return k
     }
 
     /// Decodes `u16 type | protobuf body`.
@@ -305,103 +656,31 @@ public enum ControlMessage: Equatable, Sendable {
         guard bytes.count >= 2 else { throw .tooShort }
         let raw = UInt16(bytes[0]) << 8 | UInt16(bytes[1])
         guard let t = MessageType(rawValue: raw) else { throw .unknownType(raw) }
+        let r = ProtoReader(bytes, 2..<bytes.count)
         do {
-            return try decodeBody(t, ProtoReader(bytes, 2..<bytes.count))
+            switch t {
+            case .hello: return .hello(try Hello.decode(r))
+            case .helloResult: return .helloResult(try HelloResult.decode(r))
+            case .error: return .error(try ErrorMessage.decode(r))
+            case .ping: return .ping(try Ping.decode(r))
+            case .pong: return .pong(try Pong.decode(r))
+            case .joinChannel: return .joinChannel(try JoinChannel.decode(r))
+            case .joinChannelResult: return .joinChannelResult(try JoinChannelResult.decode(r))
+            case .userJoined: return .userJoined(try UserJoined.decode(r))
+            case .userLeft: return .userLeft(try UserLeft.decode(r))
+            case .streamAnnounce: return .streamAnnounce(try StreamAnnounce.decode(r))
+            case .streamAnnounceResult: return .streamAnnounceResult(try StreamAnnounceResult.decode(r))
+            case .remoteStreamAdded: return .remoteStreamAdded(try RemoteStream.decode(r))
+            case .streamStop: return .streamStop(try StreamStop.decode(r))
+            case .remoteStreamRemoved: return .remoteStreamRemoved(try RemoteStreamRemoved.decode(r))
+            case .streamStateUpdate: return .streamStateUpdate(try StreamStateUpdate.decode(r))
+            case .serverMuteState: return .serverMuteState(try ServerMuteState.decode(r))
+            case .rebind: return .rebind(try Rebind.decode(r))
+            case .rebindResult: return .rebindResult(try RebindResult.decode(r))
+            case .setServerMute: return .setServerMute(try SetServerMute.decode(r))
+            }
         } catch {
             throw .body(t, error)
         }
     }
-
-    static func decodeBody(_ t: MessageType, _ reader: ProtoReader) throws(ProtobufError) -> ControlMessage {
-        var r = reader
-        // Scalars by field number, decoded with the accessor the message expects.
-        var u: [Int: UInt64] = [:]
-        var s: [Int: String] = [:]
-        var audio: AudioConfig? = nil
-        var channels: [ChannelInfo] = []
-        var members: [MemberInfo] = []
-        var member: MemberInfo? = nil
-        while let f = try r.next() {
-            switch (t, f.number) {
-            case (.hello, 2), (.hello, 3), (.hello, 4), (.helloResult, 4), (.error, 2), (.joinChannel, 1),
-                 (.setServerMute, 4):
-                s[f.number] = try r.string(f)
-            case (.helloResult, 5):
-                var cr = try r.nested(f)
-                var c = ChannelInfo(id: 0, name: "", audio: AudioConfig())
-                while let cf = try cr.next() {
-                    switch cf.number {
-                    case 1: c.id = try cr.uint32(cf)
-                    case 2: c.name = try cr.string(cf)
-                    case 3: c.audio = try AudioConfig.decode(try cr.nested(cf))
-                    default: break
-                    }
-                }
-                channels.append(c)
-            case (.joinChannelResult, 2), (.streamAnnounceResult, 3), (.remoteStreamAdded, 5):
-                audio = try AudioConfig.decode(try r.nested(f))
-            case (.joinChannelResult, 3):
-                members.append(try decodeMember(try r.nested(f)))
-            case (.userJoined, 1):
-                member = try decodeMember(try r.nested(f))
-            case (.helloResult, 1), (.ping, 1), (.pong, 1):
-                u[f.number] = try r.uint64(f)
-            default:
-                // Every other known field of these messages is a u32 varint; unknown
-                // field numbers are skipped, a wrong wire type is an error.
-                if knownScalarFields[t]?.contains(f.number) == true {
-                    u[f.number] = UInt64(try r.uint32(f))
-                }
-            }
-        }
-        func u32(_ n: Int) -> UInt32 { UInt32(truncatingIfNeeded: u[n] ?? 0) }
-        func b(_ n: Int) -> Bool { (u[n] ?? 0) != 0 }
-        func str(_ n: Int) -> String { s[n] ?? "" }
-        let cfg = audio ?? AudioConfig()
-        switch t {
-        case .hello:
-            return .hello(Hello(protoVersion: u32(1), username: str(2), password: str(3), clientName: str(4)))
-        case .helloResult:
-            return .helloResult(HelloResult(sessionID: u[1] ?? 0, userID: u32(2), bindingID: u32(3),
-                                            serverName: str(4), channels: channels))
-        case .error:
-            return .error(ErrorMessage(rawCode: u32(1), message: str(2), requestID: u32(3)))
-        case .ping: return .ping(timestamp: u[1] ?? 0)
-        case .pong: return .pong(timestamp: u[1] ?? 0)
-        case .joinChannel: return .joinChannel(name: str(1), requestID: u32(2))
-        case .joinChannelResult:
-            return .joinChannelResult(JoinChannelResult(channelID: u32(1), audio: cfg, members: members, requestID: u32(4)))
-        case .userJoined:
-            return .userJoined(member ?? MemberInfo(userID: 0, username: ""), channelID: u32(2))
-        case .userLeft: return .userLeft(userID: u32(1), channelID: u32(2))
-        case .streamAnnounce:
-            return .streamAnnounce(StreamAnnounce(streamID: u32(1), kind: try kind(u32(2), field: 2),
-                                                  channels: u32(3), requestID: u32(4)))
-        case .streamAnnounceResult:
-            return .streamAnnounceResult(StreamAnnounceResult(streamID: u32(1), ssrc: u32(2), effectiveAudio: cfg,
-                                                              requestID: u32(4)))
-        case .remoteStreamAdded:
-            return .remoteStreamAdded(RemoteStream(userID: u32(1), streamID: u32(2), ssrc: u32(3),
-                                                   kind: try kind(u32(4), field: 4), audio: cfg))
-        case .streamStop: return .streamStop(streamID: u32(1))
-        case .remoteStreamRemoved: return .remoteStreamRemoved(userID: u32(1), streamID: u32(2), ssrc: u32(3))
-        case .streamStateUpdate: return .streamStateUpdate(ssrc: u32(1), muted: b(2), hold: b(3))
-        case .serverMuteState: return .serverMuteState(ServerMuteState(userID: u32(1), muted: b(2), deafened: b(3)))
-        case .rebind: return .rebind(epoch: u32(1))
-        case .rebindResult: return .rebindResult(epoch: u32(1))
-        case .setServerMute:
-            return .setServerMute(SetServerMute(userID: u32(1), muted: b(2), deafened: b(3),
-                                                adminPassword: str(4), requestID: u32(5)))
-        }
-    }
-
-    /// The u32/bool varint fields of each message (everything not handled above).
-    static let knownScalarFields: [MessageType: Set<Int>] = [
-        .hello: [1], .helloResult: [2, 3], .error: [1, 3], .joinChannel: [2],
-        .joinChannelResult: [1, 4], .userJoined: [2], .userLeft: [1, 2],
-        .streamAnnounce: [1, 2, 3, 4], .streamAnnounceResult: [1, 2, 4],
-        .remoteStreamAdded: [1, 2, 3, 4], .streamStop: [1], .remoteStreamRemoved: [1, 2, 3],
-        .streamStateUpdate: [1, 2, 3], .serverMuteState: [1, 2, 3], .rebind: [1], .rebindResult: [1],
-        .setServerMute: [1, 2, 3, 5],
-    ]
 }

@@ -74,6 +74,8 @@ public struct ProtoWriter {
     public mutating func message(_ field: Int, _ body: [UInt8]) {
         key(field, .lengthDelimited); rawVarint(UInt64(body.count)); bytes.append(contentsOf: body)
     }
+    /// Bytes outside the protobuf encoding (a control message's type prefix).
+    mutating func raw(_ b: UInt8) { bytes.append(b) }
 }
 
 /// One decoded field.

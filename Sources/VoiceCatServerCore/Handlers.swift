@@ -15,27 +15,29 @@ extension Server {
             return
         }
         switch msg {
-        case .ping(let t):
-            send(c, .pong(timestamp: t))
+        case .ping(let p):
+            send(c, .pong(Pong(timestamp: p.timestamp)))
         case .pong:
             break
-        case .joinChannel(let name, let rid):
-            join(s, name: name, requestID: rid)
+        case .joinChannel(let j):
+            join(s, name: j.name, requestID: j.requestID)
         case .streamAnnounce(let a):
             announce(s, a)
-        case .streamStop(let sid):
+        case .streamStop(let stop):
+            let sid = stop.streamID
             guard let st = s.streams[sid] else {
                 send(c, .error(ErrorMessage(code: .notFound, message: "no stream \(sid) to stop")))
                 return
             }
             removeStream(st)
-        case .streamStateUpdate(let ssrc, let muted, let hold):
-            guard let st = streamsBySSRC[ssrc], st.owner === s else {
-                send(c, .error(ErrorMessage(code: .notFound, message: "ssrc \(ssrc) is not one of your streams")))
+        case .streamStateUpdate(let u):
+            guard let st = streamsBySSRC[u.ssrc], st.owner === s else {
+                send(c, .error(ErrorMessage(code: .notFound, message: "ssrc \(u.ssrc) is not one of your streams")))
                 return
             }
-            broadcast(s.channel, except: s, .streamStateUpdate(ssrc: ssrc, muted: muted, hold: hold))
-        case .rebind(let epoch):
+            broadcast(s.channel, except: s, .streamStateUpdate(u))
+        case .rebind(let r):
+            let epoch = r.epoch
             guard epoch > s.epoch else {
                 send(c, .error(ErrorMessage(code: .badRequest, message: "rebind epoch \(epoch) must exceed the current \(s.epoch)")))
                 return
@@ -46,7 +48,7 @@ extension Server {
             s.bindReplay = ReplayWindow()
             if let a = s.udpAddress { sessionsByAddress[a] = nil }
             s.udpAddress = nil
-            send(c, .rebindResult(epoch: epoch))
+            send(c, .rebindResult(RebindResult(epoch: epoch)))
         case .setServerMute(let m):
             setServerMute(s, m)
         case .hello:
@@ -111,9 +113,9 @@ extension Server {
         ch.members.removeAll { $0 === s }
         s.channel = nil
         for st in s.streams.values.sorted(by: { $0.ssrc < $1.ssrc }) {
-            broadcast(ch, except: s, .remoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc))
+            broadcast(ch, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
         }
-        broadcast(ch, except: s, .userLeft(userID: s.userID, channelID: ch.id))
+        broadcast(ch, except: s, .userLeft(UserLeft(userID: s.userID, channelID: ch.id)))
     }
 
     func join(_ s: Session, name: String, requestID: UInt32) {
@@ -126,10 +128,10 @@ extension Server {
             // Streams announced for another channel's AudioConfig cannot be carried over.
             for st in Array(s.streams.values).sorted(by: { $0.ssrc < $1.ssrc }) {
                 removeStream(st)
-                send(s.connection, .remoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc))
+                send(s.connection, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
             }
             s.channel = ch
-            broadcast(ch, except: nil, .userJoined(s.memberInfo, channelID: ch.id))
+            broadcast(ch, except: nil, .userJoined(UserJoined(member: s.memberInfo, channelID: ch.id)))
             ch.members.append(s)
         }
         let others = ch.members.filter { $0 !== s }
@@ -168,7 +170,7 @@ extension Server {
         let s = st.owner
         s.streams[st.streamID] = nil
         streamsBySSRC[st.ssrc] = nil
-        broadcast(s.channel, except: s, .remoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc))
+        broadcast(s.channel, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
     }
 
     func setServerMute(_ s: Session, _ m: SetServerMute) {

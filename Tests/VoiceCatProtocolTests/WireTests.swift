@@ -36,19 +36,19 @@ final class ProtobufTests: XCTestCase {
             .helloResult(HelloResult(sessionID: .max, userID: 7, bindingID: 0xffff_ffff, serverName: "s",
                                      channels: [ChannelInfo(id: 1, name: "Lobby", audio: .speech), ChannelInfo(id: 2, name: "M", audio: a)])),
             .error(ErrorMessage(code: .usernameTaken, message: "taken", requestID: 3)),
-            .ping(timestamp: 1 << 40), .pong(timestamp: 0),
-            .joinChannel(name: "Lobby", requestID: 9),
+            .ping(Ping(timestamp: 1 << 40)), .pong(Pong(timestamp: 0)),
+            .joinChannel(JoinChannel(name: "Lobby", requestID: 9)),
             .joinChannelResult(JoinChannelResult(channelID: 1, audio: a, members: [MemberInfo(userID: 2, username: "x", muted: true)], requestID: 4)),
-            .userJoined(MemberInfo(userID: 3, username: "y", deafened: true), channelID: 1),
-            .userLeft(userID: 3, channelID: 1),
+            .userJoined(UserJoined(member: MemberInfo(userID: 3, username: "y", deafened: true), channelID: 1)),
+            .userLeft(UserLeft(userID: 3, channelID: 1)),
             .streamAnnounce(StreamAnnounce(streamID: 2, kind: .auxDevice, channels: 2, requestID: 5)),
             .streamAnnounceResult(StreamAnnounceResult(streamID: 2, ssrc: 1001, effectiveAudio: .speech, requestID: 5)),
             .remoteStreamAdded(RemoteStream(userID: 1, streamID: 2, ssrc: 1002, kind: .screenAudio, audio: a)),
-            .streamStop(streamID: 2),
-            .remoteStreamRemoved(userID: 1, streamID: 2, ssrc: 1002),
-            .streamStateUpdate(ssrc: 1002, muted: true, hold: true),
+            .streamStop(StreamStop(streamID: 2)),
+            .remoteStreamRemoved(RemoteStreamRemoved(userID: 1, streamID: 2, ssrc: 1002)),
+            .streamStateUpdate(StreamStateUpdate(ssrc: 1002, muted: true, hold: true)),
             .serverMuteState(ServerMuteState(userID: 1, muted: true, deafened: false)),
-            .rebind(epoch: 3), .rebindResult(epoch: 3),
+            .rebind(Rebind(epoch: 3)), .rebindResult(RebindResult(epoch: 3)),
             .setServerMute(SetServerMute(userID: 1, muted: true, deafened: true, adminPassword: "a", requestID: 8)),
         ]
         XCTAssertEqual(Set(messages.map(\.type)).count, MessageType.allCases.count, "every message type is covered")
@@ -66,7 +66,7 @@ final class ProtobufTests: XCTestCase {
         w.uint(53, UInt64(1) << 60)
         w.uint(2, 77 as UInt32)
         let msg = [0, UInt8(MessageType.joinChannel.rawValue)] + w.bytes
-        XCTAssertEqual(try ControlMessage.decode(msg), .joinChannel(name: "Lobby", requestID: 77))
+        XCTAssertEqual(try ControlMessage.decode(msg), .joinChannel(JoinChannel(name: "Lobby", requestID: 77)))
 
         // A known field with the wrong wire type is an error, not a silent default.
         var bad = ProtoWriter()

@@ -72,8 +72,8 @@ final class HandshakeTests: XCTestCase {
         let u = try TestClient.login(port: ts.port, username: "unknown")
         try u.sendRaw(u.sealer.seal([0x7f, 0x01, 0x08, 0x01]))
         XCTAssertEqual(try u.expectError().code, ProtocolErrorCode.unknownMessageType.rawValue)
-        u.send(.ping(timestamp: 7))
-        XCTAssertEqual(try u.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 7)
+        u.send(.ping(Ping(timestamp: 7)))
+        XCTAssertEqual(try u.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 7)
 
         // Bad protobuf (a truncated varint in a Hello body): Error, then closed.
         let bad = try TestClient(port: ts.port)
@@ -95,11 +95,11 @@ final class HandshakeTests: XCTestCase {
 
         // Stalls mid-frame: the loop keeps serving others, then drops the staller.
         let stall = try TestClient.login(port: ts.port, username: "staller")
-        let frame = stall.sealer.seal(ControlMessage.ping(timestamp: 1).encode())
+        let frame = stall.sealer.seal(ControlMessage.ping(Ping(timestamp: 1)).encode())
         try stall.sendRaw(Array(frame[0..<7]))
         let t0 = MonotonicClock.milliseconds()
-        honest.send(.ping(timestamp: 99))
-        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 99)
+        honest.send(.ping(Ping(timestamp: 99)))
+        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 99)
         XCTAssertLessThan(MonotonicClock.milliseconds() - t0, 400, "honest client waited on the staller")
         XCTAssertTrue(stall.waitForClose(timeoutMs: 2000))
 
@@ -110,11 +110,11 @@ final class HandshakeTests: XCTestCase {
 
         // A control message before Hello.
         let early = try TestClient(port: ts.port)
-        early.send(.joinChannel(name: "Lobby", requestID: 1))
+        early.send(.joinChannel(JoinChannel(name: "Lobby", requestID: 1)))
         XCTAssertEqual(try early.expectError().code, ProtocolErrorCode.wrongState.rawValue)
 
-        honest.send(.ping(timestamp: 100))
-        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 100)
+        honest.send(.ping(Ping(timestamp: 100)))
+        XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 100)
         ts.waitFor("errors counted, honest sessions kept") { $0.controlProtocolErrors >= 4 && $0.sessionsActive == 2 }
     }
 }

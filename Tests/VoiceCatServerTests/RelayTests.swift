@@ -156,8 +156,8 @@ final class RelayTests: XCTestCase {
         }
         XCTAssertTrue(quiet.waitForClose(timeoutMs: 1000), "silent session not reaped")
         ts.waitFor("one reaped") { $0.sessionsReaped == 1 }
-        lively.send(.ping(timestamp: 42))
-        XCTAssertEqual(try lively.expect("Pong") { m -> UInt64? in if case .pong(let t) = m { return t }; return nil }, 42)
+        lively.send(.ping(Ping(timestamp: 42)))
+        XCTAssertEqual(try lively.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 42)
     }
 
     func testRebindRetiresTheOldKeys() throws {
@@ -174,7 +174,7 @@ final class RelayTests: XCTestCase {
         a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 1, timestamp: 960, opus: opus))
         XCTAssertEqual(b.receiveVoice()?.payload, opus)
         // A rebind must move forward.
-        a.send(.rebind(epoch: 1))
+        a.send(.rebind(Rebind(epoch: 1)))
         XCTAssertEqual(try a.expectError().code, ProtocolErrorCode.badRequest.rawValue)
     }
 
@@ -187,7 +187,7 @@ final class RelayTests: XCTestCase {
         _ = try a.join("Lobby")
         let b = try TestClient.login(port: ts.port, username: "sam")
         _ = try b.join("Lobby")
-        let joined = try a.expect("UserJoined") { m -> MemberInfo? in if case .userJoined(let u, _) = m { return u }; return nil }
+        let joined = try a.expect("UserJoined") { m -> MemberInfo? in if case .userJoined(let u) = m { return u.member }; return nil }
         XCTAssertEqual(joined.username, "sam")
         let s1 = try b.announce(streamID: 1).ssrc
         let s2 = try b.announce(streamID: 2, kind: .screenAudio).ssrc
@@ -196,16 +196,16 @@ final class RelayTests: XCTestCase {
             try a.expect("RemoteStreamAdded") { m -> StreamKind? in if case .remoteStreamAdded(let r) = m { return r.kind }; return nil }
         }
         XCTAssertEqual(kinds, [.mic, .screenAudio])
-        b.send(.streamStop(streamID: 1))
-        let removed = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(_, _, let s) = m { return s }; return nil }
+        b.send(.streamStop(StreamStop(streamID: 1)))
+        let removed = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(let r) = m { return r.ssrc }; return nil }
         XCTAssertEqual(removed, s1)
-        b.send(.streamStateUpdate(ssrc: s2, muted: true, hold: false))
-        let upd = try a.expect("StreamStateUpdate") { m -> Bool? in if case .streamStateUpdate(let s, let mu, _) = m, s == s2 { return mu }; return nil }
+        b.send(.streamStateUpdate(StreamStateUpdate(ssrc: s2, muted: true, hold: false)))
+        let upd = try a.expect("StreamStateUpdate") { m -> Bool? in if case .streamStateUpdate(let u) = m, u.ssrc == s2 { return u.muted }; return nil }
         XCTAssertTrue(upd)
         b.close()
-        let gone = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(_, _, let s) = m { return s }; return nil }
+        let gone = try a.expect("RemoteStreamRemoved") { m -> UInt32? in if case .remoteStreamRemoved(let r) = m { return r.ssrc }; return nil }
         XCTAssertEqual(gone, s2)
-        let left = try a.expect("UserLeft") { m -> UInt32? in if case .userLeft(let u, _) = m { return u }; return nil }
+        let left = try a.expect("UserLeft") { m -> UInt32? in if case .userLeft(let u) = m { return u.userID }; return nil }
         XCTAssertEqual(left, b.hello.userID)
         // ssrcs are never reused, even after the stream is gone.
         let s3 = try a.announce(streamID: 1).ssrc
@@ -218,7 +218,7 @@ final class RelayTests: XCTestCase {
         let a = try TestClient.login(port: ts.port, username: "alex")
         a.send(.streamAnnounce(StreamAnnounce(streamID: 1, kind: .mic, channels: 1, requestID: 99)))
         XCTAssertEqual(try a.expectError(requestID: 99).code, ProtocolErrorCode.wrongState.rawValue)
-        a.send(.joinChannel(name: "Nowhere", requestID: 5))
+        a.send(.joinChannel(JoinChannel(name: "Nowhere", requestID: 5)))
         XCTAssertEqual(try a.expectError(requestID: 5).code, ProtocolErrorCode.notFound.rawValue)
         _ = try a.join("Lobby")
         _ = try a.announce(streamID: 1)

@@ -133,7 +133,7 @@ final class TestClient {
 
     func join(_ name: String) throws -> JoinChannelResult {
         let rid = nextRequestID; nextRequestID += 1
-        send(.joinChannel(name: name, requestID: rid))
+        send(.joinChannel(JoinChannel(name: name, requestID: rid)))
         return try expect("JoinChannelResult") { m -> JoinChannelResult? in
             if case .joinChannelResult(let r) = m, r.requestID == rid { return r }
             return nil
@@ -193,9 +193,9 @@ final class TestClient {
     }
 
     func rebind(to newEpoch: UInt32) throws {
-        send(.rebind(epoch: newEpoch))
+        send(.rebind(Rebind(epoch: newEpoch)))
         _ = try expect("RebindResult") { m -> UInt32? in
-            if case .rebindResult(let e) = m, e == newEpoch { return e }
+            if case .rebindResult(let r) = m, r.epoch == newEpoch { return r.epoch }
             return nil
         }
         epoch = newEpoch
