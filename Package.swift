@@ -41,7 +41,7 @@ let package = Package(
         .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"]),
         .target(name: "VoiceCatABI"),
         .target(name: "VoiceCatDevices", dependencies: ["CAlsa", "VoiceCatSystem"]),
-        .target(name: "VoiceCatClient", dependencies: ["VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
+        .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),

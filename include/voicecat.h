@@ -102,7 +102,11 @@ typedef enum vc_event_type {
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
     VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, muted, hold: a remote publisher's UI state */
-    VC_EVENT_ERROR = 14                /**< code, text: an asynchronous error */
+    VC_EVENT_ERROR = 14,               /**< code, text: an asynchronous error (VC_ERR_DEVICE: a device failed;
+                                            kind = vc_device_kind, stream_id for a capture; it is reopened
+                                            on a backoff) */
+    VC_EVENT_DEVICE_RESTORED = 15      /**< a failed device is back: kind = vc_device_kind, stream_id for a
+                                            capture, text = device name */
 } vc_event_type;
 
 /* ---- Structures ------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 // The encrypted TCP control channel of one session: handshake, sealed frames in
 // both directions. Writes are serialized by a lock (any thread may send); reads
 // happen on the connecting thread during connect, then on the network thread.
+// Every wait of the connect phase can be cut short by the session's Canceller.
 import Glibc
 import VoiceCatProtocol
 import VoiceCatSystem
@@ -14,27 +15,31 @@ final class ControlConnection {
     private let sendLock = Lock()
     private var readBuffer = [UInt8](repeating: 0, count: 65536)
 
+    private let cancel: Canceller
+
     /// Connects and runs the handshake. On a fingerprint mismatch `seenFingerprint`
     /// receives the server's fingerprint before the error is thrown.
-    init(address: SocketAddress, pinned: String?, deadlineMs: UInt64, seenFingerprint: inout String?) throws {
-        let left = { max(0, Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))) }
+    init(address: SocketAddress, pinned: String?, deadlineMs: UInt64, cancel: Canceller, seenFingerprint: inout String?) throws {
+        self.cancel = cancel
         do {
-            socket = try Socket.connectTCP(address, timeoutMs: left())
-        } catch let e where e.errno == ETIMEDOUT {
+            socket = try Socket.connectTCP(address, deadlineMs: deadlineMs, cancel: cancel)
+        } catch let e as SystemError where e.errno == ETIMEDOUT {
             throw ClientError.timeout("connecting to \(address) timed out")
+        } catch is CancelledError {
+            throw ClientError.state("the connect was cancelled (the client is being destroyed or disconnected)")
         } catch {
             throw ClientError.network("cannot connect to \(address): \(error)")
         }
         let hs = ClientHandshake()
-        try ControlConnection.writeAll(socket, hs.helloBytes, deadlineMs: deadlineMs)
-        var reply = try ControlConnection.readExactly(socket, Handshake.serverHelloPrefixSize, deadlineMs: deadlineMs)
+        try ControlConnection.writeAll(socket, hs.helloBytes, deadlineMs: deadlineMs, cancel: cancel)
+        var reply = try ControlConnection.readExactly(socket, Handshake.serverHelloPrefixSize, deadlineMs: deadlineMs, cancel: cancel)
         let body: Int
         do { body = try Handshake.serverHelloBodySize(prefix: reply) } catch HandshakeError.versionMismatch(let v) {
             throw ClientError.version("the server speaks protocol v\(v); this library speaks v\(ProtocolVersion.current)")
         } catch {
             throw ClientError.protocolError("bad ServerHello: \(error)")
         }
-        reply += try ControlConnection.readExactly(socket, body, deadlineMs: deadlineMs)
+        reply += try ControlConnection.readExactly(socket, body, deadlineMs: deadlineMs, cancel: cancel)
         do {
             (keys, fingerprint) = try hs.finish(serverHello: reply, pinnedFingerprint: pinned)
         } catch HandshakeError.fingerprintMismatch(let expected, let actual) {
@@ -48,7 +53,20 @@ final class ControlConnection {
         opener = ControlOpener(key: keys.control.receive)
     }
 
-    static func writeAll(_ s: Socket, _ bytes: [UInt8], deadlineMs: UInt64) throws {
+    /// Waits for `events` on `s`, false at the deadline; a cancel is a state error.
+    static func wait(_ s: Socket, _ events: Int16, deadlineMs: UInt64, cancel: Canceller?) throws -> Bool {
+        guard let cancel else {
+            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
+            return left > 0 && (try? s.waitFor(events: events, timeoutMs: left)) == true
+        }
+        do { return try cancel.wait(fd: s.fd, events: events, deadlineMs: deadlineMs) } catch is CancelledError {
+            throw ClientError.state("cancelled: the client is being destroyed or disconnected")
+        } catch {
+            throw ClientError.network("\(error)")
+        }
+    }
+
+    static func writeAll(_ s: Socket, _ bytes: [UInt8], deadlineMs: UInt64, cancel: Canceller?) throws {
         var off = 0
         while off < bytes.count {
             let r: Int?
@@ -56,19 +74,17 @@ final class ControlConnection {
                 throw ClientError.network("control connection write failed: \(error)")
             }
             if let n = r { off += n; continue }
-            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
-            guard left > 0, (try? s.waitFor(events: Int16(POLLOUT), timeoutMs: left)) == true else {
+            guard try wait(s, Int16(POLLOUT), deadlineMs: deadlineMs, cancel: cancel) else {
                 throw ClientError.timeout("control connection write timed out")
             }
         }
     }
 
-    static func readExactly(_ s: Socket, _ count: Int, deadlineMs: UInt64) throws -> [UInt8] {
+    static func readExactly(_ s: Socket, _ count: Int, deadlineMs: UInt64, cancel: Canceller) throws -> [UInt8] {
         var out = [UInt8]()
         var buf = [UInt8](repeating: 0, count: count)
         while out.count < count {
-            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
-            guard left > 0, (try? s.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else {
+            guard try wait(s, Int16(POLLIN), deadlineMs: deadlineMs, cancel: cancel) else {
                 throw ClientError.timeout("the server did not answer the handshake in time")
             }
             let want = count - out.count
@@ -87,7 +103,7 @@ final class ControlConnection {
     func send(_ m: ControlMessage) throws {
         try sendLock.withLock {
             let frame = sealer.seal(m.encode())
-            try ControlConnection.writeAll(socket, frame, deadlineMs: MonotonicClock.milliseconds() + 2000)
+            try ControlConnection.writeAll(socket, frame, deadlineMs: MonotonicClock.milliseconds() + 2000, cancel: cancel)
         }
     }
 
@@ -95,8 +111,7 @@ final class ControlConnection {
     func receive(deadlineMs: UInt64) throws -> ControlMessage {
         while true {
             if let m = try nextBuffered() { return m }
-            let left = Int(Int64(deadlineMs) - Int64(MonotonicClock.milliseconds()))
-            guard left > 0, (try? socket.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else {
+            guard try ControlConnection.wait(socket, Int16(POLLIN), deadlineMs: deadlineMs, cancel: cancel) else {
                 throw ClientError.timeout("the server did not answer in time")
             }
             if try !readAvailable() {

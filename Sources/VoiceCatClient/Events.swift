@@ -1,6 +1,12 @@
-// The event queue: bounded, oldest dropped when full; waited on by vc_poll_event.
+// Events of one client. Any thread may raise one; the network thread delivers them
+// all, in the order they were raised: into the queue vc_poll_event reads, then to
+// the host's callback. So the callback always runs on the network thread, and the
+// events of one protocol exchange (CHANNEL_JOINED, then the channel's
+// REMOTE_STREAM_ADDED) arrive in protocol order.
+import VoiceCatABI
 import VoiceCatSystem
 
+/// The bounded queue behind vc_poll_event: oldest dropped when full.
 final class EventQueue {
     private let cond = Condition()
     private var items: [ClientEvent] = []
@@ -30,4 +36,48 @@ final class EventQueue {
         head += 1
         return e
     }
+
+    /// Wakes every waiter (a destroy while a host thread waits in vc_poll_event).
+    func interruptWaiters() { cond.withLock { cond.broadcast() } }
+}
+
+/// The host's event callback.
+public final class EventHandlerBox {
+    let handle: (ClientEvent) -> Void
+    public init(_ handle: @escaping (ClientEvent) -> Void) { self.handle = handle }
+}
+
+/// Raised events waiting for the network thread, the poll queue and the callback.
+final class EventHub {
+    let queue: EventQueue
+    let callback = CallbackCell<EventHandlerBox>()
+    private let lock = Lock()
+    private var outbox: [ClientEvent] = []
+    private var taken: [ClientEvent] = []
+    private let wake: WakePipe
+
+    init(capacity: Int, wake: WakePipe) {
+        queue = EventQueue(capacity: capacity)
+        self.wake = wake
+    }
+
+    /// Any thread: hands `e` to the network thread.
+    func raise(_ e: ClientEvent) {
+        lock.withLock { outbox.append(e) }
+        wake.wake()
+    }
+
+    /// The network thread: delivers everything raised so far, in order.
+    func deliver() {
+        lock.withLock { swap(&outbox, &taken) }
+        guard !taken.isEmpty else { return }
+        for e in taken {
+            queue.push(e)
+            callback.call { $0.handle(e) }
+        }
+        taken.removeAll(keepingCapacity: true)
+    }
+
+    /// Forgets undelivered events (a new session starts).
+    func discardPending() { lock.withLock { outbox.removeAll() } }
 }

@@ -1,49 +1,53 @@
-// Thread hand-off of the played mix to the capture side (system edge: it locks).
-import VoiceCatSystem
+// Hand-off of the played mix to the talker-side echo cancellers, without a lock.
+import Synchronization
 
 /// The far-end reference for echo cancellation: the mono downmix of the mix as it is
-/// played, handed from the playback side to the capture side through a bounded
-/// ring. The capture side takes one block per near-end block, so the delay between
-/// them stays what the device buffering makes it; the canceller's tail absorbs it.
+/// played. One producer writes (the thread that renders; renders are serialized by
+/// the output stage), every echo-cancelling stream reads with its own cursor, one
+/// block per near-end block, so the delay between them stays what the device
+/// buffering makes it; the canceller's tail absorbs it. A reader that falls a whole
+/// ring behind skips ahead to half a ring behind the writer.
 public final class FarEndRing: @unchecked Sendable {
     public let blockSize: Int
     private let capacity: Int
+    private let mask: Int
     private let buf: UnsafeMutablePointer<Int16>
-    private var write = 0
-    private var count = 0
-    private let lock = Lock()
+    /// Samples written since creation; the producer's release publishes them.
+    private let written = Atomic<UInt64>(0)
 
     public init(blockSize: Int = 480, blocks: Int = 64) {
         self.blockSize = blockSize
-        capacity = blockSize * blocks
+        var c = 1
+        while c < blockSize * blocks { c <<= 1 }
+        capacity = c
+        mask = c - 1
         buf = .allocate(capacity: capacity)
         buf.initialize(repeating: 0, count: capacity)
     }
 
     deinit { buf.deallocate() }
 
-    /// Appends the played stereo mix (downmixed); the oldest is overwritten when full.
+    /// Producer: appends the played stereo mix, downmixed.
     public func pushStereo(_ pcm: UnsafePointer<Int16>, frames: Int) {
-        lock.lock()
+        let w = written.load(ordering: .relaxed)
         for i in 0..<frames {
-            buf[write] = Int16((Int32(pcm[2 * i]) + Int32(pcm[2 * i + 1])) / 2)
-            write = (write + 1) % capacity
+            buf[(Int(truncatingIfNeeded: w) &+ i) & mask] = Int16((Int32(pcm[2 * i]) + Int32(pcm[2 * i + 1])) / 2)
         }
-        count = min(capacity, count + frames)
-        lock.unlock()
+        written.store(w &+ UInt64(frames), ordering: .releasing)
     }
 
-    /// Takes the oldest `blockSize` samples into `out`; false (out untouched) when
-    /// less than a block is waiting.
-    public func pop(into out: UnsafeMutablePointer<Int16>) -> Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        guard count >= blockSize else { return false }
-        var r = (write - count + capacity) % capacity
-        for i in 0..<blockSize { out[i] = buf[r]; r = (r + 1) % capacity }
-        count -= blockSize
+    /// A reader's position; nil until its first read, which starts at the present.
+    public struct Cursor { public var position: UInt64? = nil; public init() {} }
+
+    /// Reader: takes the next `blockSize` samples into `out`; false (out untouched)
+    /// when less than a block is waiting.
+    public func pop(into out: UnsafeMutablePointer<Int16>, cursor: inout Cursor) -> Bool {
+        let w = written.load(ordering: .acquiring)
+        var c = cursor.position ?? w
+        if w &- c > UInt64(capacity - blockSize) { c = w &- UInt64(capacity / 2) }
+        guard w &- c >= UInt64(blockSize) else { cursor.position = c; return false }
+        for i in 0..<blockSize { out[i] = buf[(Int(truncatingIfNeeded: c) &+ i) & mask] }
+        cursor.position = c &+ UInt64(blockSize)
         return true
     }
-
-    public func clear() { lock.withLock { count = 0 } }
 }

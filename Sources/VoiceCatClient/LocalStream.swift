@@ -1,22 +1,12 @@
-// A published stream: reframer, Opus encoder, header flags, seal, send. Driven by
-// the thread that feeds it (vc_stream_feed_pcm); its lock only guards against a
-// concurrent stop. Nothing here allocates per frame.
+// A published stream: reframer, send processing, input gate, Opus encoder, header
+// flags, seal, send. Driven by the thread that feeds it (vc_stream_feed_pcm or its
+// capture thread) under its slot's lock, the only lock a sent frame takes (see
+// SendPath.swift). Nothing here allocates per frame.
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
 
-/// What a stream needs from the session to send a frame.
-protocol MediaSender: AnyObject {
-    /// Seals `opus` under the current media key and sends it; false when not sent.
-    func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool
-    /// The client's current input-gate settings.
-    func gateSettings() -> GateSettings
-    /// The far-end (played) reference for echo cancellation.
-    var farEnd: FarEndRing { get }
-}
-
 final class LocalStream {
-    let lock = Lock()
     let streamID: UInt32
     let ssrc: UInt32
     let kind: StreamKind
@@ -34,19 +24,24 @@ final class LocalStream {
     private(set) var timestamp: UInt32 = 0
     private var needMarker = true
     private var inDTX = false
-    var stopped = false
-    weak var sender: MediaSender?
+    /// The slot it lives in (its lock guards everything here) and the table's shared parts.
+    unowned let slot: StreamSlot
+    unowned let table: StreamTable
     /// MIC streams only: VAD / push-to-talk.
     private var gate = InputGate()
     /// The device capture feeding this stream (nil for external feed).
     var capture: CaptureWorker?
     var device: String?
-    /// Talker-side processing (MIC streams on mono channels); swapped under `lock`.
+    /// Talker-side processing (MIC streams on mono channels); swapped under the slot lock.
     var apm: SpeexApm?
+    /// This stream's read position in the played mix (echo cancellation).
+    var farCursor = FarEndRing.Cursor()
     private let farBlock = UnsafeMutablePointer<Int16>.allocate(capacity: 480)
 
-    init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig) throws {
+    init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig,
+         slot: StreamSlot, table: StreamTable) throws {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
+        self.slot = slot; self.table = table
         self.inputChannels = inputChannels
         self.audio = audio
         do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
@@ -59,7 +54,7 @@ final class LocalStream {
 
     deinit { opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate() }
 
-    /// Reframes, encodes and sends (lock held by caller).
+    /// Reframes, encodes and sends (slot lock held by caller).
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
         var failure: Error? = nil
         reframer.push(pcm, frames: frames, inChannels: channels) { frame in
@@ -79,7 +74,7 @@ final class LocalStream {
             var off = 0
             while off + apm.blockSize <= audio.frameSamples {
                 let far: UnsafePointer<Int16>? = apm.settings.echoCancellation && apm.blockSize == 480
-                    && sender?.farEnd.pop(into: farBlock) == true ? UnsafePointer(farBlock) : nil
+                    && table.farEnd.pop(into: farBlock, cursor: &farCursor) ? UnsafePointer(farBlock) : nil
                 apm.process(work + off, farEnd: far)
                 off += apm.blockSize
             }
@@ -87,8 +82,8 @@ final class LocalStream {
         } else {
             frame = input
         }
-        guard kind == .mic, let settings = sender?.gateSettings() else { return try encodeAndSend(frame, last: false) }
-        switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: settings) {
+        guard kind == .mic else { return try encodeAndSend(frame, last: false) }
+        switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings) {
         case .open:
             try encodeAndSend(frame, last: false)
         case .closing:
@@ -132,13 +127,23 @@ final class LocalStream {
         if encoder.lastWasDTX { flags.insert(.dtx) }
         if last { flags.insert(.lastFrame) }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
-        guard let s = sender,
-              s.sendVoice(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n]), scratch: sealBuffer) else {
+        guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n])) else {
             // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
             needMarker = true
             return
         }
         seq += 1
         needMarker = inDTX
+    }
+
+    /// Seals under the slot's snapshot and sends; false when nothing could be sent
+    /// (not connected, server-muted, socket buffer full).
+    private func send(header: FrameHeader, opus: UnsafeRawBufferPointer) -> Bool {
+        guard let path = slot.path, !path.serverMuted else { return false }
+        let n = MediaCrypto.seal(header: header, payload: opus, key: path.key, into: sealBuffer)
+        guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: sealBuffer[0..<n]), path.address)) != nil else { return false }
+        slot.packetsOut += 1
+        slot.bytesOut += UInt64(n)
+        return true
     }
 }

@@ -1,6 +1,9 @@
-// The network thread: control messages, UDP receive, keepalive and media RTT,
-// voice-disconnect detection and rebinding, talk state.
+// The network thread (vc-network): starts and ends each session, reads control
+// messages and media datagrams, runs the keepalive / media RTT / rebinding timers,
+// and delivers every event of the client (Events.swift), so the host's event
+// callback always runs here, in protocol order.
 import Glibc
+import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
@@ -22,18 +25,34 @@ struct MediaPathState {
 extension VoiceClient {
     static let talkHangoverMs: UInt64 = 300
 
+    /// Starts the network thread (cond held by the caller).
     func startNetworkThread() {
-        let t = SystemThread(name: "vc-network") { [unowned self] in self.networkLoop() }
-        cond.withLock { networkThread = t }
+        networkThread = SystemThread(name: "vc-network") { [unowned self] in self.networkLoop() }
     }
 
     func networkLoop() {
-        cond.withLock { networkThreadID = currentThreadID() }
-        defer { cond.withLock { networkThreadID = nil } }
-        guard let (conn, sock) = cond.withLock({ () -> (ControlConnection, Socket)? in
-            guard let c = control, let u = udp else { return nil }
-            return (c, u)
+        ThreadIdentity.mark(owner: self, role: ThreadRole.network.rawValue)
+        defer { ThreadIdentity.clear() }
+        guard let (conn, sock, address, result, sendKey) = cond.withLock({ () -> (ControlConnection, Socket, SocketAddress, HelloResult, SymmetricKey)? in
+            guard let c = control, let u = udp, let h = hello, let k = mediaSendKey else { return nil }
+            return (c, u, serverAddress, h, k)
         }) else { return }
+
+        // Start the session: the send path, CONNECTED, the output stage.
+        packetsIn.store(0, ordering: .relaxed); bytesIn.store(0, ordering: .relaxed)
+        authFailures.store(0, ordering: .relaxed); mediaRttMs.store(0, ordering: .relaxed)
+        controlRttMs.store(0, ordering: .relaxed); voiceConnected.store(true, ordering: .relaxed)
+        streams.resetCounters()
+        streams.publish(SendSnapshot(key: sendKey, socket: sock, address: address, serverMuted: false))
+        events.discardPending()
+        var connected = ClientEvent(type: .connected)
+        connected.userID = result.userID
+        connected.text = result.serverName
+        events.raise(connected)
+        if let err = output.setConnected(true) { reportDevice(err.description) }
+        events.deliver()
+        cond.withLock { networkReady = true; cond.broadcast() }
+
         let rx = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 16)
         defer { rx.deallocate() }
         var media = MediaPathState()
@@ -41,126 +60,152 @@ extension VoiceClient {
         media.nextKeepaliveMs = now0
         media.lastEchoMs = now0
         var pollSet = PollSet()
-        while true {
-            if cond.withLock({ stopNetwork || !connected }) { return }
+        var endReason: (Int32, String)? = nil
+        while endReason == nil {
+            if let r = cond.withLock({ stopNetwork ? disconnectReason : nil }) { endReason = r; break }
+            let timeout = Int32(clamping: max(0, Int64(nextTimerMs(media)) - Int64(MonotonicClock.milliseconds())))
             pollSet.removeAll()
             pollSet.add(wake.readFD, events: Int16(POLLIN))
             pollSet.add(conn.socket.fd, events: Int16(POLLIN))
             pollSet.add(sock.fd, events: Int16(POLLIN))
-            _ = try? pollSet.wait(timeoutMs: 20)
+            _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
-            if cond.withLock({ stopNetwork }) { return }
+            if let r = cond.withLock({ stopNetwork ? disconnectReason : nil }) { endReason = r; break }
             if pollSet.fds[1].revents != 0 {
                 do {
                     let open = try conn.readAvailable()
                     while let m = try conn.nextBuffered() { handleControl(m, conn: conn, media: &media) }
-                    if !open {
-                        teardown(reason: -4, text: "the server closed the connection")
-                        return
-                    }
+                    if !open { endReason = (VC_ERR_NETWORK, "the server closed the connection") }
+                } catch let e as ClientError {
+                    endReason = (e.code, e.description)
                 } catch {
-                    teardown(reason: (error as? ClientError).map(VoiceClient.code) ?? -4, text: "\(error)")
-                    return
+                    endReason = (VC_ERR_NETWORK, "\(error)")
                 }
             }
             if pollSet.fds[2].revents != 0 { drainUDP(sock, rx, media: &media) }
             timers(conn: conn, sock: sock, media: &media)
+            events.deliver()
         }
+        let (code, text) = endReason ?? (VC_ERR_NETWORK, "the session ended")
+        if code != VC_OK { ClientLog.log(1, "disconnected: \(text)") }
+        teardown(reason: code, text: text)
     }
 
-    /// VC_ERR_* code for an error (mirrors the C layer's mapping).
-    public static func code(_ e: ClientError) -> Int32 {
-        switch e {
-        case .invalidArgument: return -1
-        case .state: return -2
-        case .notFound: return -3
-        case .network: return -4
-        case .timeout: return -5
-        case .protocolError: return -6
-        case .version: return -7
-        case .auth: return -8
-        case .rejected: return -9
-        case .device: return -10
-        case .codec: return -11
-        case .noMemory: return -12
-        case .unsupported: return -13
+    /// When the next timer of the network thread is due (ms, monotonic).
+    func nextTimerMs(_ media: MediaPathState) -> UInt64 {
+        var t = media.nextKeepaliveMs
+        let period = UInt64(config.keepaliveMs)
+        if media.voiceConnected { t = min(t, media.lastEchoMs + 3 * period + period / 2 + 1) }
+        if media.rebindKeys != nil { t = min(t, media.nextBindMs) }
+        if let r = media.rebindRequestedMs { t = min(t, r + 3 * period + 1) }
+        for ssrc in receive.ssrcs {
+            guard let idx = receive.slotIndex(ssrc: ssrc) else { continue }
+            let s = receive.slots[idx]
+            if s.talking { t = min(t, s.lastPacketMs + VoiceClient.talkHangoverMs + 1) }
         }
+        return t
     }
 
     func handleControl(_ m: ControlMessage, conn: ControlConnection, media: inout MediaPathState) {
         let now = MonotonicClock.milliseconds()
         switch m {
-        case .joinChannelResult(let r) where r.requestID != 0:
+        case .joinChannelResult(let r):
+            applyJoin(r)
             reply(r.requestID, m)
-        case .streamAnnounceResult(let r) where r.requestID != 0:
-            reply(r.requestID, m)
+        case .streamAnnounceResult(let r):
+            // A stream whose request timed out is one the host does not know: withdraw it.
+            if !reply(r.requestID, m) { try? conn.send(.streamStop(StreamStop(streamID: r.streamID))) }
         case .error(let e):
             if !reply(e.requestID, m) {
                 var ev = ClientEvent(type: .error)
-                ev.code = VoiceClient.code(VoiceClient.mapServerError(e))
-                ev.text = e.message
-                emit(ev)
+                ev.code = VoiceClient.mapServerError(e).code
+                ev.text = "server: \(e.message)"
+                events.raise(ev)
             }
         case .ping(let p):
             try? conn.send(.pong(Pong(timestamp: p.timestamp)))
         case .pong(let p):
-            statsLock.withLock { connStats.controlRttMs = UInt32(clamping: now &- p.timestamp) }
+            controlRttMs.store(UInt32(clamping: now &- p.timestamp), ordering: .relaxed)
         case .userJoined(let u):
-            let member = u.member, ch = u.channelID
-            cond.withLock { usernames[member.userID] = member.username }
+            cond.withLock { usernames[u.member.userID] = u.member.username }
             var e = ClientEvent(type: .userJoined)
-            e.userID = member.userID; e.channelID = ch; e.text = member.username
-            e.muted = member.muted; e.deafened = member.deafened
-            emit(e)
+            e.userID = u.member.userID; e.channelID = u.channelID; e.text = u.member.username
+            e.muted = u.member.muted; e.deafened = u.member.deafened
+            events.raise(e)
         case .userLeft(let u):
-            let uid = u.userID, ch = u.channelID
             var e = ClientEvent(type: .userLeft)
-            e.userID = uid; e.channelID = ch
-            e.text = cond.withLock { usernames[uid] ?? "" }
-            emit(e)
+            e.userID = u.userID; e.channelID = u.channelID
+            e.text = cond.withLock { usernames[u.userID] ?? "" }
+            events.raise(e)
         case .remoteStreamAdded(let r):
             addRemote(r)
         case .remoteStreamRemoved(let r):
-            let uid = r.userID, sid = r.streamID, ssrc = r.ssrc
-            let (own, withdrawn) = cond.withLock { () -> (Bool, LocalStream?) in
-                guard uid == hello?.userID else { return (false, nil) }
-                return (true, localStreams.removeValue(forKey: sid))
-            }
-            if let w = withdrawn { retire(w) }
-            if !own { removeRemote(ssrc: ssrc) }
+            let own = cond.withLock { r.userID == hello?.userID }
+            if own { retire(r.streamID) } else { removeRemote(ssrc: r.ssrc) }
             var e = ClientEvent(type: .remoteStreamRemoved)
-            e.userID = uid; e.streamID = sid; e.ssrc = ssrc
-            emit(e)
+            e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc
+            events.raise(e)
         case .streamStateUpdate(let u):
-            let ssrc = u.ssrc, muted = u.muted, hold = u.hold
             var e = ClientEvent(type: .streamStateUpdate)
-            e.ssrc = ssrc; e.muted = muted; e.hold = hold
-            e.userID = (try? withSlot(ssrc: ssrc) { $0.userID }) ?? 0
-            emit(e)
+            e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
+            e.userID = (try? receive.withSlot(ssrc: u.ssrc) { $0.userID }) ?? 0
+            events.raise(e)
         case .serverMuteState(let s):
-            if s.userID == cond.withLock({ hello?.userID }) { keyLock.withLock { selfMuted = s.muted } }
+            if s.userID == cond.withLock({ hello?.userID }), let snap = streams.snapshot, snap.serverMuted != s.muted {
+                streams.publish(snap.with(serverMuted: s.muted))
+            }
             var e = ClientEvent(type: .serverMuteState)
             e.userID = s.userID; e.muted = s.muted; e.deafened = s.deafened
-            emit(e)
+            events.raise(e)
         case .rebindResult(let r):
-            let ep = r.epoch
-            let keys = conn.keys
-            cond.withLock { epoch = ep; mediaReceiveKey = keys.media(epoch: ep).receive }
-            keyLock.withLock { mediaSend?.key = keys.media(epoch: ep).send }
-            media.rebindKeys = keys.bind(epoch: ep)
+            let keys = conn.keys.media(epoch: r.epoch)
+            cond.withLock { epoch = r.epoch; mediaReceiveKey = keys.receive; mediaSendKey = keys.send }
+            if let snap = streams.snapshot { streams.publish(snap.with(key: keys.send)) }
+            media.rebindKeys = conn.keys.bind(epoch: r.epoch)
             media.rebindRequestedMs = nil
             media.nextBindMs = now
-            ClientLog.log(2, "media keys renewed (epoch \(ep)); binding again")
+            ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
         default:
             break
         }
+    }
+
+    /// The server put this session in a channel: streams published elsewhere are
+    /// withdrawn, the old channel's remote streams go away, CHANNEL_JOINED is raised
+    /// (before the new channel's REMOTE_STREAM_ADDED, which follow on the wire).
+    /// Applied whether or not the request that asked for it is still waiting.
+    func applyJoin(_ r: JoinChannelResult) {
+        let name = cond.withLock { () -> String in
+            channelID = r.channelID
+            channelAudio = r.audio
+            for m in r.members { usernames[m.userID] = m.username }
+            channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
+            return channelName
+        }
+        for s in streams.all { retire(s.streamID) }
+        for ssrc in receive.ssrcs {
+            let gone = receive.remove(ssrc: ssrc)
+            if gone?.wasTalking == true {
+                var e = ClientEvent(type: .talkStop)
+                e.ssrc = ssrc; e.userID = gone!.userID
+                events.raise(e)
+            }
+            var e = ClientEvent(type: .remoteStreamRemoved)
+            e.ssrc = ssrc; e.userID = gone?.userID ?? 0
+            events.raise(e)
+        }
+        var e = ClientEvent(type: .channelJoined)
+        e.channelID = r.channelID
+        e.text = name
+        events.raise(e)
     }
 
     /// Hands a reply to the request waiting for it; false when none waits (a late
     /// reply after a timeout, or an unsolicited message), so nothing piles up.
     @discardableResult
     func reply(_ rid: UInt32, _ m: ControlMessage) -> Bool {
-        cond.withLock {
+        guard rid != 0 else { return false }
+        return cond.withLock {
             guard replies.keys.contains(rid) else { return false }
             replies[rid] = m
             cond.broadcast()
@@ -169,37 +214,26 @@ extension VoiceClient {
     }
 
     func addRemote(_ r: RemoteStream) {
-        guard ssrcToSlot[r.ssrc] == nil else { return }
-        guard let idx = slots.indices.first(where: { i in slots[i].lock.withLock { !slots[i].active } }) else {
+        let name = cond.withLock { usernames[r.userID] ?? "" }
+        guard receive.add(r, username: name) else {
             var e = ClientEvent(type: .error)
-            e.code = -12
+            e.code = VC_ERR_NO_MEMORY
             e.ssrc = r.ssrc
-            e.text = "all \(slots.count) receive slots are in use; ssrc \(r.ssrc) is not played (raise max_remote_streams)"
-            emit(e)
+            e.text = "all \(receive.slots.count) receive slots are in use; ssrc \(r.ssrc) is not played (raise max_remote_streams)"
+            events.raise(e)
             return
         }
-        let name = cond.withLock { usernames[r.userID] ?? "" }
-        slots[idx].lock.withLock { slots[idx].configure(r, username: name) }
-        ssrcToSlot[r.ssrc] = idx
         var e = ClientEvent(type: .remoteStreamAdded)
         e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc; e.kind = r.kind.rawValue
         e.channels = UInt32(r.audio.channels); e.text = name
-        emit(e)
+        events.raise(e)
     }
 
     func removeRemote(ssrc: UInt32) {
-        guard let idx = ssrcToSlot.removeValue(forKey: ssrc) else { return }
-        let s = slots[idx]
-        let (wasTalking, uid) = s.lock.withLock { () -> (Bool, UInt32) in
-            s.active = false
-            return (s.talking, s.userID)
-        }
-        if wasTalking {
-            s.lock.withLock { s.talking = false }
-            var e = ClientEvent(type: .talkStop)
-            e.ssrc = ssrc; e.userID = uid
-            emit(e)
-        }
+        guard let gone = receive.remove(ssrc: ssrc), gone.wasTalking else { return }
+        var e = ClientEvent(type: .talkStop)
+        e.ssrc = ssrc; e.userID = gone.userID
+        events.raise(e)
     }
 
     func drainUDP(_ sock: Socket, _ rx: UnsafeMutableRawBufferPointer, media: inout MediaPathState) {
@@ -210,16 +244,17 @@ extension VoiceClient {
             let d = UnsafeMutableRawBufferPointer(rebasing: rx[0..<n])
             guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { continue }
             let now = MonotonicClock.milliseconds()
-            statsLock.withLock { connStats.packetsIn += 1; connStats.bytesIn += UInt64(n) }
+            packetsIn.wrappingAdd(1, ordering: .relaxed)
+            bytesIn.wrappingAdd(UInt64(n), ordering: .relaxed)
             switch h.type {
             case .voice:
-                guard let idx = ssrcToSlot[h.ssrc], let key = rxKey else { continue }
+                guard let idx = receive.slotIndex(ssrc: h.ssrc), let key = rxKey else { continue }
                 let opened: (header: FrameHeader, length: Int)
                 do { opened = try MediaCrypto.open(d, key: key) } catch {
-                    statsLock.withLock { connStats.authFailures += 1 }
+                    authFailures.wrappingAdd(1, ordering: .relaxed)
                     continue
                 }
-                let slot = slots[idx]
+                let slot = receive.slots[idx]
                 let verdict = slot.replay.accept(h.seq)
                 let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
                 slot.lock.withLock {
@@ -236,12 +271,12 @@ extension VoiceClient {
                     slot.lock.withLock { slot.talking = true }
                     var e = ClientEvent(type: .talkStart)
                     e.ssrc = h.ssrc; e.userID = slot.userID
-                    emit(e)
+                    events.raise(e)
                 }
             case .keepalive:
                 guard h.ssrc == bindingID else { continue }
                 let rtt = UInt32(truncatingIfNeeded: now) &- h.timestamp
-                if rtt < 60_000 { statsLock.withLock { connStats.mediaRttMs = rtt } }
+                if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
                 media.lastEchoMs = now
             case .udpBinding:
                 guard let keys = media.rebindKeys, (try? MediaCrypto.open(d, key: keys.receive)) != nil else { continue }
@@ -249,8 +284,8 @@ extension VoiceClient {
                 media.lastEchoMs = now
                 if !media.voiceConnected {
                     media.voiceConnected = true
-                    statsLock.withLock { connStats.voiceConnected = true }
-                    emit(ClientEvent(type: .voiceReconnected))
+                    voiceConnected.store(true, ordering: .relaxed)
+                    events.raise(ClientEvent(type: .voiceReconnected))
                     ClientLog.log(2, "voice reconnected")
                 }
             }
@@ -272,8 +307,8 @@ extension VoiceClient {
         // No echo for three periods: the media path is gone. Ask for new keys and rebind.
         if media.voiceConnected && now &- media.lastEchoMs > 3 * period + period / 2 {
             media.voiceConnected = false
-            statsLock.withLock { connStats.voiceConnected = false }
-            emit(ClientEvent(type: .voiceDisconnected))
+            voiceConnected.store(false, ordering: .relaxed)
+            events.raise(ClientEvent(type: .voiceDisconnected))
             ClientLog.log(1, "voice disconnected: no keepalive echo for \(now &- media.lastEchoMs) ms")
         }
         if !media.voiceConnected && media.rebindKeys == nil {
@@ -295,13 +330,14 @@ extension VoiceClient {
             _ = try? d.withUnsafeBytes { try sock.sendTo($0, addr) }
         }
         // Talk state: frames stopped arriving for the hangover.
-        for (ssrc, idx) in ssrcToSlot {
-            let s = slots[idx]
+        for ssrc in receive.ssrcs {
+            guard let idx = receive.slotIndex(ssrc: ssrc) else { continue }
+            let s = receive.slots[idx]
             if s.talking && now &- s.lastPacketMs > VoiceClient.talkHangoverMs {
                 s.lock.withLock { s.talking = false }
                 var e = ClientEvent(type: .talkStop)
                 e.ssrc = ssrc; e.userID = s.userID
-                emit(e)
+                events.raise(e)
             }
         }
     }

@@ -2,11 +2,15 @@
 // FIFO of decoded PCM and the listener's settings. The network thread inserts
 // frames; the mixer (sink thread or a vc_read_mixed_pcm caller) renders. Both hold
 // the slot's lock only for that step; nothing here allocates after init.
+import Synchronization
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
 
 final class RemoteSlot {
+    /// True while the slot carries a stream: lets the renderer skip idle slots
+    /// without taking their locks. Written by the network thread.
+    let live = Atomic<Bool>(false)
     static let maxFrameSamples = 2880           // 60 ms at 48 kHz
     static let fifoCapacity = 4800 + 2880       // frames: one pull chunk + one codec frame
 

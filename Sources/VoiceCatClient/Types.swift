@@ -1,6 +1,10 @@
-// Public Swift-side types of the client engine. The C layer (VoiceCatImpl) maps
-// them one to one onto include/voicecat.h.
+// Public Swift-side types of the client engine. Codes and event types are the
+// header's own (include/voicecat.h through VoiceCatABI); nothing here restates a
+// number. The C layer (VoiceCatImpl) maps these structs one to one onto the header's.
+import Glibc
+import VoiceCatABI
 import VoiceCatAudio
+import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -28,6 +32,25 @@ public enum ClientError: Error, Equatable, CustomStringConvertible {
             return s
         }
     }
+
+    /// The header's VC_ERR_* code for this failure.
+    public var code: Int32 {
+        switch self {
+        case .invalidArgument: return VC_ERR_INVALID_ARG
+        case .state: return VC_ERR_STATE
+        case .notFound: return VC_ERR_NOT_FOUND
+        case .network: return VC_ERR_NETWORK
+        case .timeout: return VC_ERR_TIMEOUT
+        case .protocolError: return VC_ERR_PROTOCOL
+        case .version: return VC_ERR_VERSION
+        case .auth: return VC_ERR_AUTH
+        case .rejected: return VC_ERR_REJECTED
+        case .device: return VC_ERR_DEVICE
+        case .codec: return VC_ERR_CODEC
+        case .noMemory: return VC_ERR_NO_MEMORY
+        case .unsupported: return VC_ERR_UNSUPPORTED
+        }
+    }
 }
 
 public struct ClientConfig {
@@ -37,18 +60,35 @@ public struct ClientConfig {
     public var eventQueueSize = 256
     /// True: no playback device; the host takes the mix (sink or pull).
     public var externalPlayback = false
-    /// ALSA PCM for playback when externalPlayback is false.
+    /// Playback device (a name of `backend`) when externalPlayback is false.
     public var playbackDevice = "default"
+    /// Where devices come from: ALSA unless a host or test gives another backend.
+    public var backend: AudioBackend = AlsaBackend.shared
     public init() {}
 }
 
-public enum ClientEventType: Int32 {
-    case connected = 1, disconnected, channelJoined, userJoined, userLeft, remoteStreamAdded, remoteStreamRemoved
-    case talkStart, talkStop, voiceDisconnected, voiceReconnected, serverMuteState, streamStateUpdate, error
+/// Event types are the header's vc_event_type; these are its Swift spellings.
+public typealias ClientEventType = vc_event_type
+
+extension vc_event_type {
+    public static let connected = VC_EVENT_CONNECTED
+    public static let disconnected = VC_EVENT_DISCONNECTED
+    public static let channelJoined = VC_EVENT_CHANNEL_JOINED
+    public static let userJoined = VC_EVENT_USER_JOINED
+    public static let userLeft = VC_EVENT_USER_LEFT
+    public static let remoteStreamAdded = VC_EVENT_REMOTE_STREAM_ADDED
+    public static let remoteStreamRemoved = VC_EVENT_REMOTE_STREAM_REMOVED
+    public static let talkStart = VC_EVENT_TALK_START
+    public static let talkStop = VC_EVENT_TALK_STOP
+    public static let voiceDisconnected = VC_EVENT_VOICE_DISCONNECTED
+    public static let voiceReconnected = VC_EVENT_VOICE_RECONNECTED
+    public static let serverMuteState = VC_EVENT_SERVER_MUTE_STATE
+    public static let streamStateUpdate = VC_EVENT_STREAM_STATE_UPDATE
+    public static let error = VC_EVENT_ERROR
 }
 
 public struct ClientEvent: Equatable {
-    public var type: ClientEventType
+    public var type: vc_event_type
     public var code: Int32 = 0
     public var userID: UInt32 = 0
     public var ssrc: UInt32 = 0
@@ -60,7 +100,7 @@ public struct ClientEvent: Equatable {
     public var deafened = false
     public var hold = false
     public var text = ""
-    public init(type: ClientEventType) { self.type = type }
+    public init(type: vc_event_type) { self.type = type }
 }
 
 /// The listener's local settings for one remote stream.
@@ -105,16 +145,54 @@ public struct ConnectionStats: Equatable {
 }
 
 /// Process-wide log sink (vc_set_log_callback). Level 0 error … 3 debug.
+///
+/// The callback runs outside any lock, from whichever library or host thread logs.
+/// Replacing or clearing it returns only after every call that started before has
+/// returned, except from inside the callback itself (then it returns at once). A
+/// line logged from inside the callback (a failing call made there) is dropped
+/// rather than recursing.
 public enum ClientLog {
-    nonisolated(unsafe) static var sink: ((Int32, String) -> Void)? = nil
-    static let lock = Lock()
+    public final class Sink {
+        let write: (Int32, String) -> Void
+        public init(_ write: @escaping (Int32, String) -> Void) { self.write = write }
+    }
 
-    public static func setSink(_ s: ((Int32, String) -> Void)?) { lock.withLock { sink = s } }
+    private static let cond = Condition()
+    nonisolated(unsafe) private static var sink: Sink? = nil
+    /// Calls in flight that started under the current sink, and under earlier ones.
+    nonisolated(unsafe) private static var activeCurrent = 0
+    nonisolated(unsafe) private static var activeOld = 0
+    nonisolated(unsafe) private static var generation: UInt64 = 0
+    nonisolated(unsafe) private static let insideKey: pthread_key_t = {
+        var k = pthread_key_t()
+        precondition(pthread_key_create(&k, nil) == 0)
+        return k
+    }()
+
+    private static var callingThreadIsInside: Bool { pthread_getspecific(insideKey) != nil }
+
+    public static func setSink(_ s: Sink?) {
+        cond.lock(); defer { cond.unlock() }
+        sink = s
+        generation &+= 1
+        activeOld += activeCurrent
+        activeCurrent = 0
+        if callingThreadIsInside { return }
+        while activeOld > 0 { cond.wait(untilMs: nil) }
+    }
 
     public static func log(_ level: Int32, _ message: @autoclosure () -> String) {
-        lock.withLock {
-            guard let s = sink else { return }
-            s(level, message())
-        }
+        if callingThreadIsInside { return }
+        cond.lock()
+        guard let s = sink else { cond.unlock(); return }
+        let gen = generation
+        activeCurrent += 1
+        cond.unlock()
+        pthread_setspecific(insideKey, UnsafeRawPointer(bitPattern: 1))
+        s.write(level, message())
+        pthread_setspecific(insideKey, nil)
+        cond.lock()
+        if gen == generation { activeCurrent -= 1 } else { activeOld -= 1; if activeOld == 0 { cond.broadcast() } }
+        cond.unlock()
     }
 }

@@ -1,158 +1,154 @@
-// The client engine behind libvoicecat: one session with a server, its published
-// streams, the receive slots and the mixer.
+// The client engine behind libvoicecat: a facade over parts with one owner each.
 //
-// Threads:
-//   * callers (the host's threads): connect, join, start/stop streams, feed PCM,
-//     settings and stats. Blocking requests wait on `cond` for the network thread.
-//   * the network thread: reads the control channel and the UDP socket, inserts
-//     frames into the receive slots, keepalive/ping timers, rebinding, talk state,
-//     events (and the host's event callback).
-//   * the mixer thread (only while a sink is set): renders the mix every 20 ms.
+//   session      (this file, Session state under `cond`) the control connection,
+//                requests and replies, what the server told us. Connect, join and
+//                stream start/stop run on the caller's thread and wait for the
+//                network thread's replies.
+//   network      (Network.swift) the vc-network thread: control messages, UDP
+//                receive, keepalives and rebinding, and delivery of every event.
+//   send path    (SendPath.swift, LocalStream.swift) the stream table; a sent frame
+//                takes only its own slot's lock.
+//   receive set  (ReceiveSet.swift, RemoteSlot.swift) slots and the ssrc map.
+//   output stage (OutputStage.swift) the mode and the one render driver.
+//   devices      (Devices.swift) capture threads through the AudioBackend.
+//   events       (Events.swift) raised anywhere, delivered by the network thread.
+//
+// Lock order (a thread holding one may take those below it, never above):
+//   deviceLock → output reconcile lock → session cond → stream slot lock
+//   → receive slot lock → render lock; EventQueue, EventHub and ClientLog locks are
+//   leaves. No lock is held while a host callback runs.
 import Glibc
+import Synchronization
+import VoiceCatABI
 import VoiceCatAudio
+import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 
-public final class VoiceClient: MediaSender {
+public final class VoiceClient {
     public let config: ClientConfig
+
+    enum Phase { case idle, connecting, connected, closing }
 
     // Session state, guarded by `cond`.
     let cond = Condition()
+    var phase = Phase.idle
+    var destroyed = false
     var control: ControlConnection?
     var udp: Socket?
     var serverAddress = SocketAddress()
     var hello: HelloResult?
     var fingerprint: String?
     var channelID: UInt32 = 0
+    var channelName = ""
     var channelAudio: AudioConfig?
     var usernames: [UInt32: String] = [:]
-    var localStreams: [UInt32: LocalStream] = [:]
-    var nextStreamID: UInt32 = 1
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]
-    var connected = false
     var networkThread: SystemThread?
-    var networkThreadID: pthread_t?
+    /// Set by disconnect/destroy: the network thread tears the session down and exits.
     var stopNetwork = false
-    var lastErrorText = ""
-
-    // Media keys: the receive key is used by the network thread only. What a feeding
-    // thread needs to send (key, socket, server address) and the server-mute flag are
-    // one snapshot under `keyLock`, taken once per frame; sealing happens outside it.
-    struct MediaSendPath {
-        var key: SymmetricKey
-        let socket: Socket
-        let address: SocketAddress
-    }
-    let keyLock = Lock()
-    var mediaSend: MediaSendPath?
-    var selfMuted = false
+    /// The media keys (the network thread reads them; rebinding replaces them).
     var mediaReceiveKey: SymmetricKey?
+    var mediaSendKey: SymmetricKey?
+    /// The network thread has started the session (connect waits for it).
+    var networkReady = false
+    /// Why the host ended the session (code, text), for the DISCONNECTED event.
+    var disconnectReason: (Int32, String) = (VC_OK, "")
     var epoch: UInt32 = 0
+    /// Cuts short every wait of a connect (destroy, disconnect).
+    let cancel: Canceller
 
-    // Counters (network thread writes under statsLock; senders too).
-    let statsLock = Lock()
-    var connStats = ConnectionStats()
+    // Counters the network thread writes and host threads read.
+    let packetsIn = Atomic<UInt64>(0)
+    let bytesIn = Atomic<UInt64>(0)
+    let authFailures = Atomic<UInt64>(0)
+    let mediaRttMs = Atomic<UInt32>(0)
+    let controlRttMs = Atomic<UInt32>(0)
+    let voiceConnected = Atomic<Bool>(false)
 
-    // Receive side.
-    let slots: [RemoteSlot]
-    var ssrcToSlot: [UInt32: Int] = [:]  // network thread only
-    let mixLock = Lock()
-    let bus: MixBus
-    static let mixChunk = 4800
-
-    // Devices (guarded by deviceLock).
+    // Parts.
+    let wake: WakePipe
+    let events: EventHub
+    let streams = StreamTable()
+    let receive: ReceiveSet
+    let output: OutputStage
+    /// Guards device captures and the suspended flag.
     let deviceLock = Lock()
-    var playback: PlaybackWorker?
     var audioSuspended = false
 
-    // Talker-side echo cancellation: the played mix, for the capture side.
-    let farEnd = FarEndRing(blockSize: 480, blocks: 64)
-    let aecStreams = AtomicCounter()
-
-    // Input gate.
-    let gateLock = Lock()
-    var gate = GateSettings()
-
-    // Output.
-    var externalPlayback: Bool
-    var sink: ((UnsafePointer<Int16>, Int) -> Void)?
-    var mixerThread: SystemThread?
-    var mixerThreadID: pthread_t?
-    var stopMixer = false
-    let sinkBuffer: UnsafeMutablePointer<Int16>
-
-    // Events.
-    let events: EventQueue
-    let handlerLock = Lock()
-    var eventHandler: ((ClientEvent) -> Void)?
-    let wake: WakePipe
+    private let errorLock = Lock()
+    private var lastErrorText = ""
 
     public init(config: ClientConfig = ClientConfig()) throws {
         guard config.maxRemoteStreams >= 1 && config.maxRemoteStreams <= 1024 else {
-            throw ClientError.invalidArgument("max_remote_streams must be 1..1024")
+            throw ClientError.invalidArgument("max_remote_streams must be 1..1024 (got \(config.maxRemoteStreams))")
         }
-        guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50") }
+        guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50 (got \(config.keepaliveMs))") }
         self.config = config
-        externalPlayback = config.externalPlayback
         Sodium.ensureInitialized()
-        var s: [RemoteSlot] = []
-        do { for _ in 0..<config.maxRemoteStreams { s.append(try RemoteSlot()) } } catch {
-            throw ClientError.codec("cannot create Opus decoders: \(error)")
-        }
-        slots = s
-        bus = MixBus(capacityFrames: VoiceClient.mixChunk)
-        sinkBuffer = .allocate(capacity: 960 * 2)
-        sinkBuffer.initialize(repeating: 0, count: 960 * 2)
-        events = EventQueue(capacity: config.eventQueueSize)
-        do { wake = try WakePipe() } catch { throw ClientError.noMemory("\(error)") }
+        receive = try ReceiveSet(capacity: config.maxRemoteStreams)
+        do {
+            wake = try WakePipe()
+            cancel = try Canceller()
+        } catch { throw ClientError.noMemory("\(error)") }
+        events = EventHub(capacity: config.eventQueueSize, wake: wake)
+        output = OutputStage(receive: receive, streams: streams, events: events, backend: config.backend,
+                             external: config.externalPlayback, playbackDevice: config.playbackDevice)
+        output.owner = self
     }
 
-    deinit {
-        shutdown()
-        sinkBuffer.deallocate()
-    }
+    deinit { shutdown() }
 
-    /// Stops every thread and closes the session (destroy).
+    /// Stops every thread and closes the session (destroy). Blocking calls in other
+    /// threads return promptly (VC_ERR_STATE); afterwards nothing runs.
     public func shutdown() {
-        setSink(nil)
-        closeAllDevices(includingCaptures: true)
-        if isConnected { try? disconnect() }
-        joinNetworkThread()
+        cond.withLock {
+            destroyed = true
+            cond.broadcast()
+        }
+        cancel.cancel()
+        endSession(reason: VC_OK, text: "the client was destroyed")
+        output.shutdown()
+        events.queue.interruptWaiters()
     }
 
     // MARK: helpers
 
+    /// The role the calling thread plays for this client, if it is one of its threads.
+    var callerRole: ThreadRole? { ThreadIdentity.role(for: self).flatMap(ThreadRole.init(rawValue:)) }
+
     /// True on one of this client's own threads (inside a callback).
-    public var onOwnThread: Bool {
-        let me = currentThreadID()
-        if let n = cond.withLock({ networkThreadID }), sameThread(me, n) { return true }
-        if let m = mixLock.withLock({ mixerThreadID }), sameThread(me, m) { return true }
-        return false
+    public var onOwnThread: Bool { callerRole != nil }
+
+    public func refuseInCallback(_ what: String) throws {
+        if onOwnThread { throw fail(.state("\(what) cannot be called from inside a callback")) }
     }
 
-    func refuseInCallback(_ what: String) throws {
-        if onOwnThread { throw ClientError.state("\(what) cannot be called from inside a callback") }
+    public var isConnected: Bool { cond.withLock { phase == .connected } }
+
+    public func setEventHandler(_ h: ((ClientEvent) -> Void)?) { events.callback.set(h.map(EventHandlerBox.init)) }
+    public func pollEvent(timeoutMs: Int) -> ClientEvent? {
+        if cond.withLock({ destroyed }) { return nil }
+        return events.queue.pop(timeoutMs: timeoutMs)
     }
 
-    public var isConnected: Bool { cond.withLock { connected } }
+    /// The detailed message of the last failed call.
+    public var lastError: String { errorLock.withLock { lastErrorText } }
+    /// Records a failed call's message (every failing call records one).
+    public func recordError(_ text: String) { errorLock.withLock { lastErrorText = text } }
 
-    func emit(_ e: ClientEvent) {
-        events.push(e)
-        let h = handlerLock.withLock { eventHandler }
-        h?(e)
-    }
-
-    public func setEventHandler(_ h: ((ClientEvent) -> Void)?) { handlerLock.withLock { eventHandler = h } }
-    public func pollEvent(timeoutMs: Int) -> ClientEvent? { events.pop(timeoutMs: timeoutMs) }
-
-    public var lastError: String { cond.withLock { lastErrorText } }
     @discardableResult
     func fail(_ e: ClientError) -> ClientError {
-        cond.withLock { lastErrorText = e.description }
+        recordError(e.description)
         ClientLog.log(1, e.description)
         return e
+    }
+
+    /// Runs `body`, recording a ClientError it throws as the last error.
+    func failing<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let e as ClientError { throw fail(e) }
     }
 
     public var serverFingerprint: String? { cond.withLock { fingerprint } }
@@ -167,78 +163,93 @@ public final class VoiceClient: MediaSender {
             throw fail(.invalidArgument("server_fingerprint must be 64 hex digits"))
         }
         guard !username.isEmpty, username.utf8.count <= 64 else { throw fail(.invalidArgument("username must be 1 to 64 bytes")) }
-        try cond.withLock {
-            if connected || control != nil { throw ClientError.state("already connected") }
+        let oldThread = try failing {
+            try cond.withLock { () throws -> SystemThread? in
+                if destroyed { throw ClientError.state("the client is being destroyed") }
+                guard phase == .idle else {
+                    throw ClientError.state(phase == .connecting ? "a connect is already in progress" : "already connected")
+                }
+                phase = .connecting
+                fingerprint = nil
+                cancel.reset()
+                let t = networkThread
+                networkThread = nil
+                return t
+            }
         }
-        joinNetworkThread()
+        oldThread?.join()
         let deadline = MonotonicClock.milliseconds() + UInt64(max(1, timeoutMs))
+        var conn: ControlConnection? = nil
+        var sock: Socket? = nil
         do {
             let address: SocketAddress
             do { address = try SocketAddress(host: host, port: port == 0 ? ProtocolVersion.defaultPort : port) } catch {
                 throw ClientError.network("cannot resolve \(host): \(error)")
             }
             var seen: String? = nil
-            let conn: ControlConnection
-            do { conn = try ControlConnection(address: address, pinned: pinnedFingerprint, deadlineMs: deadline, seenFingerprint: &seen) } catch {
+            do {
+                conn = try ControlConnection(address: address, pinned: pinnedFingerprint, deadlineMs: deadline, cancel: cancel,
+                                             seenFingerprint: &seen)
+            } catch {
                 cond.withLock { fingerprint = seen }
                 throw error
             }
+            let c = conn!
             cond.withLock { fingerprint = seen }
-            try conn.send(.hello(Hello(username: username, password: password ?? "", clientName: config.clientName)))
-            let reply: ControlMessage
-            do { reply = try conn.receive(deadlineMs: deadline) } catch { conn.close(); throw error }
+            try c.send(.hello(Hello(username: username, password: password ?? "", clientName: config.clientName)))
             let result: HelloResult
-            switch reply {
+            switch try c.receive(deadlineMs: deadline) {
             case .helloResult(let r): result = r
-            case .error(let e):
-                conn.close()
-                throw VoiceClient.mapServerError(e)
-            default:
-                conn.close()
-                throw ClientError.protocolError("expected HelloResult, got \(reply.type)")
+            case .error(let e): throw VoiceClient.mapServerError(e)
+            case let other: throw ClientError.protocolError("expected HelloResult, got \(other.type)")
             }
-            let sock: Socket
             do {
                 sock = try Socket.udp(familyOf: address)
-                try sock.setNonBlocking()
-                sock.setReceiveBuffer(1 << 20)
+                try sock!.setNonBlocking()
+                sock!.setReceiveBuffer(1 << 20)
             } catch {
-                conn.close()
                 throw ClientError.network("cannot open the UDP socket: \(error)")
             }
-            let media = conn.keys.media(epoch: 0)
-            do {
-                try bindUDP(sock, to: address, sessionID: result.sessionID, bindingID: result.bindingID,
-                            keys: conn.keys.bind(epoch: 0), epoch: 0, deadlineMs: deadline)
-            } catch {
-                conn.close()
-                throw error
-            }
-            keyLock.withLock { mediaSend = MediaSendPath(key: media.send, socket: sock, address: address); selfMuted = false }
-            statsLock.withLock { connStats = ConnectionStats(); connStats.voiceConnected = true }
-            cond.withLock {
-                control = conn
+            let media = c.keys.media(epoch: 0)
+            try bindUDP(sock!, to: address, sessionID: result.sessionID, bindingID: result.bindingID,
+                        keys: c.keys.bind(epoch: 0), epoch: 0, deadlineMs: deadline)
+            try cond.withLock {
+                if destroyed || stopNetwork || cancel.isCancelled {
+                    throw ClientError.state("the connect was cancelled (the client is being destroyed or disconnected)")
+                }
+                control = c
                 udp = sock
                 serverAddress = address
                 hello = result
                 channelID = 0
+                channelName = ""
                 channelAudio = nil
                 usernames = [result.userID: username]
-                connected = true
+                replies = [:]
                 stopNetwork = false
                 mediaReceiveKey = media.receive
+                mediaSendKey = media.send
                 epoch = 0
-                replies = [:]
+                phase = .connected
+                networkReady = false
+                // The network thread starts the session (send path, CONNECTED, the
+                // output stage) and says when it is ready.
+                startNetworkThread()
+                while !networkReady && phase == .connected { cond.wait(untilMs: nil) }
+                // The session may already have ended (the server closed it at once).
+                if !networkReady { throw ClientError.network("the connection ended while connecting") }
             }
-            startNetworkThread()
-            openPlaybackAfterConnect()
-            var e = ClientEvent(type: .connected)
-            e.userID = result.userID
-            e.text = result.serverName
-            emit(e)
-            ClientLog.log(2, "connected to \(address) as \(username) (user \(result.userID)), server fingerprint \(conn.fingerprint)")
-        } catch let e as ClientError {
-            throw fail(e)
+            ClientLog.log(2, "connected to \(address) as \(username) (user \(result.userID)), server fingerprint \(c.fingerprint)")
+        } catch {
+            conn?.close()
+            sock?.close()
+            cond.withLock {
+                if phase == .connecting { phase = .idle }
+                stopNetwork = false
+                cond.broadcast()
+            }
+            if let e = error as? ClientError { throw fail(e) }
+            throw fail(.network("\(error)"))
         }
     }
 
@@ -270,8 +281,11 @@ public final class VoiceClient: MediaSender {
             _ = try? d.withUnsafeBytes { try sock.sendTo($0, address) }
             let until = min(deadlineMs, MonotonicClock.milliseconds() + 250)
             while MonotonicClock.milliseconds() < until {
-                let left = Int(Int64(until) - Int64(MonotonicClock.milliseconds()))
-                guard left > 0, (try? sock.waitFor(events: Int16(POLLIN), timeoutMs: left)) == true else { break }
+                let ready: Bool
+                do { ready = try cancel.wait(fd: sock.fd, events: Int16(POLLIN), deadlineMs: until) } catch is CancelledError {
+                    throw ClientError.state("the connect was cancelled (the client is being destroyed or disconnected)")
+                }
+                guard ready else { break }
                 guard let (n, _) = try? buf.withUnsafeMutableBytes({ try sock.receiveFrom(into: $0) }) else { continue }
                 if let (h, p) = try? MediaCrypto.open(Array(buf[0..<n]), key: keys.receive), h.type == .udpBinding, p == payload {
                     return
@@ -285,67 +299,74 @@ public final class VoiceClient: MediaSender {
 
     public func disconnect() throws {
         try refuseInCallback("vc_disconnect")
-        let (conn, streams) = cond.withLock { () -> (ControlConnection?, [LocalStream]) in
-            let c = control
-            let s = Array(localStreams.values)
-            return (c, s)
+        let wasUp = cond.withLock { phase != .idle }
+        guard wasUp else { throw fail(.state("not connected")) }
+        endSession(reason: VC_OK, text: "disconnected by the host")
+    }
+
+    /// Ends the session from a host thread: cancels a connect in progress, or has the
+    /// network thread tear the session down (it raises DISCONNECTED), and waits for it.
+    func endSession(reason: Int32, text: String) {
+        let t: SystemThread? = cond.withLock {
+            switch phase {
+            case .idle: return nil
+            case .connecting:
+                cancel.cancel()
+                while phase == .connecting { cond.wait(untilMs: nil) }
+                return nil
+            case .connected, .closing:
+                stopNetwork = true
+                disconnectReason = (reason, text)
+                let t = networkThread
+                networkThread = nil
+                return t
+            }
         }
-        guard let conn else { throw fail(.state("not connected")) }
-        closeAllDevices(includingCaptures: true)
-        for s in streams { s.lock.withLock { s.finish(); s.stopped = true } }
-        cond.withLock { stopNetwork = true }
         wake.wake()
-        joinNetworkThread()
-        conn.close()
-        teardown(reason: 0, text: "disconnected by the host")
+        if let t { t.join() }
+        // Another thread may be joining the same session's end: wait for it.
+        cond.withLock { while phase != .idle { cond.wait(untilMs: nil) } }
     }
 
-    /// Stops a stream the server no longer carries: its capture thread ends, feeds are refused.
-    func retire(_ s: LocalStream) {
-        deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
-        let hadAEC = s.lock.withLock { () -> Bool in
-            s.stopped = true
-            let aec = s.apm?.settings.echoCancellation == true
-            s.apm = nil
-            return aec
-        }
-        if hadAEC { aecStreams.add(-1) }
-    }
-
-    /// Forgets the session (any thread; the network thread when the server goes away).
+    /// Forgets the session (network thread, on its way out): streams, devices,
+    /// sockets; raises DISCONNECTED and delivers every pending event.
     func teardown(reason: Int32, text: String) {
-        closeAllDevices(includingCaptures: true)
-        for s in cond.withLock({ Array(localStreams.values) }) { retire(s) }
-        let wasConnected = cond.withLock { () -> Bool in
-            let was = connected
-            connected = false
+        cond.withLock { if phase == .connected { phase = .closing } }
+        for s in streams.all { retire(s.streamID) }
+        streams.publish(nil)
+        output.setConnected(false)
+        receive.removeAll()
+        voiceConnected.store(false, ordering: .relaxed)
+        cond.withLock {
             control?.close()
             control = nil
             udp?.close()
             udp = nil
-            localStreams = [:]
             channelID = 0
+            channelName = ""
             channelAudio = nil
+            stopNetwork = false
+            phase = .idle
             cond.broadcast()
-            return was
         }
-        keyLock.withLock { mediaSend = nil }
-        statsLock.withLock { connStats.voiceConnected = false }
-        for slot in slots { slot.lock.withLock { slot.active = false } }
-        guard wasConnected else { return }
         var e = ClientEvent(type: .disconnected)
         e.code = reason
         e.text = text
-        emit(e)
+        events.raise(e)
+        events.deliver()
     }
 
-    func joinNetworkThread() {
-        let t = cond.withLock { () -> SystemThread? in
-            let t = networkThread
-            networkThread = nil
-            return t
+    /// Takes a local stream out (stopped by the host, withdrawn by the server, or the
+    /// session ended): its capture stops, later feeds are refused.
+    func retire(_ id: UInt32) {
+        guard let s = streams.remove(id) else { return }
+        stopCapture(s)
+        let hadAEC = s.slot.lock.withLock { () -> Bool in
+            let aec = s.apm?.settings.echoCancellation == true
+            s.apm = nil
+            return aec
         }
-        if let t, !onOwnThread { t.join() }
+        if hadAEC { streams.aecStreams.add(-1) }
     }
 
     // MARK: requests
@@ -353,7 +374,7 @@ public final class VoiceClient: MediaSender {
     /// Sends a request and waits for the reply that carries its request id.
     func request(_ make: (UInt32) -> ControlMessage, timeoutMs: Int) throws -> ControlMessage {
         let (conn, rid) = try cond.withLock { () throws -> (ControlConnection, UInt32) in
-            guard connected, let c = control else { throw ClientError.state("not connected") }
+            guard phase == .connected, let c = control else { throw ClientError.state("not connected") }
             let r = nextRequestID
             nextRequestID &+= 1
             if nextRequestID == 0 { nextRequestID = 1 }
@@ -367,7 +388,8 @@ public final class VoiceClient: MediaSender {
             defer { replies.removeValue(forKey: rid) }
             while true {
                 if case .some(.some(let m)) = replies[rid] { return m }
-                guard connected else { throw ClientError.network("connection lost while waiting for the server") }
+                if destroyed { throw ClientError.state("the client is being destroyed") }
+                guard phase == .connected else { throw ClientError.network("the connection ended while waiting for the server") }
                 if MonotonicClock.milliseconds() >= deadline { throw ClientError.timeout("the server did not answer in \(timeoutMs) ms") }
                 cond.wait(untilMs: deadline)
             }
@@ -376,50 +398,36 @@ public final class VoiceClient: MediaSender {
 
     public func joinChannel(_ name: String, timeoutMs: Int = 5000) throws {
         try refuseInCallback("vc_join_channel")
-        do {
+        try failing {
             let reply = try request({ .joinChannel(JoinChannel(name: name, requestID: $0)) }, timeoutMs: timeoutMs)
             switch reply {
-            case .joinChannelResult(let r):
-                let streams = cond.withLock { () -> [LocalStream] in
-                    channelID = r.channelID
-                    channelAudio = r.audio
-                    for m in r.members { usernames[m.userID] = m.username }
-                    // The server withdrew streams published in another channel.
-                    let old = Array(localStreams.values)
-                    localStreams = [:]
-                    return old
-                }
-                for s in streams { retire(s) }
-                var e = ClientEvent(type: .channelJoined)
-                e.channelID = r.channelID
-                e.text = name
-                emit(e)
+            case .joinChannelResult: return   // applied and announced by the network thread
             case .error(let err): throw VoiceClient.mapServerError(err)
-            default: throw ClientError.protocolError("unexpected reply \(reply.type)")
+            default: throw ClientError.protocolError("unexpected reply \(reply.type) to JoinChannel")
             }
-        } catch let e as ClientError { throw fail(e) }
+        }
     }
 
     // MARK: streams
 
     public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int, device: String? = nil) throws -> UInt32 {
         try refuseInCallback("vc_stream_start")
-        guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2")) }
-        do {
-            let sid = try cond.withLock { () throws -> UInt32 in
-                guard connected else { throw ClientError.state("not connected") }
+        guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
+        return try failing {
+            try cond.withLock {
+                guard phase == .connected else { throw ClientError.state("not connected") }
                 guard channelAudio != nil else { throw ClientError.state("join a channel before starting a stream") }
-                let s = nextStreamID
-                nextStreamID &+= 1
-                return s
             }
+            let sid = try streams.reserve()
+            var installed = false
+            defer { if !installed { streams.unreserve(sid) } }
             let reply = try request({ .streamAnnounce(StreamAnnounce(streamID: sid, kind: kind, channels: UInt32(channels), requestID: $0)) },
                                     timeoutMs: 5000)
             switch reply {
             case .streamAnnounceResult(let r):
+                guard let slot = streams.slot(for: sid) else { throw ClientError.state("stream slot lost") }
                 let s = try LocalStream(streamID: sid, ssrc: r.ssrc, kind: kind, externalFeed: externalFeed,
-                                        inputChannels: channels, audio: r.effectiveAudio)
-                s.sender = self
+                                        inputChannels: channels, audio: r.effectiveAudio, slot: slot, table: streams)
                 if !externalFeed {
                     do {
                         try deviceLock.withLock {
@@ -428,188 +436,87 @@ public final class VoiceClient: MediaSender {
                         }
                     } catch {
                         // The server already announced it: withdraw it again.
-                        cond.withLock { () -> ControlConnection? in control }.map { try? $0.send(.streamStop(StreamStop(streamID: sid))) }
+                        cond.withLock { control }.map { try? $0.send(.streamStop(StreamStop(streamID: sid))) }
                         throw error
                     }
                 }
-                cond.withLock { localStreams[sid] = s }
+                streams.install(s)
+                installed = true
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")
                 return sid
             case .error(let err): throw VoiceClient.mapServerError(err)
-            default: throw ClientError.protocolError("unexpected reply \(reply.type)")
+            default: throw ClientError.protocolError("unexpected reply \(reply.type) to StreamAnnounce")
             }
-        } catch let e as ClientError { throw fail(e) }
+        }
     }
 
     public func stopStream(_ id: UInt32) throws {
         try refuseInCallback("vc_stream_stop")
-        let (s, conn) = cond.withLock { (localStreams.removeValue(forKey: id), control) }
-        guard let s else { throw fail(.notFound("no stream \(id)")) }
-        s.lock.withLock { s.finish() }
-        retire(s)
-        try? conn?.send(.streamStop(StreamStop(streamID: id)))
+        try failing { try streams.withStream(id) { s, _ in s.finish() } }
+        retire(id)
+        try? cond.withLock { control }?.send(.streamStop(StreamStop(streamID: id)))
     }
 
     /// The ssrc the server assigned to a local stream.
-    public func ssrc(ofStream id: UInt32) -> UInt32? { cond.withLock { localStreams[id]?.ssrc } }
+    public func ssrc(ofStream id: UInt32) -> UInt32? { try? streams.withStream(id) { s, _ in s.ssrc } }
 
     public func feed(streamID: UInt32, pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
-        guard channels == 1 || channels == 2 else { throw ClientError.invalidArgument("channels must be 1 or 2") }
-        guard let s = cond.withLock({ localStreams[streamID] }) else { throw ClientError.notFound("no stream \(streamID)") }
-        guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device") }
-        try s.lock.withLock {
-            guard !s.stopped else { throw ClientError.notFound("stream \(streamID) was stopped") }
-            try s.feed(pcm, frames: frames, channels: channels)
+        guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
+        try failing {
+            try streams.withStream(streamID) { s, _ in
+                guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device; it cannot be fed") }
+                try s.feed(pcm, frames: frames, channels: channels)
+            }
         }
-    }
-
-    // MediaSender: called by LocalStream on the feeding thread.
-    func sendVoice(header: FrameHeader, opus: UnsafeRawBufferPointer, scratch: UnsafeMutableRawBufferPointer) -> Bool {
-        guard let path = keyLock.withLock({ selfMuted ? nil : mediaSend }) else { return false }
-        let n = MediaCrypto.seal(header: header, payload: opus, key: path.key, into: scratch)
-        guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: scratch[0..<n]), path.address)) != nil else { return false }
-        statsLock.withLock { connStats.packetsOut += 1; connStats.bytesOut += UInt64(n) }
-        return true
     }
 
     // MARK: receive settings and stats
 
-    func withSlot<T>(ssrc: UInt32, _ body: (RemoteSlot) throws -> T) throws -> T {
-        for s in slots {
-            s.lock.lock()
-            if s.active && s.ssrc == ssrc {
-                defer { s.lock.unlock() }
-                return try body(s)
-            }
-            s.lock.unlock()
-        }
-        throw ClientError.notFound("no remote stream with ssrc \(ssrc)")
-    }
-
     public func setRemote(ssrc: UInt32, _ settings: RemoteSettings) throws {
-        guard settings.gain.isFinite, settings.gain >= 0, settings.gain <= 4 else { throw ClientError.invalidArgument("gain must be within 0..4") }
-        // The NR state is built here, on the caller's thread, never on the audio path.
-        let shape = try withSlot(ssrc: ssrc) { ($0.frameSamples, $0.channels, $0.noiseReducer != nil) }
-        let fresh = settings.noiseReduction && !shape.2 ? NoiseReducer(frameSamples: shape.0, streamChannels: shape.1) : nil
-        var released: NoiseReducer? = nil
-        try withSlot(ssrc: ssrc) { s in
-            s.settings = settings
-            if settings.noiseReduction {
-                if s.noiseReducer == nil { s.noiseReducer = fresh }
-            } else {
-                released = s.noiseReducer  // freed below, outside the slot lock
-                s.noiseReducer = nil
-            }
-        }
-        _ = released
+        try failing { try receive.setSettings(ssrc: ssrc, settings) }
     }
 
     /// True while a noise-reduction state runs for the stream (tests, diagnostics).
-    public func isNoiseReducing(ssrc: UInt32) throws -> Bool { try withSlot(ssrc: ssrc) { $0.noiseReducer != nil } }
+    public func isNoiseReducing(ssrc: UInt32) throws -> Bool { try receive.withSlot(ssrc: ssrc) { $0.noiseReducer != nil } }
 
-    public func remote(ssrc: UInt32) throws -> RemoteSettings { try withSlot(ssrc: ssrc) { $0.settings } }
+    public func remote(ssrc: UInt32) throws -> RemoteSettings { try failing { try receive.withSlot(ssrc: ssrc) { $0.settings } } }
 
-    public func remoteStreams() -> [RemoteStreamInfo] {
-        var out: [RemoteStreamInfo] = []
-        for s in slots {
-            s.lock.withLock {
-                if s.active {
-                    out.append(RemoteStreamInfo(ssrc: s.ssrc, userID: s.userID, streamID: s.streamID, kind: s.kind, channels: s.channels,
-                                                talking: s.talking, settings: s.settings, username: s.username))
-                }
-            }
-        }
-        return out.sorted { $0.ssrc < $1.ssrc }
+    public func remoteStreams() -> [RemoteStreamInfo] { receive.infos() }
+
+    public func streamStats(ssrc: UInt32) throws -> StreamStats { try failing { try receive.stats(ssrc: ssrc) } }
+
+    public func connectionStats() -> ConnectionStats {
+        var s = ConnectionStats()
+        s.mediaRttMs = mediaRttMs.load(ordering: .relaxed)
+        s.controlRttMs = controlRttMs.load(ordering: .relaxed)
+        s.bytesIn = bytesIn.load(ordering: .relaxed)
+        s.packetsIn = packetsIn.load(ordering: .relaxed)
+        s.authFailures = authFailures.load(ordering: .relaxed)
+        s.voiceConnected = voiceConnected.load(ordering: .relaxed)
+        (s.packetsOut, s.bytesOut) = streams.sendCounters()
+        return s
     }
-
-    public func streamStats(ssrc: UInt32) throws -> StreamStats {
-        try withSlot(ssrc: ssrc) { s in
-            var st = StreamStats()
-            st.jitter = s.jitter.stats
-            st.jitter.duplicates += s.duplicates
-            st.jitter.late += st.jitter.skipped
-            st.targetDepthMs = s.targetMs
-            st.currentDepthMs = s.depthMs
-            st.talking = s.talking
-            return st
-        }
-    }
-
-    public func connectionStats() -> ConnectionStats { statsLock.withLock { connStats } }
 
     // MARK: output
 
-    /// Renders `frames` of the final stereo mix into `out` (any thread; serialized).
-    public func renderMix(into out: UnsafeMutablePointer<Int16>, frames: Int) {
-        mixLock.lock()
-        defer { mixLock.unlock() }
-        var done = 0
-        while done < frames {
-            let n = min(VoiceClient.mixChunk, frames - done)
-            bus.clear(frames: n)
-            for s in slots {
-                s.lock.lock()
-                if s.active { s.render(into: bus, frames: n) }
-                s.lock.unlock()
-            }
-            bus.render(into: out + done * 2, frames: n)
-            // The echo canceller's far-end reference: what is being played.
-            if aecStreams.load() > 0 { farEnd.pushStereo(out + done * 2, frames: n) }
-            done += n
-        }
-    }
-
     /// Pull mode (vc_read_mixed_pcm).
     public func readMixed(into out: UnsafeMutablePointer<Int16>, frames: Int) throws {
-        if mixLock.withLock({ sink != nil }) { throw ClientError.state("a mixed-output sink is set; the mixer thread owns the mix") }
-        if deviceLock.withLock({ playback != nil }) { throw ClientError.state("a playback device owns the mix (use external playback to pull it)") }
-        renderMix(into: out, frames: frames)
+        try failing { try output.pull(into: out, frames: frames) }
     }
 
-    /// Sets or clears the push sink; starts or stops the 20 ms mixer thread.
-    public func setSink(_ fn: ((UnsafePointer<Int16>, Int) -> Void)?) {
-        let old = mixLock.withLock { () -> SystemThread? in
-            sink = fn
-            guard fn == nil else { return nil }
-            stopMixer = true
-            let t = mixerThread
-            mixerThread = nil
-            return t
-        }
-        if fn == nil {
-            old?.join()
-            mixLock.withLock { mixerThreadID = nil }
-            return
-        }
-        // A playback device already renders the mix and taps it into the sink.
-        if deviceLock.withLock({ playback != nil }) { return }
-        let needThread = mixLock.withLock { () -> Bool in
-            if mixerThread != nil { return false }
-            stopMixer = false
-            return true
-        }
-        guard needThread else { return }
-        let t = SystemThread(name: "vc-mixer") { [unowned self] in self.mixerLoop() }
-        mixLock.withLock { mixerThread = t }
+    /// Sets or clears the mixed-output sink. Returns once a running call of the
+    /// previous sink has returned. Refused from inside the sink.
+    public func setSink(_ fn: ((UnsafePointer<Int16>, Int) -> Void)?) throws {
+        if callerRole == .render { throw fail(.state("the sink cannot be set or cleared from inside the sink")) }
+        output.setSink(fn.map(SinkBox.init))
     }
 
-    func mixerLoop() {
-        mixLock.withLock { mixerThreadID = currentThreadID() }
-        var next = MonotonicClock.nanoseconds()
-        let period: UInt64 = 20_000_000
-        while true {
-            let fn = mixLock.withLock { stopMixer ? nil : sink }
-            guard let fn else { return }
-            renderMix(into: sinkBuffer, frames: 960)
-            fn(UnsafePointer(sinkBuffer), 960)
-            next += period
-            let now = MonotonicClock.nanoseconds()
-            if next > now {
-                var ts = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
-                while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-            } else if now - next > 200_000_000 {
-                next = now  // fell far behind (host stalled the sink): do not burst to catch up
-            }
-        }
+    /// An asynchronous device problem, as an error event.
+    func reportDevice(_ text: String) {
+        ClientLog.log(1, text)
+        var e = ClientEvent(type: .error)
+        e.code = VC_ERR_DEVICE
+        e.text = text
+        events.raise(e)
     }
 }

@@ -1,6 +1,6 @@
-// ALSA PCM devices: the only code that talks to sound hardware. 48 kHz, S16_LE,
-// interleaved, blocking I/O in 20 ms periods. PCMs may also come from an in-process
-// ALSA configuration (vc_set_alsa_config), e.g. file-backed PCMs for tests.
+// ALSA: the AudioBackend that talks to sound hardware. S16_LE, interleaved, blocking
+// I/O in periods. PCMs may also come from an in-process ALSA configuration
+// (vc_set_alsa_config), e.g. file-backed PCMs for tests.
 import Glibc
 import CAlsa
 import VoiceCatSystem
@@ -85,15 +85,20 @@ public enum AlsaConfig {
     }
 }
 
-public enum DeviceDirection { case capture, playback }
-
-public struct DeviceInfo: Equatable {
-    public var name: String
-    public var description: String
+/// The ALSA backend (one per process; ALSA's configuration is process-wide).
+public final class AlsaBackend: AudioBackend {
+    public static let shared = AlsaBackend()
+    public var name: String { "ALSA" }
+    public func listDevices(_ direction: DeviceDirection) -> [DeviceInfo] { listAlsaDevices(direction) }
+    public func open(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int, periodFrames: Int) throws -> AudioDevice {
+        try AlsaPCM(name: name, direction: direction, channels: channels, sampleRate: sampleRate, periodFrames: periodFrames)
+    }
 }
 
 /// Lists PCMs for a direction: ALSA's name hints plus the extra configuration's PCMs.
-public func listDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
+/// Capture PCMs whose name or description says "monitor" record what the system
+/// plays (PulseAudio / PipeWire monitor sources through ALSA's pulse plugin).
+func listAlsaDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
     AlsaConfig.silenceOnce()
     var out: [DeviceInfo] = AlsaConfig.pcmNames().map { DeviceInfo(name: $0, description: "defined by vc_set_alsa_config") }
     var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>? = nil
@@ -109,7 +114,8 @@ public func listDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
             let wanted = ioid == nil || (dir == .capture && ioid == "Input") || (dir == .playback && ioid == "Output")
             if wanted, let name = get("NAME"), !out.contains(where: { $0.name == name }) {
                 let desc = (get("DESC") ?? "").split(separator: "\n").joined(separator: " — ")
-                out.append(DeviceInfo(name: name, description: desc))
+                let monitor = dir == .capture && (name.lowercased().contains("monitor") || desc.lowercased().contains("monitor"))
+                out.append(DeviceInfo(name: name, description: desc, isMonitor: monitor))
             }
             i += 1
         }
@@ -119,20 +125,29 @@ public func listDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
 }
 
 /// One open PCM.
-public final class AlsaPCM {
+public final class AlsaPCM: AudioDevice {
     public let name: String
     public let direction: DeviceDirection
     public let channels: Int
     public let periodFrames: Int
+    public private(set) var sampleRate: Int
+    /// False: a PCM may be a plugin chain that does not block (the file plugin over
+    /// `null`), so callers pace every ALSA PCM to the clock; a sound card that blocks
+    /// in real time never runs ahead of that pacing, so it costs nothing there.
+    public let pacesItself: Bool
     private var pcm: OpaquePointer?
 
-    /// Opens and configures a PCM: 48 kHz, S16_LE interleaved, `channels`, periods of
-    /// `periodFrames`, a buffer of `periods` periods.
-    public init(name: String, direction: DeviceDirection, channels: Int, periodFrames: Int = 960, periods: Int = 4) throws {
+    /// Opens and configures a PCM: S16_LE interleaved, `channels`, the rate nearest
+    /// `sampleRate` the device offers, periods of `periodFrames`, a buffer of
+    /// `periods` periods.
+    public init(name: String, direction: DeviceDirection, channels: Int, sampleRate: Int = 48000, periodFrames: Int = 960,
+                periods: Int = 4) throws {
         self.name = name
         self.direction = direction
         self.channels = channels
         self.periodFrames = periodFrames
+        self.sampleRate = sampleRate
+        self.pacesItself = false
         let what = direction == .capture ? "capture" : "playback"
         let (p, rc) = AlsaConfig.open(name, direction == .capture ? SND_PCM_STREAM_CAPTURE : SND_PCM_STREAM_PLAYBACK)
         guard rc >= 0, let p else { throw DeviceError("cannot open \(what) device \"\(name)\": \(alsaReason(rc))", code: rc) }
@@ -151,9 +166,9 @@ public final class AlsaPCM {
         try check("set_access", snd_pcm_hw_params_set_access(p, hw, SND_PCM_ACCESS_RW_INTERLEAVED))
         try check("set_format S16_LE", snd_pcm_hw_params_set_format(p, hw, SND_PCM_FORMAT_S16_LE))
         try check("set_channels \(channels)", snd_pcm_hw_params_set_channels(p, hw, UInt32(channels)))
-        var rate: UInt32 = 48000
-        try check("set_rate 48000", snd_pcm_hw_params_set_rate_near(p, hw, &rate, nil))
-        guard rate == 48000 else { try check("rate 48000 (device offers \(rate))", -EINVAL) ; return }
+        var rate = UInt32(sampleRate)
+        try check("set_rate \(sampleRate)", snd_pcm_hw_params_set_rate_near(p, hw, &rate, nil))
+        self.sampleRate = Int(rate)
         var period = snd_pcm_uframes_t(periodFrames)
         try check("set_period_size", snd_pcm_hw_params_set_period_size_near(p, hw, &period, nil))
         var buffer = snd_pcm_uframes_t(periodFrames * periods)

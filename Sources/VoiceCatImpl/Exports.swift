@@ -2,6 +2,7 @@
 // @_cdecl exports over VoiceCatClient. This file only checks arguments, converts
 // between C and Swift types and maps errors to VC_ERR_* codes.
 import Glibc
+import Synchronization
 import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatClient
@@ -11,44 +12,109 @@ import VoiceCatSystem
 
 // MARK: - handles
 
-/// Per-handle state: the engine plus the C callbacks it was given.
+/// Per-handle state: the engine.
 final class ClientBox {
     let client: VoiceClient
-    var eventFn: vc_event_fn?
-    var eventUser: UnsafeMutableRawPointer?
-    var sinkFn: vc_pcm_sink_fn?
-    var sinkUser: UnsafeMutableRawPointer?
     init(_ c: VoiceClient) { client = c }
 }
 
-/// Live handles. A pointer not in here (NULL, destroyed, garbage) is refused
-/// without being dereferenced.
-enum Registry {
-    static let lock = Lock()
-    nonisolated(unsafe) static var live: [UnsafeMutableRawPointer: ClientBox] = [:]
+/// Live handles, validated without a process-wide lock. A handle is a word naming
+/// an entry of a fixed table (low 16 bits: index + 1) and the entry's generation
+/// (above; odd while live), so NULL, a destroyed handle or garbage is refused
+/// without being dereferenced. A call registers itself on the entry (`users`) before
+/// it checks the generation; destroy retires the generation, makes blocking calls
+/// return (VoiceClient.shutdown) and waits for the calls in flight before it frees
+/// the client. Only create and destroy take `allocLock`.
+final class HandleEntry: @unchecked Sendable {
+    let generation = Atomic<UInt32>(0)
+    let users = Atomic<Int>(0)
+    /// Written only while no call can read it (free, or retired with no users).
+    var box: ClientBox?
+    /// Guarded by Registry.allocLock.
+    var allocated = false
+}
 
-    static func box(_ p: OpaquePointer?) -> ClientBox? {
+enum Registry {
+    static let capacity = 4096
+    static let entries: [HandleEntry] = (0..<capacity).map { _ in HandleEntry() }
+    static let allocLock = Lock()
+
+    static func decode(_ p: OpaquePointer?) -> (index: Int, generation: UInt32)? {
         guard let p else { return nil }
-        return lock.withLock { live[UnsafeMutableRawPointer(p)] }
+        let v = UInt(bitPattern: p)
+        let index = Int(v & 0xffff) - 1
+        let gen = UInt32(truncatingIfNeeded: v >> 16)
+        guard index >= 0, index < capacity, gen & 1 == 1, v >> 48 == 0 else { return nil }
+        return (index, gen)
+    }
+
+    /// Registers a call on a live handle; nil for anything else. Pair with `leave`.
+    static func enter(_ p: OpaquePointer?) -> (ClientBox, HandleEntry)? {
+        guard let (index, gen) = decode(p) else { return nil }
+        let e = entries[index]
+        e.users.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        guard e.generation.load(ordering: .sequentiallyConsistent) == gen, let box = e.box else {
+            e.users.wrappingSubtract(1, ordering: .sequentiallyConsistent)
+            return nil
+        }
+        return (box, e)
+    }
+
+    static func leave(_ e: HandleEntry) { e.users.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+
+    static func add(_ box: ClientBox) -> OpaquePointer? {
+        allocLock.withLock {
+            guard let index = entries.indices.first(where: { !entries[$0].allocated }) else { return nil }
+            let e = entries[index]
+            e.allocated = true
+            e.box = box
+            let gen = e.generation.load(ordering: .relaxed) &+ 1   // even (free) → odd (live)
+            e.generation.store(gen, ordering: .sequentiallyConsistent)
+            return OpaquePointer(bitPattern: UInt(gen) << 16 | UInt(index + 1))
+        }
+    }
+
+    /// Retires a live handle (later calls are refused); false when it already was.
+    static func retire(_ p: OpaquePointer?) -> HandleEntry? {
+        guard let (index, gen) = decode(p) else { return nil }
+        let e = entries[index]
+        return allocLock.withLock {
+            guard e.generation.load(ordering: .relaxed) == gen else { return nil }
+            e.generation.store(gen &+ 1, ordering: .sequentiallyConsistent)
+            return e
+        }
+    }
+
+    /// Frees a retired entry once no call is in flight on it.
+    static func free(_ e: HandleEntry) {
+        var spins = 0
+        while e.users.load(ordering: .sequentiallyConsistent) != 0 {
+            spins += 1
+            if spins < 100 { sched_yield() } else { sleepMilliseconds(1) }
+        }
+        let box = e.box
+        e.box = nil
+        allocLock.withLock { e.allocated = false }
+        _ = box
     }
 }
 
-let VC_OK_: Int32 = 0
-let ERR_INVALID_ARG: Int32 = -1
-let ERR_STATE: Int32 = -2
-let ERR_NOT_FOUND: Int32 = -3
-let ERR_BUFFER_TOO_SMALL: Int32 = -14
+/// A failed argument check: the text names the function and the argument.
+func invalid(_ text: String) -> ClientError { .invalidArgument(text) }
 
-func code(_ e: Error) -> Int32 {
-    if let c = e as? ClientError { return VoiceClient.code(c) }
-    return -6
-}
-
-/// Runs `body` with the live client for `p`; maps thrown errors to codes.
+/// Runs `body` with the live client for `p`. A thrown ClientError becomes its code and
+/// the client's last error (every failing call on a client records why it failed).
 @inline(__always)
 func withClient(_ p: OpaquePointer?, _ body: (ClientBox) throws -> Int32) -> Int32 {
-    guard let b = Registry.box(p) else { return ERR_INVALID_ARG }
-    do { return try body(b) } catch { return code(error) }
+    guard let (b, entry) = Registry.enter(p) else { return VC_ERR_INVALID_ARG }
+    defer { Registry.leave(entry) }
+    do { return try body(b) } catch let e as ClientError {
+        b.client.recordError(e.description)
+        return e.code
+    } catch {
+        b.client.recordError("\(error)")
+        return VC_ERR_PROTOCOL
+    }
 }
 
 func copyString(_ s: String, into buf: UnsafeMutablePointer<CChar>, capacity: Int) {
@@ -71,30 +137,38 @@ func copyStringTuple<T>(_ s: String, into tuple: inout T) {
 // MARK: - global
 
 @_cdecl("vc_version_number")
-public func vc_version_number() -> UInt32 { (0 << 16) | (2 << 8) | 0 }
-
-let versionString: StaticString = "0.2.0"
-@_cdecl("vc_version_string")
-public func vc_version_string() -> UnsafePointer<CChar> {
-    UnsafeRawPointer(versionString.utf8Start).assumingMemoryBound(to: CChar.self)
+public func vc_version_number() -> UInt32 {
+    UInt32(VC_VERSION_MAJOR) << 16 | UInt32(VC_VERSION_MINOR) << 8 | UInt32(VC_VERSION_PATCH)
 }
 
+/// "major.minor.patch" of the header the library was built with, made once.
+let versionCString: UnsafeMutablePointer<CChar> = {
+    let s = "\(VC_VERSION_MAJOR).\(VC_VERSION_MINOR).\(VC_VERSION_PATCH)"
+    let p = UnsafeMutablePointer<CChar>.allocate(capacity: s.utf8.count + 1)
+    copyString(s, into: p, capacity: s.utf8.count + 1)
+    return p
+}()
+
+@_cdecl("vc_version_string")
+public func vc_version_string() -> UnsafePointer<CChar> { UnsafePointer(versionCString) }
+
+/// The one table of result texts (the codes are the header's).
 let errorTexts: [Int32: StaticString] = [
-    0: "success",
-    -1: "invalid argument",
-    -2: "not allowed in the current state",
-    -3: "not found",
-    -4: "network error",
-    -5: "timed out",
-    -6: "protocol error",
-    -7: "protocol version mismatch",
-    -8: "authentication failed",
-    -9: "rejected by the server",
-    -10: "audio device error",
-    -11: "codec error",
-    -12: "out of memory or capacity",
-    -13: "not supported",
-    -14: "buffer too small",
+    VC_OK: "success",
+    VC_ERR_INVALID_ARG: "invalid argument",
+    VC_ERR_STATE: "not allowed in the current state",
+    VC_ERR_NOT_FOUND: "not found",
+    VC_ERR_NETWORK: "network error",
+    VC_ERR_TIMEOUT: "timed out",
+    VC_ERR_PROTOCOL: "protocol error",
+    VC_ERR_VERSION: "protocol version mismatch",
+    VC_ERR_AUTH: "authentication failed",
+    VC_ERR_REJECTED: "rejected by the server",
+    VC_ERR_DEVICE: "audio device error",
+    VC_ERR_CODEC: "codec error",
+    VC_ERR_NO_MEMORY: "out of memory or capacity",
+    VC_ERR_UNSUPPORTED: "not supported",
+    VC_ERR_BUFFER_TOO_SMALL: "buffer too small",
 ]
 let unknownError: StaticString = "unknown error"
 
@@ -126,22 +200,22 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
 @_cdecl("vc_set_log_callback")
 public func vc_set_log_callback(_ fn: vc_log_fn?, _ user: UnsafeMutableRawPointer?) {
     guard let fn else { ClientLog.setSink(nil); return }
-    ClientLog.setSink { level, message in
-        message.withCString { fn(user, level, $0) }
-    }
+    ClientLog.setSink(ClientLog.Sink { level, message in message.withCString { fn(user, level, $0) } })
 }
 
 // MARK: - lifecycle
 
 @_cdecl("vc_client_config_default")
 public func vc_client_config_default() -> vc_client_config {
-    vc_client_config(client_name: nil, keepalive_ms: 5000, max_remote_streams: 32, event_queue_size: 256,
-                     external_playback: 0, playback_device: nil)
+    let d = ClientConfig()
+    return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
+                            event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
+                            playback_device: nil)
 }
 
 @_cdecl("vc_client_create")
 public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    guard let out else { return ERR_INVALID_ARG }
+    guard let out else { ClientLog.log(0, "vc_client_create: out is NULL"); return VC_ERR_INVALID_ARG }
     out.pointee = nil
     var c = ClientConfig()
     if let cfg {
@@ -153,63 +227,73 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
     }
     let client: VoiceClient
-    do { client = try VoiceClient(config: c) } catch { return code(error) }
-    let box = ClientBox(client)
-    let p = Unmanaged.passRetained(box).toOpaque()
-    Registry.lock.withLock { Registry.live[p] = box }
-    out.pointee = OpaquePointer(p)
-    return VC_OK_
+    do { client = try VoiceClient(config: c) } catch let e as ClientError {
+        ClientLog.log(0, "vc_client_create: \(e)")
+        return e.code
+    } catch { return VC_ERR_NO_MEMORY }
+    guard let handle = Registry.add(ClientBox(client)) else {
+        ClientLog.log(0, "vc_client_create: \(Registry.capacity) clients are alive in this process")
+        return VC_ERR_NO_MEMORY
+    }
+    out.pointee = handle
+    return VC_OK
 }
 
 @_cdecl("vc_client_destroy")
 public func vc_client_destroy(_ p: OpaquePointer?) {
-    guard let p, let box = Registry.box(p) else { return }
-    if box.client.onOwnThread {
+    guard let (box, entry) = Registry.enter(p) else { return }
+    let inside = box.client.onOwnThread
+    Registry.leave(entry)
+    if inside {
         ClientLog.log(0, "vc_client_destroy called from inside a callback of the same client; ignored")
         return
     }
-    let removed = Registry.lock.withLock { Registry.live.removeValue(forKey: UnsafeMutableRawPointer(p)) != nil }
-    guard removed else { return }
+    guard let retired = Registry.retire(p) else { return }
     box.client.setEventHandler(nil)
     box.client.shutdown()
-    Unmanaged<ClientBox>.fromOpaque(UnsafeMutableRawPointer(p)).release()
+    Registry.free(retired)
 }
 
 @_cdecl("vc_connect")
 public func vc_connect(_ p: OpaquePointer?, _ params: UnsafePointer<vc_connect_params>?) -> Int32 {
     withClient(p) { b in
-        guard let params, let host = params.pointee.host, let user = params.pointee.username else { return ERR_INVALID_ARG }
+        guard let params else { throw invalid("vc_connect: params is NULL") }
+        guard let host = params.pointee.host else { throw invalid("vc_connect: params->host is NULL") }
+        guard let user = params.pointee.username else { throw invalid("vc_connect: params->username is NULL") }
         let pw = params.pointee.password.map { String(cString: $0) }
         let fp = params.pointee.server_fingerprint.map { String(cString: $0) }
         let t = params.pointee.timeout_ms == 0 ? 5000 : Int(params.pointee.timeout_ms)
         try b.client.connect(host: String(cString: host), port: params.pointee.port, username: String(cString: user),
                              password: pw, pinnedFingerprint: fp, timeoutMs: t)
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_disconnect")
 public func vc_disconnect(_ p: OpaquePointer?) -> Int32 {
-    withClient(p) { b in try b.client.disconnect(); return VC_OK_ }
+    withClient(p) { b in try b.client.disconnect(); return VC_OK }
 }
 
 @_cdecl("vc_get_server_fingerprint")
 public func vc_get_server_fingerprint(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar>?, _ len: Int) -> Int32 {
     withClient(p) { b in
-        guard let buf else { return ERR_INVALID_ARG }
-        guard let fp = b.client.serverFingerprint else { return ERR_STATE }
-        guard len >= fp.utf8.count + 1 else { return ERR_BUFFER_TOO_SMALL }
+        guard let buf else { throw invalid("vc_get_server_fingerprint: buf is NULL") }
+        guard let fp = b.client.serverFingerprint else { throw ClientError.state("no handshake has happened yet") }
+        guard len >= fp.utf8.count + 1 else {
+            b.client.recordError("vc_get_server_fingerprint: the buffer needs \(fp.utf8.count + 1) bytes, got \(len)")
+            return VC_ERR_BUFFER_TOO_SMALL
+        }
         copyString(fp, into: buf, capacity: len)
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_join_channel")
 public func vc_join_channel(_ p: OpaquePointer?, _ name: UnsafePointer<CChar>?) -> Int32 {
     withClient(p) { b in
-        guard let name else { return ERR_INVALID_ARG }
+        guard let name else { throw invalid("vc_join_channel: name is NULL") }
         try b.client.joinChannel(String(cString: name))
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -224,10 +308,10 @@ func toC(_ a: AudioConfig) -> vc_audio_config {
 @_cdecl("vc_get_channel_audio")
 public func vc_get_channel_audio(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_audio_config>?) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
-        guard let a = b.client.currentChannelAudio else { return ERR_STATE }
+        guard let out else { throw invalid("vc_get_channel_audio: out is NULL") }
+        guard let a = b.client.currentChannelAudio else { throw ClientError.state("not in a channel") }
         out.pointee = toC(a)
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -236,26 +320,30 @@ public func vc_get_channel_audio(_ p: OpaquePointer?, _ out: UnsafeMutablePointe
 @_cdecl("vc_stream_start")
 public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_desc>?, _ outID: UnsafeMutablePointer<UInt32>?) -> Int32 {
     withClient(p) { b in
-        guard let d, let outID else { return ERR_INVALID_ARG }
-        guard let kind = StreamKind(rawValue: d.pointee.kind.rawValue) else { return ERR_INVALID_ARG }
+        guard let d else { throw invalid("vc_stream_start: desc is NULL") }
+        guard let outID else { throw invalid("vc_stream_start: out_stream_id is NULL") }
+        guard let kind = StreamKind(rawValue: d.pointee.kind.rawValue) else {
+            throw invalid("vc_stream_start: unknown stream kind \(d.pointee.kind.rawValue)")
+        }
         outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
                                                  device: d.pointee.device.map { String(cString: $0) })
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_stream_stop")
 public func vc_stream_stop(_ p: OpaquePointer?, _ id: UInt32) -> Int32 {
-    withClient(p) { b in try b.client.stopStream(id); return VC_OK_ }
+    withClient(p) { b in try b.client.stopStream(id); return VC_OK }
 }
 
 @_cdecl("vc_stream_feed_pcm")
 public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Int16>?, _ frames: UInt32, _ channels: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let pcm, channels == 1 || channels == 2 else { return ERR_INVALID_ARG }
-        if frames == 0 { return VC_OK_ }
+        guard let pcm else { throw invalid("vc_stream_feed_pcm: pcm is NULL") }
+        guard channels == 1 || channels == 2 else { throw invalid("vc_stream_feed_pcm: channels must be 1 or 2 (got \(channels))") }
+        if frames == 0 { return VC_OK }
         try b.client.feed(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -264,20 +352,20 @@ public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafeP
 @_cdecl("vc_set_remote_stream")
 public func vc_set_remote_stream(_ p: OpaquePointer?, _ ssrc: UInt32, _ s: UnsafePointer<vc_remote_stream>?) -> Int32 {
     withClient(p) { b in
-        guard let s else { return ERR_INVALID_ARG }
+        guard let s else { throw invalid("vc_set_remote_stream: settings is NULL") }
         try b.client.setRemote(ssrc: ssrc, RemoteSettings(gain: s.pointee.gain, muted: s.pointee.muted != 0,
                                                           noiseReduction: s.pointee.noise_reduction != 0))
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_get_remote_stream")
 public func vc_get_remote_stream(_ p: OpaquePointer?, _ ssrc: UInt32, _ out: UnsafeMutablePointer<vc_remote_stream>?) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_get_remote_stream: out is NULL") }
         let s = try b.client.remote(ssrc: ssrc)
         out.pointee = vc_remote_stream(gain: s.gain, muted: s.muted ? 1 : 0, noise_reduction: s.noiseReduction ? 1 : 0)
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -285,7 +373,8 @@ public func vc_get_remote_stream(_ p: OpaquePointer?, _ ssrc: UInt32, _ out: Uns
 public func vc_list_remote_streams(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_remote_stream_info>?, _ cap: Int,
                                    _ count: UnsafeMutablePointer<Int>?) -> Int32 {
     withClient(p) { b in
-        guard let count, cap == 0 || out != nil else { return ERR_INVALID_ARG }
+        guard let count else { throw invalid("vc_list_remote_streams: count is NULL") }
+        guard cap == 0 || out != nil else { throw invalid("vc_list_remote_streams: out is NULL with cap \(cap)") }
         let list = b.client.remoteStreams()
         count.pointee = list.count
         for (i, r) in list.prefix(cap).enumerated() {
@@ -299,33 +388,33 @@ public func vc_list_remote_streams(_ p: OpaquePointer?, _ out: UnsafeMutablePoin
             copyStringTuple(r.username, into: &info.username)
             out![i] = info
         }
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_get_stream_stats")
 public func vc_get_stream_stats(_ p: OpaquePointer?, _ ssrc: UInt32, _ out: UnsafeMutablePointer<vc_stream_stats>?) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_get_stream_stats: out is NULL") }
         let s = try b.client.streamStats(ssrc: ssrc)
         out.pointee = vc_stream_stats(packets_received: s.jitter.packetsReceived, packets_lost: s.jitter.packetsLost,
                                       duplicates: s.jitter.duplicates, late: s.jitter.late, underruns: s.jitter.underruns,
                                       fec_recovered: s.jitter.fecRecovered, plc_frames: s.jitter.plcFrames,
                                       dred_recovered: s.jitter.dredRecovered, target_depth_ms: s.targetDepthMs,
                                       current_depth_ms: s.currentDepthMs, talking: s.talking ? 1 : 0)
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_get_connection_stats")
 public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_connection_stats>?) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_get_connection_stats: out is NULL") }
         let s = b.client.connectionStats()
         out.pointee = vc_connection_stats(media_rtt_ms: s.mediaRttMs, control_rtt_ms: s.controlRttMs, bytes_in: s.bytesIn,
                                           bytes_out: s.bytesOut, packets_in: s.packetsIn, packets_out: s.packetsOut,
                                           auth_failures: s.authFailures, voice_connected: s.voiceConnected ? 1 : 0)
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -333,28 +422,28 @@ public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePoi
 
 @_cdecl("vc_set_external_playback")
 public func vc_set_external_playback(_ p: OpaquePointer?, _ enabled: Int32) -> Int32 {
-    withClient(p) { b in try b.client.setExternalPlayback(enabled != 0); return VC_OK_ }
+    withClient(p) { b in try b.client.setExternalPlayback(enabled != 0); return VC_OK }
 }
 
 @_cdecl("vc_set_mixed_output_sink")
 public func vc_set_mixed_output_sink(_ p: OpaquePointer?, _ fn: vc_pcm_sink_fn?, _ user: UnsafeMutableRawPointer?) -> Int32 {
     withClient(p) { b in
-        if b.client.onOwnThread { return ERR_STATE }
+        try b.client.refuseInCallback("vc_set_mixed_output_sink")
         if let fn {
-            b.client.setSink { pcm, frames in fn(user, pcm, UInt32(frames), 2) }
+            try b.client.setSink { pcm, frames in fn(user, pcm, UInt32(frames), 2) }
         } else {
-            b.client.setSink(nil)
+            try b.client.setSink(nil)
         }
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_read_mixed_pcm")
 public func vc_read_mixed_pcm(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int16>?, _ frames: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_read_mixed_pcm: out is NULL") }
         try b.client.readMixed(into: out, frames: Int(frames))
-        return VC_OK_
+        return VC_OK
     }
 }
 
@@ -362,7 +451,7 @@ public func vc_read_mixed_pcm(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<I
 
 func toC(_ e: ClientEvent) -> vc_event {
     var c = vc_event()
-    c.type = vc_event_type(rawValue: UInt32(e.type.rawValue))
+    c.type = e.type
     c.code = e.code
     c.user_id = e.userID; c.ssrc = e.ssrc; c.stream_id = e.streamID; c.channel_id = e.channelID
     c.kind = e.kind; c.channels = e.channels
@@ -374,7 +463,7 @@ func toC(_ e: ClientEvent) -> vc_event {
 @_cdecl("vc_poll_event")
 public func vc_poll_event(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_event>?, _ timeoutMs: Int32) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_poll_event: out is NULL") }
         let t = (timeoutMs != 0 && b.client.onOwnThread) ? 0 : Int(timeoutMs)
         guard let e = b.client.pollEvent(timeoutMs: t) else { return 0 }
         out.pointee = toC(e)
@@ -393,17 +482,17 @@ public func vc_set_event_callback(_ p: OpaquePointer?, _ fn: vc_event_fn?, _ use
         } else {
             b.client.setEventHandler(nil)
         }
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_last_error")
 public func vc_last_error(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar>?, _ len: Int) -> Int32 {
-    withClient(p) { b in
-        guard let buf, len > 0 else { return ERR_INVALID_ARG }
-        copyString(b.client.lastError, into: buf, capacity: len)
-        return VC_OK_
-    }
+    guard let (b, entry) = Registry.enter(p) else { return VC_ERR_INVALID_ARG }
+    defer { Registry.leave(entry) }
+    guard let buf, len > 0 else { return VC_ERR_INVALID_ARG }
+    copyString(b.client.lastError, into: buf, capacity: len)
+    return VC_OK
 }
 
 // MARK: - devices and input gate
@@ -412,22 +501,22 @@ public func vc_last_error(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar
 public func vc_set_alsa_config(_ text: UnsafePointer<CChar>?) -> Int32 {
     do { try AlsaConfig.set(text.map { String(cString: $0) }) } catch {
         ClientLog.log(0, "vc_set_alsa_config: \(error)")
-        return ERR_INVALID_ARG
+        return VC_ERR_INVALID_ARG
     }
-    return VC_OK_
+    return VC_OK
 }
 
 @_cdecl("vc_list_devices")
 public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_device_info>?, _ cap: Int,
                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    guard let count, cap == 0 || out != nil else { return ERR_INVALID_ARG }
+    guard let count, cap == 0 || out != nil else { return VC_ERR_INVALID_ARG }
     let dir: DeviceDirection
-    switch kind.rawValue {
-    case 0: dir = .capture
-    case 1: dir = .playback
-    default: return ERR_INVALID_ARG
+    switch kind {
+    case VC_DEVICE_CAPTURE: dir = .capture
+    case VC_DEVICE_PLAYBACK: dir = .playback
+    default: return VC_ERR_INVALID_ARG
     }
-    let list = listDevices(dir)
+    let list = AlsaBackend.shared.listDevices(dir)
     count.pointee = list.count
     for (i, d) in list.prefix(cap).enumerated() {
         var info = vc_device_info()
@@ -435,69 +524,72 @@ public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<
         copyStringTuple(d.description, into: &info.description)
         out![i] = info
     }
-    return VC_OK_
+    return VC_OK
 }
 
 @_cdecl("vc_set_capture_channels")
 public func vc_set_capture_channels(_ p: OpaquePointer?, _ id: UInt32, _ channels: UInt32) -> Int32 {
-    withClient(p) { b in try b.client.setCaptureChannels(streamID: id, channels: Int(channels)); return VC_OK_ }
+    withClient(p) { b in try b.client.setCaptureChannels(streamID: id, channels: Int(channels)); return VC_OK }
 }
 
 @_cdecl("vc_set_input_mode")
 public func vc_set_input_mode(_ p: OpaquePointer?, _ mode: vc_input_mode) -> Int32 {
     withClient(p) { b in
-        guard let m = InputMode(rawValue: Int32(bitPattern: mode.rawValue)) else { return ERR_INVALID_ARG }
+        guard let m = InputMode(rawValue: Int32(bitPattern: mode.rawValue)) else {
+            throw invalid("vc_set_input_mode: unknown mode \(mode.rawValue)")
+        }
         b.client.setInputMode(m)
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_set_vad")
 public func vc_set_vad(_ p: OpaquePointer?, _ threshold: Float, _ hangMs: UInt32) -> Int32 {
-    withClient(p) { b in try b.client.setVAD(threshold: threshold, hangMs: hangMs); return VC_OK_ }
+    withClient(p) { b in try b.client.setVAD(threshold: threshold, hangMs: hangMs); return VC_OK }
 }
 
 @_cdecl("vc_set_push_to_talk")
 public func vc_set_push_to_talk(_ p: OpaquePointer?, _ active: Int32) -> Int32 {
-    withClient(p) { b in b.client.setPushToTalk(active != 0); return VC_OK_ }
+    withClient(p) { b in b.client.setPushToTalk(active != 0); return VC_OK }
 }
 
 @_cdecl("vc_audio_suspend")
 public func vc_audio_suspend(_ p: OpaquePointer?) -> Int32 {
-    withClient(p) { b in try b.client.suspendAudio(); return VC_OK_ }
+    withClient(p) { b in try b.client.suspendAudio(); return VC_OK }
 }
 
 @_cdecl("vc_audio_restart")
 public func vc_audio_restart(_ p: OpaquePointer?) -> Int32 {
-    withClient(p) { b in try b.client.restartAudio(); return VC_OK_ }
+    withClient(p) { b in try b.client.restartAudio(); return VC_OK }
 }
 
 // MARK: - send processing
 
 @_cdecl("vc_send_processing_default")
 public func vc_send_processing_default() -> vc_send_processing {
-    vc_send_processing(noise_suppression: 0, agc: 0, echo_cancellation: 0, agc_level: 0.125)
+    let d = SendProcessing()
+    return vc_send_processing(noise_suppression: 0, agc: 0, echo_cancellation: 0, agc_level: d.agcLevel)
 }
 
 @_cdecl("vc_set_send_processing")
 public func vc_set_send_processing(_ p: OpaquePointer?, _ id: UInt32, _ sp: UnsafePointer<vc_send_processing>?) -> Int32 {
     withClient(p) { b in
-        guard let sp else { return ERR_INVALID_ARG }
+        guard let sp else { throw invalid("vc_set_send_processing: settings is NULL") }
         var s = SendProcessing(noiseSuppression: sp.pointee.noise_suppression != 0, agc: sp.pointee.agc != 0,
                                echoCancellation: sp.pointee.echo_cancellation != 0)
         s.agcLevel = sp.pointee.agc_level
         try b.client.setSendProcessing(streamID: id, s)
-        return VC_OK_
+        return VC_OK
     }
 }
 
 @_cdecl("vc_get_send_processing")
 public func vc_get_send_processing(_ p: OpaquePointer?, _ id: UInt32, _ out: UnsafeMutablePointer<vc_send_processing>?) -> Int32 {
     withClient(p) { b in
-        guard let out else { return ERR_INVALID_ARG }
+        guard let out else { throw invalid("vc_get_send_processing: out is NULL") }
         let s = try b.client.sendProcessing(streamID: id)
         out.pointee = vc_send_processing(noise_suppression: s.noiseSuppression ? 1 : 0, agc: s.agc ? 1 : 0,
                                          echo_cancellation: s.echoCancellation ? 1 : 0, agc_level: s.agcLevel)
-        return VC_OK_
+        return VC_OK
     }
 }

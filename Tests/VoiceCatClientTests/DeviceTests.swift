@@ -204,6 +204,6 @@ final class DeviceTests: XCTestCase {
         XCTAssertTrue(alex.isExternalPlayback, "a failed switch leaves external playback on")
         XCTAssertTrue(alex.remoteStreams().isEmpty)
         try definePCMs(captures: ["vc_cap_list": "/dev/null"], playbacks: [:])
-        XCTAssertTrue(listDevices(.capture).contains { $0.name == "vc_cap_list" })
+        XCTAssertTrue(AlsaBackend.shared.listDevices(.capture).contains { $0.name == "vc_cap_list" })
     }
 }

@@ -87,7 +87,7 @@ final class EndToEndTests: XCTestCase {
         let alex = try client("alex")
         let sam = try client("sam")
         let rec = SinkRecorder()
-        sam.setSink { rec.take($0, $1) }
+        try sam.setSink { rec.take($0, $1) }
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
         try sam.waitForRemote(ssrc: ssrc)
@@ -96,7 +96,7 @@ final class EndToEndTests: XCTestCase {
         let feedStart = MonotonicClock.nanoseconds()
         try feedRealtime(alex, sid, input)
         usleep(400_000)
-        sam.setSink(nil)
+        try sam.setSink(nil)
         let (out, _, t0) = rec.snapshot
         // Where in the sink timeline the fed signal starts.
         let offset = Int(Int64(feedStart) - Int64(t0)) * 48 / 1_000_000
@@ -209,7 +209,7 @@ final class EndToEndTests: XCTestCase {
         let alex = try client("alex")
         let sam = try client("sam")
         let rec = SinkRecorder()
-        sam.setSink { rec.take($0, $1) }
+        try sam.setSink { rec.take($0, $1) }
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let feeder = Thread { try? self.feedRealtime(alex, sid, Signal.voiceLike(seconds: 1)) }
         feeder.start()
@@ -274,7 +274,7 @@ final class ImpairedNetworkTests: XCTestCase {
         let deadline = MonotonicClock.milliseconds() + 3000
         while !sam.remoteStreams().contains(where: { $0.ssrc == ssrc }) && MonotonicClock.milliseconds() < deadline { usleep(5000) }
         let rec = SinkRecorder()
-        sam.setSink { rec.take($0, $1) }
+        try sam.setSink { rec.take($0, $1) }
         let input = Signal.voiceLike(seconds: 6)
         usleep(100_000)
         let feedStart = MonotonicClock.nanoseconds()
@@ -287,7 +287,7 @@ final class ImpairedNetworkTests: XCTestCase {
             if due > now { usleep(UInt32((due - now) / 1000)) }
         }
         usleep(500_000)
-        sam.setSink(nil)
+        try sam.setSink(nil)
         let stats = try sam.streamStats(ssrc: ssrc)
         let (out, _, t0) = rec.snapshot
         let offset = Int(Int64(feedStart) - Int64(t0)) * 48 / 1_000_000

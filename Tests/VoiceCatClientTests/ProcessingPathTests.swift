@@ -40,9 +40,9 @@ final class ProcessingPathTests: XCTestCase {
     /// A client (never connected) with two receive slots playing A and B.
     func listener(nrOnA: Bool) throws -> (VoiceClient, RemoteSlot, RemoteSlot) {
         let c = try VoiceClient()
-        let a = c.slots[0], b = c.slots[1]
-        a.lock.withLock { a.configure(RemoteStream(userID: 1, streamID: 1, ssrc: 1001, kind: .mic, audio: .speech), username: "a") }
-        b.lock.withLock { b.configure(RemoteStream(userID: 2, streamID: 1, ssrc: 1002, kind: .mic, audio: .speech), username: "b") }
+        XCTAssertTrue(c.receive.add(RemoteStream(userID: 1, streamID: 1, ssrc: 1001, kind: .mic, audio: .speech), username: "a"))
+        XCTAssertTrue(c.receive.add(RemoteStream(userID: 2, streamID: 1, ssrc: 1002, kind: .mic, audio: .speech), username: "b"))
+        let a = c.receive.slots[0], b = c.receive.slots[1]
         try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: nrOnA))
         XCTAssertEqual(try c.isNoiseReducing(ssrc: 1001), nrOnA)
         XCTAssertFalse(try c.isNoiseReducing(ssrc: 1002))
@@ -101,8 +101,15 @@ final class ProcessingPathTests: XCTestCase {
         let (c, a, _) = try listener(nrOnA: true)
         let bus = MixBus(capacityFrames: 960)
         // A stream as vc_stream_start builds it, with NS/AGC/AEC, fed through the gate.
-        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech)
-        s.sender = c
+        let slot = c.streams.slots[0]
+        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
+                                slot: slot, table: c.streams)
+        // A connected client's send path: a snapshot with a key and a socket to a sink address.
+        let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
+        try sock.setNonBlocking()
+        slot.path = SendSnapshot(key: SymmetricKey.random(), socket: sock, address: try SocketAddress(host: "127.0.0.1", port: 9),
+                                 serverMuted: false)
+        c.streams.aecStreams.add(1)
         s.apm = SpeexApm(frameSamples: 960, settings: SendProcessing(noiseSuppression: true, agc: true, echoCancellation: true))
         c.setInputMode(.continuous)
         let mic = Self.noisySpeech(seconds: 6, snrDB: 10, seed: 5, f0: 120)
@@ -112,8 +119,8 @@ final class ProcessingPathTests: XCTestCase {
             bus.clear(frames: 960)
             a.lock.withLock { a.render(into: bus, frames: 960) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
-            c.farEnd.pushStereo(out, frames: 960)
-            try mic.withUnsafeBufferPointer { p in try s.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1) } }
+            c.streams.farEnd.pushStereo(out, frames: 960)
+            try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1) } }
         }
         for k in 0..<50 { try step(k) }
         let before = vc_alloc_count()
@@ -129,8 +136,8 @@ final class ProcessingPathTests: XCTestCase {
         audio.dred = true
         audio.expectedPacketLoss = 20
         let c = try VoiceClient()
-        let slot = c.slots[0]
-        slot.lock.withLock { slot.configure(RemoteStream(userID: 1, streamID: 1, ssrc: 7, kind: .mic, audio: audio), username: "a") }
+        XCTAssertTrue(c.receive.add(RemoteStream(userID: 1, streamID: 1, ssrc: 7, kind: .mic, audio: audio), username: "a"))
+        let slot = c.receive.slots[0]
         let enc = try OpusEncoderBox(config: audio)
         let pcm = Self.noisySpeech(seconds: 2, snrDB: 20, seed: 6, f0: 160)
         let bus = MixBus(capacityFrames: 960)

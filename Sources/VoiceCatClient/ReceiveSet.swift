@@ -1,0 +1,134 @@
+// The receive side: preallocated slots, one per remote stream, and the ssrc → slot
+// map. The network thread owns the map and fills the slots; the render thread
+// (whichever the output stage runs, or a vc_read_mixed_pcm caller) visits only the
+// live ones; host threads read and change a stream's settings and statistics.
+import Synchronization
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSystem
+
+final class ReceiveSet {
+    let slots: [RemoteSlot]
+    /// ssrc → slot index. Network thread only.
+    private var bySSRC: [UInt32: Int] = [:]
+
+    init(capacity: Int) throws {
+        var s: [RemoteSlot] = []
+        do { for _ in 0..<capacity { s.append(try RemoteSlot()) } } catch {
+            throw ClientError.codec("cannot create Opus decoders: \(error)")
+        }
+        slots = s
+    }
+
+    // MARK: network thread
+
+    /// The slot receiving `ssrc`, if any (network thread).
+    func slotIndex(ssrc: UInt32) -> Int? { bySSRC[ssrc] }
+
+    /// Starts receiving a remote stream. Returns false when every slot is in use.
+    func add(_ r: RemoteStream, username: String) -> Bool {
+        guard bySSRC[r.ssrc] == nil else { return true }
+        guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
+        let s = slots[idx]
+        s.lock.withLock { s.configure(r, username: username) }
+        s.live.store(true, ordering: .releasing)
+        bySSRC[r.ssrc] = idx
+        return true
+    }
+
+    /// Stops receiving `ssrc`; returns its slot's user id and whether it was talking.
+    @discardableResult
+    func remove(ssrc: UInt32) -> (userID: UInt32, wasTalking: Bool)? {
+        guard let idx = bySSRC.removeValue(forKey: ssrc) else { return nil }
+        let s = slots[idx]
+        let r = s.lock.withLock { () -> (UInt32, Bool) in
+            let was = s.talking
+            s.active = false
+            s.talking = false
+            s.noiseReducer = nil
+            return (s.userID, was)
+        }
+        s.live.store(false, ordering: .releasing)
+        return r
+    }
+
+    /// Stops receiving everything (the session ended or the channel changed).
+    func removeAll() {
+        for ssrc in Array(bySSRC.keys) { remove(ssrc: ssrc) }
+    }
+
+    /// The ssrcs being received (network thread).
+    var ssrcs: [UInt32] { Array(bySSRC.keys) }
+
+    // MARK: host threads
+
+    /// Runs `body` on the slot receiving `ssrc`, under its lock.
+    func withSlot<T>(ssrc: UInt32, _ body: (RemoteSlot) throws -> T) throws -> T {
+        for s in slots where s.live.load(ordering: .acquiring) {
+            s.lock.lock()
+            if s.active && s.ssrc == ssrc {
+                defer { s.lock.unlock() }
+                return try body(s)
+            }
+            s.lock.unlock()
+        }
+        throw ClientError.notFound("no remote stream with ssrc \(ssrc)")
+    }
+
+    func setSettings(ssrc: UInt32, _ settings: RemoteSettings) throws {
+        guard settings.gain.isFinite, settings.gain >= 0, settings.gain <= 4 else {
+            throw ClientError.invalidArgument("gain must be within 0..4 (got \(settings.gain))")
+        }
+        // The NR state is built here, on the caller's thread, never on the audio path.
+        let shape = try withSlot(ssrc: ssrc) { ($0.frameSamples, $0.channels, $0.noiseReducer != nil) }
+        let fresh = settings.noiseReduction && !shape.2 ? NoiseReducer(frameSamples: shape.0, streamChannels: shape.1) : nil
+        var released: NoiseReducer? = nil
+        try withSlot(ssrc: ssrc) { s in
+            s.settings = settings
+            if settings.noiseReduction {
+                if s.noiseReducer == nil { s.noiseReducer = fresh }
+            } else {
+                released = s.noiseReducer  // freed below, outside the slot lock
+                s.noiseReducer = nil
+            }
+        }
+        _ = released
+    }
+
+    func infos() -> [RemoteStreamInfo] {
+        var out: [RemoteStreamInfo] = []
+        for s in slots where s.live.load(ordering: .acquiring) {
+            s.lock.withLock {
+                if s.active {
+                    out.append(RemoteStreamInfo(ssrc: s.ssrc, userID: s.userID, streamID: s.streamID, kind: s.kind, channels: s.channels,
+                                                talking: s.talking, settings: s.settings, username: s.username))
+                }
+            }
+        }
+        return out.sorted { $0.ssrc < $1.ssrc }
+    }
+
+    func stats(ssrc: UInt32) throws -> StreamStats {
+        try withSlot(ssrc: ssrc) { s in
+            var st = StreamStats()
+            st.jitter = s.jitter.stats
+            st.jitter.duplicates += s.duplicates
+            st.jitter.late += st.jitter.skipped
+            st.targetDepthMs = s.targetMs
+            st.currentDepthMs = s.depthMs
+            st.talking = s.talking
+            return st
+        }
+    }
+
+    // MARK: render thread
+
+    /// Adds `frames` of every live stream to `bus` (the caller serializes renders).
+    func render(into bus: MixBus, frames: Int) {
+        for s in slots where s.live.load(ordering: .acquiring) {
+            s.lock.lock()
+            if s.active { s.render(into: bus, frames: frames) }
+            s.lock.unlock()
+        }
+    }
+}

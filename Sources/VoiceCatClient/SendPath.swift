@@ -1,0 +1,165 @@
+// The send path's shared state: the published streams and what a sent frame needs
+// from the session. A frame takes exactly one lock, its own stream slot's:
+//
+//   * The streams live in a fixed table of slots. A stream id names its slot (low 8
+//     bits: slot + 1, above: a generation), so finding a stream takes no table lock.
+//   * What sending needs from the session (media key, socket, server address, the
+//     server's mute) is an immutable SendSnapshot. The session publishes a new one
+//     (connect, rebind, server mute, disconnect) into every slot under that slot's
+//     lock; a sender reads its slot's copy under the lock it already holds.
+//   * The input gate's settings are atomics (GateControl), read per frame.
+import Synchronization
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSystem
+
+/// What a frame needs to be sealed and sent. Immutable; replaced, never changed.
+final class SendSnapshot {
+    let key: SymmetricKey
+    let socket: Socket
+    let address: SocketAddress
+    /// The server mutes this user: nothing is sent.
+    let serverMuted: Bool
+
+    init(key: SymmetricKey, socket: Socket, address: SocketAddress, serverMuted: Bool) {
+        self.key = key; self.socket = socket; self.address = address; self.serverMuted = serverMuted
+    }
+
+    func with(key: SymmetricKey) -> SendSnapshot { SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted) }
+    func with(serverMuted: Bool) -> SendSnapshot { SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted) }
+}
+
+/// The input gate's settings, written by any thread, read per frame without a lock.
+/// (A frame may see a half-applied change of two settings; each is valid alone.)
+final class GateControl: @unchecked Sendable {
+    private let mode = Atomic<Int32>(InputMode.vad.rawValue)
+    private let thresholdBits = Atomic<UInt32>(GateSettings().threshold.bitPattern)
+    private let hangMs = Atomic<UInt32>(GateSettings().hangMs)
+    private let ptt = Atomic<Bool>(false)
+
+    var settings: GateSettings {
+        var g = GateSettings()
+        g.mode = InputMode(rawValue: mode.load(ordering: .relaxed)) ?? .vad
+        g.threshold = Float(bitPattern: thresholdBits.load(ordering: .relaxed))
+        g.hangMs = hangMs.load(ordering: .relaxed)
+        g.pushToTalk = ptt.load(ordering: .relaxed)
+        return g
+    }
+
+    func setMode(_ m: InputMode) { mode.store(m.rawValue, ordering: .relaxed) }
+    func setVAD(threshold: Float, hangMs h: UInt32) {
+        thresholdBits.store(threshold.bitPattern, ordering: .relaxed)
+        hangMs.store(h, ordering: .relaxed)
+    }
+    func setPushToTalk(_ on: Bool) { ptt.store(on, ordering: .relaxed) }
+}
+
+/// One slot of the stream table: its lock guards the stream, the snapshot and the
+/// slot's send counters.
+final class StreamSlot {
+    let index: Int
+    let lock = Lock()
+    var stream: LocalStream?
+    /// Between reserve() and install(): the stream is being announced.
+    var reserved = false
+    var generation: UInt32 = 0
+    var path: SendSnapshot?
+    var packetsOut: UInt64 = 0
+    var bytesOut: UInt64 = 0
+    init(index: Int) { self.index = index }
+}
+
+/// The published streams of one client.
+final class StreamTable {
+    static let capacity = 32
+    let slots: [StreamSlot] = (0..<StreamTable.capacity).map { StreamSlot(index: $0) }
+    let gate = GateControl()
+    /// The played mix, for streams that cancel echo; `aecStreams` counts them so the
+    /// renderer feeds the ring only while someone reads it.
+    let farEnd = FarEndRing(blockSize: 480, blocks: 64)
+    let aecStreams = AtomicCounter()
+    /// The snapshot new streams start with (guarded by `publishLock`).
+    private let publishLock = Lock()
+    private var current: SendSnapshot?
+
+    /// The slot a stream id names, or nil for an id that cannot be one.
+    func slot(for id: UInt32) -> StreamSlot? {
+        let i = Int(id & 0xff) - 1
+        return i >= 0 && i < slots.count ? slots[i] : nil
+    }
+
+    /// Runs `body` with the live stream `id` under its slot's lock.
+    func withStream<T>(_ id: UInt32, _ body: (LocalStream, StreamSlot) throws -> T) throws -> T {
+        guard let slot = slot(for: id) else { throw ClientError.notFound("no stream \(id)") }
+        slot.lock.lock()
+        defer { slot.lock.unlock() }
+        guard let s = slot.stream, s.streamID == id else { throw ClientError.notFound("no stream \(id)") }
+        return try body(s, slot)
+    }
+
+    /// Reserves a free slot and returns the stream id it will have.
+    func reserve() throws -> UInt32 {
+        for slot in slots {
+            let id: UInt32? = slot.lock.withLock {
+                guard slot.stream == nil, !slot.reserved else { return nil }
+                slot.reserved = true
+                slot.generation = (slot.generation &+ 1) & 0xff_ffff
+                if slot.generation == 0 { slot.generation = 1 }
+                return slot.generation << 8 | UInt32(slot.index + 1)
+            }
+            if let id { return id }
+        }
+        throw ClientError.rejected("all \(slots.count) stream slots of this client are in use")
+    }
+
+    /// Installs a stream in the slot its id reserved (with the current snapshot).
+    func install(_ s: LocalStream) {
+        let snap = publishLock.withLock { current }
+        guard let slot = slot(for: s.streamID) else { return }
+        slot.lock.withLock {
+            slot.reserved = false
+            slot.stream = s
+            slot.path = snap
+        }
+    }
+
+    /// Gives a reserved slot back unused.
+    func unreserve(_ id: UInt32) {
+        guard let slot = slot(for: id) else { return }
+        slot.lock.withLock { slot.reserved = false }
+    }
+
+    /// Takes a stream out of the table (its sends stop); returns it.
+    func remove(_ id: UInt32) -> LocalStream? {
+        guard let slot = slot(for: id) else { return nil }
+        return slot.lock.withLock { () -> LocalStream? in
+            guard let s = slot.stream, s.streamID == id else { return nil }
+            slot.stream = nil
+            return s
+        }
+    }
+
+    /// Every live stream (a copy of the table, for control paths).
+    var all: [LocalStream] { slots.compactMap { slot in slot.lock.withLock { slot.stream } } }
+
+    /// Publishes what sending needs now (nil: nothing can be sent).
+    func publish(_ snap: SendSnapshot?) {
+        publishLock.withLock {
+            current = snap
+            for slot in slots { slot.lock.withLock { slot.path = snap } }
+        }
+    }
+
+    var snapshot: SendSnapshot? { publishLock.withLock { current } }
+
+    /// Sums the slots' send counters.
+    func sendCounters() -> (packets: UInt64, bytes: UInt64) {
+        var p: UInt64 = 0, b: UInt64 = 0
+        for slot in slots { slot.lock.withLock { p += slot.packetsOut; b += slot.bytesOut } }
+        return (p, b)
+    }
+
+    func resetCounters() {
+        for slot in slots { slot.lock.withLock { slot.packetsOut = 0; slot.bytesOut = 0 } }
+    }
+}

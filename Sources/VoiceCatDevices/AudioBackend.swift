@@ -1,0 +1,44 @@
+// The seam between the client engine and sound hardware: a backend lists and opens
+// capture and playback devices; an open device moves interleaved int16 PCM in
+// blocking periods. ALSA is one implementation (AlsaBackend); MemoryAudioBackend is
+// another, for tests and hosts that want no hardware at all. A PipeWire or
+// PulseAudio backend would be a third.
+
+public enum DeviceDirection: Sendable { case capture, playback }
+
+public struct DeviceInfo: Equatable, Sendable {
+    public var name: String
+    public var description: String
+    /// A capture device that records what the system plays (a PulseAudio/PipeWire
+    /// monitor source): usable for SCREEN_AUDIO.
+    public var isMonitor: Bool
+    public init(name: String, description: String, isMonitor: Bool = false) {
+        self.name = name; self.description = description; self.isMonitor = isMonitor
+    }
+}
+
+/// One open device. Used by one thread at a time (the capture or render thread).
+public protocol AudioDevice: AnyObject {
+    var name: String { get }
+    var direction: DeviceDirection { get }
+    var channels: Int { get }
+    /// The rate the device runs at (48000 unless the device cannot).
+    var sampleRate: Int { get }
+    /// True when I/O blocks in real time (a sound card); false when the device runs
+    /// as fast as it is driven (files, memory), so the caller paces it to the clock.
+    var pacesItself: Bool { get }
+    /// Reads exactly `frames` interleaved frames. Throws DeviceError when the device fails.
+    func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws
+    /// Writes exactly `frames` interleaved frames. Throws DeviceError when the device fails.
+    func write(_ buf: UnsafePointer<Int16>, frames: Int) throws
+    func close()
+}
+
+/// Lists and opens devices.
+public protocol AudioBackend: AnyObject, Sendable {
+    var name: String { get }
+    func listDevices(_ direction: DeviceDirection) -> [DeviceInfo]
+    /// Opens `name` with `channels` at `sampleRate` (or the nearest rate the device
+    /// offers; see AudioDevice.sampleRate), in periods of `periodFrames`.
+    func open(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int, periodFrames: Int) throws -> AudioDevice
+}

@@ -1,0 +1,135 @@
+// Thread identity and lock-free hand-offs for the client's threads: which client and
+// role a thread plays (so "am I inside one of my callbacks" needs no shared field),
+// a callback cell whose reader takes no lock and whose setter waits for a running
+// call, and small atomics read on the audio path.
+import Glibc
+import Synchronization
+
+/// The role a thread plays for one owner (a client), kept in thread-local storage
+/// for the thread's lifetime. No allocation: the owner's address and the role share
+/// one pointer-sized word (objects are 16-byte aligned; roles are 1...15).
+public enum ThreadIdentity {
+    nonisolated(unsafe) private static let key: pthread_key_t = {
+        var k = pthread_key_t()
+        precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
+        return k
+    }()
+
+    /// Marks the calling thread as playing `role` (1...15) for `owner`.
+    public static func mark(owner: AnyObject, role: Int) {
+        precondition(role >= 1 && role <= 15)
+        let word = address(of: owner) | UInt(role)
+        pthread_setspecific(key, UnsafeRawPointer(bitPattern: word))
+    }
+
+    private static func address(of o: AnyObject) -> UInt { UInt(bitPattern: Unmanaged.passUnretained(o).toOpaque()) }
+
+    /// Forgets the calling thread's role.
+    public static func clear() { pthread_setspecific(key, nil) }
+
+    /// The role the calling thread plays for `owner`, or nil (a host thread, or
+    /// another client's thread).
+    public static func role(for owner: AnyObject) -> Int? {
+        guard let p = pthread_getspecific(key) else { return nil }
+        let word = UInt(bitPattern: p)
+        guard word & ~UInt(15) == address(of: owner) else { return nil }
+        return Int(word & 15)
+    }
+}
+
+/// Thread-local: the CallbackCell whose call the thread is inside.
+nonisolated(unsafe) private let insideCallbackKey: pthread_key_t = {
+    var k = pthread_key_t()
+    precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
+    return k
+}()
+
+/// A callback (held in an immutable box) called by one reader thread at a time
+/// without locks or reference counting, and replaced by any thread with the
+/// guarantee that the old box is no longer in use when `set` returns.
+///
+/// Reader: marks itself busy, loads the box, calls, clears busy (sequentially
+/// consistent, so a setter that swapped the box either sees busy and waits, or the
+/// reader sees the new box). Setter: swaps, waits while the reader is busy, then
+/// releases the old box. A setter running inside the call itself (the reader's own
+/// thread) cannot wait for itself: the old box is released by the reader after the
+/// call returns.
+public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
+    private let current = Atomic<UnsafeMutableRawPointer?>(nil)
+    private let busy = Atomic<Bool>(false)
+    /// Written and read only by the reader's thread (inside the call, or after it).
+    private var deferredRelease: UnsafeMutableRawPointer? = nil
+    public init() {}
+
+    deinit {
+        if let p = current.exchange(nil, ordering: .sequentiallyConsistent) { Unmanaged<Box>.fromOpaque(p).release() }
+        if let p = deferredRelease { Unmanaged<Box>.fromOpaque(p).release() }
+    }
+
+    /// True while a box is installed.
+    public var isSet: Bool { current.load(ordering: .acquiring) != nil }
+
+    /// True when the calling thread is inside a call made through this cell.
+    public var callingThreadIsInside: Bool {
+        let inside: UnsafeMutableRawPointer? = pthread_getspecific(insideCallbackKey)
+        return inside.map(UnsafeRawPointer.init) == UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// Calls `body` with the installed box, if any (one reader thread at a time).
+    /// Returns false when none is installed. Takes no lock and does not allocate.
+    @discardableResult
+    public func call(_ body: (Box) -> Void) -> Bool {
+        busy.store(true, ordering: .sequentiallyConsistent)
+        guard let p = current.load(ordering: .sequentiallyConsistent) else {
+            busy.store(false, ordering: .sequentiallyConsistent)
+            return false
+        }
+        let me = UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+        pthread_setspecific(insideCallbackKey, me)
+        Unmanaged<Box>.fromOpaque(p)._withUnsafeGuaranteedRef { body($0) }
+        pthread_setspecific(insideCallbackKey, nil)
+        busy.store(false, ordering: .sequentiallyConsistent)
+        if let d = deferredRelease {
+            deferredRelease = nil
+            Unmanaged<Box>.fromOpaque(d).release()
+        }
+        return true
+    }
+
+    /// Installs `box` (nil clears). Returns once no call can still be using the
+    /// previous box, except when called from inside a call (then it returns at once
+    /// and the previous box is released when that call returns).
+    public func set(_ box: Box?) {
+        let new = box.map { Unmanaged.passRetained($0).toOpaque() }
+        let old = current.exchange(new, ordering: .sequentiallyConsistent)
+        guard let old else { return }
+        if callingThreadIsInside {
+            if let d = deferredRelease { Unmanaged<Box>.fromOpaque(d).release() }
+            deferredRelease = old
+            return
+        }
+        var spins = 0
+        while busy.load(ordering: .sequentiallyConsistent) {
+            spins += 1
+            if spins < 100 { sched_yield() } else { sleepMilliseconds(1) }
+        }
+        Unmanaged<Box>.fromOpaque(old).release()
+    }
+}
+
+/// A stop flag shared with a worker thread; read every period, so lock-free.
+public final class StopFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    public init() {}
+    public var isSet: Bool { value.load(ordering: .acquiring) }
+    public func set() { value.store(true, ordering: .releasing) }
+}
+
+/// A counter read on the audio path; lock-free.
+public final class AtomicCounter: Sendable {
+    private let value = Atomic<Int>(0)
+    public init() {}
+    public func load() -> Int { value.load(ordering: .relaxed) }
+    public func add(_ d: Int) { value.wrappingAdd(d, ordering: .relaxed) }
+    public func store(_ v: Int) { value.store(v, ordering: .relaxed) }
+}
