@@ -82,9 +82,14 @@ c-test:
 	$(MAKE) examples PREFIX=$(TEST_PREFIX)
 	@echo "exported symbols other than vc_*:"; \
 	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -e '^vc_' -e '^VOICECAT_0$$'
-	PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror Tests/c/api_check.c -o $(EXAMPLES)/api_check \
-	    $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat)
+	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl examples/python
+	for t in api_check alloc_host; do \
+	    PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g Tests/c/$$t.c -o $(EXAMPLES)/$$t \
+	        $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lpthread -lm; \
+	done
 	$(SWIFT) build --product voicecat-server
+	@echo "voicecat-server links:"; readelf -d .build/debug/voicecat-server | grep NEEDED; \
+	    ! readelf -d .build/debug/voicecat-server | grep NEEDED | grep -E 'asound|opus|speexdsp'
 	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server
 
 py-test:

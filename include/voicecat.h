@@ -8,11 +8,11 @@
  *
  *  - Handles. `vc_client` is opaque; several may exist in one process. Every call
  *    except the global ones takes a `vc_client *` first. A NULL or destroyed
- *    handle gives VC_ERR_INVALID_ARG (handles are checked against a registry of
- *    live clients), never a crash.
+ *    handle gives VC_ERR_INVALID_ARG (handles are checked against a table of live
+ *    clients, without a process-wide lock), never a crash.
  *  - Results. Every call that can fail returns `int`: VC_OK (0) or a negative
- *    VC_ERR_* code; vc_strerror() gives static text. The most recent detailed
- *    message for a client is available from vc_last_error().
+ *    VC_ERR_* code; vc_strerror() gives static text. Every call that fails on a
+ *    client records why in vc_last_error().
  *  - Config structs come from a `*_default()` function and are then edited, so new
  *    fields never break old callers.
  *  - Audio at the API is always 48 kHz, interleaved int16_t; `frames` counts
@@ -20,9 +20,11 @@
  *  - Thread safety. Unless a function says otherwise it may be called from any
  *    thread, concurrently with any other function on the same client.
  *  - Callback safety. Callbacks (events, mixed output sink, log) run on threads
- *    of the library. From inside a callback only functions marked "callback-safe:
- *    yes" may be called; the others return VC_ERR_STATE there rather than
- *    deadlock.
+ *    of the library, never under a lock of the library. From inside a callback
+ *    only functions marked "callback-safe: yes" may be called; the others return
+ *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
+ *    returns only after a call of it that is running has returned (so `user` may
+ *    be freed right after), except when done from inside that very callback.
  *  - Ownership. The library never keeps pointers the caller passes in, except the
  *    callback function pointers and their `user` pointers, which must stay valid
  *    until replaced or the client is destroyed. Strings it returns are static or
@@ -230,9 +232,12 @@ typedef struct vc_event {
 
 typedef struct vc_client vc_client;
 
-/** Event callback: runs on the client's network thread. Callback-safe calls only. */
+/** Event callback: runs on the client's network thread, one event at a time, in
+ *  the order the events happened. Callback-safe calls only. */
 typedef void (*vc_event_fn)(void *user, const vc_event *event);
-/** Log callback: level 0 error, 1 warning, 2 info, 3 debug; `message` valid during the call. */
+/** Log callback: level 0 error, 1 warning, 2 info, 3 debug; `message` valid during
+ *  the call. Runs on whichever thread logs (a library thread, or a host thread
+ *  inside a failing call), possibly on several at once. */
 typedef void (*vc_log_fn)(void *user, int level, const char *message);
 /** Mixed output sink: the FINAL stereo 48 kHz mix, `frames` sample frames, `channels` = 2. */
 typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
@@ -255,8 +260,12 @@ const char *vc_strerror(int code);
 size_t vc_struct_size(const char *name);
 /**
  * Routes the library's log lines to `fn` (NULL = no logging, the default). Global
- * for the process. Thread-safe; callback-safe: yes. `fn` may be called from any
- * library thread, never from the audio path.
+ * for the process. `fn` is called outside any lock of the library, from any thread
+ * that logs, never from the audio path in steady state. A line logged while `fn`
+ * runs on the same thread (a failing call made from inside it) is dropped rather
+ * than passed to `fn` again. Replacing or clearing returns once every call of the
+ * previous `fn` that had started has returned; called from inside `fn` it returns
+ * at once. Thread-safe; callback-safe: yes.
  */
 void vc_set_log_callback(vc_log_fn fn, void *user);
 
@@ -292,10 +301,13 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
 
 /**
  * Disconnects (if connected), stops every thread of the client and frees it.
- * NULL is a no-op. Blocks until the client's threads have finished. The handle is
- * invalid afterwards (later calls with it return VC_ERR_INVALID_ARG). Must not be
- * called from inside a callback of the same client (it is then ignored and an
- * error is logged).
+ * NULL is a no-op. May be called while other threads are inside calls on the same
+ * client: a connect in progress is cancelled, blocking calls (join, stream start,
+ * vc_poll_event) return promptly (VC_ERR_STATE, or 0 events), and destroy waits
+ * for every call in flight before it frees the client. Blocks until the client's
+ * threads have finished. The handle is invalid afterwards (later calls with it
+ * return VC_ERR_INVALID_ARG). Must not be called from inside a callback of the
+ * same client (it is then ignored and an error is logged).
  */
 void vc_client_destroy(vc_client *c);
 
@@ -307,14 +319,18 @@ void vc_client_destroy(vc_client *c);
  * fingerprint mismatch — with a pinned fingerprint nothing is sent after the
  * handshake), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL.
  * The fingerprint seen is available from vc_get_server_fingerprint() even when
- * the connect fails with VC_ERR_AUTH. Callback-safe: no.
+ * the connect fails with VC_ERR_AUTH. A vc_disconnect() or vc_client_destroy()
+ * from another thread cancels a connect in progress (VC_ERR_STATE). VC_EVENT_CONNECTED
+ * is delivered (by the network thread) before any other event of the session.
+ * Callback-safe: no.
  */
 int vc_connect(vc_client *c, const vc_connect_params *p);
 
 /**
  * Leaves the server: stops every stream, closes the sockets, raises
- * VC_EVENT_DISCONNECTED (code VC_OK). Returns VC_ERR_STATE when not connected.
- * Callback-safe: no.
+ * VC_EVENT_DISCONNECTED (code VC_OK) as the session's last event. A connect in
+ * progress on another thread is cancelled instead. Returns VC_ERR_STATE when
+ * neither connected nor connecting. Callback-safe: no.
  */
 int vc_disconnect(vc_client *c);
 
@@ -327,7 +343,10 @@ int vc_get_server_fingerprint(vc_client *c, char *buf, size_t len);
 
 /**
  * Joins a channel by name and blocks until the server answers. Streams published
- * in another channel are withdrawn by the server and must be started again.
+ * in another channel are withdrawn by the server and must be started again; the
+ * previous channel's remote streams are removed (VC_EVENT_REMOTE_STREAM_REMOVED),
+ * then VC_EVENT_CHANNEL_JOINED is raised, then the new channel's streams are
+ * added (VC_EVENT_REMOTE_STREAM_ADDED).
  * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected),
  * VC_ERR_TIMEOUT. Callback-safe: no.
  */
@@ -456,27 +475,35 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
 /* ---- Output ------------------------------------------------------------------ */
 
 /**
- * 1: no playback device is opened; the host takes the mix, pushed through
- * vc_set_mixed_output_sink() or pulled with vc_read_mixed_pcm().
- * 0 (the default, vc_client_config.external_playback): a playback thread plays
- * the mix on the configured ALSA device while connected (opened at vc_connect;
- * a failure there is reported as a VC_EVENT_ERROR with VC_ERR_DEVICE and the
- * session continues). Switching to 0 while connected opens the device now and
- * returns VC_ERR_DEVICE with ALSA's reason if it cannot. While a device plays,
- * a sink set with vc_set_mixed_output_sink() receives the same mix (a tap) and
- * vc_read_mixed_pcm() is refused. Callback-safe: no.
+ * Chooses who takes the final mix. Exactly one thread of the client renders it at
+ * any time, so every remote stream is played once, in real time:
+ *  - device: external playback 0 (the default, vc_client_config.external_playback),
+ *    connected and not suspended. A playback thread renders the mix, hands each
+ *    block to the sink if one is set (a tap) and plays it on the configured device
+ *    (opened at vc_connect; a failure there is reported as a VC_EVENT_ERROR with
+ *    VC_ERR_DEVICE and the session continues). A device that fails is reopened on
+ *    a backoff: VC_EVENT_ERROR when it fails, VC_EVENT_DEVICE_RESTORED when it is
+ *    back; meanwhile a sink tap still gets the mix every 20 ms.
+ *  - sink: external playback 1 and a sink set: a mixer thread of the client renders
+ *    every 20 ms and calls the sink.
+ *  - pull: every other case (external playback 1 without a sink; or external 0
+ *    while not connected or suspended): nothing renders by itself and
+ *    vc_read_mixed_pcm() renders on the caller's thread.
+ * 1 here: no playback device is opened. 0 while connected opens the device now and
+ * returns VC_ERR_DEVICE with the device's reason if it cannot (the previous mode
+ * stays). Callback-safe: no.
  */
 int vc_set_external_playback(vc_client *c, int enabled);
 
 /**
  * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
- * 960 frames (20 ms) per call, channels = 2. With external playback a mixer thread
- * of the client decodes and mixes every 20 ms and calls fn from that thread; while
- * a playback device plays the mix, the playback thread hands fn the same blocks it
- * plays (a tap). Either way vc_read_mixed_pcm() is refused with VC_ERR_STATE while
- * a sink is set. The sink runs on an audio thread: it must not block. Clearing
- * waits for a running call to return. Callback-safe: no (not from inside the sink
- * itself).
+ * 960 frames (20 ms) per call, channels = 2, from one thread at a time, once per
+ * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
+ * client's mixer thread calls it; in device mode the playback thread hands it the
+ * blocks it plays (a tap); in pull mode it is not called. The sink runs on an audio
+ * thread: it must not block. Setting, replacing or clearing returns only after a
+ * running call of the previous sink has returned. Returns VC_ERR_STATE from inside
+ * any callback of the client (the sink cannot wait for itself). Callback-safe: no.
  */
 int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 
@@ -484,8 +511,9 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
  * `frames` stereo frames now into `out` (2 * frames int16). Silence when nothing
  * plays. Call it at the rate the audio is consumed (48 kHz): each call advances the
- * playout clock of every remote stream. Does not allocate. Returns VC_ERR_STATE
- * while a sink is set or a playback device plays the mix. Callback-safe: yes.
+ * playout clock of every remote stream. Does not allocate. Served only in pull mode
+ * (vc_set_external_playback); returns VC_ERR_STATE while a thread of the client
+ * renders the mix (sink mode, or device mode). Callback-safe: yes.
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
 
@@ -509,21 +537,26 @@ int vc_audio_restart(vc_client *c);
 
 /**
  * Takes the oldest queued event into *out, waiting up to timeout_ms (0 = do not
- * wait, negative = forever). Returns 1 when an event was taken, 0 when none came,
- * or a negative error. Events are queued whether or not a callback is set.
- * Callback-safe: yes (with timeout 0).
+ * wait, negative = forever). Returns 1 when an event was taken, 0 when none came
+ * (or the client is being destroyed), or a negative error. Events are queued
+ * whether or not a callback is set, by the network thread, in the order the
+ * callback sees them. Callback-safe: yes (it does not wait there).
  */
 int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
 
 /**
- * Sets (or clears with NULL) a callback called on the network thread for each
- * event, in addition to the queue. Callback-safe: yes.
+ * Sets (or clears with NULL) a callback called on the client's network thread for
+ * each event, in addition to the queue. Every event (CONNECTED and a host-asked
+ * DISCONNECTED included) is delivered there, one at a time, in order. Replacing or
+ * clearing returns only after a running call of the previous callback has returned,
+ * except from inside the callback itself (then it returns at once). Callback-safe: yes.
  */
 int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 
 /**
- * The detailed message of the last failed call on this client (for example the
- * server's refusal text), copied into buf. Callback-safe: yes.
+ * Why the last failed call on this client failed (for example the server's refusal
+ * text, or which argument was wrong), copied into buf. Every failing call records
+ * its own reason, so the text never describes an older failure. Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);
 

@@ -12,6 +12,11 @@ port=$(cat "$work/port")
 
 "$ex/api_check" "$port"
 
+# Allocations in the whole host process, steady state, in each output mode.
+for mode in sink pull device; do
+    "$ex/alloc_host" "$port" "$mode" "${ALLOC_SECONDS:-10}"
+done
+
 # The two examples through the server: a 1.5 s tone spoken by one, recorded by the other.
 sox -n -r 48000 -c 1 -b 16 "$work/tone.wav" synth 1.5 sine 440 vol 0.3
 "$ex/record_mix" 127.0.0.1 "$port" listener Lobby "$work/mix.wav" 3 >"$work/record.log" &

@@ -98,9 +98,7 @@ extension VoiceClient {
         if media.voiceConnected { t = min(t, media.lastEchoMs + 3 * period + period / 2 + 1) }
         if media.rebindKeys != nil { t = min(t, media.nextBindMs) }
         if let r = media.rebindRequestedMs { t = min(t, r + 3 * period + 1) }
-        for ssrc in receive.ssrcs {
-            guard let idx = receive.slotIndex(ssrc: ssrc) else { continue }
-            let s = receive.slots[idx]
+        receive.forEachStream { _, s in
             if s.talking { t = min(t, s.lastPacketMs + VoiceClient.talkHangoverMs + 1) }
         }
         return t
@@ -330,9 +328,7 @@ extension VoiceClient {
             _ = try? d.withUnsafeBytes { try sock.sendTo($0, addr) }
         }
         // Talk state: frames stopped arriving for the hangover.
-        for ssrc in receive.ssrcs {
-            guard let idx = receive.slotIndex(ssrc: ssrc) else { continue }
-            let s = receive.slots[idx]
+        receive.forEachStream { ssrc, s in
             if s.talking && now &- s.lastPacketMs > VoiceClient.talkHangoverMs {
                 s.lock.withLock { s.talking = false }
                 var e = ClientEvent(type: .talkStop)

@@ -57,8 +57,13 @@ final class ReceiveSet {
         for ssrc in Array(bySSRC.keys) { remove(ssrc: ssrc) }
     }
 
-    /// The ssrcs being received (network thread).
+    /// The ssrcs being received (network thread; a copy, for control paths).
     var ssrcs: [UInt32] { Array(bySSRC.keys) }
+
+    /// Calls `body` with each received ssrc and its slot (network thread; allocates nothing).
+    func forEachStream(_ body: (UInt32, RemoteSlot) -> Void) {
+        for (ssrc, idx) in bySSRC { body(ssrc, slots[idx]) }
+    }
 
     // MARK: host threads
 

@@ -163,7 +163,7 @@ public enum ClientLog {
     nonisolated(unsafe) private static var activeCurrent = 0
     nonisolated(unsafe) private static var activeOld = 0
     nonisolated(unsafe) private static var generation: UInt64 = 0
-    nonisolated(unsafe) private static let insideKey: pthread_key_t = {
+    private static let insideKey: pthread_key_t = {
         var k = pthread_key_t()
         precondition(pthread_key_create(&k, nil) == 0)
         return k

@@ -227,13 +227,15 @@ public struct PeriodPacer {
         next = MonotonicClock.nanoseconds() + periodNs
     }
 
-    /// Sleeps until the next period is due; after a long stall it resynchronizes.
+    /// Sleeps until the next period is due. After a stall it catches up by at most two
+    /// periods back to back and skips the rest (the clock resynchronizes), so a
+    /// consumer never sees a burst of more than three blocks at once.
     public mutating func wait() {
         let now = MonotonicClock.nanoseconds()
         if next > now {
             var ts = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
             while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-        } else if now - next > 10 * periodNs {
+        } else if now - next > 2 * periodNs {
             next = now
         }
         next += periodNs

@@ -29,6 +29,8 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         public func setInput(_ pcm: [Int16], loop: Bool = false) { lock.withLock { input = pcm; readPos = 0; loopInput = loop } }
         /// Playback: everything written so far (interleaved).
         public var written: [Int16] { lock.withLock { output } }
+        /// How many samples have been written (cheap; `written` copies them all).
+        public var writtenCount: Int { lock.withLock { output.count } }
         public func clearWritten() { lock.withLock { output.removeAll(keepingCapacity: true) } }
         /// The next read or write on an open device throws, as a device that went away.
         public func failNextIO() { lock.withLock { failNext = true } }

@@ -9,7 +9,7 @@ import Synchronization
 /// for the thread's lifetime. No allocation: the owner's address and the role share
 /// one pointer-sized word (objects are 16-byte aligned; roles are 1...15).
 public enum ThreadIdentity {
-    nonisolated(unsafe) private static let key: pthread_key_t = {
+    private static let key: pthread_key_t = {
         var k = pthread_key_t()
         precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
         return k
@@ -38,7 +38,7 @@ public enum ThreadIdentity {
 }
 
 /// Thread-local: the CallbackCell whose call the thread is inside.
-nonisolated(unsafe) private let insideCallbackKey: pthread_key_t = {
+private let insideCallbackKey: pthread_key_t = {
     var k = pthread_key_t()
     precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
     return k

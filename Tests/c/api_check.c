@@ -5,10 +5,16 @@
  * `make test` with a live server:  api_check PORT
  * Prints "N passed, M failed" and exits non-zero on any failure.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <voicecat.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int passed, failed;
 
@@ -206,8 +212,77 @@ static void null_args_on_a_live_client(int port) {
     vc_client_destroy(c);
 }
 
+/* ---- callbacks: re-entry and lifetime ------------------------------------------ */
+
+static vc_client *log_client;
+static atomic_int log_lines, nested_done, replaced_called;
+
+static void replacement_log(void *user, int level, const char *message) {
+    (void)user; (void)level; (void)message;
+    atomic_fetch_add(&replaced_called, 1);
+}
+
+/* From inside the log callback: a failing call (which logs again: that line is
+ * dropped, not recursed into) and replacing the log callback itself. Both return. */
+static void reentrant_log(void *user, int level, const char *message) {
+    (void)user; (void)level; (void)message;
+    atomic_fetch_add(&log_lines, 1);
+    if (atomic_exchange(&nested_done, 1)) return;
+    EXPECT(vc_stream_stop(log_client, 4242), VC_ERR_NOT_FOUND);
+    vc_set_log_callback(replacement_log, NULL);
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL: a callback test deadlocked (no progress in 20 s)\n";
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    _exit(1);
+}
+
+static void log_callback_reentry(void) {
+    EXPECT(vc_client_create(NULL, &log_client), VC_OK);
+    vc_set_log_callback(reentrant_log, NULL);
+    EXPECT(vc_stream_stop(log_client, 1), VC_ERR_NOT_FOUND);   /* logs: the callback runs */
+    EXPECT(atomic_load(&nested_done), 1);
+    EXPECT(atomic_load(&log_lines), 1);                          /* the nested line was dropped */
+    EXPECT(vc_stream_stop(log_client, 2), VC_ERR_NOT_FOUND);   /* goes to the replacement */
+    EXPECT(atomic_load(&replaced_called) >= 1, 1);
+    vc_set_log_callback(NULL, NULL);
+    vc_client_destroy(log_client);
+}
+
+/* Clearing the event callback while a slow call of it runs returns only after that
+ * call has returned, so the host may free `user` right after. */
+static atomic_int cb_inside, cb_finished;
+static void slow_event(void *user, const vc_event *e) {
+    (void)user; (void)e;
+    if (atomic_exchange(&cb_inside, 1)) return;
+    struct timespec t = {0, 300 * 1000000L};
+    nanosleep(&t, NULL);
+    atomic_store(&cb_finished, 1);
+}
+
+static void event_callback_clear_waits(int port) {
+    vc_client *c = NULL;
+    EXPECT(vc_client_create(NULL, &c), VC_OK);
+    EXPECT(vc_set_external_playback(c, 1), VC_OK);
+    EXPECT(vc_set_event_callback(c, slow_event, NULL), VC_OK);
+    vc_connect_params p = {.host = "127.0.0.1", .port = (uint16_t)port, .username = "api-cb"};
+    EXPECT(vc_connect(c, &p), VC_OK);   /* CONNECTED goes to slow_event */
+    for (int i = 0; i < 200 && !atomic_load(&cb_inside); i++) { struct timespec t = {0, 5000000L}; nanosleep(&t, NULL); }
+    EXPECT(atomic_load(&cb_inside), 1);
+    EXPECT(vc_set_event_callback(c, NULL, NULL), VC_OK);
+    EXPECT(atomic_load(&cb_finished), 1);   /* the running call returned before the clear did */
+    vc_client_destroy(c);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s PORT\n", argv[0]); return 2; }
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    log_callback_reentry();
+    event_callback_clear_waits(atoi(argv[1]));
+    alarm(0);
     null_and_bad_handles();
     null_args_on_a_live_client(atoi(argv[1]));
     printf("%d passed, %d failed\n", passed, failed);

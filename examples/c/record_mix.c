@@ -42,6 +42,7 @@ static const char *event_name(vc_event_type t) {
     case VC_EVENT_SERVER_MUTE_STATE: return "server mute state";
     case VC_EVENT_STREAM_STATE_UPDATE: return "stream state update";
     case VC_EVENT_ERROR: return "error";
+    case VC_EVENT_DEVICE_RESTORED: return "device restored";
     default: return "?";
     }
 }

@@ -20,7 +20,7 @@ DEVICE_CAPTURE, DEVICE_PLAYBACK = 0, 1
 EVENT_NAMES = {1: "connected", 2: "disconnected", 3: "channel_joined", 4: "user_joined", 5: "user_left",
                6: "remote_stream_added", 7: "remote_stream_removed", 8: "talk_start", 9: "talk_stop",
                10: "voice_disconnected", 11: "voice_reconnected", 12: "server_mute_state",
-               13: "stream_state_update", 14: "error"}
+               13: "stream_state_update", 14: "error", 15: "device_restored"}
 
 
 class VoiceCatError(Exception):

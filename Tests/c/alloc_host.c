@@ -1,0 +1,200 @@
+/*
+ * alloc_host: a host process that counts every heap allocation made by any thread
+ * (malloc, calloc, realloc, memalign and friends are interposed here, so the
+ * library's Swift runtime, libopus, ALSA and libc all land in the count) while two
+ * clients talk and listen through a live server in steady state.
+ *
+ *   alloc_host PORT MODE SECONDS
+ *     MODE: sink   - external playback, a mixed-output sink (the client's mixer thread)
+ *           pull   - external playback, a host thread calls vc_read_mixed_pcm every 20 ms
+ *           device - playback on a file-backed ALSA PCM, with a sink tapping it
+ *
+ * A talker feeds a tone from its own thread every 20 ms; the listener renders in the
+ * chosen mode. After a warm-up, allocations are counted for SECONDS. Prints the
+ * count (and where the first few came from) and "N passed, M failed".
+ */
+#define _GNU_SOURCE 1
+#include <voicecat.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the interposer ---------------------------------------------------------- */
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+
+static atomic_int counting;
+static atomic_long allocations;
+#define MAX_TRACES 6
+static void *traces[MAX_TRACES][24];
+static int trace_depth[MAX_TRACES];
+static atomic_int traced;
+static __thread int in_hook;
+
+static void note(void) {
+    if (!atomic_load_explicit(&counting, memory_order_relaxed) || in_hook) return;
+    atomic_fetch_add(&allocations, 1);
+    int slot = atomic_fetch_add(&traced, 1);
+    if (slot < MAX_TRACES) {
+        in_hook = 1;
+        trace_depth[slot] = backtrace(traces[slot], 24);
+        in_hook = 0;
+    }
+}
+
+void *malloc(size_t n) { note(); return __libc_malloc(n); }
+void *calloc(size_t a, size_t b) { note(); return __libc_calloc(a, b); }
+void *realloc(void *p, size_t n) { note(); return __libc_realloc(p, n); }
+void free(void *p) { __libc_free(p); }
+void *memalign(size_t a, size_t n) { note(); return __libc_memalign(a, n); }
+void *aligned_alloc(size_t a, size_t n) { note(); return __libc_memalign(a, n); }
+void *valloc(size_t n) { note(); return __libc_memalign((size_t)sysconf(_SC_PAGESIZE), n); }
+int posix_memalign(void **out, size_t a, size_t n) {
+    note();
+    void *p = __libc_memalign(a, n);
+    if (!p) return 12; /* ENOMEM */
+    *out = p;
+    return 0;
+}
+
+/* ---- the host ------------------------------------------------------------------ */
+
+static int passed, failed;
+static atomic_int running = 1;
+static vc_client *talker, *listener;
+static uint32_t talker_stream;
+static atomic_long sink_calls, pulls, feeds;
+
+static void sleep_until(struct timespec *t, long add_ns) {
+    t->tv_nsec += add_ns;
+    while (t->tv_nsec >= 1000000000L) { t->tv_nsec -= 1000000000L; t->tv_sec++; }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, t, NULL) != 0) {}
+}
+
+static void *feeder(void *arg) {
+    (void)arg;
+    int16_t pcm[960];
+    long k = 0;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    while (atomic_load(&running)) {
+        for (int i = 0; i < 960; i++) pcm[i] = (int16_t)(8000 * sin(2 * M_PI * 440.0 * (double)(k * 960 + i) / 48000.0));
+        if (vc_stream_feed_pcm(talker, talker_stream, pcm, 960, 1) == VC_OK) atomic_fetch_add(&feeds, 1);
+        k++;
+        sleep_until(&t, 20000000L);
+    }
+    return NULL;
+}
+
+static void *puller(void *arg) {
+    (void)arg;
+    int16_t out[960 * 2];
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    while (atomic_load(&running)) {
+        if (vc_read_mixed_pcm(listener, out, 960) == VC_OK) atomic_fetch_add(&pulls, 1);
+        sleep_until(&t, 20000000L);
+    }
+    return NULL;
+}
+
+static void on_sink(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels) {
+    (void)user; (void)pcm; (void)frames; (void)channels;
+    atomic_fetch_add(&sink_calls, 1);
+}
+
+#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static vc_client *connect_client(int port, const char *name, int external, const char *device) {
+    vc_client_config cfg = vc_client_config_default();
+    cfg.external_playback = external;
+    cfg.playback_device = device;
+    cfg.keepalive_ms = getenv("KA") ? (uint32_t)atoi(getenv("KA")) : 60000;  /* keepalives are control traffic, not the audio path */
+    vc_client *c = NULL;
+    if (vc_client_create(&cfg, &c) != VC_OK) { fprintf(stderr, "create failed\n"); exit(2); }
+    vc_connect_params p = {.host = "127.0.0.1", .port = (uint16_t)port, .username = name, .timeout_ms = 5000};
+    int rc = vc_connect(c, &p);
+    if (rc == VC_OK) rc = vc_join_channel(c, "Lobby");
+    if (rc != VC_OK) {
+        char buf[256];
+        vc_last_error(c, buf, sizeof buf);
+        fprintf(stderr, "%s: connect/join failed: %s (%s)\n", name, vc_strerror(rc), buf);
+        exit(2);
+    }
+    return c;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) { fprintf(stderr, "usage: alloc_host PORT sink|pull|device SECONDS\n"); return 2; }
+    int port = atoi(argv[1]);
+    const char *mode = argv[2];
+    int seconds = atoi(argv[3]);
+    void *prime[4];
+    backtrace(prime, 4);  /* loads the unwinder now, not while counting */
+
+    int device = strcmp(mode, "device") == 0;
+    if (device) {
+        const char *cfg = "pcm.vc_alloc_play { type file slave.pcm { type null } file \"/dev/null\" format \"raw\" }";
+        if (vc_set_alsa_config(cfg) != VC_OK) { fprintf(stderr, "alsa config failed\n"); return 2; }
+    }
+    talker = connect_client(port, "alloc-talker", 1, NULL);
+    listener = connect_client(port, "alloc-listener", device ? 0 : 1, device ? "vc_alloc_play" : NULL);
+    vc_set_input_mode(talker, VC_INPUT_CONTINUOUS);
+    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    if (vc_stream_start(talker, &d, &talker_stream) != VC_OK) { fprintf(stderr, "stream start failed\n"); return 2; }
+
+    pthread_t feed_thread, pull_thread;
+    pthread_create(&feed_thread, NULL, feeder, NULL);
+    if (strcmp(mode, "pull") == 0) pthread_create(&pull_thread, NULL, puller, NULL);
+    else vc_set_mixed_output_sink(listener, on_sink, NULL);
+
+    sleep(2);  /* warm-up: connections, first talkspurt, buffers sized */
+    long calls0 = atomic_load(&sink_calls) + atomic_load(&pulls), feeds0 = atomic_load(&feeds);
+    atomic_store(&counting, 1);
+    sleep((unsigned)seconds);
+    atomic_store(&counting, 0);
+    long n = atomic_load(&allocations);
+    long calls = atomic_load(&sink_calls) + atomic_load(&pulls) - calls0, fed = atomic_load(&feeds) - feeds0;
+
+    atomic_store(&running, 0);
+    pthread_join(feed_thread, NULL);
+    if (strcmp(mode, "pull") == 0) pthread_join(pull_thread, NULL);
+    else vc_set_mixed_output_sink(listener, NULL, NULL);
+
+    vc_stream_stats st;
+    uint32_t ssrc = 0;
+    vc_remote_stream_info info[4];
+    size_t count = 0;
+    vc_list_remote_streams(listener, info, 4, &count);
+    if (count > 0) ssrc = info[0].ssrc;
+    int have_stats = count > 0 && vc_get_stream_stats(listener, ssrc, &st) == VC_OK;
+
+    printf("alloc_host %s: %ld allocations in %d s of steady state (%ld frames fed, %ld blocks rendered, %llu received)\n",
+           mode, n, seconds, fed, calls, have_stats ? (unsigned long long)st.packets_received : 0ULL);
+    int shown = n < MAX_TRACES ? (int)n : MAX_TRACES;
+    for (int i = 0; i < shown; i++) {
+        fprintf(stderr, "-- allocation %d:\n", i + 1);
+        backtrace_symbols_fd(traces[i], trace_depth[i], 2);
+    }
+    CHECK(n == 0, "%s mode: %ld allocations in steady state", mode, n);
+    CHECK(fed >= seconds * 50 / 2, "%s mode: only %ld frames fed", mode, fed);
+    CHECK(calls >= seconds * 50 / 2, "%s mode: only %ld blocks rendered", mode, calls);
+    CHECK(have_stats && st.packets_received >= (unsigned long long)seconds * 50 / 2, "%s mode: the listener received too little", mode);
+
+    vc_client_destroy(talker);
+    vc_client_destroy(listener);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
