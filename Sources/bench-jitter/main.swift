@@ -6,6 +6,7 @@
 // .build/release/bench-jitter   (or: make bench)
 import VoiceCatAudio
 import CSpeexDSP
+import VoiceCatSimulation
 import Glibc
 
 /// SpeexDSP's jitter buffer driven the way its manual describes: put on arrival;

@@ -1,5 +1,6 @@
 // Pure audio core: reframer, jitter buffer ordering and accounting, limiter, Opus.
 import VoiceCatAudio
+import VoiceCatSimulation
 import VoiceCatProtocol
 import XCTest
 

@@ -1,4 +1,5 @@
 import Glibc
+import VoiceCatAudio
 
 // A trace-driven harness for jitter buffers: feeds arrival traces straight into a
 // playout model and ticks it on the receiver's clock, measuring what a listener
