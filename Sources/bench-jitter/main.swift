@@ -7,7 +7,8 @@
 // .build/release/bench-jitter   (or: make bench)
 //   --verbose   VoiceCat's counters per trace
 //   --sweep     the goal count over a grid of tuning values
-//   --floor     per continuous trace, what every fixed whole-frame alignment gets
+//   --floor     per continuous trace (steady delay and clock), what every fixed
+//               whole-frame alignment gets: the best a policy that never realigns can do
 import Glibc
 import VoiceCatAudio
 import CSpeexDSP
@@ -198,7 +199,8 @@ if args.contains("--floor") {
     // Every fixed alignment of a continuous trace (frame f plays at tick f + n), over
     // the same runs as the table: the best any policy that never realigns can do.
     for (i, s) in scenarios().enumerated() {
-        guard case .continuous = s.talk else { continue }
+        // One alignment only fits a path whose delay and clock rate hold still.
+        guard case .continuous = s.talk, s.network.stepAtFrame == nil, s.network.senderClockRate == 1 else { continue }
         var late = [Int](repeating: 0, count: 12), played = late, arrived = 0
         var sum = [Double](repeating: 0, count: 12)
         for run in runs.indices {
@@ -285,8 +287,8 @@ for (i, s) in all.enumerated() {
     }
 }
 print("")
-print("Goal (issue #9): mean delay <= 0.8 x SpeexDSP's and no more late loss where SpeexDSP is above one frame period; "
-      + "at the floor, equal delay and no more concealment. Met on \(metCount) of \(all.count) traces.")
+print("Goal (issue #9): mean delay <= 0.8 x SpeexDSP's and no more late loss where SpeexDSP's delay is above one frame period; "
+      + "where it is at that floor, VoiceCat's too, with no more late loss or concealment. Met on \(metCount) of \(all.count) traces.")
 for v in verdicts { print("- \(v)") }
 print("")
 print("FEC on the lossy traces:")
