@@ -18,6 +18,7 @@
 //   VoiceCatServerCore   the relay server (event loop over VoiceCatSystem + VoiceCatProtocol).
 //   voicecat-server      thin executable around VoiceCatServerCore.
 //   voicecat-fuzz        libFuzzer target over every parser that reads network bytes.
+//   VoiceCatSimulation   trace simulator for the jitter buffer (bench-jitter and tests; not shipped).
 import PackageDescription
 
 let package = Package(
@@ -46,11 +47,13 @@ let package = Package(
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "CFuzzerDriver"]),
-        .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatAudio", "CSpeexDSP"]),
+        // Trace simulator for the jitter buffer (benchmark and tests only; not in any product).
+        .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
+        .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
         .target(name: "VoiceCatAllocCounter"),
-        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatAudio"]),
+        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
-        .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatAllocCounter"]),
+        .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatSimulation", "VoiceCatAllocCounter"]),
         .testTarget(
             name: "VoiceCatServerTests",
             dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
@@ -58,7 +61,7 @@ let package = Package(
         .testTarget(
             name: "VoiceCatClientTests",
             dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport",
-                           "VoiceCatAllocCounter"]
+                           "VoiceCatSimulation", "VoiceCatAllocCounter"]
         ),
     ]
 )

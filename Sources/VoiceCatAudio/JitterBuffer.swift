@@ -1,29 +1,65 @@
 // Per-ssrc adaptive jitter buffer (seed §5).
 //
-// Pure and preallocated: packets live in a fixed pool of slots; nothing allocates
-// per frame. Timestamps (u32 at 48 kHz) are unwrapped to 64 bits so a stream
-// crossing 2^32 plays through. The consumer calls next() once per frame period;
-// that call *is* the playout clock.
+// Pure and preallocated: packets live in a fixed pool of slots, the delay
+// statistics in a fixed ring and histogram; nothing allocates per frame and
+// nothing reads a clock. Timestamps (u32 at 48 kHz) are unwrapped to 64 bits so a
+// stream crossing 2^32 plays through. The consumer calls next() once per frame
+// period: those calls *are* the playout clock, and the buffer measures lateness
+// in them.
 //
-//   * No artificial prebuffer: the clock is seeded at the first frame and plays it
-//     at once; it is reseeded on a talkspurt marker and after the stream paused
-//     (last-frame or DTX flag) or starved.
-//   * Starving mid-talkspurt (the next frame is not here and nothing newer is)
-//     conceals without advancing the clock: latency grows by what the network
-//     needed, never by a guess.
-//   * A missing frame whose successor is already buffered is rebuilt at once from
-//     the successor's in-band FEC (or DRED). A missing frame with only later frames
-//     buffered is waited for while the backlog is under `target` (the late-drop
-//     window tracks the target); past it the frame is declared lost and concealed.
-//   * Frame-skip catch-up: when the backlog exceeds target + hysteresis the clock
-//     jumps forward to leave `target` buffered, bounded against the leading edge
-//     (newest frame), and the stale frames are dropped. This is the downward force
-//     that keeps latency from ratcheting up after a delay spike or clock drift.
-//   * target = clamp(max(4 × EWMA|inter-arrival gap − per-frame gap|, the recent
-//     peak of that deviation decaying with a ~5 s half-life), one frame, 500 ms).
-//     Gaps over four frames (silence, DTX) and reordered stragglers are outliers
-//     and do not feed the estimate. The factors were chosen with
-//     `bench-jitter --sweep` (docs/benchmarks.md).
+// How late a frame is. Every call to next() is a tick. A frame that was inserted
+// after k ticks can be played at tick k at the earliest, so its lateness is
+// ℓ = k − (its timestamp in frames). A playout alignment plays the frame at
+// position p at tick p + n; the frame is on time iff ℓ ≤ n. Measuring lateness in
+// ticks (not in milliseconds) is exact for a tick-driven consumer: it needs no
+// clock, sees the consumer's own phase and rate (clock drift included), and has
+// exactly the resolution of the decision it feeds.
+//
+// The target (after WebRTC NetEq's delay manager, written anew): the relative
+// lateness r = ℓ − min(ℓ over the last `historyFrames` frames) goes into a
+// histogram of one-tick bins with exponential forgetting (`forgetFactor`). Three
+// quantiles of it set the cushion, in ticks beyond the frame in play:
+//   * start: `startQuantile` (90 %), or `cleanQuantile` (99.8 %) when covering that
+//     costs at most one frame more (a clean path: then no talkspurt has to realign);
+//   * target: `quantile` (98 %), at least the start cushion;
+//   * on a stream that loses frames FEC can rebuild (loss rate above
+//     `fecLossRate`, with hysteresis), both also cover the successor's arrival for
+//     `fecQuantile` of frames plus one period, so a lost frame's successor is here
+//     at its playout time.
+// All are clamped by setBounds(minMs:maxMs:). Marker, last-frame and DTX frames
+// do not feed the histogram (the first frame after a pause, the padded last frame
+// and comfort-noise updates are not network jitter), and nothing is derived from
+// the gap between arrivals, so a sender pause whose timestamps advance by
+// wall-clock time looks like nothing at all. A frame whose lateness jumps by more
+// than the maximum target (a route change, a restarted sender) rebases the
+// timeline instead of being taken for jitter; so does a talkspurt's marker frame
+// that looks later than the target or earlier than the baseline (a sender whose
+// timestamps stood still, or ran ahead, over the pause).
+//
+// Playout:
+//   * Talkspurt start: the first frame waits until it has the start cushion (a
+//     fresh stream with no history plays it at once). Pauses realign for free:
+//     every talkspurt, and every comfort-noise update in a pause, starts there.
+//   * Late frames are waited for, not given up: a missing frame with nothing newer
+//     buffered holds the clock (the period is concealed) while the cushion is
+//     below target + `waitTicks` (+ 0 on a lossy stream, whose target already
+//     waits for the successor); one that nothing could rebuild is held below
+//     target even when later frames are here (it may only be reordered). So the
+//     cushion grows from the start cushion towards the target where the network
+//     asks for it, and the late frame, or its successor with its FEC, still plays.
+//   * A missing frame whose successor is here is rebuilt from the successor's FEC
+//     (or DRED: `recoveryAvailable`) in its own period, or concealed.
+//   * Excess cushion (over target + `hysteresisTicks`: after a spike, a drop in
+//     delay, a sender clock running fast) is given back where it is cheapest: at a
+//     pause (free); at once by dropping a DTX or quiet frame (a small packet, or
+//     after the renderer reported a quiet one); and only once it has lasted
+//     `catchUpTicks` by skipping a frame the network lost, or else dropping one
+//     buffered frame. Frames a spike delivered in a burst are played, not thrown
+//     away by a jump of the clock.
+//   * The talkspurt ends after a last-frame or DTX frame is played, or after
+//     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
+//     ended in what was played.
+import VoiceCatProtocol
 
 public struct JitterStats: Equatable, Sendable {
     public var packetsReceived: UInt64 = 0
@@ -38,6 +74,12 @@ public struct JitterStats: Equatable, Sendable {
     public var dredRecovered: UInt64 = 0
     /// Frames dropped by catch-up or because the pool was full.
     public var skipped: UInt64 = 0
+    /// Periods concealed while waiting for a late frame (the clock held still).
+    public var waited: UInt64 = 0
+    /// Frames lost in the network that were skipped (not concealed) to shed excess delay.
+    public var lossesSkipped: UInt64 = 0
+    /// Talkspurts started in playout.
+    public var talkspurts: UInt64 = 0
     public init() {}
 }
 
@@ -55,18 +97,80 @@ public final class JitterBuffer {
         case silence
     }
 
+    /// What the last next() did to the talkspurt, as heard.
+    public enum TalkEdge: Equatable, Sendable {
+        case none
+        /// The first frame of a talkspurt was played.
+        case started
+        /// The talkspurt's last frame was played (last-frame or DTX flag), or the
+        /// stream starved past `maxStarvedMs`.
+        case ended
+    }
+
+    public enum InsertResult: Equatable { case accepted, late, duplicate }
+
+    /// The knobs of the policy (chosen with `bench-jitter --sweep`; docs/benchmarks.md).
+    /// Set before the stream starts (quantiles are cached as frames arrive).
+    public struct Tuning: Equatable, Sendable {
+        /// Share of frames the target cushion is meant to cover; later frames are
+        /// waited for up to it (and `waitTicks` beyond), or given up.
+        public var quantile = 0.98
+        /// A talkspurt starts with the cushion that covers this share: the cushion
+        /// then grows towards the target by waiting for late frames.
+        public var startQuantile = 0.9
+        /// ...unless covering this share costs at most one frame period more (a clean
+        /// path): then talkspurts start with it, so none of them has to realign.
+        public var cleanQuantile = 0.998
+        /// Per-frame forgetting of the lateness histogram (0.999: ~1000 frames, 20 s of
+        /// 20 ms frames, of memory; equal weights until that many are in).
+        public var forgetFactor = 0.999
+        /// Excess cushion (ticks above target) tolerated before it is shed.
+        public var hysteresisTicks = 0.5
+        /// With losses above `fecLossRate` and packets that can rebuild their
+        /// predecessor, the cushion also covers the successor's arrival for this share
+        /// of frames (so a lost frame's FEC is here at its playout time).
+        public var fecQuantile = 0.8
+        public var fecLossRate = 0.007
+        /// Excess must last this many ticks before a buffered frame is dropped for it.
+        public var catchUpTicks = 100
+        /// A frame that is missing with nothing newer buffered is waited for while the
+        /// cushion stays below target + waitTicks.
+        public var waitTicks = 1.0
+        public init() {}
+    }
+
     public static let maxTargetMs = 500.0
+    // Flag sets, built once (an array literal would allocate in unoptimised builds).
+    /// Frames whose timing says nothing about the network.
+    private static let notJitter: FrameFlags = [.marker, .lastFrame, .dtx]
+    /// Frames after which the talker pauses.
+    private static let pauseFollows: FrameFlags = [.lastFrame, .dtx]
+    /// Frames of lateness history the baseline (minimum) is taken over.
+    public static let historyFrames = 128
+    /// Histogram bins, one tick each; later frames land in the last.
+    public static let histogramBins = 256
+
     public let capacity: Int
     public let maxPayload: Int
     public private(set) var frameSamples: Int
     public private(set) var stats = JitterStats()
+    public var tuning = Tuning()
+    /// Starved this long in a talkspurt, the talker is taken to have stopped.
+    public var maxStarvedMs = 200.0
+    /// The stream's packets can rebuild their predecessor even without the FEC flag
+    /// (in-band FEC configured on the channel, or DRED): set by the receive path.
+    public var recoveryAvailable = false
+    /// What the last next() did to the talkspurt.
+    public private(set) var talkEdge = TalkEdge.none
+    /// A talkspurt is being played.
+    public private(set) var talking = false
 
     // Slot pool.
     private let payloads: UnsafeMutablePointer<UInt8>
     private let lengths: UnsafeMutablePointer<Int>
     private let timestamps: UnsafeMutablePointer<Int64>
     private let seqs: UnsafeMutablePointer<UInt64>
-    private let flagBits: UnsafeMutablePointer<UInt8>
+    private let flagSets: UnsafeMutablePointer<FrameFlags>
     private let used: UnsafeMutablePointer<Bool>
     public private(set) var count = 0
 
@@ -76,22 +180,33 @@ public final class JitterBuffer {
     private var maxSeq: UInt64 = 0
     private var haveSeq = false
 
-    // Jitter estimate (ms).
-    private var jitterMs = 0.0
-    private var peakMs = 0.0
-    private var lastArrivalMs = 0.0
-    private var lastArrivalTS: Int64 = 0
-    private var haveArrival = false
+    // Lateness statistics, in ticks.
+    private var ticks: Int64 = 0                      // next() calls so far
+    private let history: UnsafeMutablePointer<Double> // lateness of recent frames (ring)
+    private var historyCount = 0
+    private var historyNext = 0
+    private var baseline = 0.0                        // min lateness over the ring
+    private var shift = 0.0                           // timeline rebase, in ticks
+    private let bins: UnsafeMutablePointer<Double>
+    private var binTotal = 0.0
+    private var binWeight = 1.0                       // grows by 1/forget per entry (no per-frame decay loop)
+    private var entries = 0
+    private var startQuantileTicks = 0                // cached from the histogram: talkspurt start,
+    private var quantileTicks = 0                     // target,
+    private var fecQuantileTicks = 0                  // the successor's arrival
+    private var lossAverage = 0.0                     // frames lost per frame received (EWMA)
+    private var fecCushion = false                    // losses seen that FEC can rebuild
+    private var minTicks = 0.0, maxTicks = 25.0       // bounds (setBounds), in ticks
 
     // Playout clock.
     private var playing = false
-    private var playTS: Int64 = 0
+    private var nextTS: Int64 = 0                     // the next frame to play (also after a pause: older is late)
+    private var havePlayed = false
     private var newestTS: Int64 = 0
-    private var paused = true        // after a last-frame / DTX frame, or before the first
-    private var starving = false
     private var starvedTicks = 0
-    /// Starved this many periods in a row, the talker is taken to have stopped.
-    public var maxStarvedMs = 200.0
+    private var excessTicks = 0
+    private var packetBytesAverage = 0.0
+    private var lastPlayedQuiet = false
 
     public init(capacity: Int = 64, maxPayload: Int = 1500, frameSamples: Int = 960) {
         self.capacity = capacity
@@ -101,50 +216,84 @@ public final class JitterBuffer {
         lengths = .allocate(capacity: capacity); lengths.initialize(repeating: 0, count: capacity)
         timestamps = .allocate(capacity: capacity); timestamps.initialize(repeating: 0, count: capacity)
         seqs = .allocate(capacity: capacity); seqs.initialize(repeating: 0, count: capacity)
-        flagBits = .allocate(capacity: capacity); flagBits.initialize(repeating: 0, count: capacity)
+        flagSets = .allocate(capacity: capacity); flagSets.initialize(repeating: [], count: capacity)
         used = .allocate(capacity: capacity); used.initialize(repeating: false, count: capacity)
+        history = .allocate(capacity: JitterBuffer.historyFrames)
+        history.initialize(repeating: 0, count: JitterBuffer.historyFrames)
+        bins = .allocate(capacity: JitterBuffer.histogramBins)
+        bins.initialize(repeating: 0, count: JitterBuffer.histogramBins)
+        reset(frameSamples: frameSamples)
     }
 
     deinit {
         payloads.deallocate(); lengths.deallocate(); timestamps.deallocate()
-        seqs.deallocate(); flagBits.deallocate(); used.deallocate()
+        seqs.deallocate(); flagSets.deallocate(); used.deallocate()
+        history.deallocate(); bins.deallocate()
     }
 
-    /// Forgets everything (a new stream in this slot).
+    /// Forgets everything (a new stream in this slot). Bounds and tuning are kept.
     public func reset(frameSamples: Int) {
         self.frameSamples = frameSamples
         for i in 0..<capacity { used[i] = false }
         count = 0
         stats = JitterStats()
-        haveTimestamp = false; haveSeq = false; haveArrival = false
-        jitterMs = 0
-        peakMs = 0
-        playing = false; paused = true; starving = false
+        haveTimestamp = false; haveSeq = false
+        ticks = 0
+        historyCount = 0; historyNext = 0; baseline = 0; shift = 0
+        for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
+        binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0
+        lossAverage = 0; fecCushion = false
+        playing = false; havePlayed = false; talking = false; talkEdge = .none
+        starvedTicks = 0; excessTicks = 0
+        packetBytesAverage = 0; lastPlayedQuiet = false
+        recoveryAvailable = false
+        applyBounds()
     }
 
     private var frameMs: Double { Double(frameSamples) / 48 }
 
-    /// target = targetFactor × jitter estimate (floored at one frame, capped at 500 ms).
-    public var targetFactor = 4.0
-    /// Catch-up starts when the backlog exceeds target + max(hysteresisFrames frames, target × hysteresisFraction).
-    public var hysteresisFrames = 0.5
-    public var hysteresisFraction = 0.5
+    // MARK: Bounds and target
 
-    /// The adaptive target backlog, in ms.
-    public var targetMs: Double {
-        min(JitterBuffer.maxTargetMs, max(frameMs, targetFactor * jitterMs, peakFraction * peakMs))
+    private var boundMinMs = 0.0
+    private var boundMaxMs = JitterBuffer.maxTargetMs
+
+    /// Clamps the target cushion to [minMs, maxMs] (beyond one frame period; each
+    /// bound itself clamped to 0...maxTargetMs, and max to at least min). A stream
+    /// that must never lag more than maxMs, or always keeps minMs in hand.
+    public func setBounds(minMs: Double, maxMs: Double) {
+        let lo = min(max(0, minMs.isNaN ? 0 : minMs), JitterBuffer.maxTargetMs)
+        let hi = min(max(lo, maxMs.isNaN ? JitterBuffer.maxTargetMs : maxMs), JitterBuffer.maxTargetMs)
+        boundMinMs = lo; boundMaxMs = hi
+        applyBounds()
     }
-    /// Share of the recent peak deviation (decaying with a ~5 s half-life) the target covers.
-    public var peakFraction = 1.0
-    private var targetSamples: Int64 { Int64(targetMs * 48) }
-    private var hysteresisSamples: Int64 {
-        max(Int64(hysteresisFrames * Double(frameSamples)), Int64(Double(targetSamples) * hysteresisFraction))
+
+    public var bounds: (minMs: Double, maxMs: Double) { (boundMinMs, boundMaxMs) }
+
+    private func applyBounds() {
+        let poolTicks = Double(capacity - 2)
+        minTicks = min((boundMinMs / frameMs).rounded(.up), poolTicks)
+        maxTicks = max(minTicks, min((boundMaxMs / frameMs).rounded(.down), poolTicks))
     }
+
+    /// Target cushion in ticks (frame periods beyond the frame in play).
+    private var targetTicks: Double { bounded(quantileTicks) }
+    /// The cushion a talkspurt starts with.
+    private var startTicks: Double { bounded(startQuantileTicks) }
+
+    /// A cushion from the histogram, raised for FEC on a lossy stream and bounded.
+    private func bounded(_ q: Int) -> Double {
+        var t = Double(q)
+        if fecCushion { t = max(t, Double(1 + fecQuantileTicks)) }
+        return min(max(t, minTicks), maxTicks)
+    }
+
+    /// The adaptive target depth in ms: the frame in play plus the cushion.
+    public var targetMs: Double { (targetTicks + 1) * frameMs }
 
     /// Buffered audio ahead of the playout clock, in ms.
     public var depthMs: Double {
         guard count > 0 else { return 0 }
-        let from = playing ? playTS : oldestTS()
+        let from = playing ? nextTS : oldestTS()
         return Double(max(0, newestTS + Int64(frameSamples) - from)) / 48
     }
 
@@ -156,6 +305,13 @@ public final class JitterBuffer {
         if used[slot] { used[slot] = false; count -= 1 }
     }
 
+    /// The renderer's verdict on the frame it just decoded: quiet (below speech
+    /// level) or not. A quiet frame makes the next catch-up drop inaudible enough to
+    /// take at once. Optional: without it packet sizes and DTX flags are used.
+    public func reportPlayedLevel(quiet: Bool) { lastPlayedQuiet = quiet }
+
+    // MARK: Insert
+
     private func unwrap(_ ts: UInt32) -> Int64 {
         guard haveTimestamp else { haveTimestamp = true; lastExtTS = Int64(ts); return lastExtTS }
         let delta = Int64(Int32(bitPattern: ts &- UInt32(truncatingIfNeeded: lastExtTS)))
@@ -164,11 +320,10 @@ public final class JitterBuffer {
         return ext
     }
 
-    public enum InsertResult: Equatable { case accepted, late, duplicate }
-
-    /// Stores one received frame that arrived at `arrivalMs` (any monotonic ms clock).
+    /// Stores one received frame that arrived at `arrivalMs` (kept for callers that
+    /// time arrivals; lateness itself is measured in next() calls).
     @discardableResult
-    public func insert(seq: UInt64, timestamp: UInt32, flags: UInt8, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
+    public func insert(seq: UInt64, timestamp: UInt32, flags: FrameFlags, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
         for i in 0..<capacity where used[i] && seqs[i] == seq {
             stats.duplicates += 1
             return .duplicate
@@ -176,16 +331,25 @@ public final class JitterBuffer {
         let ext = unwrap(timestamp)
         stats.packetsReceived += 1
         // Loss accounting by seq: gaps count as lost until (if ever) filled.
+        var gap = 0.0
         if !haveSeq {
             haveSeq = true; maxSeq = seq
         } else if seq > maxSeq {
             stats.packetsLost += seq - maxSeq - 1
+            gap = Double(min(seq - maxSeq - 1, 64))
             maxSeq = seq
         } else if stats.packetsLost > 0 {
             stats.packetsLost -= 1
+            gap = -1
         }
-        updateJitter(ts: ext, arrivalMs: arrivalMs)
-        if playing && ext < playTS {
+        lossAverage = max(0, lossAverage + (gap - lossAverage) / 256)
+        // The FEC cushion: on above fecLossRate, off below 40 % of it (hysteresis, so
+        // bursty loss does not switch it at every burst).
+        let canRebuild = flags.contains(.fec) || recoveryAvailable
+        if !canRebuild || lossAverage < 0.4 * tuning.fecLossRate { fecCushion = false }
+        else if lossAverage > tuning.fecLossRate { fecCushion = true }
+        observe(ext: ext, flags: flags)
+        if havePlayed && ext < nextTS {
             stats.late += 1
             return .late
         }
@@ -202,25 +366,81 @@ public final class JitterBuffer {
         lengths[slot] = n
         timestamps[slot] = ext
         seqs[slot] = seq
-        flagBits[slot] = flags
+        flagSets[slot] = flags
         used[slot] = true
         count += 1
         if count == 1 || ext > newestTS { newestTS = ext }
+        if !flags.contains(.dtx) { packetBytesAverage += (Double(n) - packetBytesAverage) / 32 }
         return .accepted
     }
 
-    private func updateJitter(ts: Int64, arrivalMs: Double) {
-        defer {
-            if !haveArrival || ts > lastArrivalTS { lastArrivalTS = ts; lastArrivalMs = arrivalMs; haveArrival = true }
+    /// Raw header flag bits (the wire byte): prefer the FrameFlags form.
+    @available(*, deprecated, message: "pass FrameFlags")
+    @discardableResult
+    public func insert(seq: UInt64, timestamp: UInt32, flags: UInt8, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
+        insert(seq: seq, timestamp: timestamp, flags: FrameFlags(rawValue: flags), payload: payload, arrivalMs: arrivalMs)
+    }
+
+    /// Lateness of one arrival, in ticks, on the (rebased) timeline.
+    private func lateness(_ ext: Int64) -> Double {
+        Double(ticks) - Double(ext) / Double(frameSamples) - shift
+    }
+
+    /// Feeds one arrival to the lateness statistics.
+    private func observe(ext: Int64, flags: FrameFlags) {
+        var l = lateness(ext)
+        if historyCount > 0 {
+            let r = l - baseline
+            // A jump past the maximum target is a new timeline, not jitter; so is a
+            // talkspurt's first frame later than the target (a sender whose timestamps
+            // stood still over the pause): take it as the fast edge.
+            if abs(r) > JitterBuffer.maxTargetMs / frameMs || (flags.contains(.marker) && (r > targetTicks + 0.5 || r < -0.5)) {
+                shift += r
+                l -= r
+            }
         }
-        guard haveArrival, ts > lastArrivalTS else { return }          // first, or a reordered straggler
-        let gapSamples = ts - lastArrivalTS
-        guard gapSamples <= 4 * Int64(frameSamples) else { return }     // silence / DTX / a burst loss
-        let d = abs((arrivalMs - lastArrivalMs) - Double(gapSamples) / 48)
-        let dc = min(d, JitterBuffer.maxTargetMs)
-        jitterMs += (dc - jitterMs) / 16
-        // Peak with exponential decay per frame period: half-life ~5 s at 20 ms frames.
-        peakMs = max(dc, peakMs * 0.99723)
+        guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
+        history[historyNext] = l
+        historyNext = (historyNext + 1) % JitterBuffer.historyFrames
+        historyCount = min(historyCount + 1, JitterBuffer.historyFrames)
+        var m = Double.infinity
+        for i in 0..<historyCount { m = min(m, history[i]) }
+        baseline = m
+        addToHistogram(l - baseline)
+    }
+
+    private func addToHistogram(_ r: Double) {
+        let bin = min(JitterBuffer.histogramBins - 1, max(0, Int(r.rounded(.up))))
+        // Equal weights until the memory is full, then exponential forgetting: the
+        // newest entry weighs 1/forget times the previous one.
+        entries += 1
+        if Double(entries) * (1 - tuning.forgetFactor) > 1 { binWeight /= tuning.forgetFactor }
+        bins[bin] += binWeight
+        binTotal += binWeight
+        if binWeight > 1e100 {
+            for i in 0..<JitterBuffer.histogramBins { bins[i] /= binWeight }
+            binTotal /= binWeight
+            binWeight = 1
+        }
+        let low = quantile(tuning.startQuantile), high = quantile(tuning.cleanQuantile)
+        startQuantileTicks = high - low <= 1 ? high : low
+        quantileTicks = max(quantile(tuning.quantile), startQuantileTicks)
+        fecQuantileTicks = quantile(tuning.fecQuantile)
+    }
+
+    /// The smallest lateness (ticks) that covers share `q` of the histogram.
+    private func quantile(_ q: Double) -> Int {
+        var below = binTotal * q
+        var k = 0
+        while k < JitterBuffer.histogramBins - 1 && bins[k] < below { below -= bins[k]; k += 1 }
+        return k
+    }
+
+    // MARK: Playout
+
+    private func slot(at ts: Int64) -> Int? {
+        for i in 0..<capacity where used[i] && timestamps[i] == ts { return i }
+        return nil
     }
 
     private func oldestSlot() -> Int? {
@@ -236,83 +456,127 @@ public final class JitterBuffer {
         return best
     }
 
-    private func slot(at ts: Int64) -> Int? {
-        for i in 0..<capacity where used[i] && timestamps[i] == ts { return i }
-        return nil
-    }
-
-    /// Drops buffered frames older than the clock.
-    private func dropStale() {
-        for i in 0..<capacity where used[i] && timestamps[i] < playTS {
-            release(i)
-            stats.skipped += 1
-        }
+    /// Ticks of cushion the frame at `ts` has if it is played now (0 before any
+    /// lateness is known).
+    private func cushion(_ ts: Int64) -> Double {
+        guard historyCount > 0 else { return 0 }
+        return lateness(ts) - baseline
     }
 
     /// Decides the next frame period.
     public func next() -> Playout {
+        defer { ticks += 1 }
+        talkEdge = .none
+        let fs = Int64(frameSamples)
+        let target = targetTicks
         if !playing {
             guard let o = oldestSlot() else { return .silence }
-            // (Re)seed at once; catch-up below bounds it against the leading edge.
+            // A talkspurt (or a comfort-noise update) starts when its first frame has
+            // the cushion the distribution asks for; with nothing known yet, at once.
+            if historyCount > 0 && cushion(timestamps[o]) < startTicks { return .silence }
             playing = true
-            starving = false
-            playTS = timestamps[o]
-        }
-        // Frame N missing and N+1 already here: rebuild N from N+1's in-band FEC (or
-        // DRED) now, in N's own period, rather than waiting for it (seed §4).
-        let fs = Int64(frameSamples)
-        if !paused && !starving && slot(at: playTS) == nil, let next = slot(at: playTS + fs), flagBits[next] & 0x01 == 0 {
-            playTS += fs
-            stats.fecRecovered += 1
-            return .fec(slot: next)
-        }
-        // Catch-up: keep the backlog within target + hysteresis of the leading edge.
-        if count > 0 && newestTS - playTS > targetSamples + hysteresisSamples {
-            let to = newestTS - (targetSamples / fs) * fs
-            if to > playTS { playTS = to; dropStale() }
-        }
-        if let s = slot(at: playTS) { return play(s) }
-        guard let o = oldestSlot() else {
-            // Nothing buffered at all.
-            if paused { playing = false; return .silence }
-            if !starving { starving = true; starvedTicks = 0; stats.underruns += 1 }
-            starvedTicks += 1
-            if Double(starvedTicks) * frameMs > maxStarvedMs {
-                // The talker stopped without a last frame: pause until the next frame.
-                playing = false
-                paused = true
-                return .silence
+            starvedTicks = 0; excessTicks = 0
+            nextTS = timestamps[o]
+            if !flagSets[o].contains(.dtx) {
+                talking = true
+                talkEdge = .started
+                stats.talkspurts += 1
             }
-            stats.plcFrames += 1
-            return .conceal    // wait: the clock does not advance
-        }
-        let ts = timestamps[o]
-        // A new talkspurt, or the end of a pause or starvation: reseed to it.
-        if paused || starving || flagBits[o] & 0x01 != 0 {
-            playTS = ts
-            starving = false
             return play(o)
         }
-        // A gap with newer frames here: the missing frame may only be late. Wait while
-        // the backlog is within the target (the late-drop window), then give up on it.
-        if newestTS - playTS <= targetSamples {
+        let c = cushion(nextTS)
+        excessTicks = c > target + tuning.hysteresisTicks ? excessTicks + 1 : 0
+        let successor = slot(at: nextTS + fs)
+        if let s = slot(at: nextTS) {
+            starvedTicks = 0
+            // Excess: drop this frame (its successor plays in its place), at once when
+            // it is cheap to lose, else once the excess has lasted catchUpTicks.
+            if let succ = successor, excessTicks > 0,
+               excessTicks >= tuning.catchUpTicks || isCheapToDrop(s) {
+                release(s)
+                stats.skipped += 1
+                excessTicks = 0
+                nextTS += fs
+                return play(succ)
+            }
+            return play(s)
+        }
+        if let succ = successor {
+            starvedTicks = 0
+            let rebuild = flagSets[succ].contains(.fec) || recoveryAvailable
+            // Below target a missing frame that nothing can rebuild may only be
+            // reordered: hold the clock for it (it is concealed either way).
+            if c < target && !rebuild {
+                stats.plcFrames += 1
+                stats.waited += 1
+                return .conceal
+            }
+            nextTS += fs
+            // Lost in the network. When delay is due to be shed, skip it rather than
+            // drop a frame that did arrive.
+            if excessTicks >= tuning.catchUpTicks {
+                stats.lossesSkipped += 1
+                excessTicks = 0
+                return play(succ)
+            }
+            if rebuild {
+                stats.fecRecovered += 1
+                return .fec(slot: succ)
+            }
             stats.plcFrames += 1
             return .conceal
         }
-        playTS += Int64(frameSamples)
-        if ts == playTS {
-            stats.fecRecovered += 1
-            return .fec(slot: o)
+        if count > 0 && newestTS > nextTS {
+            // This frame and the next are missing, later ones are here: lost, unless
+            // reordered. Below target, hold the clock for them.
+            starvedTicks = 0
+            stats.plcFrames += 1
+            if c < target {
+                stats.waited += 1
+                return .conceal
+            }
+            nextTS += fs
+            return .conceal
+        }
+        // Nothing newer: starving.
+        if starvedTicks == 0 { stats.underruns += 1 }
+        starvedTicks += 1
+        if Double(starvedTicks) * frameMs > maxStarvedMs {
+            // The talker stopped without a last frame: pause until the next frame.
+            playing = false
+            if talking { talking = false; talkEdge = .ended }
+            return .silence
         }
         stats.plcFrames += 1
+        // Wait: the late frame, or its successor carrying its FEC, can still come
+        // within the cushion the target allows. On a lossy stream the target already
+        // holds the successor's arrival: past it, the frame is more likely lost than
+        // late, and waiting would only add delay to shed later.
+        if c < target + (fecCushion ? 0 : tuning.waitTicks) {
+            stats.waited += 1
+            return .conceal
+        }
+        nextTS += fs
         return .conceal
     }
 
+    /// A frame whose loss would not be heard: a DTX frame, a small packet (VBR
+    /// speech codecs spend few bytes on quiet frames), or one after the renderer
+    /// reported a quiet frame.
+    private func isCheapToDrop(_ s: Int) -> Bool {
+        flagSets[s].contains(.dtx) || lastPlayedQuiet
+            || (packetBytesAverage > 8 && Double(lengths[s]) < 0.5 * packetBytesAverage)
+    }
+
     private func play(_ s: Int) -> Playout {
-        playTS = timestamps[s] + Int64(frameSamples)
+        nextTS = timestamps[s] + Int64(frameSamples)
+        havePlayed = true
+        starvedTicks = 0
         // After a last-frame or DTX frame the stream is expected to pause.
-        paused = flagBits[s] & 0x0c != 0
-        starving = false
+        if !flagSets[s].isDisjoint(with: JitterBuffer.pauseFollows) {
+            playing = false
+            if talking { talking = false; talkEdge = .ended }
+        }
         return .packet(slot: s)
     }
 

@@ -69,6 +69,9 @@ final class RemoteSlot {
         duplicates = 0
         noiseReducer = nil
         jitter.reset(frameSamples: frameSamples)
+        // A missing frame can be rebuilt from its successor: in-band FEC on the
+        // channel (packets also say so in their FEC flag), or DRED.
+        jitter.recoveryAvailable = r.audio.fec || dredWanted
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()

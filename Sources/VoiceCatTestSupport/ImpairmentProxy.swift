@@ -3,7 +3,7 @@
 // Gilbert-Elliott bursty loss, delay with Gaussian jitter and spikes, reordering
 // (a consequence of jitter) and duplication. Everything stays on 127.0.0.1.
 import Glibc
-import VoiceCatAudio
+import VoiceCatSimulation
 import VoiceCatSystem
 
 /// The network model of the proxy: the same one the jitter-buffer traces use.

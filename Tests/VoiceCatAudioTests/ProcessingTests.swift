@@ -1,6 +1,7 @@
 // SpeexDSP processing measured on synthetic speech, noise and echo paths.
 import Glibc
 import VoiceCatAudio
+import VoiceCatSimulation
 import XCTest
 
 enum TestAudio {

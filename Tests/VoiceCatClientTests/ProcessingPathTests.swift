@@ -4,6 +4,7 @@ import Foundation
 @testable import VoiceCatClient
 import VoiceCatAllocCounter
 import VoiceCatAudio
+import VoiceCatSimulation
 import VoiceCatProtocol
 import VoiceCatSystem
 import VoiceCatTestSupport

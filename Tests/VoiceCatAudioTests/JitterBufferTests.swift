@@ -1,0 +1,479 @@
+// The jitter buffer: ordering and accounting, and the playout policy pinned with
+// exact counts on hand-made and seeded traces (simulated time, no clocks).
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSimulation
+import XCTest
+
+final class JitterBufferTests: XCTestCase {
+    @discardableResult
+    func insert(_ jb: JitterBuffer, _ seq: UInt64, ts: UInt32, flags: FrameFlags = [], at t: Double = 0) -> JitterBuffer.InsertResult {
+        let payload: [UInt8] = [UInt8(truncatingIfNeeded: seq)]
+        return payload.withUnsafeBytes { jb.insert(seq: seq, timestamp: ts, flags: flags, payload: $0, arrivalMs: t) }
+    }
+
+    /// Plays `n` ticks: the first payload byte of each played packet, -1 for FEC, -2 for PLC, nil for silence.
+    func play(_ jb: JitterBuffer, _ n: Int) -> [Int?] {
+        (0..<n).map { _ in
+            switch jb.next() {
+            case .packet(let s): let v = Int(jb.payload(s)[0]); jb.release(s); return v
+            case .fec: return -1
+            case .conceal: return -2
+            case .silence: return nil
+            }
+        }
+    }
+
+    /// A sent frame of a hand-made trace: `frame` is its position on the sample clock
+    /// (timestamp / 960), `arrival` the receiver tick before which it is inserted
+    /// (nil: lost).
+    struct Sent {
+        var frame: Int
+        var arrival: Int?
+        var flags: FrameFlags = []
+    }
+
+    /// Inserts each frame just before its arrival tick and plays `ticks` ticks:
+    /// what each tick produced (the index in `trace` of the frame played, -1 FEC,
+    /// -2 PLC, nil silence).
+    func drive(_ jb: JitterBuffer, _ trace: [Sent], ticks: Int) -> [Int?] { drive(jb, trace, 0..<ticks) }
+
+    /// The same over a range of ticks (to look at the counters in between).
+    func drive(_ jb: JitterBuffer, _ trace: [Sent], _ ticks: Range<Int>) -> [Int?] {
+        var out: [Int?] = []
+        for k in ticks {
+            for (i, f) in trace.enumerated() where f.arrival == k {
+                let tag: [UInt8] = [UInt8(i & 0xff), UInt8(i >> 8)]
+                _ = tag.withUnsafeBytes {
+                    jb.insert(seq: UInt64(i), timestamp: UInt32(trace[i].frame * 960), flags: trace[i].flags, payload: $0, arrivalMs: Double(k) * 20)
+                }
+            }
+            switch jb.next() {
+            case .packet(let s): let p = jb.payload(s); out.append(Int(p[0]) | Int(p[1]) << 8); jb.release(s)
+            case .fec: out.append(-1)
+            case .conceal: out.append(-2)
+            case .silence: out.append(nil)
+            }
+        }
+        return out
+    }
+
+    // MARK: Ordering and accounting
+
+    func testReorderedFramesInsideTheWindowPlayInOrderAndDuplicatesAreDropped() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var out: [Int?] = []
+        // Arrival order 0 2 1 3 5 4, one tick per frame period.
+        insert(jb, 0, ts: 0); insert(jb, 2, ts: 2 * 960)
+        XCTAssertEqual(insert(jb, 2, ts: 2 * 960), .duplicate)
+        out += play(jb, 1)
+        insert(jb, 1, ts: 960)
+        out += play(jb, 1)
+        insert(jb, 3, ts: 3 * 960)
+        out += play(jb, 1)
+        insert(jb, 5, ts: 5 * 960); insert(jb, 4, ts: 4 * 960)
+        out += play(jb, 4)
+        XCTAssertEqual(out, [0, 1, 2, 3, 4, 5, -2])
+        XCTAssertEqual(jb.stats.duplicates, 1)
+        XCTAssertEqual(jb.stats.packetsLost, 0, "stragglers fill their gaps in the loss count")
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(jb.stats.underruns, 1)
+    }
+
+    func testALostFrameIsRebuiltFromTheNextFramesFEC() {
+        let jb = JitterBuffer(frameSamples: 960)
+        insert(jb, 0, ts: 0, flags: .fec)
+        XCTAssertEqual(play(jb, 1), [0])
+        insert(jb, 2, ts: 2 * 960, flags: .fec)   // 1 is lost
+        insert(jb, 3, ts: 3 * 960, flags: .fec)
+        XCTAssertEqual(play(jb, 3), [-1, 2, 3])
+        XCTAssertEqual(jb.stats.packetsLost, 1)
+        XCTAssertEqual(jb.stats.fecRecovered, 1)
+        XCTAssertEqual(insert(jb, 1, ts: 960), .late)
+        XCTAssertEqual(jb.stats.late, 1)
+    }
+
+    func testWithoutFECAMissingFrameIsConcealedUnlessTheStreamCanRebuildIt() {
+        for recovery in [false, true] {
+            let jb = JitterBuffer(frameSamples: 960)
+            jb.recoveryAvailable = recovery          // DRED, or FEC on the channel
+            insert(jb, 0, ts: 0)
+            XCTAssertEqual(play(jb, 1), [0])
+            insert(jb, 2, ts: 2 * 960)
+            XCTAssertEqual(play(jb, 2), [recovery ? -1 : -2, 2])
+            XCTAssertEqual(jb.stats.fecRecovered, recovery ? 1 : 0)
+            XCTAssertEqual(jb.stats.plcFrames, recovery ? 0 : 1)
+        }
+    }
+
+    func testTimestampsCrossing32BitsPlayThrough() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var ts = UInt32.max - 960 * 2 + 1
+        var played: [Int?] = []
+        for s in UInt64(0)..<6 {
+            insert(jb, s, ts: ts)
+            ts &+= 960
+            played += play(jb, 1)
+        }
+        XCTAssertEqual(played, [0, 1, 2, 3, 4, 5])
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+        XCTAssertEqual(jb.stats.late, 0)
+    }
+
+    func testScriptedTraceCountsExactlyTheInjectedLossesAndDuplicates() {
+        var trace: [TraceFrame] = []
+        let lost: Set<UInt64> = [7, 30, 31, 32, 77, 150]
+        let dup: Set<UInt64> = [3, 40, 41, 99]
+        for s in UInt64(0)..<200 {
+            let t = Double(s) * 20 + 30
+            trace.append(TraceFrame(seq: s, timestamp: UInt32(s) * 960, flags: .fec, sendMs: Double(s) * 20,
+                                    arrivalsMs: lost.contains(s) ? [] : (dup.contains(s) ? [t, t + 3] : [t])))
+        }
+        let model = JitterBufferModel()
+        let r = JitterSimulation.run(trace, model: model)
+        XCTAssertEqual(model.jb.stats.packetsLost, UInt64(lost.count))
+        XCTAssertEqual(model.jb.stats.duplicates, UInt64(dup.count))
+        XCTAssertEqual(model.jb.stats.packetsReceived, UInt64(200 - lost.count))
+        XCTAssertEqual(r.framesPlayed, 200 - lost.count)
+        XCTAssertEqual(r.lateLost, 0)
+    }
+
+    // MARK: Talkspurts, pauses, markers
+
+    func testLastFrameEndsTheTalkspurtAndAMarkerStartsTheNextWithoutConcealment() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var edges: [JitterBuffer.TalkEdge] = []
+        func tick() -> Int? {
+            let r = play(jb, 1)[0]
+            if jb.talkEdge != .none { edges.append(jb.talkEdge) }
+            return r
+        }
+        insert(jb, 0, ts: 0, flags: .marker)
+        var out = [tick()]
+        insert(jb, 1, ts: 960)
+        out.append(tick())
+        insert(jb, 2, ts: 2 * 960, flags: .lastFrame)
+        out.append(tick())
+        for _ in 0..<20 { out.append(tick()) }                 // a 400 ms pause: silence, not PLC
+        insert(jb, 3, ts: 26 * 960, flags: .marker)            // timestamps advanced by the pause
+        out.append(tick())
+        insert(jb, 4, ts: 27 * 960, flags: .lastFrame)
+        out.append(tick())
+        XCTAssertEqual(out, [0, 1, 2] + [Int?](repeating: nil, count: 20) + [3, 4])
+        XCTAssertEqual(edges, [.started, .ended, .started, .ended])
+        XCTAssertEqual(jb.stats.talkspurts, 2)
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+        XCTAssertEqual(jb.stats.underruns, 0)
+        XCTAssertFalse(jb.talking)
+    }
+
+    func testDtxPauseIsSilenceComfortNoiseUpdatesPlayAndAMarkerReseeds() {
+        // Talk, the first DTX frame (a pause follows), a comfort-noise update 400 ms
+        // later, then the next talkspurt: the updates play in their own periods, the
+        // pause is silence (not PLC), and comfort noise is not talk.
+        let trace = [Sent(frame: 0, arrival: 0, flags: .marker), Sent(frame: 1, arrival: 1),
+                     Sent(frame: 2, arrival: 2, flags: .dtx), Sent(frame: 22, arrival: 22, flags: .dtx),
+                     Sent(frame: 50, arrival: 50, flags: .marker), Sent(frame: 51, arrival: 51, flags: .lastFrame)]
+        let jb = JitterBuffer(frameSamples: 960)
+        var edges: [JitterBuffer.TalkEdge] = []
+        var out: [Int?] = []
+        for k in 0..<53 {
+            out += drive(jb, trace, k..<(k + 1))
+            if jb.talkEdge != .none { edges.append(jb.talkEdge) }
+        }
+        var expected = [Int?](repeating: nil, count: 53)
+        expected[0] = 0; expected[1] = 1; expected[2] = 2; expected[22] = 3; expected[50] = 4; expected[51] = 5
+        XCTAssertEqual(out, expected)
+        XCTAssertEqual(edges, [.started, .ended, .started, .ended], "comfort noise is not talk")
+        XCTAssertEqual(jb.stats.talkspurts, 2)
+        XCTAssertEqual(jb.stats.packetsLost, 0)
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+        XCTAssertEqual(jb.stats.underruns, 0)
+    }
+
+    /// Talkspurts of `talk` frames every `talk + pause` frames on a clean path: each
+    /// frame reaches the receiver one tick before its playout tick at the nominal
+    /// alignment, except those in `late` (one tick later, a millisecond or two past a
+    /// tick). `legacy`: the sender's timestamps stand still over each pause.
+    func talkspurts(count: Int, talk: Int, pause: Int, late: Set<Int> = [], legacy: Bool = false) -> [Sent] {
+        var out: [Sent] = []
+        for spurt in 0..<count {
+            for j in 0..<talk {
+                let slot = spurt * (talk + pause) + j           // the sender's wall clock, in frames
+                let frame = legacy ? spurt * talk + j : slot
+                var flags: FrameFlags = [.fec]
+                if j == 0 { flags.insert(.marker) }
+                if j == talk - 1 { flags.insert(.lastFrame) }
+                out.append(Sent(frame: frame, arrival: slot + (late.contains(out.count) ? 1 : 0), flags: flags))
+            }
+        }
+        return out
+    }
+
+    /// For each talkspurt of `talk` frames, the number of distinct alignments
+    /// (tick − frame position) its frames were played with.
+    func alignments(_ trace: [Sent], _ out: [Int?], talk: Int) -> [Int] {
+        var sets = [Set<Int>](repeating: [], count: (trace.count + talk - 1) / talk)
+        for (tick, i) in out.enumerated() { if let i, i >= 0 { sets[i / talk].insert(tick - trace[i].frame) } }
+        return sets.map(\.count)
+    }
+
+    func testACleanPathWithRareLateFramesDoesNotUnderrunAtTalkspurtStart() {
+        // Ten 2 s talkspurts, 1 s pauses; one frame in 150 comes a millisecond or two
+        // late and lands one tick later. The first one (before anything is known)
+        // underruns once; from then on every talkspurt starts with the one-frame
+        // cushion that history asks for, and none underruns or realigns.
+        let late: Set<Int> = Set(stride(from: 149, to: 1000, by: 150))
+        let trace = talkspurts(count: 10, talk: 100, pause: 50, late: late)
+        let jb = JitterBuffer(capacity: 64, frameSamples: 960)
+        let out = drive(jb, trace, ticks: 10 * 150 + 10)
+        XCTAssertEqual(jb.stats.underruns, 1)
+        XCTAssertEqual(jb.stats.plcFrames, 1, "one period waited for the first late frame, none after")
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(jb.stats.talkspurts, 10)
+        XCTAssertEqual(alignments(trace, out, talk: 100), [1, 2, 1, 1, 1, 1, 1, 1, 1, 1])
+        XCTAssertEqual(jb.targetMs, 40, "one frame of cushion beyond the frame in play")
+    }
+
+    func testAContinuousTalkspurtOnACleanPathKeepsOneAlignment() {
+        // Two talkspurts (2 s, then 3 s after a 1 s pause) on a path where 30 % of the
+        // frames land a tick later. The first teaches the buffer that jitter; the
+        // second starts with the cushion for it and keeps one alignment to its end.
+        var rng = TraceGenerator.Random(seed: 3)
+        var trace: [Sent] = []
+        for (start, length) in [(0, 100), (150, 150)] {
+            for j in 0..<length {
+                var flags: FrameFlags = j == 0 ? .marker : []
+                if j == length - 1 { flags.insert(.lastFrame) }
+                trace.append(Sent(frame: start + j, arrival: start + j + (rng.uniform() < 0.3 ? 1 : 0), flags: flags))
+            }
+        }
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 310)
+        var second = Set<Int>(), played = 0
+        for (tick, i) in out.enumerated() { if let i, i >= 100 { second.insert(tick - trace[i].frame); played += 1 } }
+        XCTAssertEqual(played, 150, "the whole second talkspurt played")
+        XCTAssertEqual(second.count, 1, "one alignment from start to end")
+        XCTAssertEqual(jb.stats.underruns, 1, "only in the first talkspurt, before the jitter was known")
+        XCTAssertEqual(jb.stats.late, 0)
+    }
+
+    func testSenderPausesDoNotRaiseTheTarget() {
+        // Talk on a clean path, then a 1 s fed pause (last frame, then a marker), with
+        // timestamps that advance by the pause (the new sender) or stand still (the
+        // old one). Neither is jitter: the target and the alignment stay.
+        for legacy in [false, true] {
+            let trace = talkspurts(count: 4, talk: 150, pause: 50, legacy: legacy)
+            let jb = JitterBuffer(frameSamples: 960)
+            let out = drive(jb, trace, ticks: 4 * 200 + 5)
+            XCTAssertEqual(jb.targetMs, 20, "legacy \(legacy): clean-path target")
+            XCTAssertEqual(jb.stats.plcFrames, 0, "legacy \(legacy)")
+            XCTAssertEqual(jb.stats.underruns, 0, "legacy \(legacy)")
+            XCTAssertEqual(jb.stats.late, 0, "legacy \(legacy)")
+            XCTAssertEqual(out.compactMap { $0 }.count, 600, "legacy \(legacy): every frame played, no PLC")
+            XCTAssertEqual(alignments(trace, out, talk: 150), [1, 1, 1, 1], "legacy \(legacy)")
+        }
+    }
+
+    func testAStreamThatStopsWithoutALastFrameIsConcealedOnlyUntilMaxStarved() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var trace: [Sent] = []
+        for f in 0..<50 { trace.append(Sent(frame: f, arrival: f, flags: f == 0 ? .marker : [])) }
+        let out = drive(jb, trace, ticks: 80)
+        XCTAssertEqual(Array(out.prefix(50)), (0..<50).map { $0 })
+        XCTAssertEqual(jb.stats.plcFrames, 10, "200 ms of waiting, then silence")
+        XCTAssertEqual(out[60...].filter { $0 != nil }.count, 0)
+        XCTAssertFalse(jb.talking)
+    }
+
+    // MARK: FEC
+
+    func testAnIsolatedLossIsRebuiltFromFECOnceLossesAreSeen() {
+        // A clean path (no cushion needed) losing one frame in 40. Once losses are
+        // seen, the cushion keeps the successor in hand at the lost frame's period
+        // and every loss is rebuilt from its FEC at once.
+        var trace: [Sent] = []
+        for f in 0..<1200 { trace.append(Sent(frame: f, arrival: f % 40 == 20 ? nil : f, flags: f == 0 ? [.marker, .fec] : .fec)) }
+        trace[1199].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 1205)
+        let losses = 1200 / 40
+        XCTAssertEqual(jb.stats.packetsLost, UInt64(losses))
+        XCTAssertEqual(jb.stats.underruns, 1)
+        XCTAssertEqual(Int(jb.stats.fecRecovered) + Int(jb.stats.plcFrames) - Int(jb.stats.waited), losses,
+                       "each loss rebuilt or concealed once")
+        // The first loss finds no cushion: one period waited for the successor, then
+        // rebuilt from it. That period of cushion is kept once losses are known.
+        XCTAssertEqual(jb.stats.plcFrames, 1)
+        XCTAssertEqual(jb.stats.waited, 1)
+        XCTAssertEqual(jb.stats.fecRecovered, UInt64(losses))
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(jb.stats.skipped, 0)
+        XCTAssertEqual(jb.targetMs, 40, "the cushion holds the successor")
+        XCTAssertEqual(out.filter { $0 == -1 }.count, losses)
+    }
+
+    func testAMissingFrameWithNothingNewerIsWaitedForAndRebuiltFromItsSuccessor() {
+        // Cushion 0 (clean path). Frame 30 is lost; its successor arrives one period
+        // later. The buffer waits one period (concealed, the clock held) and then
+        // rebuilds 30 from 31's FEC instead of giving it up to PLC.
+        var trace: [Sent] = []
+        for f in 0..<60 { trace.append(Sent(frame: f, arrival: f == 30 ? nil : f, flags: f == 0 ? [.marker, .fec] : .fec)) }
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 61)
+        XCTAssertEqual(Array(out[28...33]), [28, 29, -2, -1, 31, 32])
+        XCTAssertEqual(jb.stats.waited, 1)
+        XCTAssertEqual(jb.stats.fecRecovered, 1)
+        XCTAssertEqual(jb.stats.plcFrames, 1)
+        XCTAssertEqual(jb.stats.late, 0)
+    }
+
+    // MARK: Catch-up, drift, ratcheting
+
+    func testASpikeBurstIsPlayedNotThrownAway() {
+        // Jitter of up to three periods (frame f lands f % 4 ticks late) teaches a
+        // three-frame cushion. Then a spike holds frames 200...203 and delivers them
+        // together with 204: frame 200 is one period past its playout tick. The
+        // buffer waits one period for it and plays the whole burst; nothing is
+        // dropped to "catch up" afterwards: the history now covers that lateness.
+        var trace: [Sent] = []
+        for f in 0..<400 { trace.append(Sent(frame: f, arrival: (200...203).contains(f) ? 204 : f + f % 4, flags: f == 0 ? .marker : [])) }
+        trace[399].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        _ = drive(jb, trace, 0..<190)
+        XCTAssertEqual(jb.targetMs, 80, "three frames of cushion learned")
+        let before = jb.stats
+        let burst = drive(jb, trace, 190..<410)
+        XCTAssertEqual(Array(burst[(203 - 190)...(208 - 190)]), [-2, 200, 201, 202, 203, 204])
+        XCTAssertEqual(burst.compactMap { $0 }.filter { $0 >= 190 }.count, 210, "frames 190...399 all played")
+        XCTAssertEqual(jb.stats.waited - before.waited, 1)
+        XCTAssertEqual(jb.stats.plcFrames - before.plcFrames, 1)
+        XCTAssertEqual(jb.stats.skipped, before.skipped)
+        XCTAssertEqual(jb.stats.late, before.late)
+        XCTAssertEqual(jb.targetMs, 100, "a 99.8 % cover one frame above the 90 % one is taken")
+    }
+
+    func testExcessCushionIsShedOneFrameAtATimeNotByAJump() {
+        // A clean path whose delay drops by three periods at frame 200 (a route
+        // change): the cushion is three frames too deep. It is shed by dropping one
+        // frame each time the excess has lasted `catchUpTicks`, never by jumping the
+        // clock over what is buffered.
+        var trace: [Sent] = []
+        for f in 0..<700 { trace.append(Sent(frame: f, arrival: f < 200 ? f + 3 : f, flags: f == 0 ? .marker : [])) }
+        trace[699].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 710)
+        let catchUp = jb.tuning.catchUpTicks
+        XCTAssertEqual(jb.stats.skipped, 3)
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+        // Where the drops were: the alignment (tick − frame) steps down by one each time.
+        var steps: [Int] = []
+        var last: Int? = nil
+        for (tick, i) in out.enumerated() {
+            guard let i, i >= 0 else { continue }
+            let a = tick - i
+            if let l = last, a != l { XCTAssertEqual(a, l - 1); steps.append(tick) }
+            last = a
+        }
+        // The excess appears at tick 200 (frame 200 arrives three periods early);
+        // each drop comes `catchUpTicks` after the excess (re)started being counted.
+        XCTAssertEqual(steps, [200 + catchUp - 1, 200 + 2 * catchUp - 1, 200 + 3 * catchUp - 1])
+    }
+
+    func testTalkspurtsSeparatedBySilenceDoNotRatchetLatency() {
+        // Ten identical talkspurts (the same jitter pattern, a delay spike in each),
+        // separated by a second of silence: each must end up no later than the first.
+        var rng = TraceGenerator.Random(seed: 7)
+        let pattern = (0..<50).map { j in j == 20 ? 90.0 : abs(rng.normal()) * 15 }
+        var trace: [TraceFrame] = []
+        for spurt in 0..<10 {
+            for j in 0..<50 {
+                let seq = UInt64(spurt * 50 + j)
+                let slot = spurt * 100 + j          // 50 frames of silence after each spurt
+                let send = Double(slot) * 20
+                var flags: FrameFlags = []
+                if j == 0 { flags.insert(.marker) }
+                if j == 49 { flags.insert(.lastFrame) }
+                trace.append(TraceFrame(seq: seq, timestamp: UInt32(slot * 960), flags: flags, sendMs: send,
+                                        arrivalsMs: [send + 20 + pattern[j]]))
+            }
+        }
+        let r = JitterSimulation.run(trace, model: JitterBufferModel())
+        XCTAssertEqual(r.framesPlayed + r.lateLost, 500)
+        var bySpurt = [[Double]](repeating: [], count: 10)
+        for (d, q) in zip(r.delaysMs, r.playedSeqs) { bySpurt[Int(q) / 50].append(d) }
+        // The latency each talkspurt ends with: its last ten frames played.
+        let ends = bySpurt.map { $0.suffix(10).reduce(0, +) / 10 }
+        let means = bySpurt.map { $0.reduce(0, +) / Double($0.count) }
+        print("buffer delay per talkspurt (ms): mean \(means.map { Int($0) }), at the end \(ends.map { Int($0) })")
+        // From the second talkspurt on, the same talkspurt must end with the same
+        // latency every time: nothing accumulates across talkspurts.
+        for e in ends.dropFirst(2) { XCTAssertLessThanOrEqual(e, ends[1] + 1, "latency ratcheted up across talkspurts") }
+        XCTAssertLessThan(ends.max()!, 100)
+    }
+
+    func testSenderClockDriftKeepsPlayoutDelayBounded() {
+        for rate in [1.001, 0.999] {
+            var n = TraceGenerator.Network()
+            n.jitterMs = 5
+            n.senderClockRate = rate
+            let frames = 30_000  // 10 minutes of 20 ms frames
+            let trace = TraceGenerator.generate(frames: frames, network: n, seed: 11)
+            let model = JitterBufferModel()
+            let r = JitterSimulation.run(trace, model: model)
+            let firstMinute = r.delaysMs.prefix(3000), lastMinute = r.delaysMs.suffix(3000)
+            let a = firstMinute.reduce(0, +) / 3000, b = lastMinute.reduce(0, +) / 3000
+            print("sender clock x\(rate): mean delay first minute \(Int(a)) ms, last minute \(Int(b)) ms, max \(Int(r.delaysMs.max()!)) ms, "
+                  + "skipped \(model.jb.stats.skipped), waited \(model.jb.stats.waited)")
+            XCTAssertLessThan(b, a + 20, "delay drifted upward")
+            XCTAssertLessThan(r.delaysMs.max()!, 100)
+            // 30,000 frames at 0.1 %: the fast sender's 30 surplus frames are dropped
+            // (a few more for the jitter); the slow sender's deficit is waited for.
+            XCTAssertGreaterThan(Double(r.framesPlayed), Double(frames) * 0.998)
+        }
+    }
+
+    // MARK: Bounds
+
+    func testBoundsClampTheTarget() {
+        let jb = JitterBuffer(frameSamples: 960)
+        jb.setBounds(minMs: 60, maxMs: 100)
+        XCTAssertEqual(jb.targetMs, 80, "three frames of cushion, plus the frame in play")
+        // A clean stream starts three ticks after its first frame.
+        var trace: [Sent] = []
+        for f in 0..<20 { trace.append(Sent(frame: f, arrival: f, flags: f == 0 ? .marker : [])) }
+        trace.append(Sent(frame: 20, arrival: 20, flags: .lastFrame))
+        let out = drive(jb, trace, ticks: 30)
+        XCTAssertEqual(out.firstIndex { $0 == 0 }, 0, "no history yet: the first talkspurt starts at once")
+        // Jitter beyond the maximum: the target stays at the bound.
+        let jb2 = JitterBuffer(frameSamples: 960)
+        jb2.setBounds(minMs: 0, maxMs: 40)
+        var rng = TraceGenerator.Random(seed: 2)
+        var t2: [Sent] = []
+        for f in 0..<300 { t2.append(Sent(frame: f, arrival: f + Int(rng.uniform() * 6), flags: f == 0 ? .marker : [])) }
+        _ = drive(jb2, t2, ticks: 310)
+        XCTAssertEqual(jb2.targetMs, 60, "capped at two frames of cushion")
+        // Bad bounds are clamped, not trusted.
+        jb2.setBounds(minMs: -5, maxMs: .nan)
+        XCTAssertEqual(jb2.bounds.minMs, 0)
+        XCTAssertEqual(jb2.bounds.maxMs, JitterBuffer.maxTargetMs)
+        jb2.setBounds(minMs: 120, maxMs: 40)
+        XCTAssertEqual(jb2.bounds.minMs, 120)
+        XCTAssertEqual(jb2.bounds.maxMs, 120, "max is raised to min")
+        jb2.setBounds(minMs: 1e9, maxMs: 1e9)
+        XCTAssertEqual(jb2.bounds.minMs, JitterBuffer.maxTargetMs)
+    }
+
+    func testBoundsSetTheTalkspurtStartCushion() {
+        // With history, a talkspurt waits for the lower bound.
+        let jb = JitterBuffer(frameSamples: 960)
+        jb.setBounds(minMs: 60, maxMs: 500)
+        var trace: [Sent] = []
+        for f in 0..<10 { trace.append(Sent(frame: f, arrival: f, flags: f == 0 ? .marker : (f == 9 ? .lastFrame : []))) }
+        for f in 60..<70 { trace.append(Sent(frame: f, arrival: f, flags: f == 60 ? .marker : (f == 69 ? .lastFrame : []))) }
+        let out = drive(jb, trace, ticks: 80)
+        XCTAssertEqual(out.firstIndex { $0 == 10 }, 63, "three ticks of cushion at the second talkspurt (frame 60)")
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+    }
+}
