@@ -375,12 +375,6 @@ public final class JitterBuffer {
     }
 
     /// Raw header flag bits (the wire byte): prefer the FrameFlags form.
-    @available(*, deprecated, message: "pass FrameFlags")
-    @discardableResult
-    public func insert(seq: UInt64, timestamp: UInt32, flags: UInt8, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
-        insert(seq: seq, timestamp: timestamp, flags: FrameFlags(rawValue: flags), payload: payload, arrivalMs: arrivalMs)
-    }
-
     /// Lateness of one arrival, in ticks, on the (rebased) timeline.
     private func lateness(_ ext: Int64) -> Double {
         Double(ticks) - Double(ext) / Double(frameSamples) - shift

@@ -257,7 +257,7 @@ extension VoiceClient {
                 let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
                 slot.lock.withLock {
                     if verdict == .fresh {
-                        slot.jitter.insert(seq: h.seq, timestamp: h.timestamp, flags: h.flags.rawValue, payload: payload,
+                        slot.jitter.insert(seq: h.seq, timestamp: h.timestamp, flags: h.flags, payload: payload,
                                            arrivalMs: Double(MonotonicClock.nanoseconds()) / 1e6)
                     } else {
                         slot.duplicates += 1

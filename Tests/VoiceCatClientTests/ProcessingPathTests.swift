@@ -57,7 +57,7 @@ final class ProcessingPathTests: XCTestCase {
         var pcm = [Int16](repeating: 0, count: 1920)
         for k in 0..<pa.count {
             for (slot, p) in [(a, pa[k]), (b, pb[k])] {
-                p.withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+                p.withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
             }
             for (slot, bus) in [(a, busA), (b, busB)] {
                 bus.clear(frames: 960)
@@ -116,7 +116,7 @@ final class ProcessingPathTests: XCTestCase {
         let mic = Self.noisySpeech(seconds: 6, snrDB: 10, seed: 5, f0: 120)
         var out = [Int16](repeating: 0, count: 1920)
         func step(_ k: Int) throws {
-            pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+            pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
             bus.clear(frames: 960)
             a.lock.withLock { a.render(into: bus, frames: 960) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
@@ -146,7 +146,7 @@ final class ProcessingPathTests: XCTestCase {
         for k in 0..<100 {
             let n = try pcm.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + k * 960, into: $0) } }
             if k != 50 {  // one packet lost
-                buf[0..<n].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: 0, payload: $0, arrivalMs: Double(k) * 20) }
+                buf[0..<n].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
             }
             if k >= 1 {  // play a frame behind, so the frame after the loss is already here
                 bus.clear(frames: 960)
