@@ -98,8 +98,10 @@ typedef enum vc_event_type {
     VC_EVENT_USER_LEFT = 5,            /**< user_id */
     VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind, channels */
     VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc */
-    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id: frames started arriving */
-    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id: no frames for the hangover (300 ms) */
+    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, text = username: the first frame of a talkspurt
+                                            was played (while nothing renders the mix: frames arrive) */
+    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, text = username: the talkspurt's last frame was
+                                            played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding */
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
@@ -121,6 +123,8 @@ typedef struct vc_client_config {
     uint32_t event_queue_size;     /**< events kept for vc_poll_event; default 256 (oldest dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
     const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" */
+    uint32_t talk_hangover_ms;     /**< VC_EVENT_TALK_STOP comes this long after the last frame of a talkspurt
+                                        was played (0..5000); default 300 */
 } vc_client_config;
 
 /** Where and how to connect. */
@@ -148,12 +152,14 @@ typedef struct vc_audio_config {
     int32_t dred;                  /**< used when the loaded libopus has DRED */
 } vc_audio_config;
 
-/** A stream to publish. */
+/** A stream to publish. Get defaults from vc_stream_desc_default(). */
 typedef struct vc_stream_desc {
     vc_stream_kind kind;
     int32_t external_feed;         /**< 1: the host feeds PCM with vc_stream_feed_pcm */
     const char *device;            /**< capture device when external_feed = 0; NULL = default */
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
+    uint32_t max_queue_ms;         /**< external feed: the most audio the stream queues ahead of sending
+                                        (0..600000); 0 = the default, 10000 (10 s) */
 } vc_stream_desc;
 
 /** Talker-side processing of a MIC stream (SpeexDSP). Get defaults from vc_send_processing_default(). */
@@ -292,6 +298,14 @@ int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t
 /** Default client settings. Callback-safe: yes. */
 vc_client_config vc_client_config_default(void);
 
+/** Default connect parameters: everything NULL or 0 (port 0 = 47800, timeout 0 = 5000 ms);
+ *  set host and username. Callback-safe: yes. */
+vc_connect_params vc_connect_params_default(void);
+
+/** Default stream description: a MIC fed by the host (external_feed 1), mono, default
+ *  device and queue. Callback-safe: yes. */
+vc_stream_desc vc_stream_desc_default(void);
+
 /**
  * Creates a client. `cfg` may be NULL for defaults. On success *out is the new
  * handle. Returns VC_ERR_INVALID_ARG (out NULL, bad config), VC_ERR_NO_MEMORY,
@@ -376,23 +390,57 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
 int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
 
 /**
- * Stops a stream: its last frame carries the last-frame flag, then the server is
- * told. Returns VC_ERR_NOT_FOUND for an unknown id. Callback-safe: no.
+ * Stops a stream: audio still queued is dropped (call vc_stream_drain first to have
+ * it sent), the last frame carries the last-frame flag, then the server is told.
+ * Returns VC_ERR_NOT_FOUND for an unknown id. Callback-safe: no.
  */
 int vc_stream_stop(vc_client *c, uint32_t stream_id);
 
 /**
  * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
- * 2) interleaved int16 at 48 kHz, any block size. The PCM is reframed to the
- * channel's frame size, converted to the channel's mode (mono upmixed L = R, stereo
- * averaged for mono), Opus-encoded, sealed and sent on the calling thread. Never
- * blocks on the network (a full socket buffer drops the frame) and does not
- * allocate. While the server mutes this user nothing is sent. Returns
- * VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG, VC_ERR_STATE (not an
- * external-feed stream), VC_ERR_CODEC. Thread safety: calls for one stream must
- * not overlap (one feeding thread per stream). Callback-safe: yes.
+ * 2) interleaved int16 at 48 kHz, any amount, at any time. The PCM is reframed to
+ * the channel's frame size, converted to the channel's mode (mono upmixed L = R,
+ * stereo averaged for mono) and queued; frames are Opus-encoded, sealed and sent
+ * in talkspurts paced at real time: frame k of a talkspurt goes out at the later of
+ * the moment it is complete and the talkspurt's start + k frames. So a host feeding
+ * in real time gets no added delay (frames due now are sent on the calling thread)
+ * and a host feeding a whole file at once is heard at real time (the client's
+ * sender thread sends the rest). When the queue runs dry for a frame plus 20 ms,
+ * the talkspurt ends: the partial frame is padded and sent with the last-frame
+ * flag; the next audio starts a new talkspurt (marker) whose timestamps advance by
+ * the wall-clock time that passed, so listeners hear a pause. Never blocks (a full
+ * socket buffer drops the frame) and does not allocate. While the server mutes this
+ * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
+ * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
+ * when the queue cannot take the whole block (max_queue_ms; nothing of this call
+ * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls).
+ * Thread safety: calls for one stream must not overlap (one feeding thread per
+ * stream). Callback-safe: yes.
  */
 int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * How much audio fed to a stream is waiting to be sent, in ms (queued frames plus
+ * the partial one), into *out_ms. Returns VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG.
+ * Callback-safe: yes.
+ */
+int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
+
+/**
+ * Waits until everything fed to the stream has been sent (the last partial frame
+ * included, which goes out when the talkspurt ends), at most timeout_ms (negative
+ * = no limit). Returns VC_OK, VC_ERR_TIMEOUT (audio still queued),
+ * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting), VC_ERR_STATE from
+ * inside a callback. Callback-safe: no.
+ */
+int vc_stream_drain(vc_client *c, uint32_t stream_id, int timeout_ms);
+
+/**
+ * Drops the audio queued on a stream (barge-in) and ends its talkspurt: the partial
+ * frame, if any, goes out padded with the last-frame flag. Returns VC_ERR_NOT_FOUND.
+ * Callback-safe: yes.
+ */
+int vc_stream_flush(vc_client *c, uint32_t stream_id);
 
 /**
  * Reopens a device stream's capture with 1 or 2 channels (stereo capture encodes

@@ -93,6 +93,9 @@ public final class JitterBuffer {
         case fec(slot: Int)
         /// This frame is missing and nothing can rebuild it: conceal (PLC).
         case conceal
+        /// The stream is in a DTX pause: the decoder should run its comfort-noise
+        /// generator (decode as lost) rather than play digital silence.
+        case comfortNoise
         /// Nothing to play: the stream is paused or has not started.
         case silence
     }
@@ -243,7 +246,7 @@ public final class JitterBuffer {
         for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
         binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0
         lossAverage = 0; fecCushion = false
-        playing = false; havePlayed = false; talking = false; talkEdge = .none
+        playing = false; havePlayed = false; talking = false; talkEdge = .none; comfortNoiseTicks = 0
         starvedTicks = 0; excessTicks = 0
         packetBytesAverage = 0; lastPlayedQuiet = false
         recoveryAvailable = false
@@ -304,6 +307,9 @@ public final class JitterBuffer {
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
     }
+
+    /// Periods of comfort noise left in a DTX pause.
+    private var comfortNoiseTicks = 0
 
     /// The renderer's verdict on the frame it just decoded: quiet (below speech
     /// level) or not. A quiet frame makes the next catch-up drop inaudible enough to
@@ -464,10 +470,10 @@ public final class JitterBuffer {
         let fs = Int64(frameSamples)
         let target = targetTicks
         if !playing {
-            guard let o = oldestSlot() else { return .silence }
+            guard let o = oldestSlot() else { return pausePlayout() }
             // A talkspurt (or a comfort-noise update) starts when its first frame has
             // the cushion the distribution asks for; with nothing known yet, at once.
-            if historyCount > 0 && cushion(timestamps[o]) < startTicks { return .silence }
+            if historyCount > 0 && cushion(timestamps[o]) < startTicks { return pausePlayout() }
             playing = true
             starvedTicks = 0; excessTicks = 0
             nextTS = timestamps[o]
@@ -562,7 +568,17 @@ public final class JitterBuffer {
             || (packetBytesAverage > 8 && Double(lengths[s]) < 0.5 * packetBytesAverage)
     }
 
+    /// While paused: comfort noise for a while after a DTX frame (its updates come
+    /// every few hundred ms), silence after a last frame or once updates stop.
+    private func pausePlayout() -> Playout {
+        guard comfortNoiseTicks > 0 else { return .silence }
+        comfortNoiseTicks -= 1
+        return .comfortNoise
+    }
+
     private func play(_ s: Int) -> Playout {
+        // A DTX frame opens a comfort-noise pause (1 s without an update ends it).
+        comfortNoiseTicks = flagSets[s].contains(.dtx) ? Int(1000 / frameMs) : 0
         nextTS = timestamps[s] + Int64(frameSamples)
         havePlayed = true
         starvedTicks = 0

@@ -19,7 +19,7 @@ final class CaptureWorker {
 
     /// Opens the device now (so the caller gets VC_ERR_DEVICE at once) and starts the thread.
     init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, slot: StreamSlot, streamID: UInt32,
-         raise: @escaping (ClientEvent) -> Void) throws {
+         pacer: SendPacer, raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
         let first: AudioDevice
@@ -36,12 +36,12 @@ final class CaptureWorker {
         thread = SystemThread(name: "vc-capture") { [unowned owner] in
             ThreadIdentity.mark(owner: owner, role: ThreadRole.capture.rawValue)
             CaptureWorker.run(first: first, backend: backend, device: device, channels: channels, slot: slot, streamID: streamID,
-                              stop: stop, wakeup: wakeup, raise: raise)
+                              sendPacer: pacer, stop: stop, wakeup: wakeup, raise: raise)
         }
     }
 
     private static func run(first: AudioDevice, backend: AudioBackend, device: String, channels: Int, slot: StreamSlot,
-                            streamID: UInt32, stop: StopFlag, wakeup: Condition, raise: (ClientEvent) -> Void) {
+                            streamID: UInt32, sendPacer: SendPacer, stop: StopFlag, wakeup: Condition, raise: (ClientEvent) -> Void) {
         let period = 960
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * channels)
         defer { buf.deallocate() }
@@ -86,9 +86,12 @@ final class CaptureWorker {
                 raise(e)
                 continue
             }
-            slot.lock.withLock {
-                if let s = slot.stream, s.streamID == streamID { try? s.feed(buf, frames: period, channels: channels) }
+            let due = slot.lock.withLock { () -> UInt64? in
+                guard let s = slot.stream, s.streamID == streamID else { return nil }
+                try? s.feed(buf, frames: period, channels: channels, now: MonotonicClock.nanoseconds())
+                return s.deadline
             }
+            if let due { sendPacer.kick(due) }
             if !p.pacesItself { pacer.wait() }
         }
         pcm?.close()
@@ -122,7 +125,7 @@ extension VoiceClient {
     /// Starts device capture for a stream (deviceLock held).
     func startCapture(_ s: LocalStream, device: String, channels: Int) throws {
         let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, slot: s.slot,
-                                  streamID: s.streamID) { [unowned self] e in self.events.raise(e) }
+                                  streamID: s.streamID, pacer: streams.pacer) { [unowned self] e in self.events.raise(e) }
         s.capture = w
         s.device = device
         s.inputChannels = channels
@@ -210,7 +213,8 @@ extension VoiceClient {
             try streams.withStream(streamID) { s, _ -> SpeexApm? in
                 let o = s.apm
                 s.apm = fresh
-                if p.echoCancellation && o?.settings.echoCancellation != true { s.farCursor = FarEndRing.Cursor() }
+                // The canceller reads the played mix from now on, in the order it is played.
+                if p.echoCancellation && o?.settings.echoCancellation != true { s.farCursor = streams.farEnd.cursorAtPresent() }
                 return o
             }
         }

@@ -39,6 +39,14 @@ public final class FarEndRing: @unchecked Sendable {
     /// A reader's position; nil until its first read, which starts at the present.
     public struct Cursor { public var position: UInt64? = nil; public init() {} }
 
+    /// A cursor at what is being written now: a reader that starts here takes the
+    /// played mix from this moment on, in order.
+    public func cursorAtPresent() -> Cursor {
+        var c = Cursor()
+        c.position = written.load(ordering: .acquiring)
+        return c
+    }
+
     /// Reader: takes the next `blockSize` samples into `out`; false (out untouched)
     /// when less than a block is waiting.
     public func pop(into out: UnsafeMutablePointer<Int16>, cursor: inout Cursor) -> Bool {

@@ -1,14 +1,43 @@
-// A published stream: reframer, send processing, input gate, Opus encoder, header
-// flags, seal, send. Driven by the thread that feeds it (vc_stream_feed_pcm or its
-// capture thread) under its slot's lock, the only lock a sent frame takes (see
-// SendPath.swift). Nothing here allocates per frame.
+// A published stream: reframer, a bounded queue paced in talkspurts, send
+// processing, input gate, Opus encoder, header flags, seal, send. Driven under its
+// slot's lock (the only lock a sent frame takes, see SendPath.swift) by whichever
+// thread feeds it (vc_stream_feed_pcm, its capture thread) and by the client's
+// pacer thread for frames that are not due yet. Nothing here allocates per frame.
+//
+// The time model of fed audio (issue: hosts feed any amount at any time):
+//   * Fed PCM is reframed to the channel's frame size and queued (at most
+//     `maxQueueFrames`; past it a feed is refused whole, nothing queued is lost).
+//   * A talkspurt starts when a frame is complete and none is running. Frame k of a
+//     talkspurt is sent at max(the moment it is complete, anchor + k × frame): a
+//     host feeding in real time gets no added delay, a host feeding a whole file
+//     gets it paced at real time. The anchor follows a host that falls behind (a
+//     late frame re-anchors it) and one whose clock runs a little fast (a lone
+//     frame at most `driftSlackNs` early is sent at once and re-anchors it), so
+//     pacing never accumulates delay.
+//   * When the queue has run dry for a frame plus `dryHoldNs` past the next frame's
+//     due time, the talkspurt ends: the partial frame is padded and sent with the
+//     last-frame flag. The next audio starts a new talkspurt with the marker, and
+//     its timestamp advances by the wall-clock time that passed, so receivers see a
+//     pause, not jitter.
+//   * DTX: the encoder's comfort-noise updates during silence are sent (flagged
+//     DTX), its empty frames are not. SCREEN_AUDIO and AUX_DEVICE streams on a
+//     channel without DTX stop sending after `zeroGateMs` of digital silence (a
+//     zero gate) and resume with the marker.
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
 
 final class LocalStream {
+    static let defaultMaxQueueMs = 10_000
+    /// Capture streams are fed in real time: a small queue is enough.
+    static let captureQueueMs = 400
+    static let dryHoldNs: UInt64 = 20_000_000
+    static let driftSlackNs: UInt64 = 2_000_000
+    static let zeroGateMs = 200
+
     let streamID: UInt32
-    let ssrc: UInt32
+    /// Assigned by the server (may change when a session is re-established).
+    var ssrc: UInt32
     let kind: StreamKind
     let externalFeed: Bool
     let audio: AudioConfig
@@ -21,9 +50,7 @@ final class LocalStream {
     /// Scratch for the processed copy of a frame.
     private let processed: UnsafeMutablePointer<Int16>
     private(set) var seq: UInt64 = 0
-    private(set) var timestamp: UInt32 = 0
     private var needMarker = true
-    private var inDTX = false
     /// The slot it lives in (its lock guards everything here) and the table's shared parts.
     unowned let slot: StreamSlot
     unowned let table: StreamTable
@@ -38,37 +65,178 @@ final class LocalStream {
     var farCursor = FarEndRing.Cursor()
     private let farBlock = UnsafeMutablePointer<Int16>.allocate(capacity: 480)
 
+    // The queue: whole frames in the channel's layout.
+    private let queue: UnsafeMutablePointer<Int16>
+    let maxQueueFrames: Int
+    private var queueHead = 0
+    private(set) var queuedFrames = 0
+    private var frameLength: Int { audio.frameSamples * audio.channels }
+    private let frameNs: UInt64
+
+    // The talkspurt clock.
+    private var inSpurt = false
+    private var anchorNs: UInt64 = 0
+    /// Frames taken from the queue in this talkspurt (sent or gated).
+    private var spurtFrames: UInt64 = 0
+    private var spurtTimestamp: UInt32 = 0
+    /// Where the next talkspurt's timestamps continue from: the timestamp and the
+    /// nominal time of the frame after the last one taken.
+    private var resumeTimestamp: UInt32 = 0
+    private var resumeNs: UInt64 = 0
+    private var everSpurted = false
+    /// The last packet sent carried the last-frame flag (or nothing was sent yet).
+    private var packetSpurtClosed = true
+    /// Consecutive samples (per channel) of digital silence (zero gate).
+    private var zeroRun = 0
+    private var zeroGated = false
+
     init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig,
-         slot: StreamSlot, table: StreamTable) throws {
+         maxQueueMs: Int = LocalStream.defaultMaxQueueMs, slot: StreamSlot, table: StreamTable) throws {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
         self.slot = slot; self.table = table
         self.inputChannels = inputChannels
         self.audio = audio
         do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
         reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
-        silence = .allocate(capacity: audio.frameSamples * audio.channels)
-        silence.initialize(repeating: 0, count: audio.frameSamples * audio.channels)
-        processed = .allocate(capacity: audio.frameSamples * audio.channels)
-        processed.initialize(repeating: 0, count: audio.frameSamples * audio.channels)
+        let frameLength = audio.frameSamples * audio.channels
+        silence = .allocate(capacity: frameLength)
+        silence.initialize(repeating: 0, count: frameLength)
+        processed = .allocate(capacity: frameLength)
+        processed.initialize(repeating: 0, count: frameLength)
+        frameNs = UInt64(audio.frameMicros) * 1000
+        let queueMs = externalFeed ? maxQueueMs : LocalStream.captureQueueMs
+        maxQueueFrames = max(2, (queueMs * 1000 + Int(audio.frameMicros) - 1) / Int(audio.frameMicros))
+        queue = .allocate(capacity: maxQueueFrames * frameLength)
+        queue.initialize(repeating: 0, count: maxQueueFrames * frameLength)
     }
 
-    deinit { opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate() }
+    deinit {
+        opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
+        queue.deallocate()
+    }
 
-    /// Reframes, encodes and sends (slot lock held by caller).
-    func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
-        var failure: Error? = nil
-        reframer.push(pcm, frames: frames, inChannels: channels) { frame in
-            guard failure == nil else { return }
-            do { try gateAndSend(frame) } catch { failure = error }
+    // MARK: feeding and pacing (slot lock held by the caller)
+
+    /// Audio queued and not yet sent, in ms (whole frames plus the partial one).
+    var queuedMs: UInt32 {
+        UInt32((UInt64(queuedFrames) * UInt64(audio.frameMicros) + UInt64(reframer.pending) * 1000 / 48) / 1000)
+    }
+
+    /// True when everything fed has been sent (the partial frame too).
+    var isDrained: Bool { queuedFrames == 0 && reframer.pending == 0 }
+
+    /// Queues `frames` of PCM and sends what is due. Refused whole (nothing queued)
+    /// when the queue cannot take it.
+    func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, now: UInt64) throws {
+        let completes = (reframer.pending + frames) / audio.frameSamples
+        guard queuedFrames + completes <= maxQueueFrames else {
+            throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queuedMs) ms queued of at most "
+                                       + "\(maxQueueFrames * Int(audio.frameMicros) / 1000) ms (max_queue_ms); "
+                                       + "nothing of this call was queued")
         }
-        if let f = failure { throw f }
+        reframer.push(pcm, frames: frames, inChannels: channels) { frame in
+            (queue + ((queueHead + queuedFrames) % maxQueueFrames) * frameLength).update(from: frame, count: frameLength)
+            queuedFrames += 1
+        }
+        pump(now: now)
     }
 
-    /// Send processing (NS / AGC / AEC), then the input gate (MIC streams only), then encode and send.
-    private func gateAndSend(_ input: UnsafePointer<Int16>) throws {
+    /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
+    func pump(now: UInt64) {
+        // Audio is waiting (a partial frame too): a talkspurt runs, so the partial is
+        // sent, padded, once the host stops feeding.
+        if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) { startSpurt(now: now) }
+        while queuedFrames > 0 {
+            let due = anchorNs &+ spurtFrames &* frameNs
+            if due > now {
+                // A lone frame a little early: the host's clock runs fast; follow it.
+                guard queuedFrames == 1 && due - now <= LocalStream.driftSlackNs else { break }
+                anchorNs -= due - now
+            } else if queuedFrames == 1 && now - due > LocalStream.driftSlackNs {
+                // The host fell behind: the talkspurt continues from where it is.
+                anchorNs += now - due
+            }
+            let frame = queue + queueHead * frameLength
+            queueHead = (queueHead + 1) % maxQueueFrames
+            queuedFrames -= 1
+            let ts = spurtTimestamp &+ UInt32(truncatingIfNeeded: spurtFrames &* UInt64(audio.frameSamples))
+            spurtFrames += 1
+            processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
+        }
+        if inSpurt && queuedFrames == 0 {
+            let due = anchorNs &+ spurtFrames &* frameNs
+            if now >= due &+ frameNs &+ LocalStream.dryHoldNs { endSpurt() }
+        }
+    }
+
+    /// When this stream next needs the pacer (nil: not until it is fed again).
+    var deadline: UInt64? {
+        guard inSpurt || queuedFrames > 0 else { return nil }
+        let due = anchorNs &+ spurtFrames &* frameNs
+        return queuedFrames > 0 ? due : due &+ frameNs &+ LocalStream.dryHoldNs
+    }
+
+    private func startSpurt(now: UInt64) {
+        inSpurt = true
+        anchorNs = now
+        spurtFrames = 0
+        if everSpurted {
+            // The pause, in samples of wall-clock time, on top of the last frame.
+            let pauseNs = now > resumeNs ? now - resumeNs : 0
+            spurtTimestamp = resumeTimestamp &+ UInt32(truncatingIfNeeded: pauseNs * 48 / 1_000_000)
+        } else {
+            spurtTimestamp = resumeTimestamp
+            everSpurted = true
+        }
+        needMarker = true
+    }
+
+    /// The queue ran dry (or was flushed): send the partial frame padded with the
+    /// last-frame flag, then nothing until the next talkspurt.
+    private func endSpurt() {
+        var ts = spurtTimestamp &+ UInt32(truncatingIfNeeded: spurtFrames &* UInt64(audio.frameSamples))
+        if reframer.pending > 0 || !packetSpurtClosed {
+            let missing = reframer.frameSamples - reframer.pending
+            var padded = false
+            reframer.push(silence, frames: missing, inChannels: reframer.channels) { frame in
+                processAndSend(frame, timestamp: ts, last: true)
+                padded = true
+            }
+            if padded {
+                spurtFrames += 1
+                ts = ts &+ UInt32(audio.frameSamples)
+            }
+        }
+        resumeTimestamp = ts
+        resumeNs = anchorNs &+ spurtFrames &* frameNs
+        inSpurt = false
+    }
+
+    /// vc_stream_flush: drops what is queued (barge-in) and ends the talkspurt.
+    func flush() {
+        queuedFrames = 0
+        queueHead = 0
+        if inSpurt { endSpurt() }
+    }
+
+    /// Stops the stream: queued audio is dropped; the last frame (the partial one, or
+    /// a silent one) goes out with the last-frame flag.
+    func finish() {
+        queuedFrames = 0
+        queueHead = 0
+        if !inSpurt { startSpurt(now: MonotonicClock.nanoseconds()) }
+        packetSpurtClosed = false
+        endSpurt()
+    }
+
+    // MARK: one frame
+
+    /// Send processing (NS / AGC / AEC), then the input gate (MIC streams) or the
+    /// zero gate (other streams on channels without DTX), then encode and send.
+    private func processAndSend(_ input: UnsafePointer<Int16>, timestamp: UInt32, last: Bool) {
         let frame: UnsafePointer<Int16>
         if let apm {
-            // Process a copy in the stream's scratch: the reframer owns `input`.
+            // Process a copy in the stream's scratch: the queue owns `input`.
             let work = processed
             work.update(from: input, count: audio.frameSamples)
             var off = 0
@@ -82,47 +250,53 @@ final class LocalStream {
         } else {
             frame = input
         }
-        guard kind == .mic else { return try encodeAndSend(frame, last: false) }
-        switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings) {
-        case .open:
-            try encodeAndSend(frame, last: false)
-        case .closing:
-            try encodeAndSend(frame, last: true)
-            needMarker = true
-        case .closed:
-            // Gated frames are not encoded; time still passes for the receiver.
-            timestamp &+= UInt32(audio.frameSamples)
-            needMarker = true
-        }
-    }
-
-    /// Sends what is pending (padded with silence) flagged as the last frame.
-    func finish() {
-        if reframer.pending > 0 {
-            let missing = reframer.frameSamples - reframer.pending
-            reframer.push(silence, frames: missing, inChannels: reframer.channels) { frame in
-                try? encodeAndSend(frame, last: true)
+        if kind == .mic {
+            switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings) {
+            case .open:
+                encodeAndSend(frame, timestamp: timestamp, last: last)
+            case .closing:
+                encodeAndSend(frame, timestamp: timestamp, last: true)
+            case .closed:
+                needMarker = true   // gated frames are not encoded; time still passes
             }
-        } else {
-            try? encodeAndSend(silence, last: true)
+            return
         }
+        if !audio.dtx {
+            if isDigitalSilence(frame) {
+                zeroRun += audio.frameSamples
+                if zeroRun > LocalStream.zeroGateMs * 48 {
+                    if !zeroGated {
+                        zeroGated = true
+                        encodeAndSend(frame, timestamp: timestamp, last: true)
+                    }
+                    needMarker = true
+                    return
+                }
+            } else {
+                zeroRun = 0
+                zeroGated = false
+            }
+        }
+        encodeAndSend(frame, timestamp: timestamp, last: last)
     }
 
-    private func encodeAndSend(_ frame: UnsafePointer<Int16>, last: Bool) throws {
+    private func isDigitalSilence(_ frame: UnsafePointer<Int16>) -> Bool {
+        for i in 0..<frameLength where frame[i] != 0 { return false }
+        return true
+    }
+
+    private func encodeAndSend(_ frame: UnsafePointer<Int16>, timestamp: UInt32, last: Bool) {
         let n: Int
-        do { n = try encoder.encode(frame, into: opusBuffer) } catch { throw ClientError.codec("\(error)") }
-        defer { timestamp &+= UInt32(audio.frameSamples) }
-        // DTX: the first silent frame is sent flagged DTX (so receivers know a pause,
-        // not a loss, follows); the rest are not transmitted, and the next real frame
-        // starts a new talkspurt with the marker.
-        if encoder.lastWasDTX && !last {
-            if inDTX { return }
-            inDTX = true
-        } else {
-            inDTX = false
+        do { n = try encoder.encode(frame, into: opusBuffer) } catch { needMarker = true; return }
+        // DTX: the encoder's empty frames (a TOC byte) are not sent; its sparse
+        // comfort-noise updates are, flagged DTX. The next real frame is a new
+        // talkspurt (marker).
+        if encoder.lastWasDTX && n <= 2 && !last {
+            needMarker = true
+            return
         }
         var flags: FrameFlags = []
-        if needMarker { flags.insert(.marker) }
+        if needMarker && !encoder.lastWasDTX { flags.insert(.marker) }
         if audio.fec { flags.insert(.fec) }
         if encoder.lastWasDTX { flags.insert(.dtx) }
         if last { flags.insert(.lastFrame) }
@@ -133,7 +307,9 @@ final class LocalStream {
             return
         }
         seq += 1
-        needMarker = inDTX
+        packetSpurtClosed = last
+        // After a last frame or a comfort-noise update, the next real frame starts a talkspurt.
+        needMarker = last || encoder.lastWasDTX
     }
 
     /// Seals under the slot's snapshot and sends; false when nothing could be sent

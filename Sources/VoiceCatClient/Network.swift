@@ -23,7 +23,6 @@ struct MediaPathState {
 }
 
 extension VoiceClient {
-    static let talkHangoverMs: UInt64 = 300
 
     /// Starts the network thread (cond held by the caller).
     func startNetworkThread() {
@@ -98,9 +97,10 @@ extension VoiceClient {
         if media.voiceConnected { t = min(t, media.lastEchoMs + 3 * period + period / 2 + 1) }
         if media.rebindKeys != nil { t = min(t, media.nextBindMs) }
         if let r = media.rebindRequestedMs { t = min(t, r + 3 * period + 1) }
-        receive.forEachStream { _, s in
-            if s.talking { t = min(t, s.lastPacketMs + VoiceClient.talkHangoverMs + 1) }
-        }
+        // While someone talks, look at the playout every 50 ms for the end of it.
+        var anyTalking = false
+        receive.forEachStream { _, s in if s.talking { anyTalking = true } }
+        if anyTalking { t = min(t, MonotonicClock.milliseconds() + 50) }
         return t
     }
 
@@ -265,12 +265,6 @@ extension VoiceClient {
                 }
                 guard verdict == .fresh else { continue }
                 slot.lastPacketMs = now
-                if !slot.talking {
-                    slot.lock.withLock { slot.talking = true }
-                    var e = ClientEvent(type: .talkStart)
-                    e.ssrc = h.ssrc; e.userID = slot.userID
-                    events.raise(e)
-                }
             case .keepalive:
                 guard h.ssrc == bindingID else { continue }
                 let rtt = UInt32(truncatingIfNeeded: now) &- h.timestamp
@@ -327,12 +321,40 @@ extension VoiceClient {
             media.bindSeq += 1
             _ = try? d.withUnsafeBytes { try sock.sendTo($0, addr) }
         }
-        // Talk state: frames stopped arriving for the hangover.
+        updateTalkState(now: now)
+    }
+
+    /// Talk state follows what is played: TALK_START when the first frame of a
+    /// talkspurt was played, TALK_STOP the hangover after the last one was. While
+    /// nothing plays the mix (pull mode without pulls), it follows arrivals instead.
+    func updateTalkState(now: UInt64) {
+        let hang = UInt64(config.talkHangoverMs)
+        let playing = output.lastRenderMs.load(ordering: .relaxed) + 200 > now
         receive.forEachStream { ssrc, s in
-            if s.talking && now &- s.lastPacketMs > VoiceClient.talkHangoverMs {
-                s.lock.withLock { s.talking = false }
-                var e = ClientEvent(type: .talkStop)
+            var change: vc_event_type? = nil
+            s.lock.withLock {
+                if playing {
+                    if s.spurtsStarted != s.seenStarted {
+                        s.seenStarted = s.spurtsStarted
+                        if !s.talking { s.talking = true; change = .talkStart }
+                    }
+                    s.seenEnded = s.spurtsEnded
+                    if s.talking && s.seenEnded == s.seenStarted && now >= s.spurtEndNs / 1_000_000 + hang {
+                        s.talking = false
+                        change = .talkStop
+                    }
+                } else {
+                    s.seenStarted = s.spurtsStarted
+                    s.seenEnded = s.spurtsEnded
+                    let recent = s.lastPacketMs != 0 && now < s.lastPacketMs + hang
+                    if recent && !s.talking { s.talking = true; change = .talkStart }
+                    if !recent && s.talking { s.talking = false; change = .talkStop }
+                }
+            }
+            if let type = change {
+                var e = ClientEvent(type: type)
                 e.ssrc = ssrc; e.userID = s.userID
+                e.text = s.username
                 events.raise(e)
             }
         }

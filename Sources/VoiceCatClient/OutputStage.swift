@@ -61,6 +61,10 @@ final class OutputStage {
 
     /// Serializes renders (a driver's, or vc_read_mixed_pcm callers').
     private let renderLock = Lock()
+    /// When the mix was last rendered (ms, monotonic): talk state follows playout
+    /// while someone renders.
+    let lastRenderMs = Atomic<UInt64>(0)
+
     /// The mode in effect: a driver owns the mix unless it is `pull` (read before
     /// pulling, without a lock, and again under renderLock).
     private let modeValue = Atomic<Int>(0)
@@ -193,6 +197,7 @@ final class OutputStage {
 
     /// Renders `frames` of the final stereo mix (renderLock held).
     private func renderMix(into out: UnsafeMutablePointer<Int16>, frames: Int) {
+        lastRenderMs.store(MonotonicClock.milliseconds(), ordering: .relaxed)
         var done = 0
         while done < frames {
             let n = min(OutputStage.mixChunk, frames - done)

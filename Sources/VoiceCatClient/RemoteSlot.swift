@@ -39,8 +39,17 @@ final class RemoteSlot {
     /// enabled, released when disabled or when the slot gets another stream.
     var noiseReducer: NoiseReducer?
 
-    /// Written by the network thread under `lock`; read there without it.
+    /// Talk state as reported to the host (network thread, under `lock`).
     var talking = false
+    /// Talkspurts whose first frame was played / that ended in playout, and when the
+    /// last one ended (render thread, under `lock`; the network thread raises the
+    /// talk events from them).
+    var spurtsStarted: UInt64 = 0
+    var spurtsEnded: UInt64 = 0
+    var spurtEndNs: UInt64 = 0
+    /// What the network thread saw of them (network thread only).
+    var seenStarted: UInt64 = 0
+    var seenEnded: UInt64 = 0
 
     // Network-thread only.
     var replay = ReplayWindow()
@@ -77,6 +86,7 @@ final class RemoteSlot {
         replay = ReplayWindow()
         lastPacketMs = 0
         talking = false
+        spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
     }
 
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
@@ -84,7 +94,13 @@ final class RemoteSlot {
     func render(into bus: MixBus, frames: Int) {
         while fifoCount < frames {
             let n = frameSamples
-            switch jitter.next() {
+            let playout = jitter.next()
+            switch jitter.talkEdge {
+            case .started: spurtsStarted &+= 1
+            case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
+            case .none: break
+            }
+            switch playout {
             case .packet(let slot):
                 let ok = (try? decoder.decode(jitter.payload(slot), frames: n, into: decoded)) != nil
                 jitter.release(slot)
@@ -97,6 +113,9 @@ final class RemoteSlot {
                     _ = try? decoder.decode(nil, frames: n, into: decoded)
                 }
             case .conceal:
+                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
+            case .comfortNoise:
+                // A DTX pause: the decoder's comfort-noise generator, not digital silence.
                 if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
             case .silence:
                 decoded.update(repeating: 0, count: n * 2)

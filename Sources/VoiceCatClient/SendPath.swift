@@ -8,6 +8,9 @@
 //     (connect, rebind, server mute, disconnect) into every slot under that slot's
 //     lock; a sender reads its slot's copy under the lock it already holds.
 //   * The input gate's settings are atomics (GateControl), read per frame.
+//   * Frames that are not due yet (a host fed faster than real time) are sent by
+//     the pacer thread (SendPacer) at their time; a feed that leaves work for
+//     later wakes it only when that work is due before the pacer would wake anyway.
 import Synchronization
 import VoiceCatAudio
 import VoiceCatProtocol
@@ -73,6 +76,12 @@ final class StreamSlot {
 final class StreamTable {
     static let capacity = 32
     let slots: [StreamSlot] = (0..<StreamTable.capacity).map { StreamSlot(index: $0) }
+    /// Bit i set while slot i holds a stream (the pacer visits only those).
+    let liveMask = Atomic<UInt64>(0)
+    /// vc_stream_drain waits here; senders broadcast while anyone waits.
+    let drainCond = Condition()
+    let drainWaiters = Atomic<Int>(0)
+    let pacer = SendPacer()
     let gate = GateControl()
     /// The played mix, for streams that cancel echo; `aecStreams` counts them so the
     /// renderer feeds the ring only while someone reads it.
@@ -121,6 +130,7 @@ final class StreamTable {
             slot.stream = s
             slot.path = snap
         }
+        liveMask.bitwiseOr(1 << UInt64(slot.index), ordering: .releasing)
     }
 
     /// Gives a reserved slot back unused.
@@ -132,10 +142,44 @@ final class StreamTable {
     /// Takes a stream out of the table (its sends stop); returns it.
     func remove(_ id: UInt32) -> LocalStream? {
         guard let slot = slot(for: id) else { return nil }
-        return slot.lock.withLock { () -> LocalStream? in
+        let s = slot.lock.withLock { () -> LocalStream? in
             guard let s = slot.stream, s.streamID == id else { return nil }
             slot.stream = nil
             return s
+        }
+        if s != nil { liveMask.bitwiseAnd(~(1 << UInt64(slot.index)), ordering: .releasing) }
+        drainCond.withLock { drainCond.broadcast() }
+        return s
+    }
+
+    /// Calls `body` for each slot that holds a stream (any thread; no allocation).
+    func forEachLive(_ body: (StreamSlot) -> Void) {
+        var mask = liveMask.load(ordering: .acquiring)
+        while mask != 0 {
+            let i = mask.trailingZeroBitCount
+            mask &= mask - 1
+            body(slots[i])
+        }
+    }
+
+    /// Wakes vc_stream_drain callers, if any wait.
+    func signalDrainWaiters() {
+        if drainWaiters.load(ordering: .acquiring) > 0 { drainCond.withLock { drainCond.broadcast() } }
+    }
+
+    /// vc_stream_drain: waits until stream `id` has sent everything fed to it.
+    func drain(_ id: UInt32, timeoutMs: Int) throws {
+        let deadline = MonotonicClock.milliseconds() + UInt64(max(0, timeoutMs))
+        drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
+        defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
+        while true {
+            let (drained, due) = try withStream(id) { s, _ in (s.isDrained, s.deadline) }
+            if drained { return }
+            if let due { pacer.kick(due) }
+            if MonotonicClock.milliseconds() >= deadline {
+                throw ClientError.timeout("stream \(id) still has audio queued after \(timeoutMs) ms")
+            }
+            drainCond.withLock { drainCond.wait(untilMs: min(deadline, MonotonicClock.milliseconds() + 50)) }
         }
     }
 
@@ -161,5 +205,78 @@ final class StreamTable {
 
     func resetCounters() {
         for slot in slots { slot.lock.withLock { slot.packetsOut = 0; slot.bytesOut = 0 } }
+    }
+}
+
+/// The send pacer: one thread per client that sends the frames fed ahead of real
+/// time at their due time and ends talkspurts whose queue ran dry. It sleeps while
+/// nothing is pending (no periodic work when nothing is sent).
+final class SendPacer {
+    private let cond = Condition()
+    /// When the pacer will wake on its own (0 while it scans; max while idle).
+    private let wakeAt = Atomic<UInt64>(.max)
+    private var kicked = false
+    private var stopping = false
+    private var thread: SystemThread?
+
+    /// Starts the thread (once), marking it as a thread of `owner`.
+    func start(owner: AnyObject, table: StreamTable) {
+        cond.withLock {
+            guard thread == nil, !stopping else { return }
+            thread = SystemThread(name: "vc-send") { [unowned self, unowned owner, unowned table] in
+                ThreadIdentity.mark(owner: owner, role: ThreadRole.pacer.rawValue)
+                self.run(table)
+            }
+        }
+    }
+
+    func stopAndJoin() {
+        let t = cond.withLock { () -> SystemThread? in
+            stopping = true
+            cond.broadcast()
+            let t = thread
+            thread = nil
+            return t
+        }
+        t?.join()
+    }
+
+    /// A stream has work due at `deadline` (ns): wake the pacer if it would sleep past it.
+    func kick(_ deadline: UInt64) {
+        guard deadline < wakeAt.load(ordering: .acquiring) else { return }
+        cond.withLock { kicked = true; cond.broadcast() }
+    }
+
+    private func run(_ table: StreamTable) {
+        while true {
+            if cond.withLock({ stopping }) { return }
+            wakeAt.store(0, ordering: .releasing)
+            let now = MonotonicClock.nanoseconds()
+            var next = UInt64.max
+            table.forEachLive { slot in
+                slot.lock.lock()
+                if let s = slot.stream {
+                    s.pump(now: now)
+                    if let d = s.deadline { next = min(next, d) }
+                }
+                slot.lock.unlock()
+            }
+            table.signalDrainWaiters()
+            wakeAt.store(next, ordering: .releasing)
+            // A feed during the scan saw wakeAt == 0 and did not kick: look again.
+            var again = UInt64.max
+            table.forEachLive { slot in
+                slot.lock.lock()
+                if let d = slot.stream?.deadline { again = min(again, d) }
+                slot.lock.unlock()
+            }
+            if again < next { continue }
+            cond.withLock {
+                if !kicked && !stopping {
+                    cond.wait(untilMs: next == .max ? nil : (next + 999_999) / 1_000_000)
+                }
+                kicked = false
+            }
+        }
     }
 }

@@ -62,6 +62,8 @@ public struct ClientConfig {
     public var externalPlayback = false
     /// Playback device (a name of `backend`) when externalPlayback is false.
     public var playbackDevice = "default"
+    /// TALK_STOP comes this long after a talkspurt's last frame was played.
+    public var talkHangoverMs: UInt32 = 300
     /// Where devices come from: ALSA unless a host or test gives another backend.
     public var backend: AudioBackend = AlsaBackend.shared
     public init() {}

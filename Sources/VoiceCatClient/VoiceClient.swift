@@ -85,7 +85,13 @@ public final class VoiceClient {
         guard config.maxRemoteStreams >= 1 && config.maxRemoteStreams <= 1024 else {
             throw ClientError.invalidArgument("max_remote_streams must be 1..1024 (got \(config.maxRemoteStreams))")
         }
+        guard config.talkHangoverMs <= 5000 else {
+            throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
+        }
         guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50 (got \(config.keepaliveMs))") }
+        guard config.talkHangoverMs <= 5000 else {
+            throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
+        }
         self.config = config
         Sodium.ensureInitialized()
         receive = try ReceiveSet(capacity: config.maxRemoteStreams)
@@ -110,6 +116,7 @@ public final class VoiceClient {
         }
         cancel.cancel()
         endSession(reason: VC_OK, text: "the client was destroyed")
+        streams.pacer.stopAndJoin()
         output.shutdown()
         events.queue.interruptWaiters()
     }
@@ -410,9 +417,13 @@ public final class VoiceClient {
 
     // MARK: streams
 
-    public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int, device: String? = nil) throws -> UInt32 {
+    public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int, device: String? = nil,
+                            maxQueueMs: Int = 0) throws -> UInt32 {
         try refuseInCallback("vc_stream_start")
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
+        guard maxQueueMs >= 0 && maxQueueMs <= 600_000 else {
+            throw fail(.invalidArgument("max_queue_ms must be at most 600000 (got \(maxQueueMs))"))
+        }
         return try failing {
             try cond.withLock {
                 guard phase == .connected else { throw ClientError.state("not connected") }
@@ -427,7 +438,9 @@ public final class VoiceClient {
             case .streamAnnounceResult(let r):
                 guard let slot = streams.slot(for: sid) else { throw ClientError.state("stream slot lost") }
                 let s = try LocalStream(streamID: sid, ssrc: r.ssrc, kind: kind, externalFeed: externalFeed,
-                                        inputChannels: channels, audio: r.effectiveAudio, slot: slot, table: streams)
+                                        inputChannels: channels, audio: r.effectiveAudio,
+                                        maxQueueMs: maxQueueMs == 0 ? LocalStream.defaultMaxQueueMs : maxQueueMs,
+                                        slot: slot, table: streams)
                 if !externalFeed {
                     do {
                         try deviceLock.withLock {
@@ -441,6 +454,7 @@ public final class VoiceClient {
                     }
                 }
                 streams.install(s)
+                streams.pacer.start(owner: self, table: streams)
                 installed = true
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")
                 return sid
@@ -460,14 +474,37 @@ public final class VoiceClient {
     /// The ssrc the server assigned to a local stream.
     public func ssrc(ofStream id: UInt32) -> UInt32? { try? streams.withStream(id) { s, _ in s.ssrc } }
 
+    /// vc_stream_feed_pcm: queues the PCM and sends what is due now; the pacer sends
+    /// the rest at its time.
     public func feed(streamID: UInt32, pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
-        try failing {
-            try streams.withStream(streamID) { s, _ in
+        let now = MonotonicClock.nanoseconds()
+        let due = try failing {
+            try streams.withStream(streamID) { s, _ -> UInt64? in
                 guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device; it cannot be fed") }
-                try s.feed(pcm, frames: frames, channels: channels)
+                try s.feed(pcm, frames: frames, channels: channels, now: now)
+                return s.deadline
             }
         }
+        if let due { streams.pacer.kick(due) }
+        streams.signalDrainWaiters()
+    }
+
+    /// vc_stream_queued_ms: audio fed to the stream and not sent yet.
+    public func queuedMs(streamID: UInt32) throws -> UInt32 {
+        try failing { try streams.withStream(streamID) { s, _ in s.queuedMs } }
+    }
+
+    /// vc_stream_drain: waits until everything fed to the stream has been sent.
+    public func drain(streamID: UInt32, timeoutMs: Int) throws {
+        if callerRole != nil { throw fail(.state("vc_stream_drain cannot wait inside a callback")) }
+        try failing { try streams.drain(streamID, timeoutMs: timeoutMs) }
+    }
+
+    /// vc_stream_flush: drops what is queued and ends the talkspurt (barge-in).
+    public func flush(streamID: UInt32) throws {
+        try failing { try streams.withStream(streamID) { s, _ in s.flush() } }
+        streams.signalDrainWaiters()
     }
 
     // MARK: receive settings and stats

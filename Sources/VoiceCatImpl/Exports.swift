@@ -210,7 +210,17 @@ public func vc_client_config_default() -> vc_client_config {
     let d = ClientConfig()
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
-                            playback_device: nil)
+                            playback_device: nil, talk_hangover_ms: d.talkHangoverMs)
+}
+
+@_cdecl("vc_connect_params_default")
+public func vc_connect_params_default() -> vc_connect_params {
+    vc_connect_params()
+}
+
+@_cdecl("vc_stream_desc_default")
+public func vc_stream_desc_default() -> vc_stream_desc {
+    vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1, max_queue_ms: 0)
 }
 
 @_cdecl("vc_client_create")
@@ -225,6 +235,7 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         c.eventQueueSize = Int(cfg.pointee.event_queue_size)
         c.externalPlayback = cfg.pointee.external_playback != 0
         if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
+        c.talkHangoverMs = cfg.pointee.talk_hangover_ms
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -326,9 +337,32 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
             throw invalid("vc_stream_start: unknown stream kind \(d.pointee.kind.rawValue)")
         }
         outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
-                                                 device: d.pointee.device.map { String(cString: $0) })
+                                                 device: d.pointee.device.map { String(cString: $0) },
+                                                 maxQueueMs: Int(d.pointee.max_queue_ms))
         return VC_OK
     }
+}
+
+@_cdecl("vc_stream_queued_ms")
+public func vc_stream_queued_ms(_ p: OpaquePointer?, _ id: UInt32, _ out: UnsafeMutablePointer<UInt32>?) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_stream_queued_ms: out_ms is NULL") }
+        out.pointee = try b.client.queuedMs(streamID: id)
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stream_drain")
+public func vc_stream_drain(_ p: OpaquePointer?, _ id: UInt32, _ timeoutMs: Int32) -> Int32 {
+    withClient(p) { b in
+        try b.client.drain(streamID: id, timeoutMs: timeoutMs < 0 ? Int.max / 2 : Int(timeoutMs))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stream_flush")
+public func vc_stream_flush(_ p: OpaquePointer?, _ id: UInt32) -> Int32 {
+    withClient(p) { b in try b.client.flush(streamID: id); return VC_OK }
 }
 
 @_cdecl("vc_stream_stop")

@@ -73,7 +73,7 @@ public final class JitterBufferModel: PlayoutModel {
             return .played(seq: q)
         case .fec: return .rebuilt
         case .conceal: return .concealed
-        case .silence: return .silence
+        case .silence, .comfortNoise: return .silence
         }
     }
 }

@@ -121,7 +121,7 @@ final class AllocationTests: XCTestCase {
                 }
                 switch jb.next() {
                 case .packet(let s): jb.reportPlayedLevel(quiet: f % 7 == 0); jb.release(s)
-                case .fec, .conceal, .silence: break
+                case .fec, .conceal, .silence, .comfortNoise: break
                 }
                 _ = jb.targetMs + jb.depthMs
             }

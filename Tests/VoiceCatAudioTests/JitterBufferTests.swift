@@ -19,7 +19,7 @@ final class JitterBufferTests: XCTestCase {
             case .packet(let s): let v = Int(jb.payload(s)[0]); jb.release(s); return v
             case .fec: return -1
             case .conceal: return -2
-            case .silence: return nil
+            case .silence, .comfortNoise: return nil
             }
         }
     }
@@ -52,7 +52,7 @@ final class JitterBufferTests: XCTestCase {
             case .packet(let s): let p = jb.payload(s); out.append(Int(p[0]) | Int(p[1]) << 8); jb.release(s)
             case .fec: out.append(-1)
             case .conceal: out.append(-2)
-            case .silence: out.append(nil)
+            case .silence, .comfortNoise: out.append(nil)
             }
         }
         return out

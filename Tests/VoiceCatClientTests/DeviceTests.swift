@@ -106,15 +106,18 @@ final class DeviceTests: XCTestCase {
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let speech = Signal.tone(300, seconds: 1, amplitude: 0.2)
         let quiet = Signal.tone(300, seconds: 1, amplitude: 0.005)   // below the threshold
+        // Fed ahead of real time, the frames go out paced: drain before counting.
         func feed(_ x: [Int16]) throws {
             try x.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: x.count, channels: 1) }
+            try alex.drain(streamID: sid, timeoutMs: 5000)
         }
         try feed(quiet)
+        usleep(150_000)
         XCTAssertEqual(alex.connectionStats().packetsOut, 0, "quiet input must not open the gate")
-        try feed(speech)
-        XCTAssertEqual(alex.connectionStats().packetsOut, 50)
-        try feed(quiet)
-        // 15 frames of hang (300 ms), then one frame flagged last.
+        // Speech then quiet, in one talkspurt of fed audio: 50 open frames, 15 frames
+        // of hang (300 ms), then one frame flagged last.
+        try feed(speech + quiet)
+        usleep(150_000)
         XCTAssertEqual(alex.connectionStats().packetsOut, 50 + 15 + 1)
     }
 
@@ -124,23 +127,29 @@ final class DeviceTests: XCTestCase {
         let mic = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let screen = try alex.startStream(kind: .screenAudio, externalFeed: true, channels: 1)
         let tone = Signal.tone(400, seconds: 0.5, amplitude: 0.2)   // 25 frames
+        // Fed ahead of real time, frames go out paced: drain, then let the fed talkspurt
+        // end (a padded frame flagged last goes out when the gate is open).
         func feed(_ s: UInt32) throws {
             try tone.withUnsafeBufferPointer { try alex.feed(streamID: s, pcm: $0.baseAddress!, frames: tone.count, channels: 1) }
+            try alex.drain(streamID: s, timeoutMs: 5000)
+            usleep(150_000)
         }
         try feed(mic)
         XCTAssertEqual(alex.connectionStats().packetsOut, 0)
         alex.setPushToTalk(true)
         try feed(mic)
-        XCTAssertEqual(alex.connectionStats().packetsOut, 25)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 25 + 1)
         alex.setPushToTalk(false)
         try feed(mic)
-        XCTAssertEqual(alex.connectionStats().packetsOut, 26, "releasing the key sends one last frame")
+        XCTAssertEqual(alex.connectionStats().packetsOut, 27, "releasing the key sends one last frame")
         try feed(screen)
-        XCTAssertEqual(alex.connectionStats().packetsOut, 51, "SCREEN_AUDIO is never gated")
+        XCTAssertEqual(alex.connectionStats().packetsOut, 53, "SCREEN_AUDIO is never gated")
         let quiet = Signal.tone(400, seconds: 0.5, amplitude: 0.005)
         alex.setInputMode(.vad)
         try quiet.withUnsafeBufferPointer { try alex.feed(streamID: screen, pcm: $0.baseAddress!, frames: quiet.count, channels: 1) }
-        XCTAssertEqual(alex.connectionStats().packetsOut, 76, "not even by the VAD")
+        try alex.drain(streamID: screen, timeoutMs: 5000)
+        usleep(150_000)
+        XCTAssertEqual(alex.connectionStats().packetsOut, 79, "not even by the VAD")
     }
 
     func testStereoCaptureKeepsLeftAndRightDistinct() throws {
@@ -178,6 +187,7 @@ final class DeviceTests: XCTestCase {
         usleep(500_000)
         try alex.suspendAudio()
         try alex.suspendAudio()  // idempotent
+        usleep(100_000)          // the talkspurt the capture left ends with one last frame
         let before = alex.connectionStats().packetsOut
         usleep(300_000)
         XCTAssertEqual(alex.connectionStats().packetsOut, before, "nothing is sent while suspended")

@@ -121,7 +121,7 @@ final class ProcessingPathTests: XCTestCase {
             a.lock.withLock { a.render(into: bus, frames: 960) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
             c.streams.farEnd.pushStereo(out, frames: 960)
-            try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1) } }
+            try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1, now: UInt64(k) * 20_000_000) } }
         }
         for k in 0..<50 { try step(k) }
         let before = vc_alloc_count()

@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
     talker = connect_client(port, "alloc-talker", 1, NULL);
     listener = connect_client(port, "alloc-listener", device ? 0 : 1, device ? "vc_alloc_play" : NULL);
     vc_set_input_mode(talker, VC_INPUT_CONTINUOUS);
-    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    vc_stream_desc d = vc_stream_desc_default();
     if (vc_stream_start(talker, &d, &talker_stream) != VC_OK) { fprintf(stderr, "stream start failed\n"); return 2; }
 
     pthread_t feed_thread, pull_thread;

@@ -34,7 +34,7 @@ static void null_and_bad_handles(void) {
     char buf[128];
     size_t count;
     uint32_t id;
-    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    vc_stream_desc d = vc_stream_desc_default();
     vc_connect_params p = {0};
     vc_client *bad = (vc_client *)(uintptr_t)0x1234;  /* never a live handle */
     vc_client *handles[2] = {NULL, bad};
@@ -49,6 +49,9 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
         EXPECT(vc_stream_stop(c, 1), VC_ERR_INVALID_ARG);
         EXPECT(vc_stream_feed_pcm(c, 1, pcm, 960, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_queued_ms(c, 1, &id), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_drain(c, 1, 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stream_flush(c, 1), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_remote_stream(c, 1, &rs), VC_ERR_INVALID_ARG);
         EXPECT(vc_get_remote_stream(c, 1, &rs), VC_ERR_INVALID_ARG);
         EXPECT(vc_list_remote_streams(c, NULL, 0, &count), VC_ERR_INVALID_ARG);
@@ -81,6 +84,15 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
+    vc_stream_desc dd = vc_stream_desc_default();
+    EXPECT(dd.kind == VC_STREAM_MIC && dd.external_feed == 1 && dd.channels == 1 && dd.max_queue_ms == 0, 1);
+    vc_connect_params pd = vc_connect_params_default();
+    EXPECT(pd.host == NULL && pd.port == 0 && pd.timeout_ms == 0, 1);
+    vc_client_config cd = vc_client_config_default();
+    EXPECT((int)cd.talk_hangover_ms, 300);
+    cd.talk_hangover_ms = 9000;
+    vc_client *bad_cfg = NULL;
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
 }
 
 static void null_args_on_a_live_client(int port) {
@@ -92,7 +104,7 @@ static void null_args_on_a_live_client(int port) {
     char fp[65];
     uint32_t id;
     size_t count = 99;
-    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, 1};
+    vc_stream_desc d = vc_stream_desc_default();
     vc_connect_params p = {0};
     char reason[512];
     vc_device_info devs[4];
@@ -166,6 +178,36 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 960, 1), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id + 1000), VC_ERR_NOT_FOUND);
+    uint32_t queued = 99;
+    EXPECT(vc_stream_queued_ms(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_queued_ms(c, id + 1000, &queued), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_drain(c, id + 1000, 10), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_flush(c, id + 1000), VC_ERR_NOT_FOUND);
+    /* A second of audio fed at once is paced: most of it is still queued, then drained. */
+    static int16_t second[48000];
+    EXPECT(vc_stream_feed_pcm(c, id, second, 48000, 1), VC_OK);
+    EXPECT(vc_stream_queued_ms(c, id, &queued), VC_OK);
+    EXPECT(queued > 800 && queued <= 1000, 1);
+    EXPECT(vc_stream_drain(c, id, 10), VC_ERR_TIMEOUT);
+    EXPECT(vc_stream_drain(c, id, 5000), VC_OK);
+    EXPECT(vc_stream_queued_ms(c, id, &queued), VC_OK);
+    EXPECT((int)queued, 0);
+    EXPECT(vc_stream_feed_pcm(c, id, second, 48000, 1), VC_OK);
+    EXPECT(vc_stream_flush(c, id), VC_OK);
+    EXPECT(vc_stream_queued_ms(c, id, &queued), VC_OK);
+    EXPECT((int)queued, 0);
+    /* Past max_queue_ms a feed is refused whole. */
+    vc_stream_desc small = vc_stream_desc_default();
+    small.max_queue_ms = 100;
+    uint32_t sid2;
+    EXPECT(vc_stream_start(c, &small, &sid2), VC_OK);
+    EXPECT(vc_stream_feed_pcm(c, sid2, second, 48000, 1), VC_ERR_NO_MEMORY);
+    EXPECT(vc_stream_queued_ms(c, sid2, &queued), VC_OK);
+    EXPECT((int)queued, 0);
+    EXPECT(vc_stream_feed_pcm(c, sid2, second, 4800, 1), VC_OK);
+    EXPECT(vc_stream_stop(c, sid2), VC_OK);
+    small.max_queue_ms = 700000;
+    EXPECT(vc_stream_start(c, &small, &sid2), VC_ERR_INVALID_ARG);
     vc_send_processing sp = vc_send_processing_default();
     EXPECT(sp.noise_suppression == 0 && sp.agc == 0 && sp.echo_cancellation == 0, 1);
     EXPECT(vc_set_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);

@@ -1,6 +1,7 @@
 /*
- * speak_wav: joins a channel and speaks a WAV file as a MIC stream in real time
- * (external feed), then prints what the connection saw.
+ * speak_wav: joins a channel and speaks a WAV file as a MIC stream (external feed:
+ * the whole file in one call, paced at real time by the library), then prints what
+ * the connection saw.
  *
  *   speak_wav HOST PORT USERNAME CHANNEL FILE.wav [FINGERPRINT]
  *
@@ -41,7 +42,7 @@ int main(int argc, char **argv) {
     cfg.external_playback = 1;  /* a talker only: no playback device */
     int rc = vc_client_create(&cfg, &c);
     if (rc) return fail(NULL, "vc_client_create", rc);
-    vc_connect_params p = {0};
+    vc_connect_params p = vc_connect_params_default();
     p.host = argv[1];
     p.port = (uint16_t)atoi(argv[2]);
     p.username = argv[3];
@@ -53,21 +54,19 @@ int main(int argc, char **argv) {
     printf("speak_wav: connected, server fingerprint %s\n", fp);
     if ((rc = vc_join_channel(c, argv[4]))) return fail(c, "vc_join_channel", rc);
 
-    vc_stream_desc d = {VC_STREAM_MIC, 1, NULL, w.channels};
+    vc_stream_desc d = vc_stream_desc_default();
+    d.channels = w.channels;
+    d.max_queue_ms = (uint32_t)((uint64_t)w.frames * 1000 / 48000) + 1000;  /* room for the whole file */
     uint32_t sid;
     if ((rc = vc_stream_start(c, &d, &sid))) return fail(c, "vc_stream_start", rc);
 
-    /* Real-time pacing: one 20 ms block per 20 ms of wall clock. */
-    struct timespec next;
-    clock_gettime(CLOCK_MONOTONIC, &next);
-    const uint32_t block = 960;
-    for (uint32_t i = 0; i < w.frames; i += block) {
-        uint32_t n = w.frames - i < block ? w.frames - i : block;
-        if ((rc = vc_stream_feed_pcm(c, sid, w.pcm + (size_t)i * w.channels, n, w.channels))) return fail(c, "vc_stream_feed_pcm", rc);
-        next.tv_nsec += 20000000;
-        if (next.tv_nsec >= 1000000000) { next.tv_nsec -= 1000000000; next.tv_sec++; }
-        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
-    }
+    /* The whole file in one call: the library queues it and sends it paced at real
+     * time, as a talkspurt; vc_stream_drain waits until the last frame is out. */
+    if ((rc = vc_stream_feed_pcm(c, sid, w.pcm, w.frames, w.channels))) return fail(c, "vc_stream_feed_pcm", rc);
+    uint32_t queued = 0;
+    vc_stream_queued_ms(c, sid, &queued);
+    printf("speak_wav: %.2f s fed, %u ms queued to be sent at real time\n", w.frames / 48000.0, queued);
+    if ((rc = vc_stream_drain(c, sid, -1))) return fail(c, "vc_stream_drain", rc);
     /* Let listeners play out what is buffered and see the talker pause before the stream goes. */
     struct timespec linger = {0, 500000000};
     nanosleep(&linger, NULL);

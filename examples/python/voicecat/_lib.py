@@ -14,7 +14,8 @@ c_int16_p = ctypes.POINTER(ctypes.c_int16)
 class vc_client_config(ctypes.Structure):
     _fields_ = [("client_name", ctypes.c_char_p), ("keepalive_ms", ctypes.c_uint32),
                 ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32),
-                ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p)]
+                ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p),
+                ("talk_hangover_ms", ctypes.c_uint32)]
 
 
 class vc_connect_params(ctypes.Structure):
@@ -31,7 +32,7 @@ class vc_audio_config(ctypes.Structure):
 
 class vc_stream_desc(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("external_feed", ctypes.c_int32), ("device", ctypes.c_char_p),
-                ("channels", ctypes.c_uint32)]
+                ("channels", ctypes.c_uint32), ("max_queue_ms", ctypes.c_uint32)]
 
 
 class vc_remote_stream(ctypes.Structure):
@@ -114,6 +115,10 @@ _protos = [
     ("vc_set_log_callback", None, [LOG_FN, ctypes.c_void_p]),
     # vc_client_config vc_client_config_default(void);
     ("vc_client_config_default", vc_client_config, []),
+    # vc_connect_params vc_connect_params_default(void);
+    ("vc_connect_params_default", vc_connect_params, []),
+    # vc_stream_desc vc_stream_desc_default(void);
+    ("vc_stream_desc_default", vc_stream_desc, []),
     # int vc_client_create(const vc_client_config *cfg, vc_client **out);
     ("vc_client_create", ctypes.c_int, [ctypes.POINTER(vc_client_config), ctypes.POINTER(_P)]),
     # void vc_client_destroy(vc_client *c);
@@ -134,6 +139,12 @@ _protos = [
     ("vc_stream_stop", ctypes.c_int, [_P, ctypes.c_uint32]),
     # int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
     ("vc_stream_feed_pcm", ctypes.c_int, [_P, ctypes.c_uint32, c_int16_p, ctypes.c_uint32, ctypes.c_uint32]),
+    # int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
+    ("vc_stream_queued_ms", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]),
+    # int vc_stream_drain(vc_client *c, uint32_t stream_id, int timeout_ms);
+    ("vc_stream_drain", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int]),
+    # int vc_stream_flush(vc_client *c, uint32_t stream_id);
+    ("vc_stream_flush", ctypes.c_int, [_P, ctypes.c_uint32]),
     # int vc_set_remote_stream(vc_client *c, uint32_t ssrc, const vc_remote_stream *s);
     ("vc_set_remote_stream", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_remote_stream)]),
     # int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
