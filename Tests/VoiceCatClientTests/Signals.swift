@@ -15,6 +15,21 @@ enum Signal {
         }
     }
 
+    /// Speech-like, but never periodic: the pitch glides (120–260 Hz) and the syllable
+    /// envelope wanders, so a 100 ms window aligns at exactly one lag.
+    static func glidingVoice(seconds: Double, amplitude: Double = 0.3, seed: Double = 0) -> [Int16] {
+        let n = Int(seconds * 48000)
+        var phase = 0.0
+        return (0..<n).map { i in
+            let t = Double(i) / 48000
+            let f0 = 190 + 55 * sin(2 * .pi * 0.9 * t + seed) + 15 * sin(2 * .pi * 2.3 * t + 1.7 * seed)
+            phase += 2 * .pi * f0 / 48000
+            let env = 0.55 + 0.3 * sin(2 * .pi * 3.1 * t + seed) + 0.15 * sin(2 * .pi * 5.3 * t + 0.5)
+            let s = sin(phase) + 0.5 * sin(2 * phase + 1) + 0.3 * sin(3 * phase + 2)
+            return Int16(amplitude * 32767 * env * s / 1.8)
+        }
+    }
+
     static func tone(_ f: Double, seconds: Double, amplitude: Double = 0.2) -> [Int16] {
         (0..<Int(seconds * 48000)).map { Int16(amplitude * 32767 * sin(2 * .pi * f * Double($0) / 48000)) }
     }
