@@ -10,7 +10,8 @@ SHELL       := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 export PATH := /opt/swift/usr/bin:$(PATH)
 
-VERSION      := 0.2.0
+# The version is the header's (VC_VERSION_MAJOR/MINOR/PATCH), written once there.
+VERSION      := $(shell awk '/^\#define VC_VERSION_(MAJOR|MINOR|PATCH) / {v = v (v == "" ? "" : ".") $$3} END {print v}' include/voicecat.h)
 FUZZ_SECONDS ?= 30
 LIB_BUILD    := .build/lib/release/libvoicecat.so
 TEST_PREFIX  := $(CURDIR)/build/prefix
