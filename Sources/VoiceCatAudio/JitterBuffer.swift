@@ -185,6 +185,12 @@ public final class JitterBuffer {
 
     // Lateness statistics, in ticks.
     private var ticks: Int64 = 0                      // next() calls so far
+    /// When the most recent ticks happened (ring by tick index), when the consumer
+    /// says (next(atMs:)); lets a frame handed over late (a batch) count from when it
+    /// arrived.
+    private static let tickTimeCapacity = 32
+    private let tickTimes: UnsafeMutablePointer<Double>
+    private var tickTimesKnown = 0
     private let history: UnsafeMutablePointer<Double> // lateness of recent frames (ring)
     private var historyCount = 0
     private var historyNext = 0
@@ -221,6 +227,8 @@ public final class JitterBuffer {
         seqs = .allocate(capacity: capacity); seqs.initialize(repeating: 0, count: capacity)
         flagSets = .allocate(capacity: capacity); flagSets.initialize(repeating: [], count: capacity)
         used = .allocate(capacity: capacity); used.initialize(repeating: false, count: capacity)
+        tickTimes = .allocate(capacity: JitterBuffer.tickTimeCapacity)
+        tickTimes.initialize(repeating: 0, count: JitterBuffer.tickTimeCapacity)
         history = .allocate(capacity: JitterBuffer.historyFrames)
         history.initialize(repeating: 0, count: JitterBuffer.historyFrames)
         bins = .allocate(capacity: JitterBuffer.histogramBins)
@@ -231,7 +239,7 @@ public final class JitterBuffer {
     deinit {
         payloads.deallocate(); lengths.deallocate(); timestamps.deallocate()
         seqs.deallocate(); flagSets.deallocate(); used.deallocate()
-        history.deallocate(); bins.deallocate()
+        history.deallocate(); bins.deallocate(); tickTimes.deallocate()
     }
 
     /// Forgets everything (a new stream in this slot). Bounds and tuning are kept.
@@ -242,6 +250,7 @@ public final class JitterBuffer {
         stats = JitterStats()
         haveTimestamp = false; haveSeq = false
         ticks = 0
+        tickTimesKnown = 0
         historyCount = 0; historyNext = 0; baseline = 0; shift = 0
         for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
         binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0
@@ -326,8 +335,9 @@ public final class JitterBuffer {
         return ext
     }
 
-    /// Stores one received frame that arrived at `arrivalMs` (kept for callers that
-    /// time arrivals; lateness itself is measured in next() calls).
+    /// Stores one received frame that arrived at `arrivalMs` (the clock the consumer
+    /// gives next(atMs:); lateness is measured in ticks, from the first tick after
+    /// the arrival, so a frame handed over late in a batch counts from its arrival).
     @discardableResult
     public func insert(seq: UInt64, timestamp: UInt32, flags: FrameFlags, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
         for i in 0..<capacity where used[i] && seqs[i] == seq {
@@ -354,7 +364,7 @@ public final class JitterBuffer {
         let canRebuild = flags.contains(.fec) || recoveryAvailable
         if !canRebuild || lossAverage < 0.4 * tuning.fecLossRate { fecCushion = false }
         else if lossAverage > tuning.fecLossRate { fecCushion = true }
-        observe(ext: ext, flags: flags)
+        observe(ext: ext, flags: flags, arrivalMs: arrivalMs)
         if havePlayed && ext < nextTS {
             stats.late += 1
             return .late
@@ -380,15 +390,27 @@ public final class JitterBuffer {
         return .accepted
     }
 
-    /// Raw header flag bits (the wire byte): prefer the FrameFlags form.
-    /// Lateness of one arrival, in ticks, on the (rebased) timeline.
-    private func lateness(_ ext: Int64) -> Double {
-        Double(ticks) - Double(ext) / Double(frameSamples) - shift
+    /// Lateness of a frame at `ts` if played at tick `tick`, on the (rebased) timeline.
+    private func lateness(_ ext: Int64, atTick tick: Int64? = nil) -> Double {
+        Double(tick ?? ticks) - Double(ext) / Double(frameSamples) - shift
+    }
+
+    /// The first tick at which a frame that arrived at `arrivalMs` could have been
+    /// played: the next tick, or an earlier one when the consumer gave tick times and
+    /// the frame arrived before them (it was handed over in a later batch).
+    private func arrivalTick(_ arrivalMs: Double) -> Int64 {
+        var j = ticks
+        var known = min(tickTimesKnown, JitterBuffer.tickTimeCapacity)
+        while known > 0 && j > 0 && tickTimes[Int((j - 1) % Int64(JitterBuffer.tickTimeCapacity))] >= arrivalMs {
+            j -= 1
+            known -= 1
+        }
+        return j
     }
 
     /// Feeds one arrival to the lateness statistics.
-    private func observe(ext: Int64, flags: FrameFlags) {
-        var l = lateness(ext)
+    private func observe(ext: Int64, flags: FrameFlags, arrivalMs: Double) {
+        var l = lateness(ext, atTick: arrivalTick(arrivalMs))
         if historyCount > 0 {
             let r = l - baseline
             // A jump past the maximum target is a new timeline, not jitter; so is a
@@ -463,8 +485,20 @@ public final class JitterBuffer {
         return lateness(ts) - baseline
     }
 
-    /// Decides the next frame period.
+    /// Decides the next frame period, at `nowMs` (the clock insert's arrivalMs uses).
+    public func next(atMs nowMs: Double) -> Playout {
+        tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = nowMs
+        tickTimesKnown += 1
+        return advance()
+    }
+
+    /// Decides the next frame period (without a time: arrivals count from the next tick).
     public func next() -> Playout {
+        tickTimesKnown = 0
+        return advance()
+    }
+
+    private func advance() -> Playout {
         defer { ticks += 1 }
         talkEdge = .none
         let fs = Int64(frameSamples)

@@ -253,17 +253,14 @@ extension VoiceClient {
                     continue
                 }
                 let slot = receive.slots[idx]
-                let verdict = slot.replay.accept(h.seq)
-                let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
-                slot.lock.withLock {
-                    if verdict == .fresh {
-                        slot.jitter.insert(seq: h.seq, timestamp: h.timestamp, flags: h.flags, payload: payload,
-                                           arrivalMs: Double(MonotonicClock.nanoseconds()) / 1e6)
-                    } else {
-                        slot.duplicates += 1
-                    }
+                guard slot.replay.accept(h.seq) == .fresh else {
+                    slot.duplicates.wrappingAdd(1, ordering: .relaxed)
+                    continue
                 }
-                guard verdict == .fresh else { continue }
+                let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
+                // Handed to the renderer through the slot's ring: no lock per frame.
+                slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(MonotonicClock.nanoseconds()) / 1e6,
+                                payload: payload)
                 slot.lastPacketMs = now
             case .keepalive:
                 guard h.ssrc == bindingID else { continue }

@@ -197,12 +197,14 @@ final class OutputStage {
 
     /// Renders `frames` of the final stereo mix (renderLock held).
     private func renderMix(into out: UnsafeMutablePointer<Int16>, frames: Int) {
-        lastRenderMs.store(MonotonicClock.milliseconds(), ordering: .relaxed)
+        let nowNs = MonotonicClock.nanoseconds()
+        lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
+        let nowMs = Double(nowNs) / 1e6
         var done = 0
         while done < frames {
             let n = min(OutputStage.mixChunk, frames - done)
             bus.clear(frames: n)
-            receive.render(into: bus, frames: n)
+            receive.render(into: bus, frames: n, nowMs: nowMs)
             bus.render(into: out + done * 2, frames: n)
             // The echo canceller's far-end reference: what is being played.
             if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out + done * 2, frames: n) }

@@ -115,9 +115,10 @@ final class ReceiveSet {
 
     func stats(ssrc: UInt32) throws -> StreamStats {
         try withSlot(ssrc: ssrc) { s in
+            s.drainInbox()
             var st = StreamStats()
             st.jitter = s.jitter.stats
-            st.jitter.duplicates += s.duplicates
+            st.jitter.duplicates += s.duplicates.load(ordering: .relaxed)
             st.jitter.late += st.jitter.skipped
             st.targetDepthMs = s.targetMs
             st.currentDepthMs = s.depthMs
@@ -129,10 +130,10 @@ final class ReceiveSet {
     // MARK: render thread
 
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders).
-    func render(into bus: MixBus, frames: Int) {
+    func render(into bus: MixBus, frames: Int, nowMs: Double) {
         for s in slots where s.live.load(ordering: .acquiring) {
             s.lock.lock()
-            if s.active { s.render(into: bus, frames: frames) }
+            if s.active { s.render(into: bus, frames: frames, nowMs: nowMs) }
             s.lock.unlock()
         }
     }

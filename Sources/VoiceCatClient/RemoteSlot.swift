@@ -34,7 +34,10 @@ final class RemoteSlot {
     var frameSamples = 960
     var username = ""
     var settings = RemoteSettings()
-    var duplicates: UInt64 = 0
+    /// Frames opened by the network thread, waiting for the renderer (no lock).
+    let inbox = PacketRing()
+    /// Replays caught by the replay window (network thread writes).
+    let duplicates = Atomic<UInt64>(0)
     /// The listener's noise reduction for this stream: created on the control path when
     /// enabled, released when disabled or when the slot gets another stream.
     var noiseReducer: NoiseReducer?
@@ -75,7 +78,8 @@ final class RemoteSlot {
         frameSamples = r.audio.frameSamples
         self.username = username
         settings = RemoteSettings()
-        duplicates = 0
+        duplicates.store(0, ordering: .relaxed)
+        inbox.reset()
         noiseReducer = nil
         jitter.reset(frameSamples: frameSamples)
         // A missing frame can be rebuilt from its successor: in-band FEC on the
@@ -89,12 +93,21 @@ final class RemoteSlot {
         spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
     }
 
+    /// Moves the frames the network thread handed over into the jitter buffer (lock
+    /// held by caller: the renderer, or a host thread reading statistics).
+    func drainInbox() {
+        inbox.drain { e, payload in
+            jitter.insert(seq: e.seq, timestamp: e.timestamp, flags: e.flags, payload: payload, arrivalMs: e.arrivalMs)
+        }
+    }
+
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
-    /// Lock held by caller.
-    func render(into bus: MixBus, frames: Int) {
+    /// `nowMs`: the monotonic time of this render. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double) {
+        drainInbox()
         while fifoCount < frames {
             let n = frameSamples
-            let playout = jitter.next()
+            let playout = jitter.next(atMs: nowMs)
             switch jitter.talkEdge {
             case .started: spurtsStarted &+= 1
             case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()

@@ -32,7 +32,8 @@ public enum TickOutcome: Equatable {
 public protocol PlayoutModel: AnyObject {
     var name: String { get }
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double)
-    func tick() -> TickOutcome
+    /// One playout period, at `nowMs` on the clock arrivals use.
+    func tick(nowMs: Double) -> TickOutcome
 }
 
 /// Our JitterBuffer as a PlayoutModel (it decides; nothing is decoded).
@@ -59,8 +60,8 @@ public final class JitterBufferModel: PlayoutModel {
         return v
     }
 
-    public func tick() -> TickOutcome {
-        let decision = jb.next()
+    public func tick(nowMs: Double) -> TickOutcome {
+        let decision = jb.next(atMs: nowMs)
         switch jb.talkEdge {
         case .started: edges.append(true)
         case .ended: edges.append(false)
@@ -166,7 +167,7 @@ public enum JitterSimulation {
                 model.put(seq: f.seq, timestamp: f.timestamp, flags: f.flags, arrivalMs: arrivals[k].t)
                 k += 1
             }
-            switch model.tick() {
+            switch model.tick(nowMs: now) {
             case .played(let seq):
                 if played.insert(seq).inserted {
                     r.framesPlayed += 1

@@ -43,7 +43,7 @@ final class SpeexModel: PlayoutModel {
         pausedAfterFinal = false
     }
 
-    func tick() -> TickOutcome {
+    func tick(nowMs: Double) -> TickOutcome {
         ticks += 1
         var offset: Int32 = 0
         let rc = data.withUnsafeMutableBufferPointer { b -> Int32 in

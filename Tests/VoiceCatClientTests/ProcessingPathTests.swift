@@ -61,7 +61,7 @@ final class ProcessingPathTests: XCTestCase {
             }
             for (slot, bus) in [(a, busA), (b, busB)] {
                 bus.clear(frames: 960)
-                slot.lock.withLock { slot.render(into: bus, frames: 960) }
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
                 pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
                 let left = stride(from: 0, to: 1920, by: 2).map { pcm[$0] }
                 if slot === a { outA += left } else { outB += left }
@@ -118,7 +118,7 @@ final class ProcessingPathTests: XCTestCase {
         func step(_ k: Int) throws {
             pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
             bus.clear(frames: 960)
-            a.lock.withLock { a.render(into: bus, frames: 960) }
+            a.lock.withLock { a.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
             c.streams.farEnd.pushStereo(out, frames: 960)
             try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1, now: UInt64(k) * 20_000_000) } }
@@ -150,7 +150,7 @@ final class ProcessingPathTests: XCTestCase {
             }
             if k >= 1 {  // play a frame behind, so the frame after the loss is already here
                 bus.clear(frames: 960)
-                slot.lock.withLock { slot.render(into: bus, frames: 960) }
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
             }
         }
         let st = slot.jitter.stats
