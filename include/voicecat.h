@@ -109,8 +109,14 @@ typedef enum vc_event_type {
     VC_EVENT_ERROR = 14,               /**< code, text: an asynchronous error (VC_ERR_DEVICE: a device failed;
                                             kind = vc_device_kind, stream_id for a capture; it is reopened
                                             on a backoff) */
-    VC_EVENT_DEVICE_RESTORED = 15      /**< a failed device is back: kind = vc_device_kind, stream_id for a
+    VC_EVENT_DEVICE_RESTORED = 15,     /**< a failed device is back: kind = vc_device_kind, stream_id for a
                                             capture, text = device name */
+    VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
+                                            reason, text = detail); reconnecting with backoff. The session's
+                                            remote streams are removed; local streams keep their ids */
+    VC_EVENT_RECONNECTED = 17          /**< auto_reconnect: the session is back: channel re-joined, local
+                                            streams re-announced under the same stream ids (new ssrcs);
+                                            user_id = the new session's user id, text = server name */
 } vc_event_type;
 
 /* ---- Structures ------------------------------------------------------------ */
@@ -118,23 +124,53 @@ typedef enum vc_event_type {
 /** Client settings. Get defaults from vc_client_config_default(). */
 typedef struct vc_client_config {
     const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat" */
-    uint32_t keepalive_ms;         /**< UDP keepalive and TCP ping period; default 5000 */
+    uint32_t keepalive_ms;         /**< TCP ping period and idle UDP keepalive period; default 5000. While
+                                        streams are active (local or remote) the UDP keepalive runs every
+                                        0.5 s and the media path is declared lost 2.5 s after its last
+                                        echo (VC_EVENT_VOICE_DISCONNECTED); idle, after 3.5 periods. The
+                                        control connection is declared dead when nothing came on it for
+                                        max(3 x keepalive_ms, 3 s) (a Ping is answered at once). */
     uint32_t max_remote_streams;   /**< receive slots preallocated; default 32 */
     uint32_t event_queue_size;     /**< events kept for vc_poll_event; default 256 (oldest dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
     const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" */
     uint32_t talk_hangover_ms;     /**< VC_EVENT_TALK_STOP comes this long after the last frame of a talkspurt
                                         was played (0..5000); default 300 */
+    const char *known_servers_path;/**< trust on first use: the known-servers file, `host:port fingerprint`
+                                        a line; copied. NULL = the per-user default
+                                        ($XDG_CONFIG_HOME/voicecat/known_servers, else
+                                        $HOME/.config/voicecat/known_servers); "" = no store (then a connect
+                                        needs server_fingerprint or allow_unverified). The first connect to
+                                        a host:port records the fingerprint the server proved; a later one
+                                        whose server proves another fails with VC_ERR_AUTH (vc_last_error
+                                        shows both) and nothing is sent to it. Not consulted when a
+                                        fingerprint is pinned. */
+    int32_t auto_reconnect;        /**< 1: after the control connection is lost (server restart, ping
+                                        timeout), reconnect with backoff (0.25 s doubling to 5 s, to the
+                                        same verified identity), re-join the channel and re-announce the
+                                        local streams (same stream ids, new ssrcs): VC_EVENT_RECONNECTING,
+                                        then VC_EVENT_RECONNECTED. During the gap vc_stream_feed_pcm
+                                        accepts audio and drops it (nothing is queued, no error is raised);
+                                        join and stream start return VC_ERR_STATE. It stops (with
+                                        VC_EVENT_DISCONNECTED) on a refusal that would not change by
+                                        retrying: wrong password, changed fingerprint, version. Default 0:
+                                        a lost connection ends the session (VC_EVENT_DISCONNECTED). */
 } vc_client_config;
 
 /** Where and how to connect. */
 typedef struct vc_connect_params {
     const char *host;               /**< name or address of the server */
     uint16_t port;                  /**< 0 = 47800 */
-    const char *username;           /**< 1..64 bytes, unique on the server */
+    const char *username;           /**< 1..64 bytes of UTF-8 without control characters, unique on the
+                                         server (VC_ERR_INVALID_ARG otherwise) */
     const char *password;           /**< server password, NULL = none */
-    const char *server_fingerprint; /**< 64 hex digits to pin, NULL = trust on first use */
+    const char *server_fingerprint; /**< 64 hex digits to pin, NULL = trust on first use (the known-servers
+                                         file, vc_client_config.known_servers_path) */
     uint32_t timeout_ms;            /**< for the whole connect; 0 = 5000 */
+    int32_t allow_unverified;       /**< 1: connect even with neither a pinned fingerprint nor a known-servers
+                                         file (the server's identity is then not checked and the password
+                                         goes to whoever answers). Default 0: such a connect fails with
+                                         VC_ERR_AUTH before anything is sent */
 } vc_connect_params;
 
 /** A channel's Opus configuration (seed §3). */
@@ -212,6 +248,10 @@ typedef struct vc_connection_stats {
     uint64_t packets_in, packets_out;
     uint64_t auth_failures;        /**< media datagrams that failed authentication */
     int32_t voice_connected;       /**< 1 while the media path is bound and answering */
+    uint64_t keepalives_sent;      /**< media-path keepalives sent this session (every 0.5 s while streams
+                                        are active, else every keepalive_ms) */
+    uint64_t keepalives_lost;      /**< of those, the ones whose echo did not come within 2 s: the media
+                                        path's loss is keepalives_lost / keepalives_sent */
 } vc_connection_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */

@@ -6,7 +6,22 @@ import Glibc
 import VoiceCatProtocol
 import VoiceCatSystem
 
-final class ControlConnection {
+/// Where the network thread's control handling sends its answers (the session's
+/// control connection; the fuzz harness gives one that keeps nothing).
+protocol ControlSender: AnyObject {
+    var keys: SessionKeys { get }
+    func send(_ m: ControlMessage) throws
+}
+
+/// An authenticated control frame whose message did not decode: refused by name,
+/// the session goes on (the framing is intact).
+struct UndecodableMessage: Error, CustomStringConvertible {
+    let type: MessageType
+    let detail: String
+    var description: String { "refused a \(type) message from the server: it does not decode (\(detail))" }
+}
+
+final class ControlConnection: ControlSender {
     let socket: Socket
     let keys: SessionKeys
     let fingerprint: String
@@ -122,6 +137,13 @@ final class ControlConnection {
         }
     }
 
+    /// `receive`, with an undecodable message a protocol error (connect phase).
+    func receiveDecoded(deadlineMs: UInt64) throws -> ControlMessage {
+        do { return try receive(deadlineMs: deadlineMs) } catch let u as UndecodableMessage {
+            throw ClientError.protocolError(u.description)
+        }
+    }
+
     /// Reads what the socket has (non-blocking). False at EOF.
     func readAvailable() throws -> Bool {
         while true {
@@ -135,13 +157,16 @@ final class ControlConnection {
         }
     }
 
-    /// The next complete message already read, if any.
+    /// The next complete message already read, if any. Throws UndecodableMessage for
+    /// an authenticated frame whose body does not decode (the next call goes on).
     func nextBuffered() throws -> ControlMessage? {
         let plain: [UInt8]?
         do { plain = try opener.next() } catch { throw ClientError.protocolError("control frame rejected: \(error)") }
         guard let p = plain else { return nil }
         do { return try ControlMessage.decode(p) } catch ControlDecodeError.unknownType {
             return nil  // a newer server's message: ignore it
+        } catch ControlDecodeError.body(let t, let e) {
+            throw UndecodableMessage(type: t, detail: "\(e)")
         } catch {
             throw ClientError.protocolError("bad control message from the server: \(error)")
         }

@@ -36,7 +36,7 @@ final class LocalStream {
     static let zeroGateMs = 200
 
     let streamID: UInt32
-    /// Assigned by the server (may change when a session is re-established).
+    /// Changes only under the slot lock (a reconnect gives the stream a new ssrc).
     var ssrc: UInt32
     let kind: StreamKind
     let externalFeed: Bool

@@ -1,7 +1,12 @@
 // The network thread (vc-network): starts and ends each session, reads control
-// messages and media datagrams, runs the keepalive / media RTT / rebinding timers,
-// and delivers every event of the client (Events.swift), so the host's event
-// callback always runs here, in protocol order.
+// messages and media datagrams, runs the keepalive / media RTT / rebinding timers
+// and the control connection's liveness, reconnects when the host asked for it
+// (Reconnect.swift), and delivers every event of the client (Events.swift), so the
+// host's event callback always runs here, in protocol order.
+//
+// Everything the server sends is checked before it is used (Validation.swift for
+// the rules of a message alone; order and known ids here): a message that breaks
+// them is refused with a VC_EVENT_ERROR naming it, and the session goes on.
 import Glibc
 import VoiceCatABI
 import VoiceCatAudio
@@ -10,16 +15,106 @@ import VoiceCatSystem
 
 /// Network-thread state of the media path.
 struct MediaPathState {
+    /// While streams are active the path is probed every 0.5 s and declared lost
+    /// 2.5 s after its last echo; idle, every keepalive_ms and after 3.5 periods.
+    static let activeKeepaliveMs: UInt64 = 500
+    static let activeLostMs: UInt64 = 2500
+    /// Binding attempts while rebinding (so a path that returns is bound within ~0.1 s).
+    static let rebindRetryMs: UInt64 = 100
+    /// A keepalive whose echo has not come after this is counted lost.
+    static let echoWindowMs: UInt64 = 2000
+
     var nextKeepaliveMs: UInt64 = 0
+    var lastKeepaliveMs: UInt64 = 0
     var lastEchoMs: UInt64 = 0
     var keepaliveSeq: UInt64 = 0
     var voiceConnected = true
-    /// Rebind requested at this time (awaiting RebindResult), or nil.
+    /// Streams are active (local or remote), and since when.
+    var active = false
+    var activeSinceMs: UInt64 = 0
+    /// Rebind requested at this time for this epoch (awaiting RebindResult), or nil.
     var rebindRequestedMs: UInt64?
+    var rebindEpoch: UInt32 = 0
     /// After RebindResult: binding keys being tried, and when to try next.
     var rebindKeys: DirectionalKeys?
     var bindSeq: UInt64 = 0
     var nextBindMs: UInt64 = 0
+    /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
+    var pendingSeq = [UInt64](repeating: .max, count: 16)
+    var pendingSentMs = [UInt64](repeating: 0, count: 16)
+
+    init(nowMs: UInt64) {
+        nextKeepaliveMs = nowMs
+        lastEchoMs = nowMs
+    }
+
+    /// An echo came back: a sign of life, and one keepalive fewer awaiting.
+    mutating func echoed(seq: UInt64, nowMs: UInt64) {
+        lastEchoMs = nowMs
+        for i in pendingSeq.indices where pendingSeq[i] == seq { pendingSeq[i] = .max }
+    }
+
+    /// Records a keepalive sent; returns how many awaiting ones it pushed out unanswered.
+    mutating func sent(seq: UInt64, nowMs: UInt64) -> UInt64 {
+        let i = Int(seq % UInt64(pendingSeq.count))
+        let lost: UInt64 = pendingSeq[i] != .max ? 1 : 0
+        pendingSeq[i] = seq
+        pendingSentMs[i] = nowMs
+        return lost
+    }
+
+    /// Counts (and forgets) keepalives unanswered for the echo window.
+    mutating func expire(nowMs: UInt64) -> UInt64 {
+        var lost: UInt64 = 0
+        for i in pendingSeq.indices where pendingSeq[i] != .max && nowMs &- pendingSentMs[i] > MediaPathState.echoWindowMs {
+            pendingSeq[i] = .max
+            lost += 1
+        }
+        return lost
+    }
+
+    /// The last sign of life of the path (an echo, or when probing started).
+    var lastSignMs: UInt64 { active ? max(lastEchoMs, activeSinceMs) : lastEchoMs }
+
+    func keepalivePeriod(_ configured: UInt64) -> UInt64 { active ? min(configured, MediaPathState.activeKeepaliveMs) : configured }
+    func lostAfter(_ configured: UInt64) -> UInt64 {
+        active ? min(MediaPathState.activeLostMs, 3 * configured + configured / 2) : 3 * configured + configured / 2
+    }
+}
+
+/// Network-thread state of the control connection's liveness.
+struct ControlLiveness {
+    var lastHeardMs: UInt64
+    var nextPingMs: UInt64
+    init(nowMs: UInt64) { lastHeardMs = nowMs; nextPingMs = nowMs }
+    /// Nothing heard for this long: the connection is dead.
+    static func timeoutMs(keepaliveMs: UInt64) -> UInt64 { max(3 * keepaliveMs, 3000) }
+}
+
+/// Refusal events are rate-limited (a hostile server cannot make an event storm):
+/// 20 at once, then 5 a second, the rest counted and reported in the next one.
+final class RefusalGate {
+    private var tokens = 20.0
+    private var lastMs: UInt64 = 0
+    private var suppressed = 0
+
+    /// The text to raise now, or nil (suppressed).
+    func admit(_ text: String, nowMs: UInt64) -> String? {
+        tokens = min(20, tokens + Double(nowMs &- lastMs) / 200)
+        lastMs = nowMs
+        guard tokens >= 1 else { suppressed += 1; return nil }
+        tokens -= 1
+        defer { suppressed = 0 }
+        return suppressed == 0 ? text : text + " (and \(suppressed) more refusals not reported)"
+    }
+}
+
+/// Why the loop of one connection ended.
+enum LinkEnd {
+    /// The host asked (disconnect or destroy): (code, text) for DISCONNECTED.
+    case host(Int32, String)
+    /// The connection was lost or failed.
+    case lost(Int32, String)
 }
 
 extension VoiceClient {
@@ -32,71 +127,124 @@ extension VoiceClient {
     func networkLoop() {
         ThreadIdentity.mark(owner: self, role: ThreadRole.network.rawValue)
         defer { ThreadIdentity.clear() }
-        guard let (conn, sock, address, result, sendKey) = cond.withLock({ () -> (ControlConnection, Socket, SocketAddress, HelloResult, SymmetricKey)? in
-            guard let c = control, let u = udp, let h = hello, let k = mediaSendKey else { return nil }
-            return (c, u, serverAddress, h, k)
-        }) else { return }
+        guard var link = cond.withLock({ () -> Link? in
+            guard let c = control, let u = udp, let h = hello else { return nil }
+            return Link(conn: c, udp: u, address: serverAddress, hello: h, refused: refusedAtHello)
+        }) else {
+            teardown(reason: VC_ERR_NETWORK, text: "the session ended before it started")
+            return
+        }
 
         // Start the session: the send path, CONNECTED, the output stage.
         packetsIn.store(0, ordering: .relaxed); bytesIn.store(0, ordering: .relaxed)
         authFailures.store(0, ordering: .relaxed); mediaRttMs.store(0, ordering: .relaxed)
         controlRttMs.store(0, ordering: .relaxed); voiceConnected.store(true, ordering: .relaxed)
+        keepalivesSent.store(0, ordering: .relaxed); keepalivesLost.store(0, ordering: .relaxed)
         streams.resetCounters()
-        streams.publish(SendSnapshot(key: sendKey, socket: sock, address: address, serverMuted: false))
+        publishSendPath(link)
         events.discardPending()
         var connected = ClientEvent(type: .connected)
-        connected.userID = result.userID
-        connected.text = result.serverName
+        connected.userID = link.hello.userID
+        connected.text = link.hello.serverName
         events.raise(connected)
+        for text in link.refused { raiseRefusal(text) }
         if let err = output.setConnected(true) { reportDevice(err.description) }
         events.deliver()
         cond.withLock { networkReady = true; cond.broadcast() }
 
+        var end: LinkEnd
+        while true {
+            end = run(link)
+            guard case .lost(let code, let text) = end, config.autoReconnect else { break }
+            ClientLog.log(1, "connection lost (\(text)); reconnecting")
+            guard let next = reconnect(after: code, text) else {
+                end = cond.withLock { stopNetwork } ? .host(disconnectReason.0, disconnectReason.1) : lastReconnectFailure
+                break
+            }
+            link = next
+        }
+        let (code, text): (Int32, String)
+        switch end {
+        case .host(let c, let t): (code, text) = (c, t)
+        case .lost(let c, let t): (code, text) = (c, t)
+        }
+        if code != VC_OK { ClientLog.log(1, "disconnected: \(text)") }
+        teardown(reason: code, text: text)
+    }
+
+    /// Publishes what sending needs for `link` (media key of its epoch 0, socket, address).
+    func publishSendPath(_ link: Link) {
+        guard let key = cond.withLock({ mediaSendKey }) else { return }
+        streams.publish(SendSnapshot(key: key, socket: link.udp, address: link.address, serverMuted: false))
+    }
+
+    /// Runs one connection until the host ends the session or the connection is lost.
+    func run(_ link: Link) -> LinkEnd {
+        let conn = link.conn, sock = link.udp
         let rx = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 16)
         defer { rx.deallocate() }
-        var media = MediaPathState()
         let now0 = MonotonicClock.milliseconds()
-        media.nextKeepaliveMs = now0
-        media.lastEchoMs = now0
+        var media = MediaPathState(nowMs: now0)
+        var control = ControlLiveness(nowMs: now0)
         var pollSet = PollSet()
-        var endReason: (Int32, String)? = nil
-        while endReason == nil {
-            if let r = cond.withLock({ stopNetwork ? disconnectReason : nil }) { endReason = r; break }
-            let timeout = Int32(clamping: max(0, Int64(nextTimerMs(media)) - Int64(MonotonicClock.milliseconds())))
+        func hostEnd() -> LinkEnd? { cond.withLock { stopNetwork ? LinkEnd.host(disconnectReason.0, disconnectReason.1) : nil } }
+        while true {
+            if let e = hostEnd() { return e }
+            let timeout = Int32(clamping: max(0, Int64(nextTimerMs(media, control)) - Int64(MonotonicClock.milliseconds())))
             pollSet.removeAll()
             pollSet.add(wake.readFD, events: Int16(POLLIN))
             pollSet.add(conn.socket.fd, events: Int16(POLLIN))
             pollSet.add(sock.fd, events: Int16(POLLIN))
             _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
-            if let r = cond.withLock({ stopNetwork ? disconnectReason : nil }) { endReason = r; break }
+            if let e = hostEnd() { return e }
             if pollSet.fds[1].revents != 0 {
                 do {
                     let open = try conn.readAvailable()
-                    while let m = try conn.nextBuffered() { handleControl(m, conn: conn, media: &media) }
-                    if !open { endReason = (VC_ERR_NETWORK, "the server closed the connection") }
+                    try dispatchBuffered(conn, media: &media, control: &control)
+                    if !open {
+                        events.deliver()
+                        return .lost(VC_ERR_NETWORK, "the server closed the connection")
+                    }
                 } catch let e as ClientError {
-                    endReason = (e.code, e.description)
+                    events.deliver()
+                    return .lost(e.code, e.description)
                 } catch {
-                    endReason = (VC_ERR_NETWORK, "\(error)")
+                    events.deliver()
+                    return .lost(VC_ERR_NETWORK, "\(error)")
                 }
             }
             if pollSet.fds[2].revents != 0 { drainUDP(sock, rx, media: &media) }
-            timers(conn: conn, sock: sock, media: &media)
+            if let dead = timers(conn: conn, sock: sock, media: &media, control: &control) {
+                events.deliver()
+                return dead
+            }
             events.deliver()
         }
-        let (code, text) = endReason ?? (VC_ERR_NETWORK, "the session ended")
-        if code != VC_OK { ClientLog.log(1, "disconnected: \(text)") }
-        teardown(reason: code, text: text)
+    }
+
+    /// Handles every complete message read so far; an undecodable one is refused
+    /// and the rest go on. Frame errors (authentication) end the connection.
+    func dispatchBuffered(_ conn: ControlConnection, media: inout MediaPathState, control: inout ControlLiveness) throws {
+        while true {
+            do {
+                guard let m = try conn.nextBuffered() else { return }
+                control.lastHeardMs = MonotonicClock.milliseconds()
+                handleControl(m, sender: conn, media: &media)
+            } catch let u as UndecodableMessage {
+                control.lastHeardMs = MonotonicClock.milliseconds()
+                refuseUndecodable(u)
+            }
+        }
     }
 
     /// When the next timer of the network thread is due (ms, monotonic).
-    func nextTimerMs(_ media: MediaPathState) -> UInt64 {
-        var t = media.nextKeepaliveMs
-        let period = UInt64(config.keepaliveMs)
-        if media.voiceConnected { t = min(t, media.lastEchoMs + 3 * period + period / 2 + 1) }
+    func nextTimerMs(_ media: MediaPathState, _ control: ControlLiveness) -> UInt64 {
+        let configured = UInt64(config.keepaliveMs)
+        var t = min(media.nextKeepaliveMs, media.lastKeepaliveMs + MediaPathState.activeKeepaliveMs)
+        if media.voiceConnected { t = min(t, media.lastSignMs + media.lostAfter(configured) + 1) }
         if media.rebindKeys != nil { t = min(t, media.nextBindMs) }
-        if let r = media.rebindRequestedMs { t = min(t, r + 3 * period + 1) }
+        t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
         // While someone talks, look at the playout every 50 ms for the end of it.
         var anyTalking = false
         receive.forEachStream { _, s in if s.talking { anyTalking = true } }
@@ -104,46 +252,70 @@ extension VoiceClient {
         return t
     }
 
-    func handleControl(_ m: ControlMessage, conn: ControlConnection, media: inout MediaPathState) {
+    // MARK: control messages
+
+    func handleControl(_ m: ControlMessage, sender: ControlSender, media: inout MediaPathState) {
         let now = MonotonicClock.milliseconds()
+        if let p = m.serverMessageProblem { return refuse(m, p) }
         switch m {
+        case .helloResult:
+            refuse(m, "out of order: the session has started already")
         case .joinChannelResult(let r):
+            let listed = cond.withLock { hello?.channels.contains(where: { $0.id == r.channelID }) == true }
+            guard listed else { return refuse(m, "channel \(r.channelID) is not one the server listed") }
             applyJoin(r)
             reply(r.requestID, m)
         case .streamAnnounceResult(let r):
             // A stream whose request timed out is one the host does not know: withdraw it.
-            if !reply(r.requestID, m) { try? conn.send(.streamStop(StreamStop(streamID: r.streamID))) }
+            if !reply(r.requestID, m) { try? sender.send(.streamStop(StreamStop(streamID: r.streamID))) }
         case .error(let e):
             if !reply(e.requestID, m) {
                 var ev = ClientEvent(type: .error)
                 ev.code = VoiceClient.mapServerError(e).code
-                ev.text = "server: \(e.message)"
+                ev.text = "server: \(ServerMessageLimits.sanitized(e.message))"
                 events.raise(ev)
             }
         case .ping(let p):
-            try? conn.send(.pong(Pong(timestamp: p.timestamp)))
+            try? sender.send(.pong(Pong(timestamp: p.timestamp)))
         case .pong(let p):
-            controlRttMs.store(UInt32(clamping: now &- p.timestamp), ordering: .relaxed)
+            if p.timestamp <= now { controlRttMs.store(UInt32(clamping: now &- p.timestamp), ordering: .relaxed) }
         case .userJoined(let u):
+            let own = cond.withLock { u.member.userID == hello?.userID }
+            if own || u.member.userID == 0 { return refuse(m, "user id \(u.member.userID) is not another user") }
             cond.withLock { usernames[u.member.userID] = u.member.username }
             var e = ClientEvent(type: .userJoined)
             e.userID = u.member.userID; e.channelID = u.channelID; e.text = u.member.username
             e.muted = u.member.muted; e.deafened = u.member.deafened
             events.raise(e)
         case .userLeft(let u):
+            guard let name = cond.withLock({ usernames[u.userID] }) else { return refuse(m, "user \(u.userID) is not known") }
             var e = ClientEvent(type: .userLeft)
             e.userID = u.userID; e.channelID = u.channelID
-            e.text = cond.withLock { usernames[u.userID] ?? "" }
+            e.text = name
             events.raise(e)
         case .remoteStreamAdded(let r):
+            let (inChannel, own, known) = cond.withLock { (channelID != 0, r.userID == hello?.userID, usernames[r.userID] != nil) }
+            if !inChannel { return refuse(m, "out of order: no channel joined") }
+            if own { return refuse(m, "ssrc \(r.ssrc) is announced as this session's own") }
+            if !known { return refuse(m, "user \(r.userID) is not a member this client was told of") }
+            if receive.slotIndex(ssrc: r.ssrc) != nil { return refuse(m, "ssrc \(r.ssrc) is already received") }
             addRemote(r)
         case .remoteStreamRemoved(let r):
             let own = cond.withLock { r.userID == hello?.userID }
-            if own { retire(r.streamID) } else { removeRemote(ssrc: r.ssrc) }
+            if own {
+                guard (try? streams.withStream(r.streamID) { _, _ in true }) == true else {
+                    return refuse(m, "names no stream of this session (\(r.streamID))")
+                }
+                retire(r.streamID)
+            } else {
+                guard receive.slotIndex(ssrc: r.ssrc) != nil else { return refuse(m, "ssrc \(r.ssrc) is not received") }
+                removeRemote(ssrc: r.ssrc)
+            }
             var e = ClientEvent(type: .remoteStreamRemoved)
             e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc
             events.raise(e)
         case .streamStateUpdate(let u):
+            guard receive.slotIndex(ssrc: u.ssrc) != nil else { return refuse(m, "ssrc \(u.ssrc) is not received") }
             var e = ClientEvent(type: .streamStateUpdate)
             e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
             e.userID = (try? receive.withSlot(ssrc: u.ssrc) { $0.userID }) ?? 0
@@ -156,31 +328,79 @@ extension VoiceClient {
             e.userID = s.userID; e.muted = s.muted; e.deafened = s.deafened
             events.raise(e)
         case .rebindResult(let r):
-            let keys = conn.keys.media(epoch: r.epoch)
+            guard media.rebindRequestedMs != nil, r.epoch == media.rebindEpoch else {
+                return refuse(m, "epoch \(r.epoch) was not asked for")
+            }
+            let keys = sender.keys.media(epoch: r.epoch)
             cond.withLock { epoch = r.epoch; mediaReceiveKey = keys.receive; mediaSendKey = keys.send }
             if let snap = streams.snapshot { streams.publish(snap.with(key: keys.send)) }
-            media.rebindKeys = conn.keys.bind(epoch: r.epoch)
+            media.rebindKeys = sender.keys.bind(epoch: r.epoch)
             media.rebindRequestedMs = nil
             media.nextBindMs = now
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
-        default:
-            break
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+            break   // refused above (serverMessageProblem)
         }
     }
 
-    /// The server put this session in a channel: streams published elsewhere are
-    /// withdrawn, the old channel's remote streams go away, CHANNEL_JOINED is raised
-    /// (before the new channel's REMOTE_STREAM_ADDED, which follow on the wire).
-    /// Applied whether or not the request that asked for it is still waiting.
-    func applyJoin(_ r: JoinChannelResult) {
-        let name = cond.withLock { () -> String in
-            channelID = r.channelID
-            channelAudio = r.audio
-            for m in r.members { usernames[m.userID] = m.username }
-            channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
-            return channelName
+    /// Refuses a message that broke the rules: an ERROR event naming it (rate-limited),
+    /// the request waiting for it (if any) fails with the reason, and what the server
+    /// already did on its side is undone where it matters.
+    func refuse(_ m: ControlMessage, _ why: String) {
+        let text = "refused a \(m.type) message from the server: \(why)"
+        ClientLog.log(1, text)
+        switch m {
+        case .joinChannelResult(let r):
+            // The server put us in a channel we cannot use: be in none.
+            leaveChannelLocally()
+            failRequest(r.requestID, text)
+        case .streamAnnounceResult(let r):
+            failRequest(r.requestID, text)
+            if let c = cond.withLock({ control }) { try? c.send(.streamStop(StreamStop(streamID: r.streamID))) }
+        default:
+            break
         }
+        raiseRefusal(text)
+    }
+
+    /// An authenticated message that did not decode: refused; requests waiting for a
+    /// message of its type fail (their reply may be the one lost).
+    func refuseUndecodable(_ u: UndecodableMessage) {
+        ClientLog.log(1, u.description)
+        cond.withLock {
+            for (rid, t) in expected where t == u.type && replies[rid] == .some(nil) { refusedReplies[rid] = u.description }
+            cond.broadcast()
+        }
+        if u.type == .joinChannelResult { leaveChannelLocally() }
+        raiseRefusal(u.description)
+    }
+
+    func failRequest(_ rid: UInt32, _ text: String) {
+        guard rid != 0 else { return }
+        cond.withLock {
+            guard replies.keys.contains(rid) else { return }
+            refusedReplies[rid] = text
+            cond.broadcast()
+        }
+    }
+
+    func raiseRefusal(_ text: String) {
+        guard let t = refusals.admit(text, nowMs: MonotonicClock.milliseconds()) else { return }
+        var e = ClientEvent(type: .error)
+        e.code = VC_ERR_PROTOCOL
+        e.text = t
+        events.raise(e)
+    }
+
+    /// In no channel any more (a refused join): streams retired, remote streams removed.
+    func leaveChannelLocally() {
+        cond.withLock { channelID = 0; channelName = ""; channelAudio = nil }
         for s in streams.all { retire(s.streamID) }
+        removeAllRemote()
+    }
+
+    /// Removes every received stream, raising TALK_STOP / REMOTE_STREAM_REMOVED.
+    func removeAllRemote() {
         for ssrc in receive.ssrcs {
             let gone = receive.remove(ssrc: ssrc)
             if gone?.wasTalking == true {
@@ -192,6 +412,25 @@ extension VoiceClient {
             e.ssrc = ssrc; e.userID = gone?.userID ?? 0
             events.raise(e)
         }
+    }
+
+    /// The server put this session in a channel: streams published elsewhere are
+    /// withdrawn, the old channel's remote streams go away, CHANNEL_JOINED is raised
+    /// (before the new channel's REMOTE_STREAM_ADDED, which follow on the wire).
+    /// Applied whether or not the request that asked for it is still waiting: a join
+    /// that timed out and was applied by the server late is reconciled here (the
+    /// host sees CHANNEL_JOINED, and vc_get_channel_audio names the new channel).
+    /// `keepStreams`: a reconnect re-joining the same channel keeps its streams.
+    func applyJoin(_ r: JoinChannelResult, keepStreams: Bool = false) {
+        let name = cond.withLock { () -> String in
+            channelID = r.channelID
+            channelAudio = r.audio
+            for m in r.members { usernames[m.userID] = m.username }
+            channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
+            return channelName
+        }
+        if !keepStreams { for s in streams.all { retire(s.streamID) } }
+        removeAllRemote()
         var e = ClientEvent(type: .channelJoined)
         e.channelID = r.channelID
         e.text = name
@@ -266,7 +505,7 @@ extension VoiceClient {
                 guard h.ssrc == bindingID else { continue }
                 let rtt = UInt32(truncatingIfNeeded: now) &- h.timestamp
                 if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
-                media.lastEchoMs = now
+                media.echoed(seq: h.seq, nowMs: now)
             case .udpBinding:
                 guard let keys = media.rebindKeys, (try? MediaCrypto.open(d, key: keys.receive)) != nil else { continue }
                 media.rebindKeys = nil
@@ -281,33 +520,49 @@ extension VoiceClient {
         }
     }
 
-    func timers(conn: ControlConnection, sock: Socket, media: inout MediaPathState) {
+    /// Keepalives and the media path's liveness, rebinding, the control connection's
+    /// ping and liveness, talk state. Returns why the connection is dead, if it is.
+    func timers(conn: ControlConnection, sock: Socket, media: inout MediaPathState, control: inout ControlLiveness) -> LinkEnd? {
         let now = MonotonicClock.milliseconds()
-        let period = UInt64(config.keepaliveMs)
+        let configured = UInt64(config.keepaliveMs)
         let (bindingID, sessionID, addr, curEpoch) = cond.withLock { (hello?.bindingID ?? 0, hello?.sessionID ?? 0, serverAddress, epoch) }
+        // Streams active: probe faster, and count the quiet time from when probing began.
+        var remote = false
+        receive.forEachStream { _, _ in remote = true }
+        let active = remote || localStreamCount.load(ordering: .relaxed) > 0
+        if active != media.active {
+            media.active = active
+            if active { media.activeSinceMs = now }
+        }
+        let period = media.keepalivePeriod(configured)
+        media.nextKeepaliveMs = min(media.nextKeepaliveMs, media.lastKeepaliveMs + period)
         if now >= media.nextKeepaliveMs {
             media.nextKeepaliveMs = now + period
+            media.lastKeepaliveMs = now
             let ka = FrameHeader(type: .keepalive, ssrc: bindingID, seq: media.keepaliveSeq, timestamp: UInt32(truncatingIfNeeded: now))
+            keepalivesLost.wrappingAdd(media.sent(seq: media.keepaliveSeq, nowMs: now), ordering: .relaxed)
+            keepalivesSent.wrappingAdd(1, ordering: .relaxed)
             media.keepaliveSeq += 1
             var bytes = ka.bytes
             _ = try? bytes.withUnsafeMutableBytes { try sock.sendTo(UnsafeRawBufferPointer($0), addr) }
-            try? conn.send(.ping(Ping(timestamp: now)))
         }
-        // No echo for three periods: the media path is gone. Ask for new keys and rebind.
-        if media.voiceConnected && now &- media.lastEchoMs > 3 * period + period / 2 {
+        keepalivesLost.wrappingAdd(media.expire(nowMs: now), ordering: .relaxed)
+        // No sign of life for too long: the media path is gone. Ask for new keys and rebind.
+        if media.voiceConnected && now &- media.lastSignMs > media.lostAfter(configured) {
             media.voiceConnected = false
             voiceConnected.store(false, ordering: .relaxed)
             events.raise(ClientEvent(type: .voiceDisconnected))
             ClientLog.log(1, "voice disconnected: no keepalive echo for \(now &- media.lastEchoMs) ms")
         }
-        if !media.voiceConnected && media.rebindKeys == nil {
-            if media.rebindRequestedMs == nil || now &- media.rebindRequestedMs! > 3 * period {
-                media.rebindRequestedMs = now
-                try? conn.send(.rebind(Rebind(epoch: curEpoch &+ 1)))
-            }
+        // One Rebind per loss (TCP delivers it; a control connection that stalls is
+        // caught by its own liveness), then bindings every 0.1 s until one is answered.
+        if !media.voiceConnected && media.rebindKeys == nil && media.rebindRequestedMs == nil {
+            media.rebindRequestedMs = now
+            media.rebindEpoch = curEpoch &+ 1
+            try? conn.send(.rebind(Rebind(epoch: media.rebindEpoch)))
         }
         if let keys = media.rebindKeys, now >= media.nextBindMs {
-            media.nextBindMs = now + 250
+            media.nextBindMs = now + MediaPathState.rebindRetryMs
             var payload = [UInt8](repeating: 0, count: 12)
             payload.withUnsafeMutableBytes { p in
                 p.storeBytes(of: sessionID.bigEndian, toByteOffset: 0, as: UInt64.self)
@@ -318,7 +573,17 @@ extension VoiceClient {
             media.bindSeq += 1
             _ = try? d.withUnsafeBytes { try sock.sendTo($0, addr) }
         }
+        // The control connection: a Ping every keepalive_ms; dead when nothing came for the timeout.
+        if now >= control.nextPingMs {
+            control.nextPingMs = now + configured
+            try? conn.send(.ping(Ping(timestamp: now)))
+        }
+        let silentMs = now &- control.lastHeardMs
+        if silentMs > ControlLiveness.timeoutMs(keepaliveMs: configured) {
+            return .lost(VC_ERR_TIMEOUT, "ping timeout: nothing came on the control connection for \(silentMs) ms")
+        }
         updateTalkState(now: now)
+        return nil
     }
 
     /// Talk state follows what is played: TALK_START when the first frame of a

@@ -66,6 +66,11 @@ public struct ClientConfig {
     public var talkHangoverMs: UInt32 = 300
     /// Where devices come from: ALSA unless a host or test gives another backend.
     public var backend: AudioBackend = AlsaBackend.shared
+    /// The known-servers file (trust on first use): nil = the per-user default
+    /// (KnownServers.defaultPath), "" = none.
+    public var knownServersPath: String? = nil
+    /// Reconnect by itself after the control connection is lost (re-join, re-announce).
+    public var autoReconnect = false
     public init() {}
 }
 
@@ -87,6 +92,8 @@ extension vc_event_type {
     public static let serverMuteState = VC_EVENT_SERVER_MUTE_STATE
     public static let streamStateUpdate = VC_EVENT_STREAM_STATE_UPDATE
     public static let error = VC_EVENT_ERROR
+    public static let reconnecting = VC_EVENT_RECONNECTING
+    public static let reconnected = VC_EVENT_RECONNECTED
 }
 
 public struct ClientEvent: Equatable {
@@ -144,6 +151,9 @@ public struct ConnectionStats: Equatable {
     public var packetsOut: UInt64 = 0
     public var authFailures: UInt64 = 0
     public var voiceConnected = false
+    /// Keepalives sent on the media path, and those whose echo never came (loss).
+    public var keepalivesSent: UInt64 = 0
+    public var keepalivesLost: UInt64 = 0
 }
 
 /// Process-wide log sink (vc_set_log_callback). Level 0 error … 3 debug.

@@ -28,7 +28,8 @@ import VoiceCatSystem
 public final class VoiceClient {
     public let config: ClientConfig
 
-    enum Phase { case idle, connecting, connected, closing }
+    /// idle → connecting → connected (→ reconnecting → connected …) → closing → idle.
+    enum Phase { case idle, connecting, connected, reconnecting, closing }
 
     // Session state, guarded by `cond`.
     let cond = Condition()
@@ -46,6 +47,10 @@ public final class VoiceClient {
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]
+    /// The reply type each outstanding request waits for, and the reason a reply was
+    /// refused (it broke the rules, or did not decode).
+    var expected: [UInt32: MessageType] = [:]
+    var refusedReplies: [UInt32: String] = [:]
     var networkThread: SystemThread?
     /// Set by disconnect/destroy: the network thread tears the session down and exits.
     var stopNetwork = false
@@ -57,7 +62,14 @@ public final class VoiceClient {
     /// Why the host ended the session (code, text), for the DISCONNECTED event.
     var disconnectReason: (Int32, String) = (VC_OK, "")
     var epoch: UInt32 = 0
-    /// Cuts short every wait of a connect (destroy, disconnect).
+    /// What the session connected to, for automatic reconnects.
+    var target: ConnectTarget?
+    /// Channel entries of the HelloResult refused at connect (raised after CONNECTED).
+    var refusedAtHello: [String] = []
+    /// Network thread only: rate limit of refusal events; why reconnecting gave up.
+    let refusals = RefusalGate()
+    var lastReconnectFailure = LinkEnd.lost(VC_ERR_NETWORK, "reconnecting failed")
+    /// Cuts short every wait of a connect or reconnect (destroy, disconnect).
     let cancel: Canceller
 
     // Counters the network thread writes and host threads read.
@@ -67,6 +79,10 @@ public final class VoiceClient {
     let mediaRttMs = Atomic<UInt32>(0)
     let controlRttMs = Atomic<UInt32>(0)
     let voiceConnected = Atomic<Bool>(false)
+    let keepalivesSent = Atomic<UInt64>(0)
+    let keepalivesLost = Atomic<UInt64>(0)
+    /// Published local streams (the network thread probes the media path faster while any exist).
+    let localStreamCount = Atomic<Int>(0)
 
     // Parts.
     let wake: WakePipe
@@ -163,13 +179,48 @@ public final class VoiceClient {
 
     // MARK: connect
 
+    /// Everything a connect needs, kept for automatic reconnects.
+    struct ConnectTarget {
+        var host: String
+        var port: UInt16
+        var username: String
+        var password: String
+        /// The fingerprint to insist on: the host's pin, or (reconnects) the one the
+        /// first connect verified.
+        var pinned: String?
+        /// The known-servers file to check and record in (nil: none).
+        var storePath: String?
+    }
+
+    /// One established session's connections and what the server said in Hello.
+    struct Link {
+        let conn: ControlConnection
+        let udp: Socket
+        let address: SocketAddress
+        let hello: HelloResult
+        /// Channel entries of the HelloResult that were left out, and why.
+        let refused: [String]
+    }
+
+    /// The known-servers file in force: nil when the host chose none ("") or no home
+    /// directory exists for the per-user default.
+    var knownServersFile: String? {
+        guard let p = config.knownServersPath else { return KnownServers.defaultPath() }
+        return p.isEmpty ? nil : p
+    }
+
     public func connect(host: String, port: UInt16, username: String, password: String?, pinnedFingerprint: String?,
-                        timeoutMs: Int) throws {
+                        allowUnverified: Bool = false, timeoutMs: Int) throws {
         try refuseInCallback("vc_connect")
         if let pin = pinnedFingerprint, pin.count != 64 || bytesFromHex(pin) == nil {
             throw fail(.invalidArgument("server_fingerprint must be 64 hex digits"))
         }
-        guard !username.isEmpty, username.utf8.count <= 64 else { throw fail(.invalidArgument("username must be 1 to 64 bytes")) }
+        if let p = NameRules.problem(username, what: "username") { throw fail(.invalidArgument(p)) }
+        let store = pinnedFingerprint == nil ? knownServersFile : nil
+        if pinnedFingerprint == nil && store == nil && !allowUnverified {
+            throw fail(.auth("nothing to verify the server's identity with: pin server_fingerprint, use a known-servers file "
+                             + "(vc_client_config.known_servers_path), or set allow_unverified to connect unverified"))
+        }
         let oldThread = try failing {
             try cond.withLock { () throws -> SystemThread? in
                 if destroyed { throw ClientError.state("the client is being destroyed") }
@@ -186,57 +237,27 @@ public final class VoiceClient {
         }
         oldThread?.join()
         let deadline = MonotonicClock.milliseconds() + UInt64(max(1, timeoutMs))
-        var conn: ControlConnection? = nil
-        var sock: Socket? = nil
+        var target = ConnectTarget(host: host, port: port == 0 ? ProtocolVersion.defaultPort : port, username: username,
+                                   password: password ?? "", pinned: pinnedFingerprint?.lowercased(), storePath: store)
+        var link: Link? = nil
         do {
-            let address: SocketAddress
-            do { address = try SocketAddress(host: host, port: port == 0 ? ProtocolVersion.defaultPort : port) } catch {
-                throw ClientError.network("cannot resolve \(host): \(error)")
-            }
-            var seen: String? = nil
-            do {
-                conn = try ControlConnection(address: address, pinned: pinnedFingerprint, deadlineMs: deadline, cancel: cancel,
-                                             seenFingerprint: &seen)
-            } catch {
-                cond.withLock { fingerprint = seen }
-                throw error
-            }
-            let c = conn!
-            cond.withLock { fingerprint = seen }
-            try c.send(.hello(Hello(username: username, password: password ?? "", clientName: config.clientName)))
-            let result: HelloResult
-            switch try c.receive(deadlineMs: deadline) {
-            case .helloResult(let r): result = r
-            case .error(let e): throw VoiceClient.mapServerError(e)
-            case let other: throw ClientError.protocolError("expected HelloResult, got \(other.type)")
-            }
-            do {
-                sock = try Socket.udp(familyOf: address)
-                try sock!.setNonBlocking()
-                sock!.setReceiveBuffer(1 << 20)
-            } catch {
-                throw ClientError.network("cannot open the UDP socket: \(error)")
-            }
-            let media = c.keys.media(epoch: 0)
-            try bindUDP(sock!, to: address, sessionID: result.sessionID, bindingID: result.bindingID,
-                        keys: c.keys.bind(epoch: 0), epoch: 0, deadlineMs: deadline)
+            let l = try establish(target, deadlineMs: deadline)
+            link = l
+            // Reconnects insist on the identity verified now.
+            target.pinned = l.conn.fingerprint
+            target.storePath = nil
             try cond.withLock {
                 if destroyed || stopNetwork || cancel.isCancelled {
                     throw ClientError.state("the connect was cancelled (the client is being destroyed or disconnected)")
                 }
-                control = c
-                udp = sock
-                serverAddress = address
-                hello = result
+                install(l)
+                self.target = target
                 channelID = 0
                 channelName = ""
                 channelAudio = nil
-                usernames = [result.userID: username]
+                usernames = [l.hello.userID: username]
                 replies = [:]
                 stopNetwork = false
-                mediaReceiveKey = media.receive
-                mediaSendKey = media.send
-                epoch = 0
                 phase = .connected
                 networkReady = false
                 // The network thread starts the session (send path, CONNECTED, the
@@ -246,10 +267,10 @@ public final class VoiceClient {
                 // The session may already have ended (the server closed it at once).
                 if !networkReady { throw ClientError.network("the connection ended while connecting") }
             }
-            ClientLog.log(2, "connected to \(address) as \(username) (user \(result.userID)), server fingerprint \(c.fingerprint)")
+            ClientLog.log(2, "connected to \(l.address) as \(username) (user \(l.hello.userID)), server fingerprint \(l.conn.fingerprint)")
         } catch {
-            conn?.close()
-            sock?.close()
+            let installed = cond.withLock { control === link?.conn && link != nil }
+            if !installed { link?.conn.close(); link?.udp.close() }
             cond.withLock {
                 if phase == .connecting { phase = .idle }
                 stopNetwork = false
@@ -260,8 +281,78 @@ public final class VoiceClient {
         }
     }
 
+    /// Makes `l` the session's connections (cond held).
+    func install(_ l: Link) {
+        let media = l.conn.keys.media(epoch: 0)
+        control = l.conn
+        udp = l.udp
+        serverAddress = l.address
+        hello = l.hello
+        mediaReceiveKey = media.receive
+        mediaSendKey = media.send
+        epoch = 0
+        refusedAtHello = l.refused
+    }
+
+    /// TCP, handshake, the server's identity checked (pin or known-servers file)
+    /// before anything else is sent, Hello, UDP binding. Any thread; every wait ends
+    /// at the deadline or a cancel. Nothing of the session's state changes except the
+    /// fingerprint seen.
+    func establish(_ t: ConnectTarget, deadlineMs deadline: UInt64) throws -> Link {
+        let address: SocketAddress
+        do { address = try SocketAddress(host: t.host, port: t.port) } catch {
+            throw ClientError.network("cannot resolve \(t.host): \(error)")
+        }
+        var seen: String? = nil
+        let c: ControlConnection
+        do {
+            c = try ControlConnection(address: address, pinned: t.pinned, deadlineMs: deadline, cancel: cancel, seenFingerprint: &seen)
+        } catch {
+            cond.withLock { fingerprint = seen }
+            throw error
+        }
+        var sock: Socket? = nil
+        do {
+            cond.withLock { fingerprint = seen }
+            if t.pinned == nil, let path = t.storePath {
+                try KnownServers.verify(path: path, host: t.host, port: t.port, fingerprint: c.fingerprint)
+            }
+            try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName)))
+            var result: HelloResult
+            switch try c.receiveDecoded(deadlineMs: deadline) {
+            case .helloResult(let r): result = r
+            case .error(let e): throw VoiceClient.mapServerError(e)
+            case let other: throw ClientError.protocolError("expected HelloResult, got \(other.type)")
+            }
+            if let p = ControlMessage.helloResult(result).serverMessageProblem {
+                throw ClientError.protocolError("refused the server's HelloResult: \(p)")
+            }
+            var refused: [String] = []
+            result.channels = result.channels.filter { ch in
+                guard let p = ch.problem else { return true }
+                refused.append("refused a channel of the server's HelloResult: \(p)")
+                return false
+            }
+            result.serverName = ServerMessageLimits.sanitized(result.serverName, maxBytes: ServerMessageLimits.maxServerNameBytes)
+            do {
+                sock = try Socket.udp(familyOf: address)
+                try sock!.setNonBlocking()
+                sock!.setReceiveBuffer(1 << 20)
+            } catch {
+                throw ClientError.network("cannot open the UDP socket: \(error)")
+            }
+            try bindUDP(sock!, to: address, sessionID: result.sessionID, bindingID: result.bindingID,
+                        keys: c.keys.bind(epoch: 0), epoch: 0, deadlineMs: deadline)
+            return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused)
+        } catch {
+            c.close()
+            sock?.close()
+            throw error
+        }
+    }
+
     static func mapServerError(_ e: ErrorMessage) -> ClientError {
-        let text = "server: \(e.message)"
+        let text = "server: \(ServerMessageLimits.sanitized(e.message))"
         switch ProtocolErrorCode(rawValue: e.code) {
         case .authFailed: return .auth(text)
         case .versionMismatch: return .version(text)
@@ -301,33 +392,39 @@ public final class VoiceClient {
         }
         throw ClientError.timeout("the server did not answer the UDP binding (is UDP to port \(address.port) blocked?)")
     }
-
     // MARK: disconnect
 
     public func disconnect() throws {
         try refuseInCallback("vc_disconnect")
         let wasUp = cond.withLock { phase != .idle }
-        guard wasUp else { throw fail(.state("not connected")) }
+        guard wasUp else {
+            // A session that ended by itself may leave its network thread finishing.
+            endSession(reason: VC_OK, text: "")
+            throw fail(.state("not connected"))
+        }
         endSession(reason: VC_OK, text: "disconnected by the host")
     }
 
     /// Ends the session from a host thread: cancels a connect in progress, or has the
-    /// network thread tear the session down (it raises DISCONNECTED), and waits for it.
+    /// network thread tear the session down (it raises DISCONNECTED), and waits for
+    /// it. Afterwards no thread of the session runs (its network thread is joined even
+    /// when the session had already ended by itself).
     func endSession(reason: Int32, text: String) {
         let t: SystemThread? = cond.withLock {
-            switch phase {
-            case .idle: return nil
-            case .connecting:
+            // A connect in progress is cut short; it may still have installed its
+            // session (then it is torn down below like any other).
+            while phase == .connecting {
                 cancel.cancel()
-                while phase == .connecting { cond.wait(untilMs: nil) }
-                return nil
-            case .connected, .closing:
-                stopNetwork = true
-                disconnectReason = (reason, text)
-                let t = networkThread
-                networkThread = nil
-                return t
+                cond.wait(untilMs: nil)
             }
+            if phase == .connected || phase == .reconnecting || phase == .closing {
+                if !stopNetwork { disconnectReason = (reason, text) }
+                stopNetwork = true
+                cancel.cancel()   // a reconnect's waits end at once
+            }
+            let t = networkThread
+            networkThread = nil
+            return t
         }
         wake.wake()
         if let t { t.join() }
@@ -338,7 +435,7 @@ public final class VoiceClient {
     /// Forgets the session (network thread, on its way out): streams, devices,
     /// sockets; raises DISCONNECTED and delivers every pending event.
     func teardown(reason: Int32, text: String) {
-        cond.withLock { if phase == .connected { phase = .closing } }
+        cond.withLock { if phase == .connected || phase == .reconnecting { phase = .closing } }
         for s in streams.all { retire(s.streamID) }
         streams.publish(nil)
         output.setConnected(false)
@@ -367,6 +464,7 @@ public final class VoiceClient {
     /// session ended): its capture stops, later feeds are refused.
     func retire(_ id: UInt32) {
         guard let s = streams.remove(id) else { return }
+        localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)
         let hadAEC = s.slot.lock.withLock { () -> Bool in
             let aec = s.apm?.settings.echoCancellation == true
@@ -378,23 +476,33 @@ public final class VoiceClient {
 
     // MARK: requests
 
-    /// Sends a request and waits for the reply that carries its request id.
-    func request(_ make: (UInt32) -> ControlMessage, timeoutMs: Int) throws -> ControlMessage {
+    /// Sends a request and waits for the reply that carries its request id (a reply
+    /// of type `expecting` the network thread refused ends the wait with its reason).
+    /// A request that times out may still be applied by the server: its late reply is
+    /// reconciled by the network thread (see handleControl).
+    func request(_ make: (UInt32) -> ControlMessage, expecting: MessageType, timeoutMs: Int) throws -> ControlMessage {
         let (conn, rid) = try cond.withLock { () throws -> (ControlConnection, UInt32) in
-            guard phase == .connected, let c = control else { throw ClientError.state("not connected") }
+            guard phase == .connected, let c = control else {
+                throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected")
+            }
             let r = nextRequestID
             nextRequestID &+= 1
             if nextRequestID == 0 { nextRequestID = 1 }
             replies[r] = .some(nil)
+            expected[r] = expecting
             return (c, r)
         }
         let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)
-        do { try conn.send(make(rid)) } catch { cond.withLock { _ = replies.removeValue(forKey: rid) }; throw error }
+        do { try conn.send(make(rid)) } catch {
+            cond.withLock { _ = replies.removeValue(forKey: rid); _ = expected.removeValue(forKey: rid) }
+            throw error
+        }
         return try cond.withLock {
             // Whatever happens, the request stops being outstanding here.
-            defer { replies.removeValue(forKey: rid) }
+            defer { replies.removeValue(forKey: rid); expected.removeValue(forKey: rid); refusedReplies.removeValue(forKey: rid) }
             while true {
                 if case .some(.some(let m)) = replies[rid] { return m }
+                if let why = refusedReplies[rid] { throw ClientError.protocolError(why) }
                 if destroyed { throw ClientError.state("the client is being destroyed") }
                 guard phase == .connected else { throw ClientError.network("the connection ended while waiting for the server") }
                 if MonotonicClock.milliseconds() >= deadline { throw ClientError.timeout("the server did not answer in \(timeoutMs) ms") }
@@ -405,8 +513,10 @@ public final class VoiceClient {
 
     public func joinChannel(_ name: String, timeoutMs: Int = 5000) throws {
         try refuseInCallback("vc_join_channel")
+        if let p = NameRules.problem(name, what: "channel name") { throw fail(.invalidArgument(p)) }
         try failing {
-            let reply = try request({ .joinChannel(JoinChannel(name: name, requestID: $0)) }, timeoutMs: timeoutMs)
+            let reply = try request({ .joinChannel(JoinChannel(name: name, requestID: $0)) }, expecting: .joinChannelResult,
+                                    timeoutMs: timeoutMs)
             switch reply {
             case .joinChannelResult: return   // applied and announced by the network thread
             case .error(let err): throw VoiceClient.mapServerError(err)
@@ -426,14 +536,14 @@ public final class VoiceClient {
         }
         return try failing {
             try cond.withLock {
-                guard phase == .connected else { throw ClientError.state("not connected") }
+                guard phase == .connected else { throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected") }
                 guard channelAudio != nil else { throw ClientError.state("join a channel before starting a stream") }
             }
             let sid = try streams.reserve()
             var installed = false
             defer { if !installed { streams.unreserve(sid) } }
             let reply = try request({ .streamAnnounce(StreamAnnounce(streamID: sid, kind: kind, channels: UInt32(channels), requestID: $0)) },
-                                    timeoutMs: 5000)
+                                    expecting: .streamAnnounceResult, timeoutMs: 5000)
             switch reply {
             case .streamAnnounceResult(let r):
                 guard let slot = streams.slot(for: sid) else { throw ClientError.state("stream slot lost") }
@@ -455,6 +565,7 @@ public final class VoiceClient {
                 }
                 streams.install(s)
                 streams.pacer.start(owner: self, table: streams)
+                localStreamCount.wrappingAdd(1, ordering: .relaxed)
                 installed = true
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")
                 return sid
@@ -530,6 +641,8 @@ public final class VoiceClient {
         s.packetsIn = packetsIn.load(ordering: .relaxed)
         s.authFailures = authFailures.load(ordering: .relaxed)
         s.voiceConnected = voiceConnected.load(ordering: .relaxed)
+        s.keepalivesSent = keepalivesSent.load(ordering: .relaxed)
+        s.keepalivesLost = keepalivesLost.load(ordering: .relaxed)
         (s.packetsOut, s.bytesOut) = streams.sendCounters()
         return s
     }

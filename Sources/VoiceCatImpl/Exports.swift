@@ -210,7 +210,8 @@ public func vc_client_config_default() -> vc_client_config {
     let d = ClientConfig()
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
-                            playback_device: nil, talk_hangover_ms: d.talkHangoverMs)
+                            playback_device: nil, talk_hangover_ms: d.talkHangoverMs, known_servers_path: nil,
+                            auto_reconnect: d.autoReconnect ? 1 : 0)
 }
 
 @_cdecl("vc_connect_params_default")
@@ -236,6 +237,14 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         c.externalPlayback = cfg.pointee.external_playback != 0
         if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
         c.talkHangoverMs = cfg.pointee.talk_hangover_ms
+        if let k = cfg.pointee.known_servers_path {
+            guard let path = String(validatingCString: k) else {
+                ClientLog.log(0, "vc_client_create: known_servers_path is not valid UTF-8")
+                return VC_ERR_INVALID_ARG
+            }
+            c.knownServersPath = path
+        }
+        c.autoReconnect = cfg.pointee.auto_reconnect != 0
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -270,12 +279,13 @@ public func vc_connect(_ p: OpaquePointer?, _ params: UnsafePointer<vc_connect_p
     withClient(p) { b in
         guard let params else { throw invalid("vc_connect: params is NULL") }
         guard let host = params.pointee.host else { throw invalid("vc_connect: params->host is NULL") }
-        guard let user = params.pointee.username else { throw invalid("vc_connect: params->username is NULL") }
+        guard let userPtr = params.pointee.username else { throw invalid("vc_connect: params->username is NULL") }
+        guard let user = String(validatingCString: userPtr) else { throw invalid("vc_connect: params->username is not valid UTF-8") }
         let pw = params.pointee.password.map { String(cString: $0) }
         let fp = params.pointee.server_fingerprint.map { String(cString: $0) }
         let t = params.pointee.timeout_ms == 0 ? 5000 : Int(params.pointee.timeout_ms)
-        try b.client.connect(host: String(cString: host), port: params.pointee.port, username: String(cString: user),
-                             password: pw, pinnedFingerprint: fp, timeoutMs: t)
+        try b.client.connect(host: String(cString: host), port: params.pointee.port, username: user,
+                             password: pw, pinnedFingerprint: fp, allowUnverified: params.pointee.allow_unverified != 0, timeoutMs: t)
         return VC_OK
     }
 }
@@ -303,7 +313,8 @@ public func vc_get_server_fingerprint(_ p: OpaquePointer?, _ buf: UnsafeMutableP
 public func vc_join_channel(_ p: OpaquePointer?, _ name: UnsafePointer<CChar>?) -> Int32 {
     withClient(p) { b in
         guard let name else { throw invalid("vc_join_channel: name is NULL") }
-        try b.client.joinChannel(String(cString: name))
+        guard let n = String(validatingCString: name) else { throw invalid("vc_join_channel: name is not valid UTF-8") }
+        try b.client.joinChannel(n)
         return VC_OK
     }
 }
@@ -447,7 +458,8 @@ public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePoi
         let s = b.client.connectionStats()
         out.pointee = vc_connection_stats(media_rtt_ms: s.mediaRttMs, control_rtt_ms: s.controlRttMs, bytes_in: s.bytesIn,
                                           bytes_out: s.bytesOut, packets_in: s.packetsIn, packets_out: s.packetsOut,
-                                          auth_failures: s.authFailures, voice_connected: s.voiceConnected ? 1 : 0)
+                                          auth_failures: s.authFailures, voice_connected: s.voiceConnected ? 1 : 0,
+                                          keepalives_sent: s.keepalivesSent, keepalives_lost: s.keepalivesLost)
         return VC_OK
     }
 }

@@ -181,14 +181,19 @@ public struct HelloResult: ControlBody {
     public var bindingID: UInt32
     public var serverName: String
     public var channels: [ChannelInfo]
-    public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo]) {
+    /// The largest UDP datagram the server accepts (its `max_datagram_bytes`); 0 = not
+    /// said (an older server: assume 1400). Senders size their frames to fit it.
+    public var maxDatagramBytes: UInt32
+    public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo],
+                maxDatagramBytes: UInt32 = 0) {
         self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
-        self.serverName = serverName; self.channels = channels
+        self.serverName = serverName; self.channels = channels; self.maxDatagramBytes = maxDatagramBytes
     }
 
     public func encode(into w: inout ProtoWriter) {
         w.uint(1, sessionID); w.uint(2, userID); w.uint(3, bindingID); w.string(4, serverName)
         for c in channels { w.message(5, c) }
+        w.uint(6, maxDatagramBytes)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> HelloResult {
         var m = HelloResult(sessionID: 0, userID: 0, bindingID: 0, serverName: "", channels: [])
@@ -199,6 +204,7 @@ public struct HelloResult: ControlBody {
             case 3: m.bindingID = try r.uint32(f)
             case 4: m.serverName = try r.string(f)
             case 5: m.channels.append(try ChannelInfo.decode(r.nested(f)))
+            case 6: m.maxDatagramBytes = try r.uint32(f)
             default: break
             }
         }

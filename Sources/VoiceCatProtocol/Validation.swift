@@ -1,0 +1,98 @@
+// The rules both sides apply to what they read from the other, written once:
+// names (usernames, channel names), text lengths, and what a server may send a
+// client. A message that breaks them is refused by name; the session goes on.
+// AudioConfig's own rules are AudioConfig.validationError() (the server applies
+// the same to its channel configuration at load time).
+
+/// Usernames and channel names: 1 to 64 bytes of UTF-8 (a decoded protobuf string
+/// is always valid UTF-8), no control characters (C0, DEL, C1), so nothing a peer
+/// names can carry escape sequences into logs or user interfaces.
+public enum NameRules {
+    public static let maxBytes = 64
+
+    /// nil when `name` is acceptable, else what is wrong (`what` names it: "username").
+    public static func problem(_ name: String, what: String) -> String? {
+        if name.isEmpty { return "\(what) is empty" }
+        if name.utf8.count > maxBytes { return "\(what) is \(name.utf8.count) bytes (at most \(maxBytes))" }
+        if let c = name.unicodeScalars.first(where: isControl) {
+            return "\(what) contains the control character U+\(hex4(c.value))"
+        }
+        return nil
+    }
+
+    /// C0 controls, DEL and C1 controls.
+    public static func isControl(_ s: Unicode.Scalar) -> Bool { s.value < 0x20 || (s.value >= 0x7f && s.value < 0xa0) }
+
+    static func hex4(_ v: UInt32) -> String {
+        let digits = Array("0123456789ABCDEF")
+        return String((0..<4).reversed().map { digits[Int((v >> (UInt32($0) * 4)) & 0xf)] })
+    }
+}
+
+/// Upper bounds on what a server may send (a client keeps memory and UI text bounded).
+public enum ServerMessageLimits {
+    public static let maxServerNameBytes = 256
+    public static let maxErrorTextBytes = 1024
+    public static let maxChannels = 4096
+    public static let maxMembers = 4096
+
+    /// `text` with control characters replaced (U+FFFD) and cut to `maxBytes` on a
+    /// character boundary: server text shown to a host as it is, but harmless.
+    public static func sanitized(_ text: String, maxBytes: Int = maxErrorTextBytes) -> String {
+        var out = String.UnicodeScalarView()
+        var bytes = 0
+        for s in text.unicodeScalars {
+            let c = NameRules.isControl(s) ? Unicode.Scalar(0xFFFD)! : s
+            let n = String(c).utf8.count
+            if bytes + n > maxBytes { break }
+            bytes += n
+            out.append(c)
+        }
+        return String(out)
+    }
+}
+
+extension ControlMessage {
+    /// What a client refuses in this message from a server, judged on the message
+    /// alone (the client adds what depends on its session: order, known ids); nil
+    /// when acceptable. Error texts are not refused but sanitized by the reader.
+    public var serverMessageProblem: String? {
+        func audio(_ a: AudioConfig, _ what: String) -> String? { a.validationError().map { "\(what): \($0)" } }
+        switch self {
+        case .helloResult(let m):
+            if m.serverName.utf8.count > ServerMessageLimits.maxServerNameBytes {
+                return "server_name is \(m.serverName.utf8.count) bytes (at most \(ServerMessageLimits.maxServerNameBytes))"
+            }
+            if m.channels.count > ServerMessageLimits.maxChannels { return "\(m.channels.count) channels (at most \(ServerMessageLimits.maxChannels))" }
+            return nil   // bad channel entries are left out of the list one by one (channelProblem)
+        case .joinChannelResult(let m):
+            if let p = audio(m.audio, "channel \(m.channelID) audio") { return p }
+            if m.members.count > ServerMessageLimits.maxMembers { return "\(m.members.count) members (at most \(ServerMessageLimits.maxMembers))" }
+            for member in m.members {
+                if let p = NameRules.problem(member.username, what: "member \(member.userID)'s username") { return p }
+            }
+            return nil
+        case .userJoined(let m):
+            return NameRules.problem(m.member.username, what: "user \(m.member.userID)'s username")
+        case .streamAnnounceResult(let m):
+            if m.ssrc == 0 { return "ssrc 0" }
+            return audio(m.effectiveAudio, "stream \(m.streamID) effective audio")
+        case .remoteStreamAdded(let m):
+            if m.ssrc == 0 { return "ssrc 0" }
+            return audio(m.audio, "ssrc \(m.ssrc) audio")
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+            return "\(type) is a message only a client sends"
+        case .error, .ping, .pong, .userLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult:
+            return nil
+        }
+    }
+}
+
+extension ChannelInfo {
+    /// What makes this channel entry of a HelloResult unusable, or nil.
+    public var problem: String? {
+        if let p = NameRules.problem(name, what: "channel \(id)'s name") { return p }
+        if let p = audio.validationError() { return "channel \(id) (\(name)) audio: \(p)" }
+        return nil
+    }
+}
