@@ -60,9 +60,7 @@ extension ControlMessage {
         func audio(_ a: AudioConfig, _ what: String) -> String? { a.validationError().map { "\(what): \($0)" } }
         switch self {
         case .helloResult(let m):
-            if m.serverName.utf8.count > ServerMessageLimits.maxServerNameBytes {
-                return "server_name is \(m.serverName.utf8.count) bytes (at most \(ServerMessageLimits.maxServerNameBytes))"
-            }
+            // server_name is shown sanitized and cut (ServerMessageLimits.sanitized), not refused.
             if m.channels.count > ServerMessageLimits.maxChannels { return "\(m.channels.count) channels (at most \(ServerMessageLimits.maxChannels))" }
             return nil   // bad channel entries are left out of the list one by one (channelProblem)
         case .joinChannelResult(let m):

@@ -1,7 +1,8 @@
 // A seeded network impairment proxy for tests: sits between clients and a server
-// on loopback, relays TCP untouched and impairs UDP in each direction with
-// Gilbert-Elliott bursty loss, delay with Gaussian jitter and spikes, reordering
-// (a consequence of jitter) and duplication. Everything stays on 127.0.0.1.
+// on loopback, impairs UDP in each direction with Gilbert-Elliott bursty loss,
+// delay with Gaussian jitter and spikes, reordering (a consequence of jitter) and
+// duplication, and relays TCP with an optional fixed delay or a stall (nothing
+// moves, no connection is accepted, until it ends). Everything stays on 127.0.0.1.
 import Glibc
 import VoiceCatSimulation
 import VoiceCatSystem
@@ -23,7 +24,17 @@ public final class ImpairmentProxy {
     private var rng: TraceGenerator.Random
     private var badUp = false, badDown = false
     private var clients: [SocketAddress: Socket] = [:]     // client address → socket towards the server
-    private var pipes: [(Socket, Socket, [UInt8], [UInt8])] = []  // TCP client, TCP server, pending to server, pending to client
+    private var pipes: [TCPPipe] = []
+    private var tcpStalled = false
+    private var tcpDelayMs = 0.0
+
+    /// One relayed TCP connection: chunks wait until due, then go out in order.
+    final class TCPPipe {
+        let client: Socket, server: Socket
+        var toServer: [(due: Double, bytes: [UInt8])] = []
+        var toClient: [(due: Double, bytes: [UInt8])] = []
+        init(client: Socket, server: Socket) { self.client = client; self.server = server }
+    }
     private var queue: [(due: Double, bytes: [UInt8], via: Socket, to: SocketAddress)] = []
     private let lock = Lock()
     private var stopping = false
@@ -56,6 +67,12 @@ public final class ImpairmentProxy {
         lock.withLock { upstream = up; downstream = down }
     }
 
+    /// Stalls TCP (both directions, and new connections) until called with false.
+    public func setTCPStalled(_ on: Bool) { lock.withLock { tcpStalled = on } }
+
+    /// Delays every relayed TCP chunk by `ms` (each direction).
+    public func setTCPDelay(ms: Double) { lock.withLock { tcpDelayMs = ms } }
+
     public func stop() {
         lock.withLock { stopping = true }
         thread?.join()
@@ -82,11 +99,17 @@ public final class ImpairmentProxy {
             ps.add(udp.fd, events: Int16(POLLIN))
             let ups = Array(clients)
             for (_, s) in ups { ps.add(s.fd, events: Int16(POLLIN)) }
-            for p in pipes { ps.add(p.0.fd, events: Int16(POLLIN)); ps.add(p.1.fd, events: Int16(POLLIN)) }
+            let (stalled, tcpDelay) = lock.withLock { (tcpStalled, tcpDelayMs) }
+            if !stalled { for p in pipes { ps.add(p.client.fd, events: Int16(POLLIN)); ps.add(p.server.fd, events: Int16(POLLIN)) } }
             _ = try? ps.wait(timeoutMs: 1)
-            if let (s, _) = try? tcpListener.accept(), let up = try? Socket.connectTCP(target, timeoutMs: 1000) {
-                try? s.setNonBlocking()
-                pipes.append((s, up, [], []))
+            if !stalled, let (s, _) = try? tcpListener.accept() {
+                if let up = try? Socket.connectTCP(target, timeoutMs: 1000) {
+                    try? s.setNonBlocking()
+                    try? up.setNonBlocking()
+                    pipes.append(TCPPipe(client: s, server: up))
+                } else {
+                    s.close()
+                }
             }
             // Client → server datagrams.
             while let (n, from) = try? buf.withUnsafeMutableBytes({ try udp.receiveFrom(into: $0) }) {
@@ -116,24 +139,38 @@ public final class ImpairmentProxy {
                     _ = try? q.bytes.withUnsafeBytes { try q.via.sendTo($0, q.to) }
                 } else { i += 1 }
             }
-            // TCP relay, untouched.
-            var keep: [(Socket, Socket, [UInt8], [UInt8])] = []
-            for var p in pipes {
+            // TCP relay (delayed by tcpDelay; nothing moves while stalled).
+            if stalled { continue }
+            var keep: [TCPPipe] = []
+            for p in pipes {
                 var open = true
-                for (from, dir) in [(p.0, 0), (p.1, 1)] {
+                for (from, dir) in [(p.client, 0), (p.server, 1)] {
                     do {
                         if let n = try buf.withUnsafeMutableBytes({ try from.read(into: $0) }) {
-                            if n == 0 { open = false } else if dir == 0 { p.2 += buf[0..<n] } else { p.3 += buf[0..<n] }
+                            if n == 0 { open = false } else if dir == 0 {
+                                p.toServer.append((now + tcpDelay, Array(buf[0..<n])))
+                            } else {
+                                p.toClient.append((now + tcpDelay, Array(buf[0..<n])))
+                            }
                         }
                     } catch { open = false }
                 }
-                if !p.2.isEmpty, let n = try? p.2.withUnsafeBytes({ try p.1.write($0) }) { p.2.removeFirst(n) }
-                if !p.3.isEmpty, let n = try? p.3.withUnsafeBytes({ try p.0.write($0) }) { p.3.removeFirst(n) }
-                if open { keep.append(p) } else { p.0.close(); p.1.close() }
+                func flush(_ q: inout [(due: Double, bytes: [UInt8])], to s: Socket) {
+                    while let first = q.first, first.due <= now {
+                        guard let n = try? first.bytes.withUnsafeBytes({ try s.write($0) }) else { return }
+                        if n < first.bytes.count { q[0].bytes.removeFirst(n); return }
+                        q.removeFirst()
+                    }
+                }
+                flush(&p.toServer, to: p.server)
+                flush(&p.toClient, to: p.client)
+                if open { keep.append(p) } else {
+                    p.client.close(); p.server.close()
+                }
             }
             pipes = keep
         }
-        for p in pipes { p.0.close(); p.1.close() }
+        for p in pipes { p.client.close(); p.server.close() }
         tcpListener.close()
         udp.close()
     }

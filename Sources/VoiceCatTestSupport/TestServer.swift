@@ -1,31 +1,65 @@
 // Test support shared by the test targets: a voicecat-server on an ephemeral
-// loopback port with a fresh identity. Not part of any product.
+// loopback port, and the isolation every client test needs. Not part of any product.
 import Glibc
 import VoiceCatServerCore
 import VoiceCatSystem
 
-/// A server on an ephemeral loopback port with a fresh identity, for one test.
+/// Keeps test clients out of the user's files: XDG_CONFIG_HOME points at a fresh
+/// directory of this process (so the per-user known-servers file is the process's
+/// own), and test servers share one identity unless a test asks for its own (so a
+/// port reused by a later server never looks like a changed identity).
+public enum TestEnvironment {
+    public static let directory: String = {
+        var tmpl = Array("/tmp/vc-test-env-XXXXXX".utf8CString)
+        guard let d = mkdtemp(&tmpl) else { fatalError("mkdtemp failed") }
+        let dir = String(cString: d)
+        setenv("XDG_CONFIG_HOME", dir + "/config", 1)
+        return dir
+    }()
+
+    /// The identity file test servers share.
+    public static var sharedIdentityPath: String { directory + "/shared-identity.key" }
+
+    /// A fresh directory for one test's files.
+    public static func makeDirectory() -> String {
+        var tmpl = Array((directory + "/t-XXXXXX").utf8CString)
+        guard let d = mkdtemp(&tmpl) else { fatalError("mkdtemp failed") }
+        return String(cString: d)
+    }
+}
+
+/// A server on loopback for one test.
 public final class TestServer {
     public let server: Server
     let dir: String
+    public let identityPath: String
     public var port: UInt16 { server.port }
 
-    public init(_ tweak: (inout ServerConfig) -> Void = { _ in }) throws {
-        var tmpl = Array("/tmp/vc-test-XXXXXX".utf8CString)
-        guard let d = mkdtemp(&tmpl) else { throw SystemError("mkdtemp", errno: errno) }
-        dir = String(cString: d)
+    /// `freshIdentity`: a new identity of its own (else the process's shared one).
+    /// `port` 0: an ephemeral port. `identityPath`: a given identity file (a restart).
+    public init(freshIdentity: Bool = false, port: UInt16 = 0, identityPath: String? = nil,
+                _ tweak: (inout ServerConfig) -> Void = { _ in }) throws {
+        dir = TestEnvironment.makeDirectory()
         var c = ServerConfig()
-        c.port = 0
-        c.identityPath = dir + "/identity.key"
+        c.port = port
+        c.identityPath = identityPath ?? (freshIdentity ? dir + "/identity.key" : TestEnvironment.sharedIdentityPath)
+        self.identityPath = c.identityPath
         tweak(&c)
-        server = try Server(config: c)
+        var made: Server? = nil
+        // A restart on the same port may find it in TIME_WAIT for a moment.
+        for attempt in 0..<50 {
+            do { made = try Server(config: c); break } catch {
+                if port == 0 || attempt == 49 { throw error }
+                sleepMilliseconds(100)
+            }
+        }
+        server = made!
         server.log = { _ in }
         server.start()
     }
 
     public var counters: ServerCounters { server.countersSnapshot() }
 
-    /// Polls the counters until `cond` holds (or fails the test after `timeoutMs`).
     /// Polls the counters until `cond` holds; nil after `timeoutMs`.
     public func poll(timeoutMs: Int = 3000, _ cond: (ServerCounters) -> Bool) -> ServerCounters? {
         let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)

@@ -1,0 +1,171 @@
+// The client against a server that breaks the rules (HostileServer speaks the real
+// protocol): every bad message is refused with an ERROR event naming it, and the
+// session goes on: no hang, no crash, the mixer keeps rendering, requests still work.
+import Foundation
+import VoiceCatABI
+import VoiceCatClient
+import VoiceCatProtocol
+import VoiceCatSystem
+import XCTest
+
+final class HostileServerTests: XCTestCase {
+    func connected(_ hostile: HostileServer, keepaliveMs: UInt32 = 1000) throws -> (VoiceClient, EventLog) {
+        let c = try VoiceClient(config: .testing(keepaliveMs: keepaliveMs))
+        let log = EventLog(c)
+        try c.connect(host: "127.0.0.1", port: hostile.port, username: "victim", password: "secret", pinnedFingerprint: nil,
+                      allowUnverified: true, timeoutMs: 3000)
+        return (c, log)
+    }
+
+    /// Pulls 100 ms of mix: must return (a stream with 0-sample frames would loop forever).
+    func pull(_ c: VoiceClient) throws {
+        var buf = [Int16](repeating: 0, count: 4800 * 2)
+        try buf.withUnsafeMutableBufferPointer { try c.readMixed(into: $0.baseAddress!, frames: 4800) }
+    }
+
+    func audio(_ tweak: (inout AudioConfig) -> Void) -> AudioConfig {
+        var a = AudioConfig.speech
+        tweak(&a)
+        return a
+    }
+
+    func testEveryBadMessageIsRefusedByNameAndTheSessionGoesOn() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        let (c, log) = try connected(hostile)
+        defer { c.shutdown() }
+        try c.joinChannel("Lobby")
+        hostile.send(.userJoined(UserJoined(member: MemberInfo(userID: 5, username: "mallory"), channelID: 1)))
+
+        // Each case: what the server sends, and a word the refusal must name.
+        var cases: [(String, ControlMessage, String)] = []
+        var ssrc: UInt32 = 500
+        for frameUs: UInt32 in [0, 1, 120_000, UInt32.max] {
+            ssrc += 1
+            cases.append(("frame_us \(frameUs)", .remoteStreamAdded(RemoteStream(userID: 5, streamID: 1, ssrc: ssrc, kind: .mic,
+                                                                                 audio: audio { $0.frameMicros = frameUs })), "frame duration"))
+        }
+        for bitrate: UInt32 in [0, 1, 100_000_000, UInt32.max] {
+            ssrc += 1
+            cases.append(("bitrate \(bitrate)", .remoteStreamAdded(RemoteStream(userID: 5, streamID: 1, ssrc: ssrc, kind: .mic,
+                                                                                audio: audio { $0.bitrate = bitrate })), "bitrate"))
+        }
+        for rate: UInt32 in [0, 44100, UInt32.max] {
+            ssrc += 1
+            cases.append(("sample_rate \(rate)", .remoteStreamAdded(RemoteStream(userID: 5, streamID: 1, ssrc: ssrc, kind: .mic,
+                                                                                 audio: audio { $0.sampleRate = rate })), "sample_rate"))
+        }
+        let huge = String(repeating: "x", count: 60_000)
+        cases.append(("oversized username", .userJoined(UserJoined(member: MemberInfo(userID: 6, username: huge), channelID: 1)), "username"))
+        cases.append(("escape sequence in a username",
+                      .userJoined(UserJoined(member: MemberInfo(userID: 7, username: "evil\u{1b}[2J"), channelID: 1)), "control character"))
+        cases.append(("stream of an unknown user", .remoteStreamAdded(RemoteStream(userID: 99, streamID: 1, ssrc: 900, kind: .mic,
+                                                                                   audio: .speech)), "not a member"))
+        cases.append(("own user's stream", .remoteStreamAdded(RemoteStream(userID: hostile.userID, streamID: 1, ssrc: 901, kind: .mic,
+                                                                           audio: .speech)), "own"))
+        cases.append(("HelloResult mid-session", .helloResult(HelloResult(sessionID: 1, userID: 9, bindingID: 1, serverName: "x",
+                                                                          channels: [])), "out of order"))
+        cases.append(("RebindResult not asked for", .rebindResult(RebindResult(epoch: 7)), "not asked"))
+        cases.append(("state of an unknown stream", .streamStateUpdate(StreamStateUpdate(ssrc: 4242, muted: true, hold: false)), "not received"))
+        cases.append(("a client's message", .joinChannel(JoinChannel(name: "Lobby", requestID: 1)), "only a client sends"))
+
+        for (i, (label, message, word)) in cases.enumerated() {
+            // Refusal events are rate-limited (20 at once, then 5 a second): stay under it.
+            if i >= 15 { usleep(250_000) }
+            let from = log.total
+            hostile.send(message)
+            let hit = log.wait(from: from, timeoutMs: 5000) { $0.type == .error }
+            XCTAssertNotNil(hit, "\(label): no ERROR event")
+            if let e = hit?.event {
+                XCTAssertEqual(e.code, VC_ERR_PROTOCOL, label)
+                XCTAssertTrue(e.text.contains("\(message.type)"), "\(label): the event does not name the message: \(e.text)")
+                XCTAssertTrue(e.text.contains(word), "\(label): \(e.text)")
+            }
+            XCTAssertTrue(c.isConnected, "\(label): the session ended")
+        }
+        // Absurd channel count (mode 7) and a body that does not decode at all: refused by type.
+        var w = ProtoWriter()
+        w.uint(1, UInt32(5)); w.uint(2, UInt32(1)); w.uint(3, UInt32(950)); w.uint(4, UInt32(0))
+        var a = ProtoWriter()
+        a.uint(2, UInt32(7))
+        w.message(5, a.bytes)
+        var plain: [UInt8] = [0, UInt8(MessageType.remoteStreamAdded.rawValue)]
+        plain += w.bytes
+        usleep(250_000)
+        var from = log.total
+        hostile.sendPlain(plain)
+        var hit = log.wait(from: from) { $0.type == .error }
+        XCTAssertTrue(hit?.event.text.contains("remoteStreamAdded") == true, "mode 7: \(hit?.event.text ?? "no event")")
+        usleep(250_000)
+        from = log.total
+        hostile.sendPlain([0, UInt8(MessageType.userJoined.rawValue), 0x0a, 0x05, 0x12, 0xff])
+        hit = log.wait(from: from) { $0.type == .error }
+        XCTAssertTrue(hit?.event.text.contains("userJoined") == true, "truncated body: \(hit?.event.text ?? "no event")")
+
+        // Nothing bad was taken in; the mixer renders; a good stream and a request still work.
+        XCTAssertEqual(c.remoteStreams().count, 0)
+        try pull(c)
+        from = log.total
+        hostile.send(.remoteStreamAdded(RemoteStream(userID: 5, streamID: 1, ssrc: 777, kind: .mic, audio: .speech)))
+        XCTAssertNotNil(log.wait(from: from) { $0.type == .remoteStreamAdded && $0.ssrc == 777 })
+        try pull(c)
+        try c.joinChannel("Other")
+        XCTAssertTrue(c.isConnected)
+        XCTAssertEqual(log.count(.disconnected), 0)
+        print("hostile server: \(log.count(.error)) refusals, session still up")
+    }
+
+    func testBadRepliesFailTheirRequestsAtOnce() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        hostile.joinReply = { j in
+            .joinChannelResult(JoinChannelResult(channelID: 1, audio: AudioConfig.decodedEmpty, members: [], requestID: j.requestID))
+        }
+        let (c, log) = try connected(hostile)
+        defer { c.shutdown() }
+        let t0 = MonotonicClock.milliseconds()
+        XCTAssertThrowsError(try c.joinChannel("Lobby", timeoutMs: 20_000)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_PROTOCOL)
+        }
+        XCTAssertLessThan(MonotonicClock.milliseconds() - t0, 10_000, "the refused reply must end the wait, not the timeout")
+        XCTAssertNil(c.currentChannelAudio)
+        XCTAssertNotNil(log.wait { $0.type == .error && $0.text.contains("joinChannelResult") })
+
+        // A good join, then a stream whose effective audio has 0-length frames.
+        hostile.joinReply = nil
+        try c.joinChannel("Lobby")
+        hostile.announceReply = { a, ssrc in
+            var bad = AudioConfig.speech
+            bad.frameMicros = 0
+            return .streamAnnounceResult(StreamAnnounceResult(streamID: a.streamID, ssrc: ssrc, effectiveAudio: bad, requestID: a.requestID))
+        }
+        XCTAssertThrowsError(try c.startStream(kind: .mic, externalFeed: true, channels: 1)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_PROTOCOL)
+        }
+        // The server is told to forget the stream it announced.
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while MonotonicClock.milliseconds() < deadline, !hostile.received.contains(where: { if case .streamStop = $0 { return true }; return false }) {
+            usleep(5000)
+        }
+        XCTAssertTrue(hostile.received.contains { if case .streamStop = $0 { return true }; return false })
+        hostile.announceReply = nil
+        _ = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
+        XCTAssertTrue(c.isConnected)
+    }
+
+    func testAFloodOfBadMessagesIsNotAnEventStorm() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        let (c, log) = try connected(hostile)
+        defer { c.shutdown() }
+        for i in 0..<2000 { hostile.send(.streamStateUpdate(StreamStateUpdate(ssrc: UInt32(10_000 + i), muted: true, hold: false))) }
+        // Everything is read (a Ping round trip after the flood proves it) ...
+        try c.joinChannel("Lobby")
+        usleep(300_000)
+        let errors = log.count(.error)
+        print("2000 bad messages: \(errors) ERROR events")
+        XCTAssertGreaterThanOrEqual(errors, 1)
+        XCTAssertLessThanOrEqual(errors, 40)
+        XCTAssertTrue(c.isConnected)
+    }
+}
