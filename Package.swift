@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(
             name: "VoiceCatClientTests",
             dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport",
-                           "VoiceCatSimulation", "VoiceCatAllocCounter"]
+                           "VoiceCatSimulation", "VoiceCatAllocCounter", "VoiceCatImpl", "VoiceCatABI"]
         ),
     ]
 )

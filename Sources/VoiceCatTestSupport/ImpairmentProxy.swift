@@ -171,6 +171,9 @@ public final class ImpairmentProxy {
             pipes = keep
         }
         for p in pipes { p.client.close(); p.server.close() }
+        for (_, s) in clients { s.close() }
+        pipes = []
+        clients = [:]
         tcpListener.close()
         udp.close()
     }

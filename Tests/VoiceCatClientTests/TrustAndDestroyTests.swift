@@ -1,0 +1,193 @@
+// Trust on first use through the known-servers file, and destroying a client from
+// another thread at any moment (through the C API, where handles live).
+import Foundation
+import Synchronization
+import VoiceCatABI
+import VoiceCatClient
+import VoiceCatImpl
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+final class TrustAndDestroyTests: XCTestCase {
+    func testKnownServersFileAcceptsTheFirstFingerprintAndRefusesAChangedOne() throws {
+        let dir = TestEnvironment.makeDirectory()
+        let store = dir + "/known_servers"
+        let first = try HostileServer()
+        let port = first.port
+        let c = try VoiceClient(config: .testing(knownServers: store))
+        defer { c.shutdown() }
+
+        // First use: accepted and recorded; a second connect to the same identity too.
+        try c.connect(host: "127.0.0.1", port: port, username: "alex", password: "pw", pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.disconnect()
+        let text = try String(contentsOfFile: store, encoding: .utf8)
+        XCTAssertEqual(text, "127.0.0.1:\(port) \(first.fingerprint)\n")
+        try c.connect(host: "127.0.0.1", port: port, username: "alex", password: "pw", pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.disconnect()
+        first.stop()
+
+        // Another identity on the same host:port: refused, both fingerprints named, nothing sent after the handshake.
+        let second = try HostileServer(port: port)
+        defer { second.stop() }
+        XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: port, username: "alex", password: "pw", pinnedFingerprint: nil,
+                                           timeoutMs: 3000)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_AUTH)
+        }
+        XCTAssertTrue(c.lastError.contains(first.fingerprint), c.lastError)
+        XCTAssertTrue(c.lastError.contains(second.fingerprint), c.lastError)
+        XCTAssertEqual(c.serverFingerprint, second.fingerprint)
+        usleep(200_000)
+        XCTAssertEqual(second.handshakes, 1)
+        XCTAssertEqual(second.received.count, 0, "the client sent \(second.received) to a server whose identity changed")
+        XCTAssertEqual(try String(contentsOfFile: store, encoding: .utf8), text, "the store must not change")
+
+        // No store and no pin: refused before anything is sent, unless allow_unverified.
+        let bare = try VoiceClient(config: .testing(knownServers: ""))
+        defer { bare.shutdown() }
+        XCTAssertThrowsError(try bare.connect(host: "127.0.0.1", port: port, username: "kim", password: nil, pinnedFingerprint: nil,
+                                              timeoutMs: 3000)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_AUTH)
+        }
+        XCTAssertEqual(second.handshakes, 1)
+        try bare.connect(host: "127.0.0.1", port: port, username: "kim", password: nil, pinnedFingerprint: nil, allowUnverified: true,
+                         timeoutMs: 3000)
+        try bare.disconnect()
+
+        // NULL: the per-user default file (under this test process's XDG_CONFIG_HOME).
+        let user = try VoiceClient(config: .testing(knownServers: nil))
+        defer { user.shutdown() }
+        try user.connect(host: "127.0.0.1", port: port, username: "sam", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        let defaultFile = String(cString: getenv("XDG_CONFIG_HOME")) + "/voicecat/known_servers"
+        let recorded = try String(contentsOfFile: defaultFile, encoding: .utf8)
+        XCTAssertTrue(recorded.contains("127.0.0.1:\(port) \(second.fingerprint)"), recorded)
+    }
+
+    func testUsernamesAndChannelNamesAreCheckedBeforeSending() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        let c = try VoiceClient(config: .testing())
+        defer { c.shutdown() }
+        for bad in ["", "bell\u{07}", "esc\u{1b}[31m", "nl\nx", String(repeating: "é", count: 33), "c1\u{85}"] {
+            XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: hostile.port, username: bad, password: nil, pinnedFingerprint: nil,
+                                               allowUnverified: true, timeoutMs: 3000)) { e in
+                XCTAssertEqual((e as? ClientError)?.code, VC_ERR_INVALID_ARG, bad.debugDescription)
+            }
+        }
+        XCTAssertEqual(hostile.handshakes, 0)
+        try c.connect(host: "127.0.0.1", port: hostile.port, username: "zoë", password: nil, pinnedFingerprint: nil,
+                      allowUnverified: true, timeoutMs: 3000)
+        XCTAssertThrowsError(try c.joinChannel("Lob\u{1b}by")) { e in XCTAssertEqual((e as? ClientError)?.code, VC_ERR_INVALID_ARG) }
+        XCTAssertFalse(hostile.received.contains { if case .joinChannel = $0 { return true }; return false })
+        // Through the C API: a username that is not UTF-8.
+        var h: OpaquePointer? = nil
+        var cfg = vc_client_config_default()
+        cfg.external_playback = 1
+        XCTAssertEqual(vc_client_create(&cfg, &h), VC_OK)
+        defer { vc_client_destroy(h) }
+        let badUTF8: [CChar] = [0x61, CChar(bitPattern: 0xff), 0x62, 0]
+        let rc = "127.0.0.1".withCString { host in
+            badUTF8.withUnsafeBufferPointer { user in
+                var p = vc_connect_params(host: host, port: hostile.port, username: user.baseAddress, password: nil, server_fingerprint: nil,
+                                          timeout_ms: 2000, allow_unverified: 1)
+                return vc_connect(h, &p)
+            }
+        }
+        XCTAssertEqual(rc, VC_ERR_INVALID_ARG)
+    }
+
+    static func count(_ dir: String) -> Int { (try? FileManager.default.contentsOfDirectory(atPath: dir).count) ?? -1 }
+
+    /// vc_client_destroy from another thread at 20 points during connect, join, stream
+    /// start and streaming (5 delays into each stage, over a proxy that delays TCP so
+    /// each stage lasts): no crash, no hang, no thread or descriptor left behind.
+    func testDestroyFromAnotherThreadAtTwentyPoints() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var slow = Impairment()
+        slow.baseDelayMs = 15
+        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: slow, downstream: slow, seed: 7)
+        var proxyStopped = false
+        defer { if !proxyStopped { proxy.stop() } }
+        proxy.setTCPDelay(ms: 15)
+        let tone = Signal.tone(440, seconds: 0.02)
+
+        // Warm up once (lazy process-wide state), then take the baseline.
+        do {
+            var h: OpaquePointer? = nil
+            var cfg = vc_client_config_default()
+            cfg.external_playback = 1
+            _ = vc_client_create(&cfg, &h)
+            vc_client_destroy(h)
+        }
+        let threads0 = Self.count("/proc/self/task"), fds0 = Self.count("/proc/self/fd")
+        var stagesHit: [Int: Int] = [:]
+        for point in 0..<20 {
+            let stage = point % 4, delayMs = UInt32(point / 4) * 12
+            var h: OpaquePointer? = nil
+            var cfg = vc_client_config_default()
+            cfg.external_playback = 1
+            cfg.keepalive_ms = 1000
+            XCTAssertEqual(vc_client_create(&cfg, &h), VC_OK)
+            let handle = h
+            let reached = Atomic<Int>(-1)
+            let finished = Atomic<Bool>(false)
+            let worker = SystemThread(name: "destroy-test") {
+                defer { finished.store(true, ordering: .sequentiallyConsistent) }
+                reached.store(0, ordering: .sequentiallyConsistent)
+                let rc = "127.0.0.1".withCString { host in
+                    "victim\(point)".withCString { user in
+                        var p = vc_connect_params(host: host, port: proxy.port, username: user, password: nil, server_fingerprint: nil,
+                                                  timeout_ms: 5000, allow_unverified: 1)
+                        return vc_connect(handle, &p)
+                    }
+                }
+                guard rc == VC_OK else { return }
+                reached.store(1, ordering: .sequentiallyConsistent)
+                guard vc_join_channel(handle, "Lobby") == VC_OK else { return }
+                reached.store(2, ordering: .sequentiallyConsistent)
+                var d = vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1)
+                var sid: UInt32 = 0
+                guard vc_stream_start(handle, &d, &sid) == VC_OK else { return }
+                reached.store(3, ordering: .sequentiallyConsistent)
+                for _ in 0..<100 {
+                    let r = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(handle, sid, $0.baseAddress, 960, 1) }
+                    if r != VC_OK { return }
+                    usleep(10_000)
+                }
+            }
+            // Wait for the stage, then a few ms into it, then destroy.
+            let stageDeadline = MonotonicClock.milliseconds() + 5000
+            while reached.load(ordering: .sequentiallyConsistent) < stage && !finished.load(ordering: .sequentiallyConsistent)
+                    && MonotonicClock.milliseconds() < stageDeadline { usleep(500) }
+            usleep(delayMs * 1000)
+            let at = reached.load(ordering: .sequentiallyConsistent)
+            stagesHit[at, default: 0] += 1
+            let t0 = MonotonicClock.milliseconds()
+            vc_client_destroy(handle)
+            let destroyMs = MonotonicClock.milliseconds() - t0
+            XCTAssertLessThan(destroyMs, 5000, "point \(point): destroy took \(destroyMs) ms")
+            // The blocked call returns promptly.
+            let deadline = MonotonicClock.milliseconds() + 5000
+            while !finished.load(ordering: .sequentiallyConsistent) && MonotonicClock.milliseconds() < deadline { usleep(1000) }
+            XCTAssertTrue(finished.load(ordering: .sequentiallyConsistent), "point \(point): the worker's call did not return")
+            worker.join()
+            // Later calls with the handle are refused, not crashes.
+            XCTAssertEqual(vc_join_channel(handle, "Lobby"), VC_ERR_INVALID_ARG)
+        }
+        let threads1 = Self.count("/proc/self/task")
+        // The proxy keeps a socket per client it relayed and the server closes its side
+        // of each connection when it notices: count descriptors once both are done.
+        proxy.stop()
+        proxyStopped = true
+        let fdDeadline = MonotonicClock.milliseconds() + 5000
+        while Self.count("/proc/self/fd") > fds0 - 2 && MonotonicClock.milliseconds() < fdDeadline { usleep(10_000) }
+        let fds1 = Self.count("/proc/self/fd") + 2   // the proxy's own listener and UDP socket were in the baseline
+        print("destroy at 20 points: stage reached when destroyed \(stagesHit.sorted { $0.key < $1.key }) "
+              + "(0 connect, 1 join, 2 stream start, 3 streaming); threads \(threads0) → \(threads1), descriptors \(fds0) → \(fds1)")
+        XCTAssertLessThanOrEqual(threads1, threads0, "a thread outlived its client")
+        XCTAssertLessThanOrEqual(fds1, fds0, "a descriptor outlived its client")
+        XCTAssertGreaterThanOrEqual(stagesHit.keys.count, 3, "the points should spread over the stages")
+    }
+}
