@@ -1,0 +1,241 @@
+// Liveness and automatic reconnect through the impairment proxy and a real server:
+// a 5 s UDP cut, a 20 s TCP stall, a server killed and restarted mid-call. Times are
+// printed; the assertions use the bounds with wide margins for a shared
+// machine, and count events.
+import Foundation
+import Synchronization
+import VoiceCatABI
+import VoiceCatClient
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+/// Feeds a tone to a stream at real-time pace on its own thread until stopped.
+final class Feeder: @unchecked Sendable {
+    private let stop = StopFlag()
+    private let errors = AtomicCounter()
+    private var thread: SystemThread?
+    var failedFeeds: Int { errors.load() }
+
+    init(_ c: VoiceClient, stream: UInt32, hz: Double = 660) {
+        let block = Signal.tone(hz, seconds: 1)
+        thread = SystemThread(name: "feeder") { [stop, errors] in
+            var k = 0
+            let start = MonotonicClock.nanoseconds()
+            while !stop.isSet {
+                let off = (k % 50) * 960
+                do {
+                    try block.withUnsafeBufferPointer { try c.feed(streamID: stream, pcm: $0.baseAddress! + off, frames: 960, channels: 1) }
+                } catch { errors.add(1) }
+                k += 1
+                let due = start + UInt64(k) * 20_000_000
+                let now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+    }
+
+    func finish() { stop.set(); thread?.join(); thread = nil }
+}
+
+final class LivenessTests: XCTestCase {
+    func client(_ port: UInt16, _ name: String, keepaliveMs: UInt32 = 1000, autoReconnect: Bool = false,
+                channel: String? = "Lobby") throws -> (VoiceClient, EventLog) {
+        var cfg = ClientConfig.testing(keepaliveMs: keepaliveMs, knownServers: nil)
+        cfg.autoReconnect = autoReconnect
+        let c = try VoiceClient(config: cfg)
+        let log = EventLog(c)
+        try c.connect(host: "127.0.0.1", port: port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 5000)
+        if let channel { try c.joinChannel(channel) }
+        return (c, log)
+    }
+
+    /// Frames received from `ssrc` so far (0 when not received).
+    func received(_ c: VoiceClient, _ ssrc: UInt32?) -> UInt64 {
+        guard let ssrc, let s = try? c.streamStats(ssrc: ssrc) else { return 0 }
+        return s.jitter.packetsReceived
+    }
+
+    /// Keeps pulling the listener's mix (pull mode) so its jitter buffers drain.
+    func drainMix(_ c: VoiceClient, until stop: StopFlag) -> SystemThread {
+        SystemThread(name: "puller") {
+            var buf = [Int16](repeating: 0, count: 960 * 2)
+            while !stop.isSet {
+                buf.withUnsafeMutableBufferPointer { _ = try? c.readMixed(into: $0.baseAddress!, frames: 960) }
+                usleep(20_000)
+            }
+        }
+    }
+
+    func waitUntil(timeoutMs: UInt64, _ cond: () -> Bool) -> Bool {
+        let deadline = MonotonicClock.milliseconds() + timeoutMs
+        while MonotonicClock.milliseconds() < deadline { if cond() { return true }; usleep(10_000) }
+        return cond()
+    }
+
+    /// The default 5 s keepalive, a 5 s UDP cut while streaming: lost within 3 s of
+    /// the last echo, rebound within 200 ms of the path's return, audio resumes.
+    func testUDPCutOfFiveSecondsIsReportedAndRebound() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var clean = Impairment()
+        clean.baseDelayMs = 1
+        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: 3)
+        defer { proxy.stop() }
+        let (alex, log) = try client(proxy.port, "alex", keepaliveMs: 5000)
+        let (sam, _) = try client(server.port, "sam")
+        defer { alex.shutdown(); sam.shutdown() }
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        alex.setInputMode(.continuous)
+        let ssrc = alex.ssrc(ofStream: sid)
+        try sam.waitForRemote(ssrc: ssrc!)
+        let stopPull = StopFlag()
+        let puller = drainMix(sam, until: stopPull)
+        defer { stopPull.set(); puller.join() }
+        let feeder = Feeder(alex, stream: sid)
+        defer { feeder.finish() }
+        XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(sam, ssrc) > 25 }, "audio before the cut")
+
+        var cut = Impairment()
+        cut.lossGood = 1
+        let cutMs = MonotonicClock.milliseconds()
+        proxy.setImpairment(upstream: cut, downstream: cut)
+        let lost = log.wait(timeoutMs: 10_000) { $0.type == .voiceDisconnected }
+        XCTAssertNotNil(lost, "the cut was never reported")
+        let lostAfter = (lost?.ms ?? cutMs) - cutMs
+        XCTAssertFalse(alex.connectionStats().voiceConnected)
+        let target = cutMs + 5000
+        if MonotonicClock.milliseconds() < target { usleep(UInt32((target - MonotonicClock.milliseconds()) * 1000)) }
+        let before = received(sam, ssrc)
+        let backMs = MonotonicClock.milliseconds()
+        proxy.setImpairment(upstream: clean, downstream: clean)
+        let back = log.wait(from: 0, timeoutMs: 10_000) { $0.type == .voiceReconnected }
+        XCTAssertNotNil(back, "the path's return was never noticed")
+        let reboundAfter = (back?.ms ?? backMs) - backMs
+        XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(sam, ssrc) > before + 25 }, "audio did not resume")
+        let stats = alex.connectionStats()
+        print("UDP cut 5 s (keepalive_ms 5000, streaming): VOICE_DISCONNECTED \(lostAfter) ms after the cut (bound 3000), "
+              + "VOICE_RECONNECTED \(reboundAfter) ms after the path returned (bound 200); keepalives sent \(stats.keepalivesSent), "
+              + "lost \(stats.keepalivesLost); media RTT \(stats.mediaRttMs) ms")
+        XCTAssertLessThanOrEqual(lostAfter, 3000 + 1500)
+        XCTAssertLessThanOrEqual(reboundAfter, 200 + 800)
+        XCTAssertEqual(log.count(.voiceDisconnected), 1)
+        XCTAssertEqual(log.count(.voiceReconnected), 1)
+        XCTAssertGreaterThanOrEqual(stats.keepalivesLost, 5, "a 5 s cut at 0.5 s keepalives loses about 10")
+        XCTAssertLessThan(stats.keepalivesLost, stats.keepalivesSent)
+        XCTAssertTrue(stats.voiceConnected)
+        XCTAssertEqual(feeder.failedFeeds, 0)
+    }
+
+    /// TCP stalled for 20 s: a plain client is declared disconnected by its ping
+    /// timeout; an auto-reconnecting one is back afterwards with the same stream id
+    /// and audio; a join that timed out during a stall is reconciled when it lands.
+    func testTCPStallOfTwentySeconds() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var clean = Impairment()
+        clean.baseDelayMs = 1
+        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: 4)
+        defer { proxy.stop() }
+        let (plain, plainLog) = try client(proxy.port, "plain")
+        let (talker, talkLog) = try client(proxy.port, "talker", autoReconnect: true)
+        let (slow, slowLog) = try client(proxy.port, "slow", keepaliveMs: 10_000)   // ping timeout 30 s: outlives the stall
+        let (listener, listenLog) = try client(server.port, "listener")
+        defer { for c in [plain, talker, slow, listener] { c.shutdown() } }
+        let sid = try talker.startStream(kind: .mic, externalFeed: true, channels: 1)
+        talker.setInputMode(.continuous)
+        let ssrc0 = talker.ssrc(ofStream: sid)!
+        try listener.waitForRemote(ssrc: ssrc0)
+        let stopPull = StopFlag()
+        let puller = drainMix(listener, until: stopPull)
+        defer { stopPull.set(); puller.join() }
+        let feeder = Feeder(talker, stream: sid)
+        defer { feeder.finish() }
+        XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(listener, ssrc0) > 25 })
+
+        let stallMs = MonotonicClock.milliseconds()
+        proxy.setTCPStalled(true)
+        // A join during the stall times out; the server applies it when TCP resumes.
+        XCTAssertThrowsError(try slow.joinChannel("Music", timeoutMs: 1500)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_TIMEOUT)
+        }
+        let dead = plainLog.wait(timeoutMs: 15_000) { $0.type == .disconnected }
+        XCTAssertEqual(dead?.event.code, VC_ERR_TIMEOUT)
+        XCTAssertTrue(dead?.event.text.contains("ping timeout") == true, dead?.event.text ?? "no DISCONNECTED")
+        let deadAfter = (dead?.ms ?? stallMs) - stallMs
+        let reconnecting = talkLog.wait(timeoutMs: 15_000) { $0.type == .reconnecting }
+        XCTAssertNotNil(reconnecting)
+        // Feeding during the gap is accepted and dropped.
+        let target = stallMs + 20_000
+        if MonotonicClock.milliseconds() < target { usleep(UInt32((target - MonotonicClock.milliseconds()) * 1000)) }
+        let resumeMs = MonotonicClock.milliseconds()
+        proxy.setTCPStalled(false)
+        let back = talkLog.wait(timeoutMs: 20_000) { $0.type == .reconnected }
+        XCTAssertNotNil(back, "no RECONNECTED after the stall")
+        let backAfter = (back?.ms ?? resumeMs) - resumeMs
+        let ssrc1 = talker.ssrc(ofStream: sid)
+        XCTAssertNotNil(ssrc1, "the stream id is no longer valid")
+        if let ssrc1 {
+            XCTAssertNotNil(listenLog.wait(timeoutMs: 5000) { $0.type == .remoteStreamAdded && $0.ssrc == ssrc1 })
+            XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(listener, ssrc1) > 25 }, "audio did not resume after reconnecting")
+        }
+        // The timed-out join landed: the host's view follows the server's.
+        XCTAssertNotNil(slowLog.wait(timeoutMs: 10_000) { $0.type == .channelJoined && $0.text == "Music" })
+        XCTAssertEqual(slow.currentChannelAudio, AudioConfig.music)
+        print("TCP stall 20 s: plain client DISCONNECTED (ping timeout) \(deadAfter) ms into the stall; auto-reconnect client "
+              + "RECONNECTING \(((reconnecting?.ms ?? stallMs) - stallMs)) ms into it, RECONNECTED \(backAfter) ms after TCP resumed; "
+              + "stream \(sid): ssrc \(ssrc0) → \(ssrc1 ?? 0); late join reconciled to Music")
+        XCTAssertLessThanOrEqual(deadAfter, 3000 + 4000)
+        XCTAssertLessThanOrEqual(backAfter, 5000 + 5000)
+        XCTAssertEqual(talkLog.count(.reconnecting), 1)
+        XCTAssertEqual(talkLog.count(.reconnected), 1)
+        XCTAssertEqual(talkLog.count(.disconnected), 0)
+        XCTAssertEqual(talkLog.count(.error), 0, "\(talkLog.events.filter { $0.type == .error })")
+        XCTAssertEqual(feeder.failedFeeds, 0, "feeding during the gap must not fail")
+    }
+
+    /// The server is killed and restarted on the same port (same identity) mid-call:
+    /// both sides reconnect on their own; the talker's stream id stays valid and the
+    /// listener hears it again.
+    func testServerRestartMidCallWithAutoReconnect() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, alexLog) = try client(port, "alex", autoReconnect: true)
+        let (sam, samLog) = try client(port, "sam", autoReconnect: true)
+        defer { alex.shutdown(); sam.shutdown() }
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        alex.setInputMode(.continuous)
+        let ssrc0 = alex.ssrc(ofStream: sid)!
+        try sam.waitForRemote(ssrc: ssrc0)
+        let stopPull = StopFlag()
+        let puller = drainMix(sam, until: stopPull)
+        defer { stopPull.set(); puller.join() }
+        let feeder = Feeder(alex, stream: sid)
+        defer { feeder.finish() }
+        XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(sam, ssrc0) > 25 })
+
+        let killMs = MonotonicClock.milliseconds()
+        server.stop()
+        server = try TestServer(port: port)
+        let a = alexLog.wait(timeoutMs: 20_000) { $0.type == .reconnected }
+        let s = samLog.wait(timeoutMs: 20_000) { $0.type == .reconnected }
+        XCTAssertNotNil(a); XCTAssertNotNil(s)
+        let ssrc1 = alex.ssrc(ofStream: sid)
+        XCTAssertNotNil(ssrc1, "the stream id is no longer valid")
+        if let ssrc1 {
+            XCTAssertTrue(waitUntil(timeoutMs: 8000) { self.received(sam, ssrc1) > 25 }, "audio did not resume after the restart")
+        }
+        print("server restart: alex RECONNECTED \(((a?.ms ?? killMs) - killMs)) ms, sam \(((s?.ms ?? killMs) - killMs)) ms after the kill; "
+              + "stream \(sid): ssrc \(ssrc0) → \(ssrc1 ?? 0)")
+        for log in [alexLog, samLog] {
+            XCTAssertEqual(log.count(.reconnecting), 1)
+            XCTAssertEqual(log.count(.reconnected), 1)
+            XCTAssertEqual(log.count(.disconnected), 0)
+        }
+        XCTAssertEqual(alexLog.count(.error), 0, "\(alexLog.events.filter { $0.type == .error })")
+        XCTAssertEqual(feeder.failedFeeds, 0)
+        XCTAssertTrue(alex.isConnected && sam.isConnected)
+    }
+}
