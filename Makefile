@@ -101,16 +101,23 @@ py-test:
 ## fuzz-replay: every corpus input through the parsers, in a normal build.
 fuzz-replay:
 	$(SWIFT) build --product voicecat-fuzz
+	$(SWIFT) build --product voicecat-fuzz-client
 	.build/debug/voicecat-fuzz Tests/fuzz-corpus/*
+	.build/debug/voicecat-fuzz-client Tests/fuzz-corpus-client/*
 
 ## fuzz: libFuzzer over the network parsers for FUZZ_SECONDS (lld: gold cannot link it).
 fuzz-build:
 	$(SWIFT) build -c release --product voicecat-fuzz --build-path .build/fuzz --toolset tools/fuzz-toolset.json 2>&1 \
 	    | { grep -v "Cannot export local symbol" || true; }
+	$(SWIFT) build -c release --product voicecat-fuzz-client --build-path .build/fuzz --toolset tools/fuzz-toolset.json 2>&1 \
+	    | { grep -v "Cannot export local symbol" || true; }
 
 fuzz: fuzz-build
 	mkdir -p .build/fuzz-corpus
 	.build/fuzz/release/voicecat-fuzz -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 .build/fuzz-corpus Tests/fuzz-corpus 2>&1 | tail -6
+	mkdir -p .build/fuzz-corpus-client
+	.build/fuzz/release/voicecat-fuzz-client -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
+	    .build/fuzz-corpus-client Tests/fuzz-corpus-client 2>&1 | tail -6
 
 ## bench: the jitter-buffer comparison with SpeexDSP (docs/benchmarks.md).
 bench:

@@ -18,6 +18,7 @@
 //   VoiceCatServerCore   the relay server (event loop over VoiceCatSystem + VoiceCatProtocol).
 //   voicecat-server      thin executable around VoiceCatServerCore.
 //   voicecat-fuzz        libFuzzer target over every parser that reads network bytes.
+//   voicecat-fuzz-client libFuzzer target over the client's control handling (decoded messages).
 //   VoiceCatSimulation   trace simulator for the jitter buffer (bench-jitter and tests; not shipped).
 import PackageDescription
 
@@ -27,6 +28,7 @@ let package = Package(
         .library(name: "voicecat", type: .dynamic, targets: ["VoiceCatImpl"]),
         .executable(name: "voicecat-server", targets: ["voicecat-server"]),
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
+        .executable(name: "voicecat-fuzz-client", targets: ["voicecat-fuzz-client"]),
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
     ],
     targets: [
@@ -47,6 +49,7 @@ let package = Package(
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "CFuzzerDriver"]),
+        .executableTarget(name: "voicecat-fuzz-client", dependencies: ["VoiceCatClient", "VoiceCatProtocol", "CFuzzerDriver"]),
         // Trace simulator for the jitter buffer (benchmark and tests only; not in any product).
         .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),

@@ -150,7 +150,8 @@ typedef struct vc_client_config {
                                         same verified identity), re-join the channel and re-announce the
                                         local streams (same stream ids, new ssrcs): VC_EVENT_RECONNECTING,
                                         then VC_EVENT_RECONNECTED. During the gap vc_stream_feed_pcm
-                                        accepts audio and drops it (nothing is queued, no error is raised);
+                                        accepts audio as usual and each frame that comes due is dropped
+                                        (not held for later; no error is raised, so no error storm);
                                         join and stream start return VC_ERR_STATE. It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Default 0:

@@ -1,9 +1,9 @@
 // Automatic reconnect (vc_client_config.auto_reconnect), on the network thread.
 //
 // When the control connection is lost (closed, failed, or silent past its ping
-// timeout) the session enters the gap: the send path is unpublished (a fed frame
-// is encoded and dropped: nothing is queued, no error is raised, the stream keeps
-// its id), the old sockets close, every remote stream is removed, and
+// timeout) the session enters the gap: the send path is unpublished (feeding goes
+// on as usual and each frame that comes due is dropped, not held for later; no
+// error is raised; the stream keeps its id), the old sockets close, every remote stream is removed, and
 // VC_EVENT_RECONNECTING is raised once. Then connects are tried with backoff
 // (0.25 s doubling to 5 s), each insisting on the identity the first connect
 // verified. Once one succeeds, the channel is joined again and each local stream

@@ -84,6 +84,13 @@ final class HostileServer: @unchecked Sendable {
         conn?.close(); conn = nil; sealer = nil; opener = nil
     }
 
+    /// Forgets `c` if it is still the current connection (a new one may have replaced it).
+    private func drop(_ c: Socket) {
+        lock.lock(); defer { lock.unlock() }
+        if conn === c { conn = nil; sealer = nil; opener = nil }
+        c.close()
+    }
+
     private func run() {
         var buf = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -98,14 +105,14 @@ final class HostileServer: @unchecked Sendable {
                 let r: Int??
                 do { r = .some(try buf.withUnsafeMutableBytes { try c.read(into: $0) }) } catch { r = nil }
                 if let r, let n = r {
-                    if n == 0 { dropConnection(); continue }
+                    if n == 0 { drop(c); continue }
                     lock.lock(); opener?.append(buf[0..<n]); lock.unlock()
                     while true {
                         lock.lock(); let p = try? opener?.next(); lock.unlock()
                         guard let plain = p ?? nil, let m = try? ControlMessage.decode(plain) else { break }
                         handle(m)
                     }
-                } else if r == nil { dropConnection() }
+                } else if r == nil { drop(c) }
             }
         }
     }

@@ -147,7 +147,7 @@ final class TrustAndDestroyTests: XCTestCase {
                 reached.store(1, ordering: .sequentiallyConsistent)
                 guard vc_join_channel(handle, "Lobby") == VC_OK else { return }
                 reached.store(2, ordering: .sequentiallyConsistent)
-                var d = vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1)
+                var d = vc_stream_desc_default()
                 var sid: UInt32 = 0
                 guard vc_stream_start(handle, &d, &sid) == VC_OK else { return }
                 reached.store(3, ordering: .sequentiallyConsistent)

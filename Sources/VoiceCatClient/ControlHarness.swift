@@ -1,0 +1,77 @@
+// Drives the network thread's control handling with decoded messages, without
+// sockets or threads: the fuzz target (voicecat-fuzz) feeds it what a hostile
+// server could send, in any order, and renders the mix after each input, so a
+// message the client should have refused shows up as a crash or a hang there.
+import VoiceCatAudio
+import VoiceCatDevices
+import VoiceCatProtocol
+import VoiceCatSystem
+
+public final class ControlHarness {
+    /// Answers the handler would send to the server: kept nowhere.
+    final class Discard: ControlSender {
+        let keys: SessionKeys
+        init(keys: SessionKeys) { self.keys = keys }
+        func send(_ m: ControlMessage) throws {}
+    }
+
+    let client: VoiceClient
+    let sender: Discard
+    var media = MediaPathState(nowMs: 0)
+    let mix: UnsafeMutablePointer<Int16>
+    static let maxRender = 2880
+
+    public init() throws {
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        cfg.knownServersPath = ""
+        cfg.maxRemoteStreams = 4
+        cfg.eventQueueSize = 16
+        cfg.backend = MemoryAudioBackend()
+        client = try VoiceClient(config: cfg)
+        // Session keys from an in-memory handshake (the handler derives rebind keys from them).
+        let hs = ClientHandshake()
+        let (reply, _) = try ServerHandshake.respond(clientHello: hs.helloBytes, identity: IdentityKey())
+        sender = Discard(keys: try hs.finish(serverHello: reply, pinnedFingerprint: nil).keys)
+        mix = .allocate(capacity: ControlHarness.maxRender * 2)
+        reset()
+    }
+
+    deinit { mix.deallocate() }
+
+    /// A session as connect leaves it: Hello answered (channels Lobby and Music), in no channel.
+    public func reset() {
+        client.leaveChannelLocally()
+        client.events.deliver()
+        client.cond.withLock {
+            client.hello = HelloResult(sessionID: 1, userID: 1, bindingID: 1, serverName: "fuzz",
+                                       channels: [ChannelInfo(id: 1, name: "Lobby", audio: .speech),
+                                                  ChannelInfo(id: 2, name: "Music", audio: .music)])
+            client.usernames = [1: "fuzz"]
+            client.phase = .connected
+        }
+        media = MediaPathState(nowMs: 0)
+        media.rebindRequestedMs = 0
+        media.rebindEpoch = 1
+    }
+
+    /// One control plaintext (`u16 type | protobuf`), decoded and handled as the
+    /// network thread would; an undecodable one is refused the same way.
+    public func handle(plaintext: [UInt8]) {
+        do {
+            let m = try ControlMessage.decode(plaintext)
+            client.handleControl(m, sender: sender, media: &media)
+        } catch {
+            if case .body(let t, let e) = error { client.refuseUndecodable(UndecodableMessage(type: t, detail: "\(e)")) }
+        }
+        client.events.deliver()
+    }
+
+    /// Renders `frames` (at most 2880) of the mix of whatever streams were added.
+    public func render(frames: Int) {
+        try? client.readMixed(into: mix, frames: min(frames, ControlHarness.maxRender))
+    }
+
+    /// Remote streams being received (each one's config passed the client's checks).
+    public var remoteStreamCount: Int { client.remoteStreams().count }
+}
