@@ -95,7 +95,8 @@ c-test:
 
 py-test:
 	@test -n "$(PYTHON)" || { echo "no python3 with pytest"; exit 1; }
-	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 VOICECAT_SERVER=.build/debug/voicecat-server \
+	xdg=$$(mktemp -d) && trap 'rm -rf "$$xdg"' EXIT && XDG_CONFIG_HOME=$$xdg \
+	    VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 VOICECAT_SERVER=.build/debug/voicecat-server \
 	    $(PYTHON) -m pytest -q Tests/python
 
 ## fuzz-replay: every corpus input through the parsers, in a normal build.

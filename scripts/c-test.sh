@@ -4,6 +4,9 @@
 set -euo pipefail
 ex=$1 server=$2
 work=$(mktemp -d)
+# Trust on first use records each server in the per-user known-servers file: keep
+# this run's (a fresh server identity on a random port) out of the user's.
+export XDG_CONFIG_HOME="$work/config"
 trap 'kill $spid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 "$server" --port 0 --port-file "$work/port" --identity "$work/id.key" >"$work/server.log" 2>&1 &
 spid=$!

@@ -44,8 +44,12 @@ final class LocalStream {
     var inputChannels: Int
     let reframer: Reframer
     let encoder: OpusEncoderBox
-    private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500, alignment: 16)
-    private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500 + MediaCrypto.overhead, alignment: 16)
+    private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes, alignment: 16)
+    private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes + MediaCrypto.overhead,
+                                                                    alignment: 16)
+    /// The encoder's packet limit: what fits the server's datagram limit (set by the
+    /// session under the slot lock; a reconnect may change it).
+    var maxOpusBytes = MediaLimits.maxOpusBytes(serverLimit: 0)
     private let silence: UnsafeMutablePointer<Int16>
     /// Scratch for the processed copy of a frame.
     private let processed: UnsafeMutablePointer<Int16>
@@ -287,7 +291,10 @@ final class LocalStream {
 
     private func encodeAndSend(_ frame: UnsafePointer<Int16>, timestamp: UInt32, last: Bool) {
         let n: Int
-        do { n = try encoder.encode(frame, into: opusBuffer) } catch { needMarker = true; return }
+        do { n = try encoder.encode(frame, into: UnsafeMutableRawBufferPointer(rebasing: opusBuffer[0..<maxOpusBytes])) } catch {
+            needMarker = true
+            return
+        }
         // DTX: the encoder's empty frames (a TOC byte) are not sent; its sparse
         // comfort-noise updates are, flagged DTX. The next real frame is a new
         // talkspurt (marker).

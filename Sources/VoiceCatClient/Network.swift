@@ -181,7 +181,7 @@ extension VoiceClient {
     /// Runs one connection until the host ends the session or the connection is lost.
     func run(_ link: Link) -> LinkEnd {
         let conn = link.conn, sock = link.udp
-        let rx = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 16)
+        let rx = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes, alignment: 16)
         defer { rx.deallocate() }
         let now0 = MonotonicClock.milliseconds()
         var media = MediaPathState(nowMs: now0)

@@ -140,7 +140,8 @@ extension VoiceClient {
                 if let p = reply.serverMessageProblem { why = p } else if r.effectiveAudio != s.audio {
                     why = "its effective audio configuration changed"
                 } else {
-                    s.slot.lock.withLock { s.ssrc = r.ssrc }
+                    let limit = MediaLimits.maxOpusBytes(serverLimit: link.hello.maxDatagramBytes)
+                    s.slot.lock.withLock { s.ssrc = r.ssrc; s.maxOpusBytes = limit }
                     ClientLog.log(2, "stream \(s.streamID) announced again with ssrc \(r.ssrc)")
                 }
             case .error(let e): why = "the server refused it: \(ServerMessageLimits.sanitized(e.message))"

@@ -59,7 +59,7 @@ final class RemoteSlot {
     var lastPacketMs: UInt64 = 0
 
     init() throws {
-        jitter = JitterBuffer(capacity: 64, maxPayload: 1500)
+        jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
         decoded = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
         decoded.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)

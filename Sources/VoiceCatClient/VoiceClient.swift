@@ -547,6 +547,7 @@ public final class VoiceClient {
             switch reply {
             case .streamAnnounceResult(let r):
                 guard let slot = streams.slot(for: sid) else { throw ClientError.state("stream slot lost") }
+                let opusLimit = MediaLimits.maxOpusBytes(serverLimit: cond.withLock { hello?.maxDatagramBytes ?? 0 })
                 let s = try LocalStream(streamID: sid, ssrc: r.ssrc, kind: kind, externalFeed: externalFeed,
                                         inputChannels: channels, audio: r.effectiveAudio,
                                         maxQueueMs: maxQueueMs == 0 ? LocalStream.defaultMaxQueueMs : maxQueueMs,
@@ -563,6 +564,7 @@ public final class VoiceClient {
                         throw error
                     }
                 }
+                s.maxOpusBytes = opusLimit
                 streams.install(s)
                 streams.pacer.start(owner: self, table: streams)
                 localStreamCount.wrappingAdd(1, ordering: .relaxed)

@@ -94,3 +94,35 @@ extension ChannelInfo {
         return nil
     }
 }
+
+/// How big a media datagram may be. The server says its limit in HelloResult
+/// (`max_datagram_bytes`) and refuses at load time a channel whose frames cannot
+/// fit it; a client caps its encoder to the limit, and never goes past its own.
+public enum MediaLimits {
+    /// The limit a server that does not say one has (its default).
+    public static let defaultDatagramBytes = 1400
+    /// The largest datagram a client sends or receives, whatever a server says.
+    public static let maxDatagramBytes = 4096
+    /// Header and AEAD tag around the Opus packet.
+    public static let overheadBytes = FrameHeader.size + MediaCrypto.overhead
+
+    /// The Opus packet size a sender must stay within under a server's limit (0: not said).
+    public static func maxOpusBytes(serverLimit: UInt32) -> Int {
+        let limit = serverLimit == 0 ? defaultDatagramBytes : min(Int(serverLimit), maxDatagramBytes)
+        return max(0, limit - overheadBytes)
+    }
+
+    /// The datagram a frame of `audio` at its nominal bitrate makes (header and tag included).
+    public static func nominalDatagramBytes(_ audio: AudioConfig) -> Int {
+        Int((UInt64(audio.bitrate) * UInt64(audio.frameMicros) + 7_999_999) / 8_000_000) + overheadBytes
+    }
+
+    /// Why frames of `audio` cannot fit datagrams of `limit` bytes, or nil.
+    public static func fitProblem(_ audio: AudioConfig, limit: Int) -> String? {
+        let need = nominalDatagramBytes(audio)
+        guard need > limit else { return nil }
+        return "\(audio.bitrate / 1000) kb/s in \(Double(audio.frameMicros) / 1000) ms frames makes \(need)-byte datagrams "
+            + "(with the \(overheadBytes)-byte header and tag), over max_datagram_bytes \(limit): lower the bitrate, "
+            + "shorten the frames or raise max_datagram_bytes"
+    }
+}

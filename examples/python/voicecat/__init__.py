@@ -20,7 +20,8 @@ DEVICE_CAPTURE, DEVICE_PLAYBACK = 0, 1
 EVENT_NAMES = {1: "connected", 2: "disconnected", 3: "channel_joined", 4: "user_joined", 5: "user_left",
                6: "remote_stream_added", 7: "remote_stream_removed", 8: "talk_start", 9: "talk_stop",
                10: "voice_disconnected", 11: "voice_reconnected", 12: "server_mute_state",
-               13: "stream_state_update", 14: "error", 15: "device_restored"}
+               13: "stream_state_update", 14: "error", 15: "device_restored", 16: "reconnecting",
+               17: "reconnected"}
 
 
 class VoiceCatError(Exception):
@@ -82,10 +83,15 @@ class Client:
     """One libvoicecat client. A context manager; close() destroys it."""
 
     def __init__(self, client_name="python", keepalive_ms=5000, max_remote_streams=32,
-                 external_playback=False, playback_device=None):
+                 external_playback=False, playback_device=None, known_servers_path=None, auto_reconnect=False):
+        """known_servers_path: None = the per-user known-servers file, "" = none (then connect
+        needs a fingerprint or allow_unverified=True). auto_reconnect: reconnect by itself."""
         cfg = lib.vc_client_config_default()
         self._name = client_name.encode()
         self._playback = playback_device.encode() if playback_device else None
+        self._known = known_servers_path.encode() if known_servers_path is not None else None
+        cfg.known_servers_path = self._known
+        cfg.auto_reconnect = int(auto_reconnect)
         cfg.client_name = self._name
         cfg.keepalive_ms = keepalive_ms
         cfg.max_remote_streams = max_remote_streams
@@ -113,10 +119,10 @@ class Client:
     def _c(self, code):
         return check(code, self._h)
 
-    def connect(self, host, port, username, password=None, fingerprint=None, timeout_ms=5000):
+    def connect(self, host, port, username, password=None, fingerprint=None, timeout_ms=5000, allow_unverified=False):
         p = _lib.vc_connect_params(host.encode(), port, username.encode(),
                                    password.encode() if password else None,
-                                   fingerprint.encode() if fingerprint else None, timeout_ms)
+                                   fingerprint.encode() if fingerprint else None, timeout_ms, int(allow_unverified))
         self._c(lib.vc_connect(self._h, ctypes.byref(p)))
 
     def disconnect(self):

@@ -15,12 +15,14 @@ class vc_client_config(ctypes.Structure):
     _fields_ = [("client_name", ctypes.c_char_p), ("keepalive_ms", ctypes.c_uint32),
                 ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32),
                 ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p),
-                ("talk_hangover_ms", ctypes.c_uint32)]
+                ("talk_hangover_ms", ctypes.c_uint32), ("known_servers_path", ctypes.c_char_p),
+                ("auto_reconnect", ctypes.c_int32)]
 
 
 class vc_connect_params(ctypes.Structure):
     _fields_ = [("host", ctypes.c_char_p), ("port", ctypes.c_uint16), ("username", ctypes.c_char_p),
-                ("password", ctypes.c_char_p), ("server_fingerprint", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32)]
+                ("password", ctypes.c_char_p), ("server_fingerprint", ctypes.c_char_p), ("timeout_ms", ctypes.c_uint32),
+                ("allow_unverified", ctypes.c_int32)]
 
 
 class vc_audio_config(ctypes.Structure):
@@ -56,7 +58,8 @@ class vc_connection_stats(ctypes.Structure):
     _fields_ = [("media_rtt_ms", ctypes.c_uint32), ("control_rtt_ms", ctypes.c_uint32),
                 ("bytes_in", ctypes.c_uint64), ("bytes_out", ctypes.c_uint64),
                 ("packets_in", ctypes.c_uint64), ("packets_out", ctypes.c_uint64),
-                ("auth_failures", ctypes.c_uint64), ("voice_connected", ctypes.c_int32)]
+                ("auth_failures", ctypes.c_uint64), ("voice_connected", ctypes.c_int32),
+                ("keepalives_sent", ctypes.c_uint64), ("keepalives_lost", ctypes.c_uint64)]
 
 
 class vc_device_info(ctypes.Structure):
