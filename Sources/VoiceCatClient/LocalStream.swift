@@ -44,8 +44,8 @@ final class LocalStream {
     var inputChannels: Int
     let reframer: Reframer
     let encoder: OpusEncoderBox
-    private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes, alignment: 16)
-    private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes + MediaCrypto.overhead,
+    private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes, alignment: 16)
+    private let sealBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes,
                                                                     alignment: 16)
     /// The encoder's packet limit: what fits the server's datagram limit (set by the
     /// session under the slot lock; a reconnect may change it).

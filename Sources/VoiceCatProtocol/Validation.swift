@@ -104,7 +104,7 @@ public enum MediaLimits {
     /// The largest datagram a client sends or receives, whatever a server says.
     public static let maxDatagramBytes = 4096
     /// Header and AEAD tag around the Opus packet.
-    public static let overheadBytes = FrameHeader.size + MediaCrypto.overhead
+    public static let overheadBytes = MediaCrypto.overhead
 
     /// The Opus packet size a sender must stay within under a server's limit (0: not said).
     public static func maxOpusBytes(serverLimit: UInt32) -> Int {

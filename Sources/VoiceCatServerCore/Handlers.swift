@@ -71,8 +71,8 @@ extension Server {
             guard Sodium.equal(Array(h.password.utf8), Array(pw.utf8)) else { return refuse(.authFailed, "wrong server password") }
         }
         let name = h.username
-        guard !name.isEmpty, name.utf8.count <= 64, !name.contains(where: { $0.isNewline || $0 == "\0" }) else {
-            return refuse(.badRequest, "username must be 1 to 64 bytes without control characters")
+        if let p = NameRules.problem(name, what: "username") {
+            return refuse(.badRequest, "\(p): a username is 1 to 64 bytes of UTF-8 without control characters")
         }
         guard sessionsByUsername[name] == nil else { return refuse(.usernameTaken, "username \(name) is already connected") }
         guard sessionsByUsername.count < config.maxUsers else { return refuse(.serverFull, "server is full (\(config.maxUsers) users)") }
@@ -92,7 +92,8 @@ extension Server {
         counters.sessionsActive += 1
         log("session \(name) (user \(s.userID)) from \(c.peer)")
         send(c, .helloResult(HelloResult(sessionID: sid, userID: s.userID, bindingID: binding, serverName: config.serverName,
-                                         channels: channels.map { ChannelInfo(id: $0.id, name: $0.name, audio: $0.audio) })))
+                                         channels: channels.map { ChannelInfo(id: $0.id, name: $0.name, audio: $0.audio) },
+                                         maxDatagramBytes: UInt32(clamping: config.maxDatagramBytes))))
     }
 
     func broadcast(_ ch: Channel?, except: Session?, _ m: ControlMessage) {

@@ -19,10 +19,21 @@ extension Server {
             counters.udpIn += 1
             guard n <= config.maxDatagramBytes, n <= rxBuffer.count else {
                 counters.dropOversize += 1
+                noticeOversize(n, from: from)
                 continue
             }
             handleDatagram(UnsafeMutableRawBufferPointer(rebasing: rxBuffer[0..<n]), from: from)
         }
+    }
+
+    /// An oversize drop is never silent to a bound sender: an Error, at most one per 5 s.
+    func noticeOversize(_ n: Int, from: SocketAddress) {
+        guard let s = sessionsByAddress[from] else { return }
+        let now = MonotonicClock.milliseconds()
+        if let last = s.oversizeNoticeMs, now &- last < 5000 { return }
+        s.oversizeNoticeMs = now
+        send(s.connection, .error(ErrorMessage(code: .limitReached, message: "a datagram of \(n) bytes from this session was dropped: "
+                                               + "it exceeds max_datagram_bytes \(config.maxDatagramBytes)")))
     }
 
     func handleDatagram(_ d: UnsafeMutableRawBufferPointer, from: SocketAddress) {

@@ -47,6 +47,7 @@ public final class Server {
 
     /// Loads (or creates) the identity and binds TCP and UDP. Does not start serving.
     public init(config: ServerConfig) throws {
+        if let why = config.validationError() { throw ConfigError(description: why) }
         self.config = config
         (identity, identityCreated) = try IdentityStore.loadOrCreate(path: config.identityPath)
         var addr = try SocketAddress(host: config.bindHost, port: config.port)

@@ -64,6 +64,7 @@ public struct ServerConfig {
                 guard inner.hasPrefix("channel ") else { throw ParseError(line: lineNo, message: "unknown section [\(inner)]") }
                 let name = String(inner.dropFirst("channel ".count)).trimmingWhitespace()
                 guard !name.isEmpty else { throw ParseError(line: lineNo, message: "channel needs a name") }
+                if let p = NameRules.problem(name, what: "channel name") { throw ParseError(line: lineNo, message: p) }
                 guard !parsedChannels.contains(where: { $0.name == name }) else { throw ParseError(line: lineNo, message: "channel \(name) defined twice") }
                 parsedChannels.append(ChannelConfig(name: name, audio: .speech))
                 current = parsedChannels.count - 1
@@ -141,6 +142,25 @@ public struct ServerConfig {
         }
         if !parsedChannels.isEmpty { channels = parsedChannels }
     }
+
+    /// Why this configuration cannot serve, or nil: a channel whose name breaks the
+    /// name rules, whose audio is invalid, or whose frames at its bitrate do not fit
+    /// max_datagram_bytes (checked when the server is created: refused at load time,
+    /// not dropped silently later).
+    public func validationError() -> String? {
+        guard maxDatagramBytes >= 64 else { return "max_datagram_bytes \(maxDatagramBytes) is under 64" }
+        for c in channels {
+            if let p = NameRules.problem(c.name, what: "channel name") { return p }
+            if let p = c.audio.validationError() { return "channel \(c.name): \(p)" }
+            if let p = MediaLimits.fitProblem(c.audio, limit: maxDatagramBytes) { return "channel \(c.name): \(p)" }
+        }
+        return nil
+    }
+}
+
+/// A configuration the server cannot serve (ServerConfig.validationError).
+public struct ConfigError: Error, CustomStringConvertible {
+    public let description: String
 }
 
 extension StringProtocol {

@@ -106,6 +106,8 @@ final class Session {
     var lastSeenMs: UInt64
     var serverMuted = false
     var deafened = false
+    /// When this session was last told that a datagram of its was too large (ms).
+    var oversizeNoticeMs: UInt64?
 
     init(id: UInt64, userID: UInt32, bindingID: UInt32, username: String, keys: SessionKeys, connection: Connection, now: UInt64) {
         self.id = id; self.userID = userID; self.bindingID = bindingID; self.username = username
