@@ -543,8 +543,8 @@ extension VoiceClient {
             keepalivesLost.wrappingAdd(media.sent(seq: media.keepaliveSeq, nowMs: now), ordering: .relaxed)
             keepalivesSent.wrappingAdd(1, ordering: .relaxed)
             media.keepaliveSeq += 1
-            var bytes = ka.bytes
-            _ = try? bytes.withUnsafeMutableBytes { try sock.sendTo(UnsafeRawBufferPointer($0), addr) }
+            ka.write(to: keepaliveScratch)   // no allocation: sent every 0.5 s while streams are active
+            _ = try? sock.sendTo(UnsafeRawBufferPointer(keepaliveScratch), addr)
         }
         keepalivesLost.wrappingAdd(media.expire(nowMs: now), ordering: .relaxed)
         // No sign of life for too long: the media path is gone. Ask for new keys and rebind.

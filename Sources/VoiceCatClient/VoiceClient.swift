@@ -68,6 +68,7 @@ public final class VoiceClient {
     var refusedAtHello: [String] = []
     /// Network thread only: rate limit of refusal events; why reconnecting gave up.
     let refusals = RefusalGate()
+    let keepaliveScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: FrameHeader.size, alignment: 8)
     var lastReconnectFailure = LinkEnd.lost(VC_ERR_NETWORK, "reconnecting failed")
     /// Cuts short every wait of a connect or reconnect (destroy, disconnect).
     let cancel: Canceller
@@ -121,7 +122,10 @@ public final class VoiceClient {
         output.owner = self
     }
 
-    deinit { shutdown() }
+    deinit {
+        shutdown()
+        keepaliveScratch.deallocate()
+    }
 
     /// Stops every thread and closes the session (destroy). Blocking calls in other
     /// threads return promptly (VC_ERR_STATE); afterwards nothing runs.

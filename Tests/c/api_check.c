@@ -144,7 +144,28 @@ static void null_args_on_a_live_client(int port) {
     p.server_fingerprint = "not hex";
     EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
     p.server_fingerprint = NULL;
-    EXPECT(vc_connect(c, &p), VC_OK);
+    p.username = "bad\033[2Jname";                          /* control characters */
+    EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
+    p.username = "api-check";
+    {
+        /* No pin and no known-servers file: refused before connecting, unless allowed. */
+        vc_client *bare;
+        vc_client_config bc = vc_client_config_default();
+        bc.known_servers_path = "";
+        bc.external_playback = 1;
+        EXPECT(vc_client_create(&bc, &bare), VC_OK);
+        EXPECT(vc_connect(bare, &p), VC_ERR_AUTH);
+        EXPECT(vc_last_error(bare, reason, sizeof reason), VC_OK);
+        EXPECT(strstr(reason, "allow_unverified") != NULL, 1);
+        p.allow_unverified = 1;
+        p.username = "api-unverified";
+        EXPECT(vc_connect(bare, &p), VC_OK);
+        EXPECT(vc_join_channel(bare, "Lob\007by"), VC_ERR_INVALID_ARG);
+        p.allow_unverified = 0;
+        p.username = "api-check";
+        vc_client_destroy(bare);
+    }
+    EXPECT(vc_connect(c, &p), VC_OK);   /* trust on first use: the per-user file records the server */
     EXPECT(vc_connect(c, &p), VC_ERR_STATE);
     EXPECT(vc_get_server_fingerprint(c, NULL, 65), VC_ERR_INVALID_ARG);
     EXPECT(vc_get_server_fingerprint(c, fp, 10), VC_ERR_BUFFER_TOO_SMALL);
