@@ -35,7 +35,7 @@ final class RemoteSlot {
     var username = ""
     var settings = RemoteSettings()
     /// Frames opened by the network thread, waiting for the renderer (no lock).
-    let inbox = PacketRing()
+    let inbox = PacketRing(maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
     /// Replays caught by the replay window (network thread writes).
     let duplicates = Atomic<UInt64>(0)
     /// The listener's noise reduction for this stream: created on the control path when
