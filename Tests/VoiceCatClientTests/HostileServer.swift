@@ -29,10 +29,19 @@ final class HostileServer: @unchecked Sendable {
     var handshakes: Int { lock.lock(); defer { lock.unlock() }; return _handshakes }
     var received: [ControlMessage] { lock.lock(); defer { lock.unlock() }; return _received }
 
-    /// Channels listed in HelloResult; the reply to each JoinChannel (nil: a normal one).
-    var channels = [ChannelInfo(id: 1, name: "Lobby", audio: .speech), ChannelInfo(id: 2, name: "Other", audio: .speech)]
-    var joinReply: ((JoinChannel) -> ControlMessage)?
-    var announceReply: ((StreamAnnounce, UInt32) -> ControlMessage)?
+    /// Channels listed in HelloResult; the reply to each JoinChannel or StreamAnnounce
+    /// (nil: a normal one). Set by the test thread, read by the server's (under the lock).
+    let channels = [ChannelInfo(id: 1, name: "Lobby", audio: .speech), ChannelInfo(id: 2, name: "Other", audio: .speech)]
+    private var _joinReply: ((JoinChannel) -> ControlMessage)?
+    private var _announceReply: ((StreamAnnounce, UInt32) -> ControlMessage)?
+    var joinReply: ((JoinChannel) -> ControlMessage)? {
+        get { lock.lock(); defer { lock.unlock() }; return _joinReply }
+        set { lock.lock(); _joinReply = newValue; lock.unlock() }
+    }
+    var announceReply: ((StreamAnnounce, UInt32) -> ControlMessage)? {
+        get { lock.lock(); defer { lock.unlock() }; return _announceReply }
+        set { lock.lock(); _announceReply = newValue; lock.unlock() }
+    }
     let userID: UInt32 = 1
     let bindingID: UInt32 = 77
 

@@ -39,7 +39,7 @@ final class HandshakeTests: XCTestCase {
     }
 
     func testIdentityPersistsAcrossRestartsWithMode0600() throws {
-        let ts = try TestServer()
+        let ts = try TestServer(freshIdentity: true)
         let path = ts.server.config.identityPath
         XCTAssertTrue(ts.server.identityCreated)
         XCTAssertEqual(try Files.mode(path), 0o600)

@@ -213,7 +213,10 @@ final class RelayTests: XCTestCase {
     }
 
     func testLimitsAndRequestErrors() throws {
-        let ts = try TestServer { $0.maxStreamsPerUser = 2; $0.maxUsers = 2; $0.maxDatagramBytes = 200 }
+        let ts = try TestServer {
+            $0.maxStreamsPerUser = 2; $0.maxUsers = 2; $0.maxDatagramBytes = 200
+            $0.channels = [ChannelConfig(name: "Lobby", audio: .speech)]   // 116-byte frames fit 200
+        }
         defer { ts.stop() }
         let a = try TestClient.login(port: ts.port, username: "alex")
         a.send(.streamAnnounce(StreamAnnounce(streamID: 1, kind: .mic, channels: 1, requestID: 99)))
