@@ -108,7 +108,10 @@ typedef enum vc_event_type {
     VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, muted, hold: a remote publisher's UI state */
     VC_EVENT_ERROR = 14,               /**< code, text: an asynchronous error (VC_ERR_DEVICE: a device failed;
                                             kind = vc_device_kind, stream_id for a capture; it is reopened
-                                            on a backoff) */
+                                            on a backoff. VC_ERR_PROTOCOL: a message from the server broke
+                                            the rules and was refused, text names it; the session goes on;
+                                            at most 20 at once, then 5 a second, the rest counted in the
+                                            next one) */
     VC_EVENT_DEVICE_RESTORED = 15,     /**< a failed device is back: kind = vc_device_kind, stream_id for a
                                             capture, text = device name */
     VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
@@ -370,9 +373,14 @@ void vc_client_destroy(vc_client *c);
  * Connects to a server: TCP, handshake, Hello, then binds the UDP media path.
  * Blocks until the session is accepted or fails, at most timeout_ms.
  * Returns VC_OK, VC_ERR_INVALID_ARG, VC_ERR_STATE (already connected),
- * VC_ERR_NETWORK, VC_ERR_TIMEOUT, VC_ERR_VERSION, VC_ERR_AUTH (wrong password or
- * fingerprint mismatch — with a pinned fingerprint nothing is sent after the
- * handshake), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL.
+ * VC_ERR_NETWORK, VC_ERR_TIMEOUT, VC_ERR_VERSION, VC_ERR_AUTH (wrong password;
+ * fingerprint mismatch with the pin or with the known-servers file — then nothing
+ * is sent after the handshake and vc_last_error names both fingerprints; or
+ * neither a pin, a known-servers file nor allow_unverified — then nothing is sent
+ * at all), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL (the
+ * server's HelloResult broke the rules). VC_ERR_INVALID_ARG for a username that is
+ * not 1..64 bytes of UTF-8 without control characters. The password is sent only
+ * after the server's identity was checked.
  * The fingerprint seen is available from vc_get_server_fingerprint() even when
  * the connect fails with VC_ERR_AUTH. A vc_disconnect() or vc_client_destroy()
  * from another thread cancels a connect in progress (VC_ERR_STATE). VC_EVENT_CONNECTED
@@ -402,8 +410,12 @@ int vc_get_server_fingerprint(vc_client *c, char *buf, size_t len);
  * previous channel's remote streams are removed (VC_EVENT_REMOTE_STREAM_REMOVED),
  * then VC_EVENT_CHANNEL_JOINED is raised, then the new channel's streams are
  * added (VC_EVENT_REMOTE_STREAM_ADDED).
- * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected),
- * VC_ERR_TIMEOUT. Callback-safe: no.
+ * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected, or
+ * reconnecting), VC_ERR_TIMEOUT (the server may still apply the join later: then
+ * VC_EVENT_CHANNEL_JOINED follows and vc_get_channel_audio names that channel),
+ * VC_ERR_INVALID_ARG (a name that is not 1..64 bytes of UTF-8 without control
+ * characters), VC_ERR_PROTOCOL (the server's answer broke the rules: the client is
+ * then in no channel). Callback-safe: no.
  */
 int vc_join_channel(vc_client *c, const char *name);
 
