@@ -1,14 +1,43 @@
-"""Loads libvoicecat once and declares every C function with its prototype.
+"""Finds and loads libvoicecat once, and declares every C function with its prototype.
 
-Set VOICECAT_LIBRARY to a path to load a specific build; otherwise the library is
-found like any shared library (pkg-config's libdir, then the system).
+The library is looked for, first found wins:
+
+1. an explicit path given to :func:`load` (``voicecat.load_library(path)``);
+2. the ``VOICECAT_LIBRARY`` environment variable;
+3. the copy bundled in the wheel (``voicecat/_bundled/libvoicecat.so.0``), built from
+   the same commit as this binding;
+4. the installed prefix that pkg-config knows (``pkg-config --variable=libdir voicecat``,
+   so ``PKG_CONFIG_PATH=PREFIX/lib/pkgconfig`` after ``make install PREFIX=...``);
+5. the system's library search path (``ldconfig``).
+
+A location that is named (1, 2) but cannot be loaded is an error, not a reason to try
+the next one. Loading declares the ``_protos`` table (every function of
+``include/voicecat.h``: name, result type, argument types), and refuses a library whose
+struct layouts (``vc_struct_size``) or major version differ from this binding's.
+
+To add a C function: append its prototype (as a comment) and its ``(name, restype,
+argtypes)`` row to ``_protos``; ``tools/check_abi.py`` compares the table with the header.
 """
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
 import subprocess
+import threading
+from typing import Callable, List, Optional, Sequence, Tuple, Type
+
+#: The API version this binding was written against (VC_VERSION_MAJOR/MINOR/PATCH).
+BINDING_VERSION = (0, 2, 0)
 
 c_int16_p = ctypes.POINTER(ctypes.c_int16)
+
+
+class LibraryError(OSError):
+    """libvoicecat could not be found or loaded, or does not match this binding."""
+
+
+# ---- Structures (field for field as in include/voicecat.h) --------------------------
 
 
 class vc_client_config(ctypes.Structure):
@@ -78,6 +107,16 @@ class vc_event(ctypes.Structure):
                 ("deafened", ctypes.c_int32), ("hold", ctypes.c_int32), ("text", ctypes.c_char * 256)]
 
 
+#: Every struct whose size the library reports through vc_struct_size.
+_STRUCTS: "dict[str, Type[ctypes.Structure]]" = {
+    "vc_client_config": vc_client_config, "vc_connect_params": vc_connect_params,
+    "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
+    "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
+    "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
+    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing}
+
+# ---- Callback types ------------------------------------------------------------------
+
 # typedef void (*vc_event_fn)(void *user, const vc_event *event);
 EVENT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(vc_event))
 # typedef void (*vc_log_fn)(void *user, int level, const char *message);
@@ -85,27 +124,10 @@ LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 # typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
 SINK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_int16_p, ctypes.c_uint32, ctypes.c_uint32)
 
-
-def _find():
-    path = os.environ.get("VOICECAT_LIBRARY")
-    if path:
-        return path
-    try:
-        libdir = subprocess.run(["pkg-config", "--variable=libdir", "voicecat"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        candidate = os.path.join(libdir, "libvoicecat.so.0")
-        if os.path.exists(candidate):
-            return candidate
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return ctypes.util.find_library("voicecat") or "libvoicecat.so.0"
-
-
-# CDLL, not PyDLL: calls that block (connect, join) release the GIL.
-lib = ctypes.CDLL(_find())
+# ---- Prototypes ------------------------------------------------------------------------
 
 _P = ctypes.c_void_p  # vc_client *
-_protos = [
+_protos: List[Tuple[str, object, Sequence[object]]] = [
     # uint32_t vc_version_number(void);
     ("vc_version_number", ctypes.c_uint32, []),
     # const char *vc_version_string(void);
@@ -195,18 +217,112 @@ _protos = [
     # int vc_last_error(vc_client *c, char *buf, size_t len);
     ("vc_last_error", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
 ]
-for _name, _restype, _argtypes in _protos:
-    _fn = getattr(lib, _name)
-    _fn.restype = _restype
-    _fn.argtypes = _argtypes
 
-_STRUCTS = {"vc_client_config": vc_client_config, "vc_connect_params": vc_connect_params,
-            "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
-            "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
-            "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-            "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing}
-for _name, _cls in _STRUCTS.items():
-    _size = lib.vc_struct_size(_name.encode())
-    if _size != ctypes.sizeof(_cls):
-        raise ImportError(f"{_name}: the library says {_size} bytes, this binding {ctypes.sizeof(_cls)}; "
-                          "binding and library do not match")
+# ---- Finding and loading ---------------------------------------------------------------
+
+_BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bundled", "libvoicecat.so.0")
+
+_lock = threading.Lock()
+_library: Optional[ctypes.CDLL] = None
+_path: Optional[str] = None
+_how: Optional[str] = None
+#: Called with the library right after it is loaded (the log routing installs itself here).
+on_load: List[Callable[[ctypes.CDLL], None]] = []
+
+
+def _pkg_config_library() -> Tuple[Optional[str], str]:
+    try:
+        run = subprocess.run(["pkg-config", "--variable=libdir", "voicecat"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"pkg-config: {e}"
+    if run.returncode != 0:
+        return None, "pkg-config: no voicecat.pc (set PKG_CONFIG_PATH=PREFIX/lib/pkgconfig)"
+    candidate = os.path.join(run.stdout.strip(), "libvoicecat.so.0")
+    if not os.path.exists(candidate):
+        return None, f"pkg-config: {candidate} does not exist"
+    return candidate, "pkg-config"
+
+
+def find_library() -> Tuple[str, str]:
+    """Where the library would be loaded from, without loading it: ``(path, how)``.
+
+    ``how`` is ``"VOICECAT_LIBRARY"``, ``"bundled"``, ``"pkg-config"`` or ``"system"``.
+    Raises :class:`LibraryError` listing every place tried when there is none.
+    """
+    env = os.environ.get("VOICECAT_LIBRARY")
+    if env:
+        return env, "VOICECAT_LIBRARY"
+    tried = ["VOICECAT_LIBRARY: not set"]
+    if os.path.exists(_BUNDLED):
+        return _BUNDLED, "bundled"
+    tried.append("bundled: this installation has no bundled copy (the wheel from 'make wheel' has one)")
+    found, why = _pkg_config_library()
+    if found:
+        return found, "pkg-config"
+    tried.append(why)
+    system = ctypes.util.find_library("voicecat")
+    if system:
+        return system, "system"
+    tried.append("system: ldconfig does not know libvoicecat")
+    raise LibraryError("libvoicecat not found; tried " + "; ".join(tried))
+
+
+def _declare(lib: ctypes.CDLL, path: str) -> None:
+    missing = [name for name, _, _ in _protos if not hasattr(lib, name)]
+    if missing:
+        raise LibraryError(f"{path} lacks {', '.join(missing)}: it is older than this binding "
+                           f"({'.'.join(map(str, BINDING_VERSION))})")
+    for name, restype, argtypes in _protos:
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = list(argtypes)
+    number = int(lib.vc_version_number())
+    if number >> 16 != BINDING_VERSION[0]:
+        raise LibraryError(f"{path} is version {lib.vc_version_string().decode()}, this binding "
+                           f"{'.'.join(map(str, BINDING_VERSION))}: major versions differ")
+    for name, cls in _STRUCTS.items():
+        size = int(lib.vc_struct_size(name.encode()))
+        if size != ctypes.sizeof(cls):
+            raise LibraryError(f"{name}: {path} says {size} bytes, this binding {ctypes.sizeof(cls)}; "
+                               "binding and library do not match")
+
+
+def load(path: "Optional[str | os.PathLike[str]]" = None) -> ctypes.CDLL:
+    """Loads the library (once per process) and returns it.
+
+    ``path`` names the file explicitly; otherwise :func:`find_library` decides. Loading
+    again with another path raises :class:`LibraryError`: a process has one libvoicecat.
+    """
+    global _library, _path, _how
+    with _lock:
+        if path is not None:
+            wanted, how = os.fspath(path), "explicit"
+        elif _library is not None:
+            return _library
+        else:
+            wanted, how = find_library()
+        if _library is not None:
+            if os.path.realpath(wanted) != os.path.realpath(_path or ""):
+                raise LibraryError(f"libvoicecat is already loaded from {_path}; cannot load {wanted} too")
+            return _library
+        try:
+            # CDLL, not PyDLL: calls that block (connect, join, poll) release the GIL.
+            lib = ctypes.CDLL(wanted)
+        except OSError as e:
+            raise LibraryError(f"cannot load libvoicecat from {wanted} ({how}): {e}") from e
+        _declare(lib, wanted)
+        _library, _path, _how = lib, wanted, how
+    for hook in on_load:
+        hook(lib)
+    return lib
+
+
+def get() -> ctypes.CDLL:
+    """The loaded library, loading it on first use."""
+    return _library if _library is not None else load()
+
+
+def loaded_from() -> Optional[Tuple[str, str]]:
+    """``(path, how)`` of the loaded library, or None before it is loaded."""
+    return (_path, _how or "") if _path is not None else None

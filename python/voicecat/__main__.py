@@ -1,0 +1,6 @@
+"""``python -m voicecat``: the command-line tool (see :mod:`voicecat.cli`)."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""Running Python code on the library's threads without losing its exceptions, and
+routing the library's log lines to the ``logging`` module.
+
+A callback that raises is logged once (``logging.getLogger("voicecat")``, with its
+traceback) and disabled: it is not called again until it is set again. The exception
+is kept in the owner's :class:`FailureBox` and raised, as a :class:`CallbackError`
+whose ``__cause__`` it is, from the next call the program makes on that client (the
+log handler, which is global, from the next call on any client or of any module
+function). ctypes would otherwise print "Exception ignored" and carry on.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from typing import Any, Callable, List, Optional
+
+from . import _lib
+from ._enums import LogLevel
+from ._errors import CallbackError
+
+logger = logging.getLogger("voicecat")
+logger.addHandler(logging.NullHandler())
+#: Where the library's own log lines go (levels ERROR, WARNING, INFO, DEBUG).
+library_logger = logging.getLogger("voicecat.library")
+
+_local = threading.local()
+
+
+def in_callback() -> bool:
+    """True on a thread that is running one of this package's callbacks right now."""
+    return bool(getattr(_local, "depth", 0))
+
+
+class FailureBox:
+    """Holds the first unreported callback failure of one owner."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: Optional[CallbackError] = None
+
+    def store(self, error: CallbackError) -> None:
+        """Keeps ``error`` unless an earlier one is still unreported."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = error
+
+    def take(self) -> Optional[CallbackError]:
+        """The unreported failure, if any, which is then reported."""
+        with self._lock:
+            error, self._pending = self._pending, None
+        return error
+
+    def raise_pending(self) -> None:
+        """Raises the unreported failure, if any."""
+        error = self.take()
+        if error is not None:
+            raise error from error.original
+
+
+#: Failures of the (global) log handler.
+global_failures = FailureBox()
+
+
+class Guarded:
+    """Calls ``fn`` from a library thread; the first exception disables it (see module doc)."""
+
+    def __init__(self, which: str, fn: Callable[..., None], box: FailureBox) -> None:
+        self.which = which
+        self.fn = fn
+        self.box = box
+        self.failed = False
+
+    def __call__(self, *args: Any) -> None:
+        if self.failed:
+            return
+        _local.depth = getattr(_local, "depth", 0) + 1
+        try:
+            self.fn(*args)
+        except BaseException as e:  # noqa: B902 - nothing may escape into C
+            self.failed = True
+            logger.error("the %s raised %s; it is disabled, and the error is raised from the next call",
+                         self.which, type(e).__name__, exc_info=e)
+            self.box.store(CallbackError(self.which, e))
+        finally:
+            _local.depth -= 1
+
+
+# ---- Library log lines -----------------------------------------------------------------
+
+_LEVELS = {LogLevel.ERROR: logging.ERROR, LogLevel.WARNING: logging.WARNING, LogLevel.INFO: logging.INFO,
+           LogLevel.DEBUG: logging.DEBUG}
+
+
+def route_to_logging(level: LogLevel, message: str) -> None:
+    """The default log handler: the line goes to ``logging.getLogger("voicecat.library")``."""
+    library_logger.log(_LEVELS.get(level, logging.DEBUG), "%s", message)
+
+
+_log_lock = threading.Lock()
+_log_handler: Optional[Guarded] = None
+_log_cfunc: Any = None
+#: Log trampolines replaced from inside a log callback: C may still be running them.
+_retired: List[Any] = []
+
+
+def _make_log_cfunc(handler: Guarded) -> Any:
+    def trampoline(_user: Optional[int], level: int, message: Optional[bytes]) -> None:
+        text = message.decode("utf-8", errors="replace") if message is not None else ""
+        handler(LogLevel(level), text)
+    return _lib.LOG_FN(trampoline)
+
+
+def set_log_handler(fn: Optional[Callable[[LogLevel, str], None]]) -> None:
+    """Sends the library's log lines to ``fn(level, message)``; None restores the default,
+    :func:`route_to_logging`. Global for the process.
+
+    ``fn`` runs on whichever thread logs (library threads included). If it raises, it is
+    disabled and the exception is raised, as :class:`CallbackError`, from the next call
+    on any client or of any module function.
+    """
+    global _log_handler, _log_cfunc
+    lib = _lib.get()
+    handler = Guarded("log handler", fn if fn is not None else route_to_logging, global_failures)
+    cfunc = _make_log_cfunc(handler)
+    with _log_lock:
+        # Returns once every running call of the previous trampoline has returned, except
+        # from inside one (then that one may still run: keep it alive).
+        lib.vc_set_log_callback(cfunc, None)
+        if in_callback() and _log_cfunc is not None:
+            _retired.append(_log_cfunc)
+        _log_handler, _log_cfunc = handler, cfunc
+
+
+def _install_default(lib: ctypes.CDLL) -> None:
+    if _log_cfunc is None:
+        set_log_handler(None)
+
+
+_lib.on_load.append(_install_default)

@@ -1,0 +1,682 @@
+"""The client: a session on a voicecat-server, its streams, its events and its mix."""
+from __future__ import annotations
+
+import array
+import asyncio
+import ctypes
+import operator
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Set, Type, Union
+
+from . import _lib, _pcm
+from ._callbacks import FailureBox, Guarded, global_failures, in_callback
+from ._enums import ErrorCode, EventType, InputMode, StreamKind
+from ._errors import InvalidArgument, StateError, error_for
+from ._types import (AudioConfig, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings, SendProcessing,
+                     StreamStats)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    import numpy.typing as npt
+
+#: The server's default port (``vc_connect_params.port`` 0 means it too).
+DEFAULT_PORT = 47800
+#: The sample rate of all PCM at the API.
+SAMPLE_RATE = 48000
+
+#: A mixed-output sink: ``fn(pcm, frames)`` with ``pcm`` the stereo block (bytes, or a
+#: read-only numpy view of shape (frames, 2) when set with ``numpy=True``).
+SinkFn = Callable[[Any, int], None]
+#: An event handler: ``fn(event)``, on the client's network thread.
+EventHandler = Callable[[Event], None]
+#: What :meth:`Client.read_mix` returns: numpy (frames, 2) int16, or array('h') without numpy.
+MixBlock = Union["npt.NDArray[Any]", "array.array[int]"]
+
+# ---- Argument checks -------------------------------------------------------------------
+
+
+def _cstr(value: Union[str, bytes, None], what: str) -> bytes:
+    if value is None:
+        raise ValueError(f"{what} is required")
+    return _optional_cstr(value, what) or b""
+
+
+def _optional_cstr(value: Union[str, bytes, None], what: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raw = value.encode("utf-8")
+    elif isinstance(value, (bytes, bytearray)):
+        raw = bytes(value)
+    else:
+        raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+    if b"\0" in raw:
+        raise ValueError(f"{what} contains a NUL character")
+    return raw
+
+
+def _uint(value: int, what: str, high: int = 0xFFFFFFFF, low: int = 0) -> int:
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    if not low <= number <= high:
+        raise ValueError(f"{what} must be in {low}..{high}, not {number}")
+    return number
+
+
+def _millis(seconds: Optional[float], what: str) -> int:
+    """Seconds as whole milliseconds for C (None = forever = -1)."""
+    if seconds is None:
+        return -1
+    if seconds != seconds or seconds < 0:
+        raise ValueError(f"{what} must be a non-negative number of seconds, not {seconds}")
+    return min(int(round(seconds * 1000)), 0x7FFFFFFF)
+
+
+# ---- The part of a client that C-side callbacks and the finalizer hold -----------------
+
+
+class _Core:
+    """Handle, callback objects and pending callback failure of one client.
+
+    Callbacks reference this, never the :class:`Client`, so an unreferenced client can be
+    collected (its finalizer then destroys the C client). Every ctypes callback object
+    stays referenced here until ``vc_client_destroy`` has returned.
+    """
+
+    def __init__(self, handle: int) -> None:
+        self.handle: Optional[int] = handle
+        self.failures = FailureBox()
+        self.lock = threading.Lock()
+        self.event_handler: Optional[Guarded] = None
+        self.subscribers: Set["AsyncEvents"] = set()
+        self.event_installed = False
+        self.sink_cfunc: Any = None
+        self._dispatch = Guarded("event dispatcher", self._dispatch_event, self.failures)
+        self.event_cfunc: Any = _lib.EVENT_FN(self._on_event)
+
+    def _on_event(self, _user: Optional[int], pointer: Any) -> None:
+        self._dispatch(pointer)
+
+    def _dispatch_event(self, pointer: Any) -> None:
+        event = Event._from_c(pointer.contents)
+        for subscriber in list(self.subscribers):
+            subscriber._push(event)
+        handler = self.event_handler
+        if handler is not None:
+            handler(event)
+
+    def destroy(self) -> None:
+        with self.lock:
+            handle, self.handle = self.handle, None
+        if handle is None:
+            return
+        if in_callback():
+            # vc_client_destroy ignores a call from inside the client's own callback; keep
+            # the callbacks alive for good rather than free what C may still call.
+            _orphans.append(self)
+            return
+        _lib.get().vc_client_destroy(handle)
+        for subscriber in list(self.subscribers):
+            subscriber.close()
+        self.sink_cfunc = None
+        self.event_handler = None
+
+
+#: Cores whose destruction was asked for from inside a callback (see _Core.destroy).
+_orphans: List[_Core] = []
+
+
+def _raise_pending(core: Optional[_Core]) -> None:
+    global_failures.raise_pending()
+    if core is not None:
+        core.failures.raise_pending()
+
+
+# ---- Streams ------------------------------------------------------------------------------
+
+
+class Stream:
+    """A stream this client publishes, from :meth:`Client.start_stream`.
+
+    A context manager: leaving the ``with`` block stops it. ``feed()`` sends PCM on the
+    calling thread (external-feed streams); calls for one stream are serialized.
+    """
+
+    def __init__(self, client: "Client", stream_id: int, kind: StreamKind, channels: int,
+                 device: Optional[str]) -> None:
+        self._client = client
+        self._feed_lock = threading.Lock()
+        self._stopped = False
+        #: The library's id for this stream.
+        self.id = stream_id
+        #: MIC, SCREEN_AUDIO or AUX_DEVICE.
+        self.kind = kind
+        #: Channels of the PCM fed (1-D input) or captured.
+        self.channels = channels
+        #: The capture device, or None for an external-feed stream.
+        self.device = device
+
+    @property
+    def external_feed(self) -> bool:
+        """True when the program feeds the PCM (no capture device)."""
+        return self.device is None
+
+    @property
+    def stopped(self) -> bool:
+        """True after :meth:`stop`."""
+        return self._stopped
+
+    def __repr__(self) -> str:
+        source = f"device={self.device!r}" if self.device else "external feed"
+        return f"<voicecat.Stream {self.id} {self.kind.name} {self.channels} ch, {source}>"
+
+    def feed(self, pcm: _pcm.PcmInput, channels: Optional[int] = None) -> int:
+        """Sends 48 kHz PCM of any length; returns the sample frames taken.
+
+        ``pcm`` is a numpy array (int16, or float32/float64 in [-1, 1]; shape (frames,)
+        or (frames, channels)), or bytes / bytearray / memoryview / array('h') of native
+        int16 samples. 1-D input is interleaved with ``channels`` (default: the stream's)
+        channels. It is reframed to the channel's frame size, encoded and sent before
+        this returns (never waiting on the network). Raises ValueError for a wrong sample
+        type, shape or byte count, StateError for a device stream.
+        """
+        block = _pcm.int16_block(pcm, self.channels if channels is None else channels)
+        if block.frames == 0:
+            return 0
+        with self._feed_lock:
+            self._client._call("vc_stream_feed_pcm", self.id, block.pointer, block.frames, block.channels)
+        return block.frames
+
+    def stop(self) -> None:
+        """Stops the stream (its last frame is flagged, then the server is told). Idempotent."""
+        if self._stopped:
+            return
+        self._client._call("vc_stream_stop", self.id)
+        self._stopped = True
+
+    def set_capture_channels(self, channels: int) -> None:
+        """Reopens a device stream's capture with 1 or 2 channels."""
+        self._client._call("vc_set_capture_channels", self.id, _uint(channels, "channels"))
+        self.channels = channels
+
+    def set_send_processing(self, processing: Optional[SendProcessing] = None, **changes: Any) -> None:
+        """Sets the talker-side processing of a MIC stream: a :class:`SendProcessing`,
+        or keywords (``noise_suppression``, ``agc``, ``echo_cancellation``, ``agc_level``)
+        changing the current settings."""
+        base = processing if processing is not None else self.send_processing
+        if changes:
+            base = SendProcessing(**{**base.__dict__, **changes})
+        settings = base._to_c()
+        self._client._call("vc_set_send_processing", self.id, ctypes.byref(settings))
+
+    @property
+    def send_processing(self) -> SendProcessing:
+        """The stream's send processing as the library has it."""
+        out = _lib.vc_send_processing()
+        self._client._call("vc_get_send_processing", self.id, ctypes.byref(out))
+        return SendProcessing._from_c(out)
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: "Optional[TracebackType]") -> None:
+        if not self._stopped and not self._client.closed:
+            self.stop()
+
+
+# ---- Events into asyncio ------------------------------------------------------------------
+
+
+class AsyncEvents:
+    """The client's events delivered into an asyncio loop, from :meth:`Client.async_events`.
+
+    Events are taken from the moment it is created; ``async for event in it`` or
+    ``await it.get()`` / ``await it.wait_for(...)`` read them. Up to ``maxsize`` wait
+    unread (older ones are dropped past it, counted in :attr:`dropped`). ``close()`` (or
+    leaving ``async with``) ends it; closing the client ends it too.
+    """
+
+    _CLOSED = object()
+
+    def __init__(self, core: _Core, loop: asyncio.AbstractEventLoop, maxsize: int) -> None:
+        self._core = core
+        self._loop = loop
+        self._queue: "asyncio.Queue[Any]" = asyncio.Queue(maxsize)
+        self._closed = False
+        #: Events dropped because ``maxsize`` were waiting unread.
+        self.dropped = 0
+
+    def _push(self, item: Any) -> None:
+        """From any thread: hands ``item`` to the loop."""
+        try:
+            self._loop.call_soon_threadsafe(self._put, item)
+        except RuntimeError:  # the loop is closed
+            self._core.subscribers.discard(self)
+
+    def _put(self, item: Any) -> None:
+        if self._queue.full():
+            self._queue.get_nowait()
+            self.dropped += 1
+        self._queue.put_nowait(item)
+
+    async def get(self, timeout: Optional[float] = None) -> Event:
+        """The next event; TimeoutError after ``timeout`` seconds, EOFError once closed."""
+        if self._closed and self._queue.empty():
+            raise EOFError("the event subscription is closed")
+        try:
+            item = await asyncio.wait_for(self._queue.get(), timeout)
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
+            raise TimeoutError(f"no event within {timeout} s") from None
+        if item is AsyncEvents._CLOSED:
+            self._closed = True
+            raise EOFError("the event subscription is closed")
+        assert isinstance(item, Event)
+        return item
+
+    async def wait_for(self, *types: EventType, timeout: Optional[float] = None,
+                       where: Optional[Callable[[Event], bool]] = None) -> Event:
+        """The next event of one of ``types`` (any type if none) for which ``where`` holds;
+        other events are skipped. TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else self._loop.time() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - self._loop.time())
+            event = await self.get(left)
+            if (not types or event.type in types) and (where is None or where(event)):
+                return event
+
+    def close(self) -> None:
+        """Stops taking events; readers get what is queued, then the end."""
+        if self in self._core.subscribers:
+            self._core.subscribers.discard(self)
+            _update_event_callback(self._core)
+            self._push(AsyncEvents._CLOSED)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self.get()
+        except EOFError:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> "AsyncEvents":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: "Optional[TracebackType]") -> None:
+        self.close()
+
+
+def _update_event_callback(core: _Core) -> None:
+    """Installs the C event callback while someone listens, and removes it otherwise (each
+    event then costs the network thread nothing in Python)."""
+    wanted = core.event_handler is not None or bool(core.subscribers)
+    if wanted == core.event_installed or core.handle is None:
+        return
+    fn = core.event_cfunc if wanted else _lib.EVENT_FN()
+    rc = int(_lib.get().vc_set_event_callback(core.handle, fn, None))
+    if rc < 0:
+        raise error_for(rc, _last_error(core.handle))
+    core.event_installed = wanted
+
+
+def _last_error(handle: int) -> str:
+    buf = ctypes.create_string_buffer(512)
+    if int(_lib.get().vc_last_error(handle, buf, len(buf))) != 0:
+        return ""
+    return buf.value.decode("utf-8", errors="replace")
+
+
+# ---- The client ---------------------------------------------------------------------------
+
+
+class Client:
+    """One libvoicecat client: a session on a server, the streams it publishes and the
+    mix of what it receives. Several may exist in one process.
+
+    A context manager: leaving the ``with`` block closes it (disconnects, stops its
+    threads, frees it). An unreferenced client is closed when it is collected.
+
+    Errors: a failing call raises the :class:`VoiceCatError` subclass of its code, with
+    the library's reason. A callback of yours that raises is logged once and disabled,
+    and a :class:`CallbackError` carrying its exception is raised (instead of doing the
+    call) from the next call on this client, or by ``close()``.
+    """
+
+    def __init__(self, client_name: str = "python", *, external_playback: bool = False,
+                 playback_device: Optional[str] = None, keepalive_ms: Optional[int] = None,
+                 max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None) -> None:
+        """Creates the client.
+
+        ``external_playback=True`` opens no playback device (take the mix with
+        :meth:`set_sink` or :meth:`read_mix`); otherwise ``playback_device`` (an ALSA PCM,
+        default "default") plays it. The others override the library's defaults
+        (keepalive 5000 ms, 32 remote streams, 256 queued events).
+        """
+        _raise_pending(None)
+        lib = _lib.get()
+        cfg = lib.vc_client_config_default()
+        name = _cstr(client_name, "client_name")
+        device = _optional_cstr(playback_device, "playback_device")
+        cfg.client_name = name
+        cfg.playback_device = device
+        cfg.external_playback = int(bool(external_playback))
+        if keepalive_ms is not None:
+            cfg.keepalive_ms = _uint(keepalive_ms, "keepalive_ms")
+        if max_remote_streams is not None:
+            cfg.max_remote_streams = _uint(max_remote_streams, "max_remote_streams")
+        if event_queue_size is not None:
+            cfg.event_queue_size = _uint(event_queue_size, "event_queue_size")
+        handle = ctypes.c_void_p()
+        rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
+        if rc < 0:
+            raise error_for(rc)
+        assert handle.value is not None
+        self._core = _Core(handle.value)
+        self._finalizer = weakref.finalize(self, self._core.destroy)
+
+    # -- plumbing --
+
+    def _call(self, name: str, *args: Any) -> int:
+        core = self._core
+        _raise_pending(core)
+        handle = core.handle
+        if handle is None:
+            raise StateError(ErrorCode.STATE, "the client is closed")
+        rc = int(getattr(_lib.get(), name)(handle, *args))
+        if rc < 0:
+            raise error_for(rc, _last_error(handle))
+        return rc
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._core.handle is None
+
+    def close(self) -> None:
+        """Disconnects if connected, stops the client's threads and frees it; idempotent.
+
+        Raises a :class:`CallbackError` a callback left unreported (after closing).
+        Must not be called from inside one of this client's callbacks.
+        """
+        if in_callback() and self._core.handle is not None:
+            raise StateError(ErrorCode.STATE, "a client cannot be closed from inside its own callback")
+        self._finalizer()
+        _raise_pending(self._core)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: "Optional[TracebackType]") -> None:
+        if exc is None:
+            self.close()
+            return
+        self._finalizer()  # the exception in flight wins over a pending callback failure
+
+    def __repr__(self) -> str:
+        return f"<voicecat.Client {'closed' if self.closed else hex(self._core.handle or 0)}>"
+
+    def last_error(self) -> str:
+        """Why the last failed call on this client failed (``vc_last_error``)."""
+        handle = self._core.handle
+        return _last_error(handle) if handle is not None else ""
+
+    # -- session --
+
+    def connect(self, host: str, port: int, username: str, *, password: Optional[str] = None,
+                fingerprint: Optional[str] = None, timeout: float = 5.0) -> None:
+        """Connects: TCP, handshake, Hello, then the UDP media path; blocks until the
+        session is accepted or fails (at most ``timeout`` seconds).
+
+        ``port`` 0 means 47800. ``fingerprint`` pins the server's key (64 hex digits);
+        without it the key is trusted on first use (read it from :attr:`fingerprint`).
+        Raises NetworkError, Timeout, AuthError (wrong password or fingerprint),
+        Rejected (username taken, server full), VersionMismatch, ProtocolError.
+        """
+        params = _lib.vc_connect_params(
+            _cstr(host, "host"), _uint(port, "port", 0xFFFF), _cstr(username, "username"),
+            _optional_cstr(password, "password"), _optional_cstr(fingerprint, "fingerprint"),
+            max(1, _millis(timeout, "timeout")))
+        self._call("vc_connect", ctypes.byref(params))
+
+    def disconnect(self) -> None:
+        """Leaves the server (streams stop; DISCONNECTED is the session's last event)."""
+        self._call("vc_disconnect")
+
+    @property
+    def fingerprint(self) -> str:
+        """The server's key fingerprint (64 hex digits), available after a handshake,
+        even one that failed with AuthError. StateError before any handshake."""
+        buf = ctypes.create_string_buffer(65)
+        self._call("vc_get_server_fingerprint", buf, len(buf))
+        return buf.value.decode("ascii")
+
+    def join(self, channel: str) -> None:
+        """Joins a channel by name; blocks until the server answers. Streams published in
+        the previous channel are withdrawn. NotFound for an unknown channel."""
+        self._call("vc_join_channel", _cstr(channel, "channel"))
+
+    def channel_audio(self) -> AudioConfig:
+        """The joined channel's Opus configuration. StateError when in no channel."""
+        out = _lib.vc_audio_config()
+        self._call("vc_get_channel_audio", ctypes.byref(out))
+        return AudioConfig._from_c(out)
+
+    # -- publishing --
+
+    def start_stream(self, kind: StreamKind = StreamKind.MIC, channels: int = 1,
+                     device: Optional[str] = None) -> Stream:
+        """Publishes a stream in the joined channel and returns it once it has its ssrc.
+
+        Without ``device`` the program feeds it (:meth:`Stream.feed`); with one, a capture
+        thread reads that ALSA PCM. MIC streams pass the input gate (:meth:`set_input_mode`).
+        """
+        kind = StreamKind(kind)
+        desc = _lib.vc_stream_desc(int(kind), 0 if device is not None else 1,
+                                   _optional_cstr(device, "device"), _uint(channels, "channels"))
+        sid = ctypes.c_uint32()
+        self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
+        return Stream(self, sid.value, kind, channels, device)
+
+    def set_input_mode(self, mode: InputMode) -> None:
+        """How MIC streams are gated: VAD (default), PTT or CONTINUOUS."""
+        self._call("vc_set_input_mode", int(InputMode(mode)))
+
+    def set_vad(self, threshold: float = 0.025, hang_ms: int = 300) -> None:
+        """Voice activation: frame RMS threshold as a fraction of full scale (0..1), and
+        how long the gate stays open after the last loud frame (0..10000 ms)."""
+        self._call("vc_set_vad", float(threshold), _uint(hang_ms, "hang_ms"))
+
+    def set_push_to_talk(self, active: bool) -> None:
+        """The push-to-talk key state (used in PTT mode)."""
+        self._call("vc_set_push_to_talk", int(bool(active)))
+
+    # -- receiving --
+
+    def remote_streams(self) -> List[RemoteStreamInfo]:
+        """The remote streams being received now."""
+        count = ctypes.c_size_t()
+        while True:
+            self._call("vc_list_remote_streams", None, 0, ctypes.byref(count))
+            cap = count.value
+            arr = (_lib.vc_remote_stream_info * max(1, cap))()
+            self._call("vc_list_remote_streams", arr, cap, ctypes.byref(count))
+            if count.value <= cap:  # else a stream came between the two calls: again
+                return [RemoteStreamInfo._from_c(arr[i]) for i in range(count.value)]
+
+    def stream_stats(self, ssrc: int) -> StreamStats:
+        """Receive statistics of one remote stream. NotFound for an unknown ssrc."""
+        out = _lib.vc_stream_stats()
+        self._call("vc_get_stream_stats", _uint(ssrc, "ssrc"), ctypes.byref(out))
+        return StreamStats._from_c(out)
+
+    def connection_stats(self) -> ConnectionStats:
+        """Connection statistics (RTTs, bytes and packets, voice path state)."""
+        out = _lib.vc_connection_stats()
+        self._call("vc_get_connection_stats", ctypes.byref(out))
+        return ConnectionStats._from_c(out)
+
+    def set_remote_stream(self, ssrc: int, settings: Optional[RemoteStreamSettings] = None, **changes: Any) -> None:
+        """Sets this listener's gain (0..4), mute and noise reduction for a remote stream:
+        a :class:`RemoteStreamSettings`, or keywords changing the current settings."""
+        base = settings if settings is not None else self.remote_stream_settings(ssrc)
+        if changes:
+            base = RemoteStreamSettings(**{**base.__dict__, **changes})
+        value = base._to_c()
+        self._call("vc_set_remote_stream", _uint(ssrc, "ssrc"), ctypes.byref(value))
+
+    def remote_stream_settings(self, ssrc: int) -> RemoteStreamSettings:
+        """This listener's settings for a remote stream."""
+        out = _lib.vc_remote_stream()
+        self._call("vc_get_remote_stream", _uint(ssrc, "ssrc"), ctypes.byref(out))
+        return RemoteStreamSettings._from_c(out)
+
+    # -- output --
+
+    def set_external_playback(self, enabled: bool) -> None:
+        """True: no playback device (take the mix with a sink or :meth:`read_mix`).
+        False while connected opens the device now (DeviceError if it cannot)."""
+        self._call("vc_set_external_playback", int(bool(enabled)))
+
+    def set_sink(self, fn: Optional[SinkFn], *, numpy: bool = False) -> None:
+        """Sets (or clears, with None) the sink of the final stereo 48 kHz mix.
+
+        ``fn(pcm, frames)`` is called once per 20 ms of audio on an audio thread of the
+        library (see ``vc_set_mixed_output_sink``): ``pcm`` is ``bytes`` of
+        ``frames`` * 2 int16 samples, or with ``numpy=True`` a read-only numpy view of
+        shape (frames, 2) valid only during the call (copy what you keep). It must not
+        block. Returns once a running call of the previous sink has returned.
+        """
+        if fn is None:
+            self._call("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
+            self._core.sink_cfunc = None
+            return
+        if numpy:
+            _pcm.require_numpy("set_sink(numpy=True)")
+        def deliver(pointer: Any, frames: int, channels: int) -> None:
+            if numpy:
+                fn(_pcm.pcm_view(pointer, frames, channels), frames)
+            else:
+                fn(ctypes.string_at(pointer, frames * channels * 2), frames)
+
+        guarded = Guarded("mixed-output sink", deliver, self._core.failures)
+
+        def trampoline(_user: Optional[int], pointer: Any, frames: int, channels: int) -> None:
+            guarded(pointer, frames, channels)
+
+        cfunc = _lib.SINK_FN(trampoline)
+        self._call("vc_set_mixed_output_sink", cfunc, None)
+        self._core.sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
+
+    def read_mix(self, frames: int) -> MixBlock:
+        """Pull mode: renders ``frames`` stereo frames of the mix now and returns them as a
+        numpy int16 array of shape (frames, 2), or as an ``array('h')`` of interleaved
+        samples when numpy is not installed. StateError unless in pull mode (external
+        playback and no sink)."""
+        n = _uint(frames, "frames")
+        result: MixBlock
+        if _pcm.has_numpy():
+            np = _pcm.require_numpy("read_mix")
+            result = np.zeros((n, 2), dtype=np.int16)
+        else:
+            result = array.array("h", bytes(4 * n))
+        self.read_mix_into(result)
+        return result
+
+    def read_mix_into(self, out: Any, frames: Optional[int] = None) -> int:
+        """Pull mode without allocating: renders ``frames`` (default: as many as fit)
+        stereo frames into ``out``, a writable int16 numpy array of shape (frames, 2) or
+        (2 * frames,), a bytearray, an array('h') or a writable memoryview; returns the
+        frames rendered."""
+        block = _pcm.int16_out(out, "read_mix_into")
+        n = block.frames if frames is None else _uint(frames, "frames")
+        if n > block.frames:
+            raise ValueError(f"read_mix_into: the buffer holds {block.frames} stereo frames, {n} asked")
+        self._call("vc_read_mixed_pcm", block.pointer, n)
+        return n
+
+    def suspend_audio(self) -> None:
+        """Closes every audio device, keeping the session and streams."""
+        self._call("vc_audio_suspend")
+
+    def restart_audio(self) -> None:
+        """Reopens the devices closed by :meth:`suspend_audio` (DeviceError if one cannot)."""
+        self._call("vc_audio_restart")
+
+    # -- events --
+
+    def set_event_handler(self, fn: Optional[EventHandler]) -> None:
+        """Calls ``fn(event)`` for every event, on the client's network thread, in order
+        (None clears). Only callback-safe calls may be made from it. Events are also
+        queued for :meth:`poll_event` either way."""
+        _raise_pending(self._core)
+        self._core.event_handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
+        _update_event_callback(self._core)
+
+    def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:
+        """The oldest queued event, waiting up to ``timeout`` seconds (None: until one
+        comes or the client is closed); None when none came."""
+        out = _lib.vc_event()
+        wait = _millis(timeout, "timeout")
+        deadline = None if wait < 0 else time.monotonic() + wait / 1000
+        while not self.closed:
+            # Wait in slices so that Ctrl-C reaches a program blocked here.
+            left = 200 if deadline is None else min(200, max(0, int((deadline - time.monotonic()) * 1000)))
+            try:
+                got = self._call("vc_poll_event", ctypes.byref(out), left)
+            except (StateError, InvalidArgument):
+                if self.closed:  # closed by another thread meanwhile
+                    return None
+                raise
+            if got == 1:
+                return Event._from_c(out)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+        return None
+
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
+        """Iterates over queued events as they come; ends after ``timeout`` seconds
+        without one (None: when the client is closed)."""
+        while True:
+            event = self.poll_event(timeout)
+            if event is None:
+                return
+            yield event
+
+    def wait_event(self, *types: EventType, timeout: float = 10.0,
+                   where: Optional[Callable[[Event], bool]] = None) -> Event:
+        """Takes queued events until one of ``types`` (any if none given) for which
+        ``where`` holds arrives, and returns it; TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.poll_event(max(0.0, deadline - time.monotonic()))
+            if event is not None and (not types or event.type in types) and (where is None or where(event)):
+                return event
+            if time.monotonic() >= deadline:
+                names = ", ".join(t.name for t in types) or "any event"
+                raise TimeoutError(f"no {names} within {timeout} s")
+
+    def async_events(self, maxsize: int = 1024) -> AsyncEvents:
+        """Events for asyncio, taken from now on (call it from a coroutine, before the
+        action whose events you want)::
+
+            async with client.async_events() as events:
+                await loop.run_in_executor(None, client.join, "Lobby")
+                joined = await events.wait_for(EventType.CHANNEL_JOINED, timeout=5)
+        """
+        loop = asyncio.get_running_loop()
+        _raise_pending(self._core)
+        if self.closed:
+            raise StateError(ErrorCode.STATE, "the client is closed")
+        subscription = AsyncEvents(self._core, loop, maxsize)
+        self._core.subscribers.add(subscription)
+        _update_event_callback(self._core)
+        return subscription

@@ -1,0 +1,131 @@
+"""The C API's enumerations and result codes as IntEnums (values as in include/voicecat.h)."""
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any, Optional, TypeVar
+
+_E = TypeVar("_E", bound="_OpenIntEnum")
+
+
+class _OpenIntEnum(IntEnum):
+    """An IntEnum that keeps values it does not know (a newer library may send them)
+    as pseudo-members named ``UNKNOWN_<value>`` instead of raising."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional[Any]:
+        if not isinstance(value, int):
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = f"UNKNOWN_{value}"
+        member._value_ = value
+        return member
+
+
+class ErrorCode(_OpenIntEnum):
+    """Result codes of the C API (``VC_OK``, ``VC_ERR_*``)."""
+
+    OK = 0
+    INVALID_ARG = -1
+    STATE = -2
+    NOT_FOUND = -3
+    NETWORK = -4
+    TIMEOUT = -5
+    PROTOCOL = -6
+    VERSION = -7
+    AUTH = -8
+    REJECTED = -9
+    DEVICE = -10
+    CODEC = -11
+    NO_MEMORY = -12
+    UNSUPPORTED = -13
+    BUFFER_TOO_SMALL = -14
+
+
+class StreamKind(_OpenIntEnum):
+    """What a published stream carries (``vc_stream_kind``)."""
+
+    MIC = 0
+    """A microphone; gated by VAD or push-to-talk."""
+    SCREEN_AUDIO = 1
+    """System or desktop audio for listening together; never gated."""
+    AUX_DEVICE = 2
+    """A second capture device; never gated."""
+
+
+class ChannelMode(_OpenIntEnum):
+    """A channel's audio mode (``vc_channel_mode``)."""
+
+    MONO = 0
+    STEREO = 1
+
+
+class OpusApplication(_OpenIntEnum):
+    """The Opus application a channel encodes with (``vc_opus_application``)."""
+
+    VOIP = 0
+    AUDIO = 1
+    LOWDELAY = 2
+
+
+class InputMode(_OpenIntEnum):
+    """How MIC streams are gated (``vc_input_mode``)."""
+
+    VAD = 0
+    """Voice activation: frame RMS over a threshold, with a hang time (the default)."""
+    PTT = 1
+    """Push-to-talk: only while :meth:`Client.set_push_to_talk` is on."""
+    CONTINUOUS = 2
+    """Always transmit."""
+
+
+class DeviceKind(_OpenIntEnum):
+    """Capture or playback (``vc_device_kind``)."""
+
+    CAPTURE = 0
+    PLAYBACK = 1
+
+
+class EventType(_OpenIntEnum):
+    """What an :class:`Event` reports (``vc_event_type``); the fields each one sets are
+    listed in include/voicecat.h."""
+
+    NONE = 0
+    CONNECTED = 1
+    """The session was accepted; text is the server name."""
+    DISCONNECTED = 2
+    """The session ended; code is the reason (OK when asked for), text the detail."""
+    CHANNEL_JOINED = 3
+    """channel_id joined; text is the channel name."""
+    USER_JOINED = 4
+    """user_id arrived; text is the username."""
+    USER_LEFT = 5
+    """user_id left."""
+    REMOTE_STREAM_ADDED = 6
+    """user_id, stream_id, ssrc, kind, channels of a stream now received."""
+    REMOTE_STREAM_REMOVED = 7
+    """user_id, stream_id, ssrc of a stream no longer received."""
+    TALK_START = 8
+    """ssrc, user_id: frames started arriving."""
+    TALK_STOP = 9
+    """ssrc, user_id: no frames for the hangover (300 ms)."""
+    VOICE_DISCONNECTED = 10
+    """The media path was lost (no keepalive echo); the client rebinds."""
+    VOICE_RECONNECTED = 11
+    """The media path is back with fresh keys."""
+    SERVER_MUTE_STATE = 12
+    """user_id, muted, deafened as the server decided."""
+    STREAM_STATE_UPDATE = 13
+    """ssrc, muted, hold: a remote publisher's UI state."""
+    ERROR = 14
+    """code, text: an asynchronous error (a device failed: kind, stream_id)."""
+    DEVICE_RESTORED = 15
+    """A failed device is back: kind, stream_id, text is the device name."""
+
+
+class LogLevel(_OpenIntEnum):
+    """Levels of the library's log lines (``vc_log_fn``)."""
+
+    ERROR = 0
+    WARNING = 1
+    INFO = 2
+    DEBUG = 3

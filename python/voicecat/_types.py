@@ -1,0 +1,213 @@
+"""Values the library reports or takes, as dataclasses (one per C struct)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import _lib
+from ._enums import ChannelMode, DeviceKind, ErrorCode, EventType, OpusApplication, StreamKind
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a client (``vc_event``). Which fields are set depends on ``type``
+    (see :class:`EventType`); the others are zero.
+
+    ``kind`` is a :class:`StreamKind` for REMOTE_STREAM_ADDED / REMOVED, a
+    :class:`DeviceKind` for ERROR and DEVICE_RESTORED, a plain int otherwise.
+    """
+
+    type: EventType
+    code: ErrorCode
+    user_id: int
+    ssrc: int
+    stream_id: int
+    channel_id: int
+    kind: int
+    channels: int
+    muted: bool
+    deafened: bool
+    hold: bool
+    text: str
+
+    @classmethod
+    def _from_c(cls, e: Any) -> "Event":
+        type_ = EventType(e.type)
+        kind: int = e.kind
+        if type_ in (EventType.REMOTE_STREAM_ADDED, EventType.REMOTE_STREAM_REMOVED):
+            kind = StreamKind(kind)
+        elif type_ in (EventType.ERROR, EventType.DEVICE_RESTORED):
+            kind = DeviceKind(kind)
+        return cls(type=type_, code=ErrorCode(e.code), user_id=e.user_id, ssrc=e.ssrc, stream_id=e.stream_id,
+                   channel_id=e.channel_id, kind=kind, channels=e.channels, muted=bool(e.muted),
+                   deafened=bool(e.deafened), hold=bool(e.hold), text=_text(e.text))
+
+    def __str__(self) -> str:
+        parts = [self.type.name.lower()]
+        for name in ("user_id", "ssrc", "stream_id", "channel_id", "channels"):
+            value = getattr(self, name)
+            if value:
+                parts.append(f"{name}={value}")
+        if self.code != ErrorCode.OK:
+            parts.append(f"code={self.code.name}")
+        if self.text:
+            parts.append(repr(self.text))
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Receive statistics of one remote stream (``vc_stream_stats``)."""
+
+    packets_received: int
+    packets_lost: int
+    """Sequence gaps never filled."""
+    duplicates: int
+    """Replayed or repeated sequence numbers, dropped."""
+    late: int
+    """Arrived after their playout time, dropped."""
+    underruns: int
+    """The buffer ran dry mid-talkspurt."""
+    fec_recovered: int
+    plc_frames: int
+    dred_recovered: int
+    target_depth_ms: int
+    current_depth_ms: int
+    talking: bool
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "StreamStats":
+        return cls(packets_received=s.packets_received, packets_lost=s.packets_lost, duplicates=s.duplicates,
+                   late=s.late, underruns=s.underruns, fec_recovered=s.fec_recovered, plc_frames=s.plc_frames,
+                   dred_recovered=s.dred_recovered, target_depth_ms=s.target_depth_ms,
+                   current_depth_ms=s.current_depth_ms, talking=bool(s.talking))
+
+
+@dataclass(frozen=True)
+class ConnectionStats:
+    """Connection statistics (``vc_connection_stats``)."""
+
+    media_rtt_ms: int
+    """From the last keepalive echo; 0 before the first (and under 1 ms)."""
+    control_rtt_ms: int
+    """From the last Ping/Pong; 0 before the first (and under 1 ms)."""
+    bytes_in: int
+    bytes_out: int
+    packets_in: int
+    """UDP datagrams received: voice frames and keepalive echoes."""
+    packets_out: int
+    """UDP datagrams sent: voice frames and keepalives."""
+    auth_failures: int
+    voice_connected: bool
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "ConnectionStats":
+        return cls(media_rtt_ms=s.media_rtt_ms, control_rtt_ms=s.control_rtt_ms, bytes_in=s.bytes_in,
+                   bytes_out=s.bytes_out, packets_in=s.packets_in, packets_out=s.packets_out,
+                   auth_failures=s.auth_failures, voice_connected=bool(s.voice_connected))
+
+
+@dataclass(frozen=True)
+class RemoteStreamSettings:
+    """This listener's own settings for one remote stream (``vc_remote_stream``)."""
+
+    gain: float = 1.0
+    """Linear, 0..4."""
+    muted: bool = False
+    noise_reduction: bool = False
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "RemoteStreamSettings":
+        return cls(gain=s.gain, muted=bool(s.muted), noise_reduction=bool(s.noise_reduction))
+
+    def _to_c(self) -> _lib.vc_remote_stream:
+        return _lib.vc_remote_stream(float(self.gain), int(bool(self.muted)), int(bool(self.noise_reduction)))
+
+
+@dataclass(frozen=True)
+class RemoteStreamInfo:
+    """A remote stream being received (``vc_remote_stream_info``)."""
+
+    ssrc: int
+    user_id: int
+    stream_id: int
+    kind: StreamKind
+    channels: int
+    talking: bool
+    settings: RemoteStreamSettings
+    username: str
+
+    @classmethod
+    def _from_c(cls, i: Any) -> "RemoteStreamInfo":
+        return cls(ssrc=i.ssrc, user_id=i.user_id, stream_id=i.stream_id, kind=StreamKind(i.kind),
+                   channels=i.channels, talking=bool(i.talking), settings=RemoteStreamSettings._from_c(i.settings),
+                   username=_text(i.username))
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    """A channel's Opus configuration (``vc_audio_config``)."""
+
+    codec: int
+    """0 = Opus."""
+    mode: ChannelMode
+    sample_rate: int
+    """Caps the encoded bandwidth; PCM is always 48 kHz."""
+    bitrate_bps: int
+    frame_us: int
+    application: OpusApplication
+    fec: bool
+    expected_packet_loss: int
+    """Percent."""
+    dtx: bool
+    complexity: int
+    dred: bool
+
+    @property
+    def frame_samples(self) -> int:
+        """Sample frames per Opus frame at 48 kHz (960 for 20 ms)."""
+        return self.frame_us * 48 // 1000
+
+    @classmethod
+    def _from_c(cls, a: Any) -> "AudioConfig":
+        return cls(codec=a.codec, mode=ChannelMode(a.mode), sample_rate=a.sample_rate, bitrate_bps=a.bitrate_bps,
+                   frame_us=a.frame_us, application=OpusApplication(a.application), fec=bool(a.fec),
+                   expected_packet_loss=a.expected_packet_loss, dtx=bool(a.dtx), complexity=a.complexity,
+                   dred=bool(a.dred))
+
+
+@dataclass(frozen=True)
+class SendProcessing:
+    """Talker-side SpeexDSP processing of a MIC stream (``vc_send_processing``)."""
+
+    noise_suppression: bool = False
+    agc: bool = False
+    echo_cancellation: bool = False
+    agc_level: float = 0.125
+    """AGC target: speech RMS as a fraction of full scale, in (0, 1]."""
+
+    @classmethod
+    def _from_c(cls, p: Any) -> "SendProcessing":
+        return cls(noise_suppression=bool(p.noise_suppression), agc=bool(p.agc),
+                   echo_cancellation=bool(p.echo_cancellation), agc_level=p.agc_level)
+
+    def _to_c(self) -> _lib.vc_send_processing:
+        return _lib.vc_send_processing(int(bool(self.noise_suppression)), int(bool(self.agc)),
+                                       int(bool(self.echo_cancellation)), float(self.agc_level))
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """An ALSA PCM usable as a capture device or as the playback device (``vc_device_info``)."""
+
+    kind: DeviceKind
+    name: str
+    description: str
+
+    @classmethod
+    def _from_c(cls, kind: DeviceKind, d: Any) -> "DeviceInfo":
+        return cls(kind=kind, name=_text(d.name), description=_text(d.description))

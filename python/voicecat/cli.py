@@ -1,0 +1,476 @@
+"""The ``voicecat`` command: speak a WAV file, record the mix, list devices, show
+statistics, ping a server.
+
+    voicecat speak FILE.wav [--host H] [--port P] [--user U] [--channel C]
+    voicecat record OUT.wav --seconds N
+    voicecat devices
+    voicecat stats [--seconds N] [--json]
+    voicecat ping HOST [--count N] [--json]
+
+Server options default to the environment (VOICECAT_HOST, VOICECAT_PORT, VOICECAT_USER,
+VOICECAT_PASSWORD, VOICECAT_FINGERPRINT), then to 127.0.0.1:47800, a user name made of
+the login name and the process id, and channel Lobby.
+"""
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import wave
+from dataclasses import asdict
+from enum import IntEnum
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO
+
+from . import (DEFAULT_PORT, SAMPLE_RATE, AuthError, Client, DeviceError, DeviceKind, EventType, InputMode,
+               LibraryError, NetworkError, NotFound, ProtocolError, Rejected, StreamKind, Timeout, VersionMismatch,
+               VoiceCatError, __version__, list_devices)
+
+
+class ExitCode(IntEnum):
+    """What the command's exit status means."""
+
+    OK = 0
+    FAILED = 1
+    """Any other failure (the message says which)."""
+    USAGE = 2
+    """Bad command line."""
+    UNREACHABLE = 3
+    """The server could not be reached or did not answer (network, timeout, protocol, version)."""
+    AUTH = 4
+    """Wrong password, or the server's fingerprint is not the pinned one."""
+    REFUSED = 5
+    """The server refused: username taken, server full, no such channel, a limit."""
+    DEVICE = 6
+    """An audio device could not be opened."""
+    FILE = 7
+    """The input file cannot be read or is not 48 kHz 16-bit PCM WAV, or the output cannot be written."""
+    LIBRARY = 8
+    """libvoicecat could not be loaded."""
+    INTERRUPTED = 130
+    """Stopped with Ctrl-C."""
+
+
+_EXIT_HELP = "exit status:\n" + "\n".join(
+    f"  {code.value:<4} {(code.__doc__ or code.name).strip()}" for code in ExitCode)
+
+
+class CommandError(Exception):
+    """A failure with the exit code it maps to."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _exit_code_for(error: VoiceCatError) -> ExitCode:
+    if isinstance(error, (NetworkError, Timeout, ProtocolError, VersionMismatch)):
+        return ExitCode.UNREACHABLE
+    if isinstance(error, AuthError):
+        return ExitCode.AUTH
+    if isinstance(error, (Rejected, NotFound)):
+        return ExitCode.REFUSED
+    if isinstance(error, DeviceError):
+        return ExitCode.DEVICE
+    return ExitCode.FAILED
+
+
+# ---- Output ------------------------------------------------------------------------------
+
+
+class Progress:
+    """A progress line on stderr: rewritten in place on a terminal, one line per step
+    otherwise (only when asked with --progress always)."""
+
+    def __init__(self, mode: str, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.enabled = mode == "always" or (mode == "auto" and self.tty)
+        self._last = -1
+
+    def update(self, label: str, done: float, total: float) -> None:
+        """Shows ``done`` of ``total`` seconds (a line per whole second off a terminal)."""
+        if not self.enabled:
+            return
+        if self.tty:
+            width = 30
+            filled = int(width * min(1.0, done / total)) if total > 0 else width
+            self.stream.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done:5.1f}/{total:.1f} s")
+            self.stream.flush()
+        elif int(done) != self._last:
+            self._last = int(done)
+            self.stream.write(f"{label}: {done:.1f}/{total:.1f} s\n")
+            self.stream.flush()
+
+    def finish(self) -> None:
+        """Ends the progress line."""
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(text, flush=True)
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    if not args.quiet:
+        print(f"voicecat {args.command}: {text}", file=sys.stderr, flush=True)
+
+
+# ---- Connecting -----------------------------------------------------------------------------
+
+
+def _connect(args: argparse.Namespace, client: Client, host: Optional[str] = None) -> str:
+    """Connects as the options say; returns "host:port"."""
+    host = host or args.host
+    where = f"{host}:{args.port}"
+    try:
+        client.connect(host, args.port, args.user, password=args.password, fingerprint=args.fingerprint,
+                       timeout=args.timeout)
+    except AuthError as e:
+        if args.fingerprint:
+            try:
+                seen = client.fingerprint
+            except VoiceCatError:
+                seen = "unknown"
+            raise CommandError(ExitCode.AUTH, f"{where}: {e}; the server's fingerprint is {seen}") from e
+        raise
+    return where
+
+
+def _join(args: argparse.Namespace, client: Client) -> None:
+    try:
+        client.join(args.channel)
+    except NotFound as e:
+        raise CommandError(ExitCode.REFUSED, f"no channel {args.channel!r} on the server ({e})") from e
+
+
+# ---- speak ---------------------------------------------------------------------------------
+
+
+def _read_wav(path: str) -> "tuple[bytes, int]":
+    try:
+        with wave.open(path, "rb") as w:
+            rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
+            pcm = w.readframes(w.getnframes())
+    except (OSError, EOFError, wave.Error) as e:
+        raise CommandError(ExitCode.FILE, f"{path}: cannot read it as a WAV file ({e})") from e
+    if width != 2 or rate != SAMPLE_RATE or channels not in (1, 2):
+        raise CommandError(ExitCode.FILE, f"{path}: {rate} Hz, {8 * width}-bit, {channels} channels; need "
+                           f"48000 Hz 16-bit mono or stereo (convert: sox {path} -r 48000 -b 16 out.wav)")
+    return pcm, channels
+
+
+def cmd_speak(args: argparse.Namespace) -> ExitCode:
+    """Speaks a WAV file into the channel in real time."""
+    pcm, channels = _read_wav(args.file)
+    frames = len(pcm) // (2 * channels)
+    seconds = frames / SAMPLE_RATE
+    kind = StreamKind[args.kind.upper()]
+    progress = Progress(args.progress)
+    with Client("voicecat speak", external_playback=True) as client:
+        where = _connect(args, client)
+        _join(args, client)
+        if kind == StreamKind.MIC and args.gate == "off":
+            client.set_input_mode(InputMode.CONTINUOUS)
+        sent_before = client.connection_stats().packets_out
+        with client.start_stream(kind, channels) as stream:
+            _note(args, f"speaking {args.file} ({seconds:.2f} s) into {args.channel} on {where}")
+            block = 960 * 2 * channels
+            start = time.monotonic()
+            for k, offset in enumerate(range(0, len(pcm), block)):
+                stream.feed(pcm[offset:offset + block])
+                progress.update("speak", min(seconds, (k + 1) * 0.02), seconds)
+                delay = start + (k + 1) * 0.02 - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            progress.finish()
+            time.sleep(args.tail)  # listeners play out what they buffered before the stream goes
+        stats = client.connection_stats()
+        _say(args, f"spoke {seconds:.2f} s from {args.file}: {stats.packets_out - sent_before} packets "
+                   f"to {args.channel} on {where}")
+        client.disconnect()
+    return ExitCode.OK
+
+
+# ---- record --------------------------------------------------------------------------------
+
+
+def cmd_record(args: argparse.Namespace) -> ExitCode:
+    """Records the channel's final stereo mix to a WAV file."""
+    if args.seconds <= 0:
+        raise CommandError(ExitCode.USAGE, "--seconds must be positive")
+    wanted = int(round(args.seconds * SAMPLE_RATE))
+    chunks: List[bytes] = []
+    have = [0]
+    done = threading.Event()
+    talkers: Set[int] = set()
+
+    def on_mix(pcm: bytes, frames: int) -> None:
+        if have[0] < wanted:
+            chunks.append(pcm)
+            have[0] += frames
+            if have[0] >= wanted:
+                done.set()
+
+    try:  # fail on an unwritable output now, not after the recording
+        open(args.out, "ab").close()
+    except OSError as e:
+        raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
+    progress = Progress(args.progress)
+    with Client("voicecat record", external_playback=True) as client:
+        where = _connect(args, client)
+        _join(args, client)
+        client.set_sink(on_mix)
+        _note(args, f"recording {args.seconds:g} s of {args.channel} on {where} to {args.out}")
+        deadline = time.monotonic() + args.seconds + 10
+        while not done.is_set():
+            if time.monotonic() > deadline:
+                raise CommandError(ExitCode.FAILED, "the mix stopped coming")
+            for event in client.events(timeout=0.1):
+                if event.type == EventType.TALK_START:
+                    talkers.add(event.user_id)
+                logging.getLogger("voicecat.cli").info("%s", event)
+            progress.update("record", have[0] / SAMPLE_RATE, args.seconds)
+        progress.finish()
+        client.set_sink(None)
+        client.disconnect()
+    data = b"".join(chunks)[:wanted * 4]
+    try:
+        with wave.open(args.out, "wb") as w:
+            w.setnchannels(2)
+            w.setsampwidth(2)
+            w.setframerate(SAMPLE_RATE)
+            w.writeframes(data)
+    except OSError as e:
+        raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
+    _say(args, f"recorded {len(data) / 4 / SAMPLE_RATE:.2f} s to {args.out} "
+               f"(peak {_peak_dbfs(data):.1f} dBFS, {len(talkers)} talker(s) heard)")
+    return ExitCode.OK
+
+
+def _peak_dbfs(pcm: bytes) -> float:
+    import array
+    samples = array.array("h", pcm)
+    peak = max((abs(x) for x in samples), default=0)
+    return 20 * math.log10(peak / 32768) if peak else -math.inf
+
+
+# ---- devices, stats, ping ------------------------------------------------------------------
+
+
+def cmd_devices(args: argparse.Namespace) -> ExitCode:
+    """Lists the ALSA capture and playback devices."""
+    kinds = None if args.kind == "all" else DeviceKind[args.kind.upper()]
+    devices = list_devices(kinds)
+    if args.json:
+        print(json.dumps([{"kind": d.kind.name.lower(), "name": d.name, "description": d.description}
+                          for d in devices], indent=2))
+        return ExitCode.OK
+    for d in devices:
+        description = " ".join(d.description.split())
+        print(f"{d.kind.name.lower():<9} {d.name:<32} {description}")
+    return ExitCode.OK
+
+
+def cmd_stats(args: argparse.Namespace) -> ExitCode:
+    """Joins the channel, listens a while, prints connection and per-stream statistics."""
+    progress = Progress(args.progress)
+    with Client("voicecat stats", external_playback=True) as client:
+        where = _connect(args, client)
+        _join(args, client)
+        client.set_sink(lambda pcm, frames: None)  # receive (and count) like a listener
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < args.seconds:
+            progress.update("stats", elapsed, args.seconds)
+            time.sleep(0.1)
+        progress.finish()
+        audio = client.channel_audio()
+        conn = client.connection_stats()
+        streams = [(s, client.stream_stats(s.ssrc)) for s in client.remote_streams()]
+        fingerprint = client.fingerprint
+        client.set_sink(None)
+        client.disconnect()
+    if args.json:
+        print(json.dumps({"server": where, "fingerprint": fingerprint, "channel": args.channel,
+                          "audio": _plain(asdict(audio)), "connection": asdict(conn),
+                          "streams": [{**_plain(asdict(s)), "stats": asdict(st)} for s, st in streams]}, indent=2))
+        return ExitCode.OK
+    print(f"server {where}, fingerprint {fingerprint}")
+    print(f"channel {args.channel}: {audio.mode.name.lower()}, {audio.bitrate_bps // 1000} kbps, "
+          f"{audio.frame_us / 1000:g} ms frames, {audio.application.name.lower()}, fec {'on' if audio.fec else 'off'}")
+    print(f"connection: media rtt {conn.media_rtt_ms} ms, control rtt {conn.control_rtt_ms} ms, "
+          f"{conn.packets_in} packets / {conn.bytes_in} bytes in, {conn.packets_out} packets / {conn.bytes_out} bytes "
+          f"out, {conn.auth_failures} auth failures, voice {'connected' if conn.voice_connected else 'down'}")
+    if not streams:
+        print("no remote streams")
+    for s, st in streams:
+        print(f"stream ssrc {s.ssrc} ({s.username}, {s.kind.name.lower()}, {s.channels} ch): "
+              f"{st.packets_received} received, {st.packets_lost} lost, {st.late} late, {st.duplicates} duplicates, "
+              f"{st.fec_recovered} fec, {st.plc_frames} plc, depth {st.current_depth_ms}/{st.target_depth_ms} ms"
+              f"{', talking' if st.talking else ''}")
+    return ExitCode.OK
+
+
+def _plain(d: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: (v.name.lower() if isinstance(v, IntEnum) else _plain(v) if isinstance(v, dict) else v)
+            for k, v in d.items()}
+
+
+def cmd_ping(args: argparse.Namespace) -> ExitCode:
+    """Connects (handshake), shows the fingerprint, and measures the round-trip time."""
+    interval_ms = max(20, int(args.interval * 1000))
+    with Client("voicecat ping", external_playback=True, keepalive_ms=interval_ms) as client:
+        start = time.monotonic()
+        where = _connect(args, client, host=args.target)
+        connect_ms = (time.monotonic() - start) * 1000
+        fingerprint = client.fingerprint
+        samples: List[int] = []
+        seen = client.connection_stats().packets_in
+        deadline = time.monotonic() + args.count * args.interval + args.timeout
+        while len(samples) < args.count and time.monotonic() < deadline:
+            time.sleep(0.005)
+            stats = client.connection_stats()
+            if stats.packets_in != seen:  # a keepalive echo came back
+                seen = stats.packets_in
+                samples.append(stats.media_rtt_ms)
+        control_rtt = client.connection_stats().control_rtt_ms
+        client.disconnect()
+    if args.json:
+        print(json.dumps({"server": where, "connect_ms": round(connect_ms, 3), "fingerprint": fingerprint,
+                          "media_rtt_ms": samples, "control_rtt_ms": control_rtt}, indent=2))
+    else:
+        print(f"connected to {where} in {connect_ms:.1f} ms (TCP, handshake, Hello, UDP binding)")
+        print(f"server fingerprint {fingerprint}")
+        if samples:
+            print(f"media rtt: {len(samples)} keepalive echoes, min {min(samples)} / "
+                  f"avg {sum(samples) / len(samples):.1f} / max {max(samples)} ms (whole ms; 0 is under 1 ms)")
+        print(f"control rtt: {control_rtt} ms (last Ping/Pong)")
+    if not samples:
+        raise CommandError(ExitCode.UNREACHABLE, f"{where}: the media path did not answer a keepalive")
+    return ExitCode.OK
+
+
+# ---- The parser ----------------------------------------------------------------------------
+
+
+def _env_port() -> int:
+    try:
+        return int(os.environ.get("VOICECAT_PORT", DEFAULT_PORT))
+    except ValueError:
+        return DEFAULT_PORT
+
+
+def _server_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default=os.environ.get("VOICECAT_HOST", "127.0.0.1"), help="server (default %(default)s)")
+    g.add_argument("--port", type=int, default=_env_port(), help="server port (default %(default)s)")
+    g.add_argument("--user", default=os.environ.get("VOICECAT_USER", f"{_login()}-{os.getpid()}"),
+                   help="username, unique on the server (default %(default)s)")
+    g.add_argument("--password", default=os.environ.get("VOICECAT_PASSWORD"),
+                   help="server password (or VOICECAT_PASSWORD, which ps does not show)")
+    g.add_argument("--fingerprint", default=os.environ.get("VOICECAT_FINGERPRINT"),
+                   help="pin the server's key: 64 hex digits (default: trust on first use)")
+    g.add_argument("--channel", default="Lobby", help="channel to join (default %(default)s)")
+    g.add_argument("--timeout", type=float, default=5.0, help="connect timeout in seconds (default %(default)s)")
+    return p
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name in this environment
+        return "voicecat"
+
+
+def _common_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log the library's lines (-vv: debug)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
+                   help="progress on stderr (auto: on a terminal)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``voicecat`` command."""
+    common, server = _common_options(), _server_options()
+    parser = argparse.ArgumentParser(prog="voicecat", description=__doc__.split("\n\n")[0] if __doc__ else None,
+                                     epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"voicecat {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], ExitCode], parents: Sequence[argparse.ArgumentParser],
+            ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=list(parents), help=(fn.__doc__ or "").strip().split("\n")[0],
+                           description=fn.__doc__, epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=fn)
+        return p
+
+    p = add("speak", cmd_speak, [common, server])
+    p.add_argument("file", metavar="FILE.wav", help="48 kHz 16-bit mono or stereo WAV")
+    p.add_argument("--kind", choices=["mic", "screen_audio", "aux_device"], default="mic", help="stream kind")
+    p.add_argument("--gate", choices=["off", "vad"], default="off",
+                   help="MIC input gate: off sends everything (default), vad only what is louder than the threshold")
+    p.add_argument("--tail", type=float, default=0.5, help="seconds to keep the stream after the end (default 0.5)")
+
+    p = add("record", cmd_record, [common, server])
+    p.add_argument("out", metavar="OUT.wav", help="where to write the stereo 48 kHz mix")
+    p.add_argument("--seconds", type=float, required=True, help="how much to record")
+
+    p = add("devices", cmd_devices, [common])
+    p.add_argument("--kind", choices=["all", "capture", "playback"], default="all")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("stats", cmd_stats, [common, server])
+    p.add_argument("--seconds", type=float, default=3.0, help="how long to listen first (default 3)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("ping", cmd_ping, [common, server])
+    p.add_argument("target", metavar="HOST", nargs="?", help="server to ping (default: --host)")
+    p.add_argument("--count", type=int, default=4, help="keepalive echoes to time (default 4)")
+    p.add_argument("--interval", type=float, default=0.2, help="seconds between keepalives (default 0.2)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _fail(args: Optional[argparse.Namespace], code: ExitCode, message: str) -> ExitCode:
+    name = f"voicecat {args.command}" if args is not None else "voicecat"
+    print(f"{name}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line ``argv`` (default: sys.argv[1:]); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help, --version, or a usage error (2)
+        return int(e.code) if isinstance(e.code, int) else ExitCode.USAGE
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+                            format="%(name)s: %(levelname)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except CommandError as e:
+        return _fail(args, e.code, str(e))
+    except LibraryError as e:
+        return _fail(args, ExitCode.LIBRARY, str(e))
+    except VoiceCatError as e:
+        return _fail(args, _exit_code_for(e), str(e))
+    except KeyboardInterrupt:
+        return _fail(args, ExitCode.INTERRUPTED, "interrupted")
+    except BrokenPipeError:
+        return ExitCode.FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
