@@ -16,10 +16,11 @@ FUZZ_SECONDS ?= 30
 LIB_BUILD    := .build/lib/release/libvoicecat.so
 TEST_PREFIX  := $(CURDIR)/build/prefix
 EXAMPLES     := build/examples
-PYTHON       ?= $(shell for p in python3 /usr/bin/python3; do $$p -c 'import pytest' 2>/dev/null && { echo $$p; break; }; done)
+PYTHON3      ?= python3
+WHEEL_LIB    := build/wheel/libvoicecat.so.0
 
 .PHONY: all deps build lib install examples server demo test swift-test tsan c-test py-test \
-        fuzz-replay fuzz-build fuzz bench clean
+        wheel fuzz-replay fuzz-build fuzz bench clean
 
 all: build
 
@@ -83,7 +84,7 @@ c-test:
 	$(MAKE) examples PREFIX=$(TEST_PREFIX)
 	@echo "exported symbols other than vc_*:"; \
 	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -e '^vc_' -e '^VOICECAT_0$$'
-	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl examples/python
+	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl python
 	for t in api_check alloc_host; do \
 	    PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g Tests/c/$$t.c -o $(EXAMPLES)/$$t \
 	        $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lpthread -lm; \
@@ -93,11 +94,24 @@ c-test:
 	    ! readelf -d .build/debug/voicecat-server | grep NEEDED | grep -E 'asound|opus|speexdsp'
 	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server
 
-py-test:
-	@test -n "$(PYTHON)" || { echo "no python3 with pytest"; exit 1; }
-	xdg=$$(mktemp -d) && trap 'rm -rf "$$xdg"' EXIT && XDG_CONFIG_HOME=$$xdg \
-	    VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 VOICECAT_SERVER=.build/debug/voicecat-server \
-	    $(PYTHON) -m pytest -q Tests/python
+## wheel: dist/voicecat-VERSION-py3-none-PLATFORM.whl, the Python package with a stripped
+## libvoicecat.so inside (it then needs only Debian's libopus, libsodium, SpeexDSP and ALSA).
+wheel: lib
+	mkdir -p $(dir $(WHEEL_LIB)) dist
+	cp $(LIB_BUILD) $(WHEEL_LIB)
+	strip --strip-unneeded $(WHEEL_LIB)
+	rm -f dist/voicecat-*.whl
+	test -x build/wheel/venv/bin/pip || $(PYTHON3) -m venv build/wheel/venv
+	VOICECAT_BUNDLE_LIBRARY=$(CURDIR)/$(WHEEL_LIB) build/wheel/venv/bin/pip wheel -q --no-deps -w dist ./python
+	@ls -l dist/voicecat-*.whl
+
+## py-test: the Python package in two fresh virtual environments against a live server:
+## `pip install ./python` (numpy, mypy --strict, the library through pkg-config) and the
+## wheel (no numpy, only the bundled library). Needs c-test's installed prefix and server.
+py-test: wheel
+	@test -f $(TEST_PREFIX)/lib/pkgconfig/voicecat.pc || $(MAKE) install PREFIX=$(TEST_PREFIX)
+	$(SWIFT) build --product voicecat-server
+	PYTHON3=$(PYTHON3) bash scripts/py-test.sh $(TEST_PREFIX) .build/debug/voicecat-server
 
 ## fuzz-replay: every corpus input through the parsers, in a normal build.
 fuzz-replay:

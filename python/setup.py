@@ -8,7 +8,7 @@ through VOICECAT_LIBRARY, pkg-config or the system. Everything else is in pyproj
 import os
 import shutil
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
@@ -20,19 +20,20 @@ if BUNDLE and not os.path.isfile(BUNDLE):
 class BuildPy(build_py):
     def run(self) -> None:
         super().run()
+        target = os.path.join(self.build_lib, "voicecat", "_bundled")
+        shutil.rmtree(target, ignore_errors=True)  # never a copy left by an earlier build
         if BUNDLE:
-            target = os.path.join(self.build_lib, "voicecat", "_bundled")
-            os.makedirs(target, exist_ok=True)
+            os.makedirs(target)
             shutil.copyfile(BUNDLE, os.path.join(target, "libvoicecat.so.0"))
             os.chmod(os.path.join(target, "libvoicecat.so.0"), 0o755)
 
 
-class BdistWheel(bdist_wheel):
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        if BUNDLE:
-            self.root_is_pure = False
+class BundleDistribution(Distribution):
+    def has_ext_modules(self) -> bool:
+        return bool(BUNDLE)  # machine code inside: a platform wheel, installed to platlib
 
+
+class BdistWheel(bdist_wheel):
     def get_tag(self):  # type: ignore[no-untyped-def]
         python, abi, plat = super().get_tag()
         if BUNDLE:
@@ -40,4 +41,4 @@ class BdistWheel(bdist_wheel):
         return python, abi, plat
 
 
-setup(cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
+setup(distclass=BundleDistribution, cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})

@@ -79,9 +79,9 @@ class Guarded:
             self.fn(*args)
         except BaseException as e:  # noqa: B902 - nothing may escape into C
             self.failed = True
+            self.box.store(CallbackError(self.which, e))  # before the log line: who sees it can rely on it
             logger.error("the %s raised %s; it is disabled, and the error is raised from the next call",
                          self.which, type(e).__name__, exc_info=e)
-            self.box.store(CallbackError(self.which, e))
         finally:
             _local.depth -= 1
 

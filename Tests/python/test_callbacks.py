@@ -1,0 +1,138 @@
+"""Callbacks fail loudly and stay alive while C can call them; library log lines reach
+the logging module."""
+import gc
+import logging
+import threading
+import weakref
+
+import pytest
+
+import voicecat
+from voicecat import EventType, LogLevel
+
+from conftest import joined, unique, wait_until
+
+
+def _failure_records(caplog, which):
+    return [r for r in caplog.records if r.name == "voicecat" and which in r.getMessage()]
+
+
+def test_a_sink_that_raises_is_logged_once_disabled_and_raised_from_the_next_call(server, caplog):
+    calls = []
+
+    def sink(pcm, frames):
+        calls.append(frames)
+        if len(calls) == 3:
+            raise ZeroDivisionError("sink broke")
+
+    with joined(server, "cb-sink") as client:
+        client.set_sink(sink)
+        assert wait_until(lambda: len(calls) >= 3)
+        # The mixer keeps running every 20 ms; the sink is not called again.
+        assert not wait_until(lambda: len(calls) > 3, seconds=0.3)
+        with pytest.raises(voicecat.CallbackError) as e:
+            client.connection_stats()
+        assert isinstance(e.value.__cause__, ZeroDivisionError) and e.value.original is e.value.__cause__
+        assert "mixed-output sink raised ZeroDivisionError: sink broke" in str(e.value)
+        client.connection_stats()  # reported once; the client works on
+        records = _failure_records(caplog, "mixed-output sink")
+        assert len(records) == 1 and records[0].levelno == logging.ERROR
+        assert records[0].exc_info[0] is ZeroDivisionError, "logged with its traceback"
+        client.set_sink(sink)  # setting it again enables it again
+        assert wait_until(lambda: len(calls) > 3)
+        client.set_sink(None)
+
+
+def test_an_event_handler_that_raises_surfaces_from_the_next_call(server, caplog):
+    def handler(event):
+        if event.type == EventType.CHANNEL_JOINED:
+            raise KeyError(event.text)
+
+    with voicecat.Client() as client:
+        client.set_event_handler(handler)
+        client.connect("127.0.0.1", server.port, unique("cb-event"))
+        client.join("Lobby")
+        assert wait_until(lambda: _failure_records(caplog, "event handler"))  # logged: now it is pending
+        with pytest.raises(voicecat.CallbackError) as e:
+            client.join("Lobby")  # not performed: the failure is raised instead
+        assert isinstance(e.value.__cause__, KeyError) and "'Lobby'" in str(e.value)
+        assert len(_failure_records(caplog, "event handler")) == 1
+        client.join("Lobby")
+
+
+def test_a_failure_left_unreported_is_raised_by_close(server):
+    client = joined(server, "cb-close")
+    failed = threading.Event()
+
+    def sink(pcm, frames):
+        failed.set()
+        raise RuntimeError("late")
+
+    client.set_sink(sink)
+    assert failed.wait(10)
+    with pytest.raises(voicecat.CallbackError, match="late"):
+        client.close()
+    assert client.closed
+
+
+def test_a_log_handler_that_raises_surfaces_from_the_next_call_and_lines_reach_logging(server, caplog):
+    lines = []
+
+    def handler(level, message):
+        lines.append((level, message))
+        raise ValueError("log handler broke")
+
+    with voicecat.Client() as client:
+        caplog.set_level(logging.INFO, logger="voicecat.library")
+        with pytest.raises(voicecat.StateError):
+            client.join("Lobby")  # not connected: logged by the library as a warning
+        assert ("voicecat.library", logging.WARNING, "not connected") in caplog.record_tuples
+        voicecat.set_log_handler(handler)
+        try:
+            with pytest.raises(voicecat.StateError):
+                client.join("Lobby")
+            assert lines == [(LogLevel.WARNING, "not connected")]
+            with pytest.raises(voicecat.CallbackError) as e:
+                client.connection_stats()
+            assert isinstance(e.value.__cause__, ValueError)
+            with pytest.raises(voicecat.StateError):
+                client.join("Lobby")
+            assert len(lines) == 1, "disabled after it raised"
+        finally:
+            voicecat.set_log_handler(None)
+        client.connect("127.0.0.1", server.port, unique("cb-log"))
+        assert any(name == "voicecat.library" and level == logging.INFO and "connected to" in text
+                   for name, level, text in caplog.record_tuples)
+
+
+def test_callback_objects_stay_alive_while_c_can_call_them(server):
+    counts = [0]
+
+    def install(client):
+        # Nothing but the client keeps these lambdas and their ctypes trampolines.
+        client.set_sink(lambda pcm, frames: counts.__setitem__(0, counts[0] + 1))
+        client.set_event_handler(lambda event: None)
+
+    with joined(server, "cb-alive") as client:
+        install(client)
+        for _ in range(5):
+            gc.collect()
+            before = counts[0]
+            assert wait_until(lambda: counts[0] > before + 2)
+        client.set_sink(None)
+
+
+def test_an_unreferenced_client_is_closed_when_collected(server):
+    counts = [0]
+
+    def make():
+        client = joined(server, "cb-gc")
+        client.set_sink(lambda pcm, frames: counts.__setitem__(0, counts[0] + 1))
+        assert wait_until(lambda: counts[0] > 2)
+        return weakref.ref(client)
+
+    ref = make()
+    gc.collect()
+    assert ref() is None
+    stopped = counts[0]
+    assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "its threads stopped: destroyed"

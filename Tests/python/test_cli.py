@@ -1,0 +1,202 @@
+"""The voicecat command end to end: speak a spoken sentence, record it at the other end
+and correlate; and each failure with its exit status."""
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import wave
+
+import pytest
+
+import voicecat
+
+from conftest import joined, numpy, pace, tone, unique
+
+SPEECH = "The quick brown fox jumps over the lazy dog, twice."
+OTHER = "Seven silver swans swam silently southward at sunset."
+
+
+def voicecat_cmd(*args, server=None, env=None, timeout=60, check=None):
+    """Runs `python -m voicecat ARGS` (with --port of `server` for server commands)."""
+    argv = [sys.executable, "-m", "voicecat", *args]
+    if server is not None:
+        argv += ["--port", str(server.port)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    if check is not None:
+        assert run.returncode == check, f"exit {run.returncode}, expected {check}\n{run.stdout}\n{run.stderr}"
+    return run
+
+
+def speak_to_wav(text, path, tmp_path):
+    """espeak-ng speech, converted by sox to 48 kHz 16-bit mono."""
+    for tool in ("espeak-ng", "sox"):
+        assert shutil.which(tool), f"{tool} is needed (scripts/deps.sh installs it)"
+    raw = tmp_path / (path.name + ".22k.wav")
+    subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
+    subprocess.run(["sox", str(raw), "-r", "48000", "-b", "16", str(path)], check=True)
+    return path
+
+
+def read_wav(path):
+    with wave.open(str(path), "rb") as w:
+        import array
+        a = array.array("h")
+        a.frombytes(w.readframes(w.getnframes()))
+        return w.getnchannels(), w.getframerate(), a
+
+
+def envelope(samples, step=480):
+    """Mean absolute value per 10 ms."""
+    return [sum(abs(x) for x in samples[i:i + step]) / step for i in range(0, len(samples) - step + 1, step)]
+
+
+def best_correlation(recorded, reference):
+    """Pearson correlation of `reference` with the best-aligned stretch of `recorded`, and the lag."""
+    n = len(reference)
+    mr = sum(reference) / n
+    ref = [x - mr for x in reference]
+    sr = math.sqrt(sum(x * x for x in ref))
+    best = (-1.0, 0)
+    for lag in range(0, len(recorded) - n + 1):
+        seg = recorded[lag:lag + n]
+        ms = sum(seg) / n
+        num = sum((a - ms) * b for a, b in zip(seg, ref))
+        ss = math.sqrt(sum((a - ms) ** 2 for a in seg))
+        if ss > 0:
+            best = max(best, (num / (ss * sr), lag))
+    return best
+
+
+def test_speak_and_record_carry_speech_end_to_end(server, tmp_path):
+    speech = speak_to_wav(SPEECH, tmp_path / "speech.wav", tmp_path)
+    other = speak_to_wav(OTHER, tmp_path / "other.wav", tmp_path)
+    out = tmp_path / "mix.wav"
+    recorder = subprocess.Popen([sys.executable, "-m", "voicecat", "record", str(out), "--seconds", "7",
+                                 "--port", str(server.port), "--user", unique("cli-rec"), "--progress", "always"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr_lines = []
+    ready = threading.Event()
+
+    def read_stderr():
+        for line in recorder.stderr:
+            stderr_lines.append(line)
+            if "recording" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    assert ready.wait(20), "".join(stderr_lines)
+    spoke = voicecat_cmd("speak", str(speech), "--user", unique("cli-speak"), server=server, check=0)
+    assert "packets to Lobby" in spoke.stdout
+    stdout, _ = recorder.communicate(timeout=30)
+    reader.join()
+    assert recorder.returncode == 0, "".join(stderr_lines)
+    assert "recorded 7.00 s" in stdout and "1 talker(s) heard" in stdout
+    assert any(re.match(r"record: 3\.\d/7\.0 s", line) for line in stderr_lines), "progress shown"
+
+    channels, rate, mix = read_wav(out)
+    assert (channels, rate, len(mix)) == (2, 48000, 7 * 48000 * 2)
+    _, _, reference = read_wav(speech)
+    _, _, unrelated = read_wav(other)
+    left = mix[0::2]
+    # The loudness contour of the sentence is in the recording; another sentence's is not.
+    env_mix = envelope(left)
+    r_same, lag = best_correlation(env_mix, envelope(reference))
+    r_other, _ = best_correlation(env_mix, envelope(unrelated)[:len(envelope(reference))])
+    print(f"speech envelope correlation {r_same:.3f}, another sentence {r_other:.3f}")
+    assert r_same > 0.9, r_same
+    assert r_other < 0.6, r_other
+    if numpy is not None:  # and the waveform itself, sample-aligned
+        rec = numpy.asarray(left, dtype=float)
+        ref = numpy.asarray(reference, dtype=float)
+        size = 1 << (len(rec) + len(ref)).bit_length()
+        xc = numpy.fft.irfft(numpy.fft.rfft(rec, size) * numpy.conj(numpy.fft.rfft(ref, size)), size)
+        at = int(numpy.argmax(xc[:len(rec) - len(ref) + 1]))
+        seg = rec[at:at + len(ref)]
+        r = float(numpy.dot(seg, ref) / math.sqrt(numpy.dot(seg, seg) * numpy.dot(ref, ref)))
+        assert abs(at - lag * 480) < 960, (at, lag)
+        print(f"waveform correlation {r:.3f} at {at / 48000:.3f} s")
+        assert r > 0.8, r
+
+
+def _closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
+    refused = voicecat_cmd("ping", "127.0.0.1", "--port", str(_closed_port()), check=3)
+    assert "refused" in refused.stderr.lower()
+    pinned = voicecat_cmd("ping", "--fingerprint", "ab" * 32, server=server, check=4)
+    assert server.fingerprint in pinned.stderr
+    voicecat_cmd("ping", "--password", "wrong", server=password_server, check=4)
+    env = dict(os.environ, VOICECAT_PASSWORD=password_server.password)
+    voicecat_cmd("ping", "--count", "1", server=password_server, env=env, check=0)
+    with voicecat.Client() as holder:
+        taken_name = unique("cli-taken")
+        holder.connect("127.0.0.1", server.port, taken_name)
+        voicecat_cmd("ping", "--user", taken_name, server=server, check=5)
+    nowhere = voicecat_cmd("record", str(tmp_path / "x.wav"), "--seconds", "1", "--channel", "Nowhere",
+                           server=server, check=5)
+    assert "Nowhere" in nowhere.stderr
+    missing = voicecat_cmd("speak", str(tmp_path / "missing.wav"), server=server, check=7)
+    assert "missing.wav" in missing.stderr
+    low_rate = tmp_path / "low.wav"
+    with wave.open(str(low_rate), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(22050)
+        w.writeframes(bytes(4410))
+    wrong_rate = voicecat_cmd("speak", str(low_rate), server=server, check=7)
+    assert "22050 Hz" in wrong_rate.stderr and "48000" in wrong_rate.stderr
+    not_wav = tmp_path / "text.wav"
+    not_wav.write_text("hello")
+    voicecat_cmd("speak", str(not_wav), server=server, check=7)
+    voicecat_cmd("record", str(tmp_path / "no-such-dir" / "x.wav"), "--seconds", "1", server=server, check=7)
+    voicecat_cmd("speak", check=2)
+    voicecat_cmd("record", str(tmp_path / "x.wav"), check=2)
+    voicecat_cmd("nonsense", check=2)
+
+
+def test_devices_lists_both_kinds(tmp_path):
+    listing = voicecat_cmd("devices", check=0)
+    assert any(line.split()[:2] == ["capture", "null"] for line in listing.stdout.splitlines())
+    devices = json.loads(voicecat_cmd("devices", "--json", "--kind", "playback", check=0).stdout)
+    assert devices and {d["kind"] for d in devices} == {"playback"} and "null" in [d["name"] for d in devices]
+
+
+def test_stats_shows_a_stream_being_received(server):
+    with joined(server, "cli-stats-talker") as talker:
+        talker.set_input_mode(voicecat.InputMode.CONTINUOUS)
+        mic = talker.start_stream()
+        stop = threading.Event()
+        feeder = threading.Thread(target=lambda: [pace([tone(600, 0.02)] * 5, mic.feed) for _ in range(200)
+                                                  if not stop.is_set()])
+        feeder.start()
+        try:
+            run = voicecat_cmd("stats", "--seconds", "1.5", "--json", server=server, check=0)
+        finally:
+            stop.set()
+            feeder.join()
+    stats = json.loads(run.stdout)
+    assert stats["fingerprint"] == server.fingerprint and stats["audio"]["mode"] == "mono"
+    mine = [s for s in stats["streams"] if s["username"].startswith("cli-stats-talker")]
+    assert len(mine) == 1 and mine[0]["stats"]["packets_received"] > 20
+    assert stats["connection"]["voice_connected"] is True
+
+
+def test_ping_shows_the_fingerprint_and_round_trips(server):
+    run = voicecat_cmd("ping", "127.0.0.1", "--count", "3", "--json", server=server, check=0)
+    result = json.loads(run.stdout)
+    assert result["fingerprint"] == server.fingerprint
+    assert len(result["media_rtt_ms"]) == 3 and all(0 <= r < 1000 for r in result["media_rtt_ms"])
+    text = voicecat_cmd("ping", "--count", "2", server=server, check=0).stdout
+    assert f"server fingerprint {server.fingerprint}" in text and "media rtt: 2 keepalive echoes" in text

@@ -1,0 +1,172 @@
+"""Bad input gets a clear exception, and nothing is sent for it."""
+import array
+import ctypes
+
+import pytest
+
+import voicecat
+from voicecat import ErrorCode, StreamKind, _lib
+
+from conftest import joined, needs_numpy, numpy, unique
+
+
+@pytest.fixture(scope="module")
+def talker(server):
+    with joined(server, "err-talker") as client:
+        client.set_input_mode(voicecat.InputMode.CONTINUOUS)
+        yield client
+
+
+@pytest.fixture
+def mic(talker):
+    with talker.start_stream() as stream:
+        yield stream
+
+
+def _refused(talker, mic, pcm, error, match, **kwargs):
+    before = talker.connection_stats().packets_out
+    with pytest.raises(error, match=match):
+        mic.feed(pcm, **kwargs)
+    assert talker.connection_stats().packets_out == before, "nothing was sent"
+
+
+def test_byte_buffers_with_the_wrong_size_or_item_type_are_refused(talker, mic):
+    _refused(talker, mic, b"\0" * 1921, ValueError, "odd byte count")
+    _refused(talker, mic, bytearray(3), ValueError, "odd byte count")
+    _refused(talker, mic, memoryview(b"\0" * 7), ValueError, "odd byte count")
+    _refused(talker, mic, array.array("f", [0.0] * 960), ValueError, "format 'f'")
+    _refused(talker, mic, memoryview(array.array("f", [0.0] * 960)), ValueError, "format 'f'")
+    _refused(talker, mic, array.array("i", [0] * 960), ValueError, "format 'i'")
+    _refused(talker, mic, array.array("d", [0.0] * 960), ValueError, "item size 8")
+    _refused(talker, mic, b"\0" * 1922, ValueError, "961 samples do not divide into 2 channels", channels=2)
+    _refused(talker, mic, b"\0" * 1920, ValueError, "channels must be 1 or 2", channels=3)
+    _refused(talker, mic, memoryview(b"\0" * 1920).cast("h", (320, 3)), ValueError, "channel count")
+    _refused(talker, mic, "not audio", TypeError, "cannot feed str")
+    _refused(talker, mic, [0] * 960, TypeError, "cannot feed list")
+    _refused(talker, mic, 12, TypeError, "cannot feed int")
+
+
+@needs_numpy
+def test_numpy_arrays_with_the_wrong_type_or_shape_are_refused(talker, mic):
+    for dtype in (numpy.int32, numpy.uint8, numpy.int8, numpy.uint16, numpy.complex64, numpy.float16):
+        _refused(talker, mic, numpy.zeros(960, dtype=dtype), ValueError, "dtype")
+    _refused(talker, mic, numpy.zeros((960, 3), dtype=numpy.int16), ValueError, r"shape \(960, 3\)")
+    _refused(talker, mic, numpy.zeros((10, 96, 2), dtype=numpy.int16), ValueError, r"shape \(10, 96, 2\)")
+    _refused(talker, mic, numpy.zeros(961, dtype=numpy.int16), ValueError, "do not divide", channels=2)
+    bad = numpy.zeros(960, dtype=numpy.float32)
+    bad[5] = numpy.nan
+    _refused(talker, mic, bad, ValueError, "NaN")
+    bad[5] = numpy.inf
+    _refused(talker, mic, bad, ValueError, "NaN or infinity")
+
+
+def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
+    before = talker.connection_stats().packets_out
+    assert mic.feed(b"") == 0
+    assert talker.connection_stats().packets_out == before
+    assert mic.feed(array.array("h", [1000] * 960)) == 960
+    assert talker.connection_stats().packets_out == before + 1
+
+
+def test_arguments_are_checked_before_they_reach_c(server):
+    with voicecat.Client() as c:
+        with pytest.raises(ValueError, match="host is required"):
+            c.connect(None, server.port, "x")
+        with pytest.raises(TypeError, match="username must be str or bytes, not int"):
+            c.connect("127.0.0.1", server.port, 42)
+        with pytest.raises(ValueError, match="port must be in 0..65535"):
+            c.connect("127.0.0.1", 70000, "x")
+        with pytest.raises(ValueError, match="NUL"):
+            c.connect("127.0.0.1", server.port, "a\0b")
+        with pytest.raises(ValueError, match="timeout"):
+            c.connect("127.0.0.1", server.port, "x", timeout=-1)
+        with pytest.raises(TypeError, match="ssrc must be an integer"):
+            c.stream_stats("1")
+        c.connect(b"127.0.0.1", server.port, unique("bytes-user").encode())  # bytes are fine
+        c.join(b"Lobby")
+
+
+def test_library_errors_raise_the_subclass_of_their_code_with_the_reason(server):
+    with voicecat.Client() as c:
+        with pytest.raises(voicecat.StateError) as e:
+            c.join("Lobby")
+        assert e.value.code == ErrorCode.STATE and "not connected" in str(e.value)
+        with pytest.raises(voicecat.StateError):
+            c.fingerprint
+        c.connect("127.0.0.1", server.port, unique("err"))
+        with pytest.raises(voicecat.NotFound) as e:
+            c.join("Nowhere")
+        assert e.value.code == ErrorCode.NOT_FOUND and isinstance(e.value, voicecat.VoiceCatError)
+        c.join("Lobby")
+        with pytest.raises(voicecat.NotFound):
+            c.stream_stats(424242)
+        with pytest.raises(voicecat.NotFound):
+            c.set_remote_stream(424242, gain=0.5)
+        with pytest.raises(voicecat.InvalidArgument):
+            c.start_stream(channels=3)
+        with pytest.raises(voicecat.DeviceError):
+            c.start_stream(device="vc_py_no_such_device")
+        with c.start_stream() as mic:
+            mic.set_send_processing(noise_suppression=True, agc=True)
+            assert mic.send_processing == voicecat.SendProcessing(noise_suppression=True, agc=True)
+            with pytest.raises(voicecat.InvalidArgument):
+                mic.set_send_processing(agc_level=5.0)
+        with c.start_stream(StreamKind.SCREEN_AUDIO) as screen:
+            with pytest.raises(voicecat.InvalidArgument):
+                screen.set_send_processing(noise_suppression=True)
+        with pytest.raises(voicecat.NotFound):
+            mic.feed(b"\0\0" * 960)  # stopped when its with block ended
+        with c.start_stream(device="null") as captured:
+            with pytest.raises(voicecat.StateError, match="cannot be fed"):
+                captured.feed(b"\0\0" * 960)
+
+
+def test_a_closed_client_says_so(server):
+    c = voicecat.Client()
+    c.close()
+    c.close()  # idempotent
+    assert c.closed
+    with pytest.raises(voicecat.StateError, match="closed"):
+        c.connect("127.0.0.1", server.port, "x")
+    assert c.poll_event(0.1) is None
+
+
+def test_every_entry_point_refuses_null_and_unknown_handles():
+    lib = _lib.get()
+    bad = ctypes.c_void_p(0xdead0)
+    for h in (None, bad):
+        assert lib.vc_disconnect(h) == -1
+        assert lib.vc_join_channel(h, b"Lobby") == -1
+        assert lib.vc_stream_stop(h, 1) == -1
+        assert lib.vc_read_mixed_pcm(h, None, 10) == -1
+        assert lib.vc_poll_event(h, None, 0) == -1
+        lib.vc_client_destroy(h)
+
+
+def test_a_wrong_fingerprint_is_an_auth_error_that_reports_the_real_one(server):
+    with voicecat.Client() as c:
+        with pytest.raises(voicecat.AuthError, match="does not match"):
+            c.connect("127.0.0.1", server.port, unique("pin"), fingerprint="ab" * 32)
+        assert c.fingerprint == server.fingerprint
+        c.connect("127.0.0.1", server.port, unique("pin"), fingerprint=server.fingerprint)
+
+
+def test_a_wrong_password_is_an_auth_error(password_server):
+    with voicecat.Client() as c:
+        with pytest.raises(voicecat.AuthError):
+            c.connect("127.0.0.1", password_server.port, unique("pw"), password="wrong")
+        c.connect("127.0.0.1", password_server.port, unique("pw"), password=password_server.password)
+
+
+def test_a_taken_username_is_rejected(server):
+    name = unique("taken")
+    with voicecat.Client() as first, voicecat.Client() as second:
+        first.connect("127.0.0.1", server.port, name)
+        with pytest.raises(voicecat.Rejected):
+            second.connect("127.0.0.1", server.port, name)
+
+
+def test_an_unknown_code_from_a_newer_library_still_raises():
+    error = voicecat._errors.error_for(-99, "detail")
+    assert type(error) is voicecat.VoiceCatError and error.code == -99 and error.code.name == "UNKNOWN_-99"
+    assert voicecat.strerror(-99) == "unknown error"

@@ -1,0 +1,78 @@
+"""The example programs in examples/python, run against the installed package, and
+device capture and playback through ALSA PCMs backed by files."""
+import array
+import os
+import subprocess
+import sys
+import time
+import wave
+
+import pytest
+
+import voicecat
+from voicecat import DeviceKind, InputMode
+
+from conftest import ROOT, goertzel, tone, unique
+
+EXAMPLES = os.path.join(ROOT, "examples", "python")
+
+
+def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, tmp_path):
+    speech = tmp_path / "tone.wav"
+    with wave.open(str(speech), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48000)
+        w.writeframes(tone(520, 1.5).tobytes())
+    out = tmp_path / "mix.wav"
+    common = ["127.0.0.1", str(server.port)]
+    rec = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "record_mix.py"), *common, unique("ex-rec"),
+                            "Lobby", str(out), "3.5"], stdout=subprocess.PIPE, text=True)
+    waiter = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "wait_for_talker.py"), *common,
+                               unique("ex-wait"), "Lobby", "20"], stdout=subprocess.PIPE, text=True)
+    assert waiter.stdout is not None and "waiting" in waiter.stdout.readline()
+    time.sleep(0.5)
+    subprocess.run([sys.executable, os.path.join(EXAMPLES, "speak_wav.py"), *common, "ex-talker-" + str(os.getpid()),
+                    "Lobby", str(speech)], check=True, timeout=30)
+    log, _ = rec.communicate(timeout=30)
+    assert rec.returncode == 0, log
+    assert "talk_start" in log
+    said = waiter.communicate(timeout=30)[0]
+    assert waiter.returncode == 0 and f"ex-talker-{os.getpid()} started talking" in said
+    with wave.open(str(out), "rb") as w:
+        assert w.getnchannels() == 2 and w.getframerate() == 48000
+        mix = array.array("h")
+        mix.frombytes(w.readframes(w.getnframes()))
+    left = mix[0::2]
+    assert goertzel(left, 520) > 1000 * goertzel(left, 1300)
+
+
+def test_device_capture_to_device_playback_through_file_backed_pcms(server, tmp_path):
+    """A host captures from an ALSA PCM backed by a file; another plays the mix into a
+    file-backed PCM; the tone arrives."""
+    infile, outfile = tmp_path / "in.raw", tmp_path / "out.raw"
+    infile.write_bytes(tone(700, 2.0).tobytes())
+    voicecat.set_alsa_config(
+        f'pcm.py_cap {{ type file slave.pcm {{ type null }} file "/dev/null" infile "{infile}" format "raw" }}\n'
+        f'pcm.py_play {{ type file slave.pcm {{ type null }} file "{outfile}" format "raw" }}\n')
+    try:
+        assert "py_cap" in [d.name for d in voicecat.list_devices(DeviceKind.CAPTURE)]
+        assert "py_play" in [d.name for d in voicecat.list_devices(DeviceKind.PLAYBACK)]
+        with voicecat.Client(playback_device="py_play") as listener, \
+                voicecat.Client(external_playback=True) as talker:
+            listener.connect("127.0.0.1", server.port, unique("dev-listener"))
+            listener.join("Lobby")
+            talker.connect("127.0.0.1", server.port, unique("dev-talker"))
+            talker.join("Lobby")
+            talker.set_input_mode(InputMode.CONTINUOUS)
+            with talker.start_stream(device="py_cap") as stream:
+                assert not stream.external_feed
+                time.sleep(1.5)
+        out = array.array("h")
+        out.frombytes(outfile.read_bytes())
+        left = out[0::2]
+        assert goertzel(left, 700) > 1000 * goertzel(left, 1900)
+    finally:
+        voicecat.set_alsa_config(None)
+    with pytest.raises(voicecat.InvalidArgument):
+        voicecat.set_alsa_config("pcm.broken { type")

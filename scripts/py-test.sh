@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The Python package's tests, each time in a fresh virtual environment:
+#   source: pip install ./python, with numpy; mypy --strict on the package and the
+#           examples; the library found through pkg-config in PREFIX.
+#   wheel:  pip install dist/voicecat-*.whl, without numpy, with nothing pointing at
+#           PREFIX: only the library bundled in the wheel.
+# PyPI packages (pytest, numpy, mypy; setuptools for the build) go into the venvs.
+#   py-test.sh PREFIX SERVER_BINARY
+set -euo pipefail
+prefix=$1
+server=$(realpath "$2")
+root=$(pwd)
+work=$root/build/py-test
+python=${PYTHON3:-python3}
+wheel=$(ls "$root"/dist/voicecat-*.whl)
+rm -rf "$work"
+mkdir -p "$work"
+
+echo "py-test: source install (pip install ./python) with numpy, library through pkg-config"
+"$python" -m venv "$work/source"
+"$work/source/bin/pip" install -q pytest numpy mypy
+"$work/source/bin/pip" install -q "$root/python"
+# Type-check the installed package (its py.typed) and the examples that use it, from a
+# directory where the checkout's python/ cannot shadow it.
+(cd "$work" && source/bin/mypy --strict --no-incremental -p voicecat && \
+    source/bin/mypy --strict --no-incremental "$root"/examples/python/*.py)
+(cd "$work" && env -u VOICECAT_LIBRARY PKG_CONFIG_PATH="$prefix/lib/pkgconfig" VOICECAT_SERVER="$server" \
+    VOICECAT_TEST_INSTALL=source source/bin/python -m pytest -q -p no:cacheprovider "$root/Tests/python")
+
+echo "py-test: wheel install ($(basename "$wheel")) without numpy, only the bundled library"
+"$python" -m venv "$work/wheel"
+"$work/wheel/bin/pip" install -q pytest
+"$work/wheel/bin/pip" install -q "$wheel"
+(cd "$work" && env -u VOICECAT_LIBRARY -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH VOICECAT_SERVER="$server" \
+    VOICECAT_TEST_INSTALL=wheel wheel/bin/python -m pytest -q -p no:cacheprovider "$root/Tests/python")
