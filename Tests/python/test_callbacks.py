@@ -136,3 +136,31 @@ def test_an_unreferenced_client_is_closed_when_collected(server):
     assert ref() is None
     stopped = counts[0]
     assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "its threads stopped: destroyed"
+
+
+def test_a_client_dropped_inside_a_callback_is_destroyed_after_it(server):
+    """The finalizer of a client whose last reference goes inside a callback cannot destroy
+    it there; the next Client() does."""
+    from voicecat import _client
+    counts = [0]
+    victim = [joined(server, "cb-orphan")]
+    victim[0].set_sink(lambda pcm, frames: counts.__setitem__(0, counts[0] + 1))
+    ref = weakref.ref(victim[0])
+    dropped = threading.Event()
+
+    def sink(pcm, frames):
+        if victim:
+            victim.clear()  # the last reference: the finalizer runs here, on the mixer thread
+            dropped.set()
+
+    with joined(server, "cb-orphan-host") as host:
+        host.set_sink(sink)
+        assert dropped.wait(10)
+        assert ref() is None and len(_client._orphans) == 1
+        before = counts[0]
+        assert wait_until(lambda: counts[0] > before + 2), "still running until reaped"
+        voicecat.Client().close()
+        assert _client._orphans == []
+        stopped = counts[0]
+        assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "destroyed"
+        host.set_sink(None)

@@ -12,7 +12,7 @@ from conftest import joined, needs_numpy, numpy, unique
 
 @pytest.fixture(scope="module")
 def talker(server):
-    with joined(server, "err-talker") as client:
+    with joined(server, "err-talker", keepalive_ms=60000) as client:  # packets_out: voice frames only
         client.set_input_mode(voicecat.InputMode.CONTINUOUS)
         yield client
 

@@ -40,7 +40,8 @@ def _forms():
 def test_every_input_form_sends_every_frame_and_the_listener_hears_each_tone(server):
     forms = _forms()
     recorder = Recorder()
-    with joined(server, "feed-talker") as talker, joined(server, "feed-listener") as listener:
+    # A keepalive goes out at connect and then once a minute: packets_out counts voice frames.
+    with joined(server, "feed-talker", keepalive_ms=60000) as talker, joined(server, "feed-listener") as listener:
         listener.set_sink(recorder)
         talker.set_input_mode(InputMode.CONTINUOUS)
         frame = talker.channel_audio().frame_samples

@@ -10,6 +10,7 @@ function). ctypes would otherwise print "Exception ignored" and carry on.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import logging
 import threading
@@ -135,6 +136,9 @@ def set_log_handler(fn: Optional[Callable[[LogLevel, str], None]]) -> None:
 def _install_default(lib: ctypes.CDLL) -> None:
     if _log_cfunc is None:
         set_log_handler(None)
+        # At exit (after the clients' finalizers have destroyed them) the trampoline goes:
+        # nothing may call into an interpreter that is shutting down.
+        atexit.register(lib.vc_set_log_callback, _lib.LOG_FN(), None)
 
 
 _lib.on_load.append(_install_default)

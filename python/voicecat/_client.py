@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import atexit
 import ctypes
 import operator
 import threading
@@ -116,8 +117,9 @@ class _Core:
         if handle is None:
             return
         if in_callback():
-            # vc_client_destroy ignores a call from inside the client's own callback; keep
-            # the callbacks alive for good rather than free what C may still call.
+            # vc_client_destroy ignores a call from inside the client's own callback, and
+            # would stall another client's audio thread: leave it to _reap_orphans.
+            self.handle = handle
             _orphans.append(self)
             return
         _lib.get().vc_client_destroy(handle)
@@ -127,8 +129,23 @@ class _Core:
         self.event_handler = None
 
 
-#: Cores whose destruction was asked for from inside a callback (see _Core.destroy).
+#: Cores whose destruction was asked for from inside a callback (see _Core.destroy); they
+#: are destroyed by the next Client() or close() outside callbacks, or at exit.
 _orphans: List[_Core] = []
+
+
+def _reap_orphans() -> None:
+    while _orphans and not in_callback():
+        core = _orphans.pop()
+        core.handle, handle = None, core.handle
+        if handle is not None:
+            _lib.get().vc_client_destroy(handle)
+        for subscriber in list(core.subscribers):
+            subscriber.close()
+        core.sink_cfunc = None
+
+
+atexit.register(_reap_orphans)
 
 
 def _raise_pending(core: Optional[_Core]) -> None:
@@ -361,6 +378,7 @@ class Client:
         (keepalive 5000 ms, 32 remote streams, 256 queued events).
         """
         _raise_pending(None)
+        _reap_orphans()
         lib = _lib.get()
         cfg = lib.vc_client_config_default()
         name = _cstr(client_name, "client_name")
@@ -409,6 +427,7 @@ class Client:
         if in_callback() and self._core.handle is not None:
             raise StateError(ErrorCode.STATE, "a client cannot be closed from inside its own callback")
         self._finalizer()
+        _reap_orphans()
         _raise_pending(self._core)
 
     def __enter__(self) -> "Client":
@@ -615,8 +634,8 @@ class Client:
 
     def set_event_handler(self, fn: Optional[EventHandler]) -> None:
         """Calls ``fn(event)`` for every event, on the client's network thread, in order
-        (None clears). Only callback-safe calls may be made from it. Events are also
-        queued for :meth:`poll_event` either way."""
+        (None clears). It must not block (media waits meanwhile), and only callback-safe
+        calls may be made from it. Events are also queued for :meth:`poll_event` either way."""
         _raise_pending(self._core)
         self._core.event_handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
         _update_event_callback(self._core)
