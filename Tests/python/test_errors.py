@@ -170,3 +170,12 @@ def test_an_unknown_code_from_a_newer_library_still_raises():
     error = voicecat._errors.error_for(-99, "detail")
     assert type(error) is voicecat.VoiceCatError and error.code == -99 and error.code.name == "UNKNOWN_-99"
     assert voicecat.strerror(-99) == "unknown error"
+
+
+def test_leaving_a_stream_block_after_the_session_ended_is_quiet(server):
+    with joined(server, "err-gone") as c:
+        with c.start_stream() as mic:
+            c.disconnect()  # the library stops every stream
+        assert mic.stopped
+        with pytest.raises((voicecat.NotFound, voicecat.StateError)):
+            c.start_stream().stop()

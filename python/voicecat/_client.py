@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, StateError, error_for
+from ._errors import InvalidArgument, NotFound, StateError, error_for
 from ._types import (AudioConfig, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings, SendProcessing,
                      StreamStats)
 
@@ -97,13 +97,9 @@ class _Core:
         self.subscribers: Set["AsyncEvents"] = set()
         self.event_installed = False
         self.sink_cfunc: Any = None
-        self._dispatch = Guarded("event dispatcher", self._dispatch_event, self.failures)
-        self.event_cfunc: Any = _lib.EVENT_FN(self._on_event)
+        self.event_cfunc: Any = _lib.EVENT_FN(Guarded("event dispatcher", self._dispatch_event, self.failures))
 
-    def _on_event(self, _user: Optional[int], pointer: Any) -> None:
-        self._dispatch(pointer)
-
-    def _dispatch_event(self, pointer: Any) -> None:
+    def _dispatch_event(self, _user: Optional[int], pointer: Any) -> None:
         event = Event._from_c(pointer.contents)
         for subscriber in list(self.subscribers):
             subscriber._push(event)
@@ -112,6 +108,7 @@ class _Core:
             handler(event)
 
     def destroy(self) -> None:
+        """Destroys the C client, then lets go of the callbacks (idempotent)."""
         with self.lock:
             handle, self.handle = self.handle, None
         if handle is None:
@@ -136,13 +133,7 @@ _orphans: List[_Core] = []
 
 def _reap_orphans() -> None:
     while _orphans and not in_callback():
-        core = _orphans.pop()
-        core.handle, handle = None, core.handle
-        if handle is not None:
-            _lib.get().vc_client_destroy(handle)
-        for subscriber in list(core.subscribers):
-            subscriber.close()
-        core.sink_cfunc = None
+        _orphans.pop().destroy()
 
 
 atexit.register(_reap_orphans)
@@ -243,8 +234,15 @@ class Stream:
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: "Optional[TracebackType]") -> None:
-        if not self._stopped and not self._client.closed:
+        if self._stopped or self._client.closed:
+            return
+        try:
             self.stop()
+        except (NotFound, StateError):
+            self._stopped = True  # gone already: the session ended or the channel changed
+        except Exception:
+            if exc is None:
+                raise  # else the exception in flight wins
 
 
 # ---- Events into asyncio ------------------------------------------------------------------
@@ -334,14 +332,15 @@ class AsyncEvents:
 def _update_event_callback(core: _Core) -> None:
     """Installs the C event callback while someone listens, and removes it otherwise (each
     event then costs the network thread nothing in Python)."""
-    wanted = core.event_handler is not None or bool(core.subscribers)
-    if wanted == core.event_installed or core.handle is None:
-        return
-    fn = core.event_cfunc if wanted else _lib.EVENT_FN()
-    rc = int(_lib.get().vc_set_event_callback(core.handle, fn, None))
-    if rc < 0:
-        raise error_for(rc, _last_error(core.handle))
-    core.event_installed = wanted
+    with core.lock:
+        wanted = core.event_handler is not None or bool(core.subscribers)
+        if wanted == core.event_installed or core.handle is None:
+            return
+        fn = core.event_cfunc if wanted else _lib.EVENT_FN()
+        rc = int(_lib.get().vc_set_event_callback(core.handle, fn, None))
+        if rc < 0:
+            raise error_for(rc, _last_error(core.handle))
+        core.event_installed = wanted
 
 
 def _last_error(handle: int) -> str:
@@ -425,7 +424,8 @@ class Client:
         Must not be called from inside one of this client's callbacks.
         """
         if in_callback() and self._core.handle is not None:
-            raise StateError(ErrorCode.STATE, "a client cannot be closed from inside its own callback")
+            raise StateError(ErrorCode.STATE, "a client cannot be closed from inside a callback (close it from "
+                                              "one of your threads)")
         self._finalizer()
         _reap_orphans()
         _raise_pending(self._core)
@@ -637,6 +637,8 @@ class Client:
         (None clears). It must not block (media waits meanwhile), and only callback-safe
         calls may be made from it. Events are also queued for :meth:`poll_event` either way."""
         _raise_pending(self._core)
+        if self.closed:
+            raise StateError(ErrorCode.STATE, "the client is closed")
         self._core.event_handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
         _update_event_callback(self._core)
 
