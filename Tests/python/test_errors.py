@@ -65,6 +65,7 @@ def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
     assert mic.feed(b"") == 0
     assert talker.connection_stats().packets_out == before
     assert mic.feed(array.array("h", [1000] * 960)) == 960
+    mic.drain(timeout=2)
     assert talker.connection_stats().packets_out == before + 1
 
 

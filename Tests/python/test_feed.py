@@ -46,17 +46,20 @@ def test_every_input_form_sends_every_frame_and_the_listener_hears_each_tone(ser
         talker.set_input_mode(InputMode.CONTINUOUS)
         frame = talker.channel_audio().frame_samples
         assert frame == 960
+        # Every form converted first, so that feeding runs on without gaps.
+        inputs = []
+        for name, freq, convert in forms:
+            pcm = convert(tone(freq, SECONDS))
+            # 20 ms pieces (bytes and byte memoryviews slice in bytes, the others in samples)
+            step = 1920 if isinstance(pcm, (bytes, bytearray)) or getattr(pcm, "itemsize", 2) == 1 else 960
+            inputs.append((name, [pcm[i:i + step] for i in range(0, len(pcm), step)]))
         with talker.start_stream(StreamKind.MIC) as mic:
             sent = []
-            for name, freq, convert in forms:
-                pcm = convert(tone(freq, SECONDS))
+            for name, pieces in inputs:
                 before = talker.connection_stats().packets_out
-                # 20 ms pieces of the converted input, fed in real time.
-                # (bytes and byte memoryviews slice in bytes, the others in samples)
-                step = 1920 if isinstance(pcm, (bytes, bytearray)) or getattr(pcm, "itemsize", 2) == 1 else 960
-                pieces = [pcm[i:i + step] for i in range(0, len(pcm), step)]
                 taken = []
-                pace(pieces, lambda p: taken.append(mic.feed(p)))
+                pace(pieces, lambda p: taken.append(mic.feed(p)))  # in real time: sent as fed
+                mic.drain(timeout=2)
                 assert sum(taken) == FRAMES, f"{name}: feed() took {sum(taken)} frames of {FRAMES}"
                 sent.append(talker.connection_stats().packets_out - before)
             assert wait_until(lambda: len(recorder.chunks) * 960 > (len(forms) * SECONDS + 0.5) * 48000)
@@ -153,3 +156,34 @@ def test_a_numpy_sink_gets_read_only_views_of_the_mix(server):
     mix = numpy.concatenate(copies)[:, 0].astype(float)
     spectrum = numpy.abs(numpy.fft.rfft(mix))
     assert abs(numpy.argmax(spectrum) * 48000 / len(mix) - 700) < 5
+
+
+def test_a_whole_file_fed_at_once_is_sent_at_real_time_drained_or_flushed(server):
+    recorder = Recorder()
+    with joined(server, "queue-talker", keepalive_ms=60000) as talker, joined(server, "queue-listener") as listener:
+        listener.set_sink(recorder)
+        talker.set_input_mode(InputMode.CONTINUOUS)
+        with talker.start_stream(max_queue_ms=3000) as mic:
+            before = talker.connection_stats().packets_out
+            assert mic.feed(tone(440, 2.0)) == 96000
+            assert mic.queued_ms > 1000, "queued, not sent at once"
+            assert talker.connection_stats().packets_out - before < 50
+            mic.drain(timeout=10)
+            assert mic.queued_ms == 0
+            assert talker.connection_stats().packets_out - before == 100
+            # More than the queue holds: refused whole, nothing queued.
+            with pytest.raises(voicecat.NoMemory):
+                mic.feed(tone(440, 4.0))
+            assert mic.queued_ms == 0
+            # Barge-in: what is queued goes.
+            before = talker.connection_stats().packets_out
+            mic.feed(tone(660, 2.5))
+            assert wait_until(lambda: mic.queued_ms < 2000)
+            mic.flush()
+            assert mic.queued_ms == 0
+            flushed_at = talker.connection_stats().packets_out - before
+            assert not wait_until(lambda: talker.connection_stats().packets_out - before > flushed_at + 1, seconds=0.3)
+            assert flushed_at < 100
+        listener.set_sink(None)
+    mix = left(recorder.pcm)
+    assert goertzel(mix, 440) > 100 * goertzel(mix, 1000)

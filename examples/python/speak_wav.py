@@ -26,14 +26,11 @@ def main() -> None:
         client.connect(host, port, user)
         print(f"speak_wav.py: connected, server fingerprint {client.fingerprint}")
         client.join(channel)
-        with client.start_stream(voicecat.StreamKind.MIC, channels) as mic:
-            block = 960 * 2 * channels  # 20 ms of int16 bytes
-            start = time.monotonic()
-            for k, i in enumerate(range(0, len(pcm), block)):
-                mic.feed(pcm[i:i + block])
-                delay = start + (k + 1) * 0.02 - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+        seconds = len(pcm) / (2 * channels * voicecat.SAMPLE_RATE)
+        # The whole file at once: the library sends it at real time from its queue.
+        with client.start_stream(voicecat.StreamKind.MIC, channels, max_queue_ms=int(seconds * 1000) + 1000) as mic:
+            mic.feed(pcm)
+            mic.drain()
             time.sleep(0.5)  # let listeners play out what is buffered before the stream goes
         stats = client.connection_stats()
         print(f"speak_wav.py: sent {stats.packets_out} packets, media rtt {stats.media_rtt_ms} ms")

@@ -184,14 +184,17 @@ class Stream:
         return f"<voicecat.Stream {self.id} {self.kind.name} {self.channels} ch, {source}>"
 
     def feed(self, pcm: _pcm.PcmInput, channels: Optional[int] = None) -> int:
-        """Sends 48 kHz PCM of any length; returns the sample frames taken.
+        """Queues 48 kHz PCM of any length for sending; returns the sample frames taken.
 
         ``pcm`` is a numpy array (int16, or float32/float64 in [-1, 1]; shape (frames,)
         or (frames, channels)), or bytes / bytearray / memoryview / array('h') of native
         int16 samples. 1-D input is interleaved with ``channels`` (default: the stream's)
-        channels. It is reframed to the channel's frame size, encoded and sent before
-        this returns (never waiting on the network). Raises ValueError for a wrong sample
-        type, shape or byte count, StateError for a device stream.
+        channels. The library sends it in talkspurts paced at real time: audio fed in
+        real time goes out at once, a whole file fed at once is heard at real time (see
+        :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
+        talkspurt. Never blocks. Raises ValueError for a wrong sample type, shape or
+        byte count, StateError for a device stream, NoMemory when the queue
+        (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
         block = _pcm.int16_block(pcm, self.channels if channels is None else channels)
         if block.frames == 0:
@@ -200,8 +203,32 @@ class Stream:
             self._client._call("vc_stream_feed_pcm", self.id, block.pointer, block.frames, block.channels)
         return block.frames
 
+    @property
+    def queued_ms(self) -> int:
+        """How much fed audio waits to be sent, in ms (queued frames plus the partial one)."""
+        out = ctypes.c_uint32()
+        self._client._call("vc_stream_queued_ms", self.id, ctypes.byref(out))
+        return out.value
+
+    def drain(self, timeout: Optional[float] = None) -> None:
+        """Waits until everything fed has been sent, the last partial frame included (it
+        goes out when the talkspurt ends); at most ``timeout`` seconds (None: no limit),
+        then Timeout."""
+        wait = _millis(timeout, "timeout")
+        deadline = None if wait < 0 else time.monotonic() + wait / 1000
+        # Watch the queue from here first, so that Ctrl-C reaches a program waiting.
+        while self.queued_ms > 0 and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.02)
+        left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        self._client._call("vc_stream_drain", self.id, left)
+
+    def flush(self) -> None:
+        """Drops the audio queued on the stream (barge-in) and ends its talkspurt."""
+        self._client._call("vc_stream_flush", self.id)
+
     def stop(self) -> None:
-        """Stops the stream (its last frame is flagged, then the server is told). Idempotent."""
+        """Stops the stream: audio still queued is dropped (:meth:`drain` first to have it
+        sent), the last frame is flagged, then the server is told. Idempotent."""
         if self._stopped:
             return
         self._client._call("vc_stream_stop", self.id)
@@ -368,13 +395,15 @@ class Client:
 
     def __init__(self, client_name: str = "python", *, external_playback: bool = False,
                  playback_device: Optional[str] = None, keepalive_ms: Optional[int] = None,
-                 max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None) -> None:
+                 max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None,
+                 talk_hangover_ms: Optional[int] = None) -> None:
         """Creates the client.
 
         ``external_playback=True`` opens no playback device (take the mix with
         :meth:`set_sink` or :meth:`read_mix`); otherwise ``playback_device`` (an ALSA PCM,
         default "default") plays it. The others override the library's defaults
-        (keepalive 5000 ms, 32 remote streams, 256 queued events).
+        (keepalive 5000 ms, 32 remote streams, 256 queued events, TALK_STOP 300 ms after
+        a talkspurt's last frame was played).
         """
         _raise_pending(None)
         _reap_orphans()
@@ -391,6 +420,8 @@ class Client:
             cfg.max_remote_streams = _uint(max_remote_streams, "max_remote_streams")
         if event_queue_size is not None:
             cfg.event_queue_size = _uint(event_queue_size, "event_queue_size")
+        if talk_hangover_ms is not None:
+            cfg.talk_hangover_ms = _uint(talk_hangover_ms, "talk_hangover_ms")
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:
@@ -460,10 +491,13 @@ class Client:
         Raises NetworkError, Timeout, AuthError (wrong password or fingerprint),
         Rejected (username taken, server full), VersionMismatch, ProtocolError.
         """
-        params = _lib.vc_connect_params(
-            _cstr(host, "host"), _uint(port, "port", 0xFFFF), _cstr(username, "username"),
-            _optional_cstr(password, "password"), _optional_cstr(fingerprint, "fingerprint"),
-            max(1, _millis(timeout, "timeout")))
+        params = _lib.get().vc_connect_params_default()
+        params.host = _cstr(host, "host")
+        params.port = _uint(port, "port", 0xFFFF)
+        params.username = _cstr(username, "username")
+        params.password = _optional_cstr(password, "password")
+        params.server_fingerprint = _optional_cstr(fingerprint, "fingerprint")
+        params.timeout_ms = max(1, _millis(timeout, "timeout"))
         self._call("vc_connect", ctypes.byref(params))
 
     def disconnect(self) -> None:
@@ -491,16 +525,23 @@ class Client:
 
     # -- publishing --
 
-    def start_stream(self, kind: StreamKind = StreamKind.MIC, channels: int = 1,
-                     device: Optional[str] = None) -> Stream:
+    def start_stream(self, kind: StreamKind = StreamKind.MIC, channels: int = 1, device: Optional[str] = None, *,
+                     max_queue_ms: Optional[int] = None) -> Stream:
         """Publishes a stream in the joined channel and returns it once it has its ssrc.
 
-        Without ``device`` the program feeds it (:meth:`Stream.feed`); with one, a capture
-        thread reads that ALSA PCM. MIC streams pass the input gate (:meth:`set_input_mode`).
+        Without ``device`` the program feeds it (:meth:`Stream.feed`), and at most
+        ``max_queue_ms`` (default 10000, up to 600000) of fed audio waits to be sent;
+        with one, a capture thread reads that ALSA PCM. MIC streams pass the input gate
+        (:meth:`set_input_mode`).
         """
         kind = StreamKind(kind)
-        desc = _lib.vc_stream_desc(int(kind), 0 if device is not None else 1,
-                                   _optional_cstr(device, "device"), _uint(channels, "channels"))
+        desc = _lib.get().vc_stream_desc_default()
+        desc.kind = int(kind)
+        desc.external_feed = 0 if device is not None else 1
+        desc.device = _optional_cstr(device, "device")
+        desc.channels = _uint(channels, "channels")
+        if max_queue_ms is not None:
+            desc.max_queue_ms = _uint(max_queue_ms, "max_queue_ms")
         sid = ctypes.c_uint32()
         self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
         return Stream(self, sid.value, kind, channels, device)

@@ -105,9 +105,11 @@ class EventType(_OpenIntEnum):
     REMOTE_STREAM_REMOVED = 7
     """user_id, stream_id, ssrc of a stream no longer received."""
     TALK_START = 8
-    """ssrc, user_id: frames started arriving."""
+    """ssrc, user_id, text = username: a talkspurt's first frame was played (while
+    nothing renders the mix: frames started arriving)."""
     TALK_STOP = 9
-    """ssrc, user_id: no frames for the hangover (300 ms)."""
+    """ssrc, user_id, text = username: the talkspurt's last frame was played
+    ``talk_hangover_ms`` ago (or no frame came for that long)."""
     VOICE_DISCONNECTED = 10
     """The media path was lost (no keepalive echo); the client rebinds."""
     VOICE_RECONNECTED = 11

@@ -183,14 +183,17 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
         sent_before = client.connection_stats().packets_out
         with client.start_stream(kind, channels) as stream:
             _note(args, f"speaking {args.file} ({seconds:.2f} s) into {args.channel} on {where}")
-            block = 960 * 2 * channels
-            start = time.monotonic()
-            for k, offset in enumerate(range(0, len(pcm), block)):
-                stream.feed(pcm[offset:offset + block])
-                progress.update("speak", min(seconds, (k + 1) * 0.02), seconds)
-                delay = start + (k + 1) * 0.02 - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
+            # The library sends what is fed at real time; keep about a second queued.
+            second = SAMPLE_RATE * 2 * channels
+            fed = 0
+            while fed < len(pcm) or stream.queued_ms > 0:
+                if fed < len(pcm) and stream.queued_ms < 1000:
+                    stream.feed(pcm[fed:fed + second])
+                    fed = min(len(pcm), fed + second)
+                progress.update("speak", max(0.0, fed / second - stream.queued_ms / 1000), seconds)
+                time.sleep(0.05)
+            stream.drain(timeout=5)
+            progress.update("speak", seconds, seconds)
             progress.finish()
             time.sleep(args.tail)  # listeners play out what they buffered before the stream goes
         stats = client.connection_stats()
