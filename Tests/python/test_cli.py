@@ -11,7 +11,6 @@ import sys
 import threading
 import wave
 
-import pytest
 
 import voicecat
 

@@ -14,6 +14,7 @@ the login name and the process id, and channel Lobby.
 from __future__ import annotations
 
 import argparse
+import array
 import getpass
 import json
 import logging
@@ -238,9 +239,11 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
             if time.monotonic() > deadline:
                 raise CommandError(ExitCode.FAILED, "the mix stopped coming")
             for event in client.events(timeout=0.1):
+                logging.getLogger("voicecat.cli").info("%s", event)
                 if event.type == EventType.TALK_START:
                     talkers.add(event.user_id)
-                logging.getLogger("voicecat.cli").info("%s", event)
+                elif event.type == EventType.DISCONNECTED:
+                    raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {event.text}")
             progress.update("record", have[0] / SAMPLE_RATE, args.seconds)
         progress.finish()
         client.set_sink(None)
@@ -260,7 +263,6 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
 
 
 def _peak_dbfs(pcm: bytes) -> float:
-    import array
     samples = array.array("h", pcm)
     peak = max((abs(x) for x in samples), default=0)
     return 20 * math.log10(peak / 32768) if peak else -math.inf
