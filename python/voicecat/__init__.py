@@ -35,8 +35,7 @@ from ._pcm import PcmInput, has_numpy
 from ._types import (AudioConfig, ConnectionStats, DeviceInfo, Event, RemoteStreamInfo, RemoteStreamSettings,
                      SendProcessing, StreamStats)
 
-#: This package's version (it wraps the C API of the same version).
-__version__ = "0.2.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "AsyncEvents", "AudioConfig", "AuthError", "BufferTooSmall", "CallbackError", "ChannelMode", "Client",

@@ -27,8 +27,10 @@ import subprocess
 import threading
 from typing import Callable, List, Optional, Sequence, Tuple, Type
 
+from ._version import __version__
+
 #: The API version this binding was written against (VC_VERSION_MAJOR/MINOR/PATCH).
-BINDING_VERSION = (0, 2, 0)
+BINDING_VERSION = tuple(int(part) for part in __version__.split("."))
 
 c_int16_p = ctypes.POINTER(ctypes.c_int16)
 
