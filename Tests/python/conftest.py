@@ -19,7 +19,11 @@ from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
 import pytest
 
-import voicecat
+# Trust on first use records every server a test connects to (fresh identities on
+# random ports) in the known-servers file: one file per test run, not the user's.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="vc-py-config-")
+
+import voicecat  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 INSTALL = os.environ.get("VOICECAT_TEST_INSTALL", "")

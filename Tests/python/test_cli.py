@@ -140,3 +140,84 @@ def test_speak_and_record_carry_speech_end_to_end(server, tmp_path):
         # A jitter buffer may shift playout by a frame mid-sentence: each window finds its
         # own alignment near the sentence's.
         assert sorted(scores)[len(scores) // 2] > 0.8, scores
+
+
+def _closed_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
+    refused = voicecat_cmd("ping", "127.0.0.1", "--port", str(_closed_port()), check=3)
+    assert "refused" in refused.stderr.lower()
+    pinned = voicecat_cmd("ping", "--fingerprint", "ab" * 32, server=server, check=4)
+    assert server.fingerprint in pinned.stderr
+    voicecat_cmd("ping", "--password", "wrong", server=password_server, check=4)
+    voicecat_cmd("ping", "--known-servers", "", server=server, check=4)  # no store and no pin
+    voicecat_cmd("ping", "--known-servers", "", "--allow-unverified", "--count", "1", server=server, check=0)
+    env = dict(os.environ, VOICECAT_PASSWORD=password_server.password)
+    voicecat_cmd("ping", "--count", "1", server=password_server, env=env, check=0)
+    with voicecat.Client() as holder:
+        taken_name = unique("cli-taken")
+        holder.connect("127.0.0.1", server.port, taken_name)
+        voicecat_cmd("ping", "--user", taken_name, server=server, check=5)
+    nowhere = voicecat_cmd("record", str(tmp_path / "x.wav"), "--seconds", "1", "--channel", "Nowhere",
+                           server=server, check=5)
+    assert "Nowhere" in nowhere.stderr
+    missing = voicecat_cmd("speak", str(tmp_path / "missing.wav"), server=server, check=7)
+    assert "missing.wav" in missing.stderr
+    low_rate = tmp_path / "low.wav"
+    with wave.open(str(low_rate), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(22050)
+        w.writeframes(bytes(4410))
+    wrong_rate = voicecat_cmd("speak", str(low_rate), server=server, check=7)
+    assert "22050 Hz" in wrong_rate.stderr and "48000" in wrong_rate.stderr
+    not_wav = tmp_path / "text.wav"
+    not_wav.write_text("hello")
+    voicecat_cmd("speak", str(not_wav), server=server, check=7)
+    voicecat_cmd("record", str(tmp_path / "no-such-dir" / "x.wav"), "--seconds", "1", server=server, check=7)
+    voicecat_cmd("speak", check=2)
+    voicecat_cmd("record", str(tmp_path / "x.wav"), check=2)
+    voicecat_cmd("nonsense", check=2)
+
+
+def test_devices_lists_both_kinds(tmp_path):
+    listing = voicecat_cmd("devices", check=0)
+    assert any(line.split()[:2] == ["capture", "null"] for line in listing.stdout.splitlines())
+    devices = json.loads(voicecat_cmd("devices", "--json", "--kind", "playback", check=0).stdout)
+    assert devices and {d["kind"] for d in devices} == {"playback"} and "null" in [d["name"] for d in devices]
+
+
+def test_stats_shows_a_stream_being_received(server):
+    with joined(server, "cli-stats-talker") as talker:
+        talker.set_input_mode(voicecat.InputMode.CONTINUOUS)
+        mic = talker.start_stream()
+        stop = threading.Event()
+        feeder = threading.Thread(target=lambda: [pace([tone(600, 0.02)] * 5, mic.feed) for _ in range(200)
+                                                  if not stop.is_set()])
+        feeder.start()
+        try:
+            run = voicecat_cmd("stats", "--seconds", "1.5", "--json", server=server, check=0)
+        finally:
+            stop.set()
+            feeder.join()
+    stats = json.loads(run.stdout)
+    assert stats["fingerprint"] == server.fingerprint and stats["audio"]["mode"] == "mono"
+    mine = [s for s in stats["streams"] if s["username"].startswith("cli-stats-talker")]
+    assert len(mine) == 1 and mine[0]["stats"]["packets_received"] > 20
+    assert stats["connection"]["voice_connected"] is True
+
+
+def test_ping_shows_the_fingerprint_and_round_trips(server):
+    run = voicecat_cmd("ping", "127.0.0.1", "--count", "3", "--json", server=server, check=0)
+    result = json.loads(run.stdout)
+    assert result["fingerprint"] == server.fingerprint
+    assert len(result["media_rtt_ms"]) == 3 and all(0 <= r < 1000 for r in result["media_rtt_ms"])
+    assert result["keepalives_sent"] >= 3 and result["keepalives_lost"] == 0
+    text = voicecat_cmd("ping", "--count", "2", server=server, check=0).stdout
+    assert f"server fingerprint {server.fingerprint}" in text and "media rtt: 2 keepalive echoes" in text

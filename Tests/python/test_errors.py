@@ -12,7 +12,7 @@ from conftest import joined, needs_numpy, numpy, unique
 
 @pytest.fixture(scope="module")
 def talker(server):
-    with joined(server, "err-talker", keepalive_ms=60000) as client:  # packets_out: voice frames only
+    with joined(server, "err-talker") as client:  # packets_out counts voice frames
         client.set_input_mode(voicecat.InputMode.CONTINUOUS)
         yield client
 
@@ -180,3 +180,20 @@ def test_leaving_a_stream_block_after_the_session_ended_is_quiet(server):
         assert mic.stopped
         with pytest.raises((voicecat.NotFound, voicecat.StateError)):
             c.start_stream().stop()
+
+
+def test_trust_on_first_use_records_the_server_and_refuses_a_changed_identity(server, tmp_path):
+    known = tmp_path / "known_servers"
+    with voicecat.Client(known_servers_path=str(known)) as c:
+        c.connect("127.0.0.1", server.port, unique("tofu"))
+    recorded = known.read_text()
+    assert server.fingerprint in recorded and str(server.port) in recorded
+    known.write_text(recorded.replace(server.fingerprint, "ab" * 32))  # as if the server had changed
+    with voicecat.Client(known_servers_path=str(known)) as c:
+        with pytest.raises(voicecat.AuthError):
+            c.connect("127.0.0.1", server.port, unique("tofu"))
+        assert c.fingerprint == server.fingerprint
+    with voicecat.Client(known_servers_path="") as c:  # no store: a pin, or allow_unverified
+        with pytest.raises(voicecat.AuthError):
+            c.connect("127.0.0.1", server.port, unique("tofu"))
+        c.connect("127.0.0.1", server.port, unique("tofu"), allow_unverified=True)

@@ -40,8 +40,7 @@ def _forms():
 def test_every_input_form_sends_every_frame_and_the_listener_hears_each_tone(server):
     forms = _forms()
     recorder = Recorder()
-    # A keepalive goes out at connect and then once a minute: packets_out counts voice frames.
-    with joined(server, "feed-talker", keepalive_ms=60000) as talker, joined(server, "feed-listener") as listener:
+    with joined(server, "feed-talker") as talker, joined(server, "feed-listener") as listener:
         listener.set_sink(recorder)
         talker.set_input_mode(InputMode.CONTINUOUS)
         frame = talker.channel_audio().frame_samples
@@ -160,7 +159,7 @@ def test_a_numpy_sink_gets_read_only_views_of_the_mix(server):
 
 def test_a_whole_file_fed_at_once_is_sent_at_real_time_drained_or_flushed(server):
     recorder = Recorder()
-    with joined(server, "queue-talker", keepalive_ms=60000) as talker, joined(server, "queue-listener") as listener:
+    with joined(server, "queue-talker") as talker, joined(server, "queue-listener") as listener:
         listener.set_sink(recorder)
         talker.set_input_mode(InputMode.CONTINUOUS)
         with talker.start_stream(max_queue_ms=3000) as mic:

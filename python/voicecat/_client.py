@@ -396,14 +396,25 @@ class Client:
     def __init__(self, client_name: str = "python", *, external_playback: bool = False,
                  playback_device: Optional[str] = None, keepalive_ms: Optional[int] = None,
                  max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None,
-                 talk_hangover_ms: Optional[int] = None) -> None:
+                 talk_hangover_ms: Optional[int] = None, known_servers_path: Optional[str] = None,
+                 auto_reconnect: bool = False) -> None:
         """Creates the client.
 
         ``external_playback=True`` opens no playback device (take the mix with
         :meth:`set_sink` or :meth:`read_mix`); otherwise ``playback_device`` (an ALSA PCM,
-        default "default") plays it. The others override the library's defaults
-        (keepalive 5000 ms, 32 remote streams, 256 queued events, TALK_STOP 300 ms after
-        a talkspurt's last frame was played).
+        default "default") plays it.
+
+        Trust on first use: a connect without a pinned fingerprint checks the server
+        against the known-servers file, ``known_servers_path`` (None: the per-user
+        ``$XDG_CONFIG_HOME/voicecat/known_servers``; "": none, then connect needs a
+        fingerprint or ``allow_unverified``), recording it the first time and refusing
+        (AuthError) a server whose identity changed. ``auto_reconnect=True`` reconnects
+        after a lost control connection (RECONNECTING, then RECONNECTED: channel
+        re-joined, streams re-announced under the same ids).
+
+        The others override the library's defaults: keepalive 5000 ms (TCP ping and idle
+        UDP keepalive; 0.5 s while streams are active), 32 remote streams, 256 queued
+        events, TALK_STOP 300 ms after a talkspurt's last frame was played.
         """
         _raise_pending(None)
         _reap_orphans()
@@ -422,6 +433,9 @@ class Client:
             cfg.event_queue_size = _uint(event_queue_size, "event_queue_size")
         if talk_hangover_ms is not None:
             cfg.talk_hangover_ms = _uint(talk_hangover_ms, "talk_hangover_ms")
+        known = _optional_cstr(known_servers_path, "known_servers_path")
+        cfg.known_servers_path = known
+        cfg.auto_reconnect = int(bool(auto_reconnect))
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:
@@ -482,14 +496,18 @@ class Client:
     # -- session --
 
     def connect(self, host: str, port: int, username: str, *, password: Optional[str] = None,
-                fingerprint: Optional[str] = None, timeout: float = 5.0) -> None:
+                fingerprint: Optional[str] = None, timeout: float = 5.0, allow_unverified: bool = False) -> None:
         """Connects: TCP, handshake, Hello, then the UDP media path; blocks until the
         session is accepted or fails (at most ``timeout`` seconds).
 
-        ``port`` 0 means 47800. ``fingerprint`` pins the server's key (64 hex digits);
-        without it the key is trusted on first use (read it from :attr:`fingerprint`).
-        Raises NetworkError, Timeout, AuthError (wrong password or fingerprint),
-        Rejected (username taken, server full), VersionMismatch, ProtocolError.
+        ``port`` 0 means 47800; ``username`` is 1..64 bytes of UTF-8 without control
+        characters. ``fingerprint`` pins the server's key (64 hex digits); without it the
+        known-servers file decides (trust on first use, see :class:`Client`), and
+        ``allow_unverified=True`` connects even with no file (the identity is then not
+        checked). The password is sent only after the identity was checked. Raises
+        NetworkError, Timeout, AuthError (wrong password, another fingerprint than the
+        pinned or known one: :attr:`fingerprint` shows the server's), Rejected (username
+        taken, server full), VersionMismatch, ProtocolError, InvalidArgument.
         """
         params = _lib.get().vc_connect_params_default()
         params.host = _cstr(host, "host")
@@ -498,6 +516,7 @@ class Client:
         params.password = _optional_cstr(password, "password")
         params.server_fingerprint = _optional_cstr(fingerprint, "fingerprint")
         params.timeout_ms = max(1, _millis(timeout, "timeout"))
+        params.allow_unverified = int(bool(allow_unverified))
         self._call("vc_connect", ctypes.byref(params))
 
     def disconnect(self) -> None:

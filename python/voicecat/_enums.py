@@ -119,9 +119,16 @@ class EventType(_OpenIntEnum):
     STREAM_STATE_UPDATE = 13
     """ssrc, muted, hold: a remote publisher's UI state."""
     ERROR = 14
-    """code, text: an asynchronous error (a device failed: kind, stream_id)."""
+    """code, text: an asynchronous error (DEVICE: a device failed, kind and stream_id
+    say which; PROTOCOL: a message from the server was refused, the session goes on)."""
     DEVICE_RESTORED = 15
     """A failed device is back: kind, stream_id, text is the device name."""
+    RECONNECTING = 16
+    """auto_reconnect: the control connection was lost (code, text say why); reconnecting
+    with backoff. Remote streams are removed; local streams keep their ids."""
+    RECONNECTED = 17
+    """auto_reconnect: the session is back (channel re-joined, streams re-announced with
+    new ssrcs); user_id is the new session's, text the server name."""
 
 
 class LogLevel(_OpenIntEnum):

@@ -100,15 +100,20 @@ class ConnectionStats:
     packets_in: int
     """UDP datagrams received: voice frames and keepalive echoes."""
     packets_out: int
-    """UDP datagrams sent: voice frames and keepalives."""
+    """Voice frames sent."""
     auth_failures: int
     voice_connected: bool
+    keepalives_sent: int
+    """Media-path keepalives sent this session (every 0.5 s while streams are active)."""
+    keepalives_lost: int
+    """Keepalives whose echo did not come within 2 s."""
 
     @classmethod
     def _from_c(cls, s: Any) -> "ConnectionStats":
         return cls(media_rtt_ms=s.media_rtt_ms, control_rtt_ms=s.control_rtt_ms, bytes_in=s.bytes_in,
                    bytes_out=s.bytes_out, packets_in=s.packets_in, packets_out=s.packets_out,
-                   auth_failures=s.auth_failures, voice_connected=bool(s.voice_connected))
+                   auth_failures=s.auth_failures, voice_connected=bool(s.voice_connected),
+                   keepalives_sent=s.keepalives_sent, keepalives_lost=s.keepalives_lost)
 
 
 @dataclass(frozen=True)

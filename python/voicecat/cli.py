@@ -8,8 +8,9 @@ statistics, ping a server.
     voicecat ping HOST [--count N] [--json]
 
 Server options default to the environment (VOICECAT_HOST, VOICECAT_PORT, VOICECAT_USER,
-VOICECAT_PASSWORD, VOICECAT_FINGERPRINT), then to 127.0.0.1:47800, a user name made of
-the login name and the process id, and channel Lobby.
+VOICECAT_PASSWORD, VOICECAT_FINGERPRINT, VOICECAT_KNOWN_SERVERS), then to 127.0.0.1:47800,
+a user name made of the login name and the process id, and channel Lobby. Without
+--fingerprint the server is trusted on first use and remembered in the known-servers file.
 """
 from __future__ import annotations
 
@@ -128,13 +129,19 @@ def _note(args: argparse.Namespace, text: str) -> None:
 # ---- Connecting -----------------------------------------------------------------------------
 
 
+def _client(args: argparse.Namespace, name: str, **options: Any) -> Client:
+    """A client with the trust and reconnect options of the command line."""
+    return Client(name, external_playback=True, known_servers_path=args.known_servers,
+                  auto_reconnect=getattr(args, "reconnect", False), **options)
+
+
 def _connect(args: argparse.Namespace, client: Client, host: Optional[str] = None) -> str:
     """Connects as the options say; returns "host:port"."""
     host = host or args.host
     where = f"{host}:{args.port}"
     try:
         client.connect(host, args.port, args.user, password=args.password, fingerprint=args.fingerprint,
-                       timeout=args.timeout)
+                       timeout=args.timeout, allow_unverified=args.allow_unverified)
     except AuthError as e:
         if args.fingerprint:
             try:
@@ -176,7 +183,7 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
     seconds = frames / SAMPLE_RATE
     kind = StreamKind[args.kind.upper()]
     progress = Progress(args.progress)
-    with Client("voicecat speak", external_playback=True) as client:
+    with _client(args, "voicecat speak") as client:
         where = _connect(args, client)
         _join(args, client)
         if kind == StreamKind.MIC and args.gate == "off":
@@ -229,7 +236,7 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
     except OSError as e:
         raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
     progress = Progress(args.progress)
-    with Client("voicecat record", external_playback=True) as client:
+    with _client(args, "voicecat record") as client:
         where = _connect(args, client)
         _join(args, client)
         client.set_sink(on_mix)
@@ -244,6 +251,8 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
                     talkers.add(event.user_id)
                 elif event.type == EventType.DISCONNECTED:
                     raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {event.text}")
+                elif event.type in (EventType.RECONNECTING, EventType.RECONNECTED):
+                    _note(args, f"{event}")
             progress.update("record", have[0] / SAMPLE_RATE, args.seconds)
         progress.finish()
         client.set_sink(None)
@@ -288,7 +297,7 @@ def cmd_devices(args: argparse.Namespace) -> ExitCode:
 def cmd_stats(args: argparse.Namespace) -> ExitCode:
     """Joins the channel, listens a while, prints connection and per-stream statistics."""
     progress = Progress(args.progress)
-    with Client("voicecat stats", external_playback=True) as client:
+    with _client(args, "voicecat stats") as client:
         where = _connect(args, client)
         _join(args, client)
         client.set_sink(lambda pcm, frames: None)  # receive (and count) like a listener
@@ -332,7 +341,7 @@ def _plain(d: Dict[str, Any]) -> Dict[str, Any]:
 def cmd_ping(args: argparse.Namespace) -> ExitCode:
     """Connects (handshake), shows the fingerprint, and measures the round-trip time."""
     interval_ms = max(20, int(args.interval * 1000))
-    with Client("voicecat ping", external_playback=True, keepalive_ms=interval_ms) as client:
+    with _client(args, "voicecat ping", keepalive_ms=interval_ms) as client:
         start = time.monotonic()
         where = _connect(args, client, host=args.target)
         connect_ms = (time.monotonic() - start) * 1000
@@ -346,17 +355,21 @@ def cmd_ping(args: argparse.Namespace) -> ExitCode:
             if stats.packets_in != seen:  # a keepalive echo came back
                 seen = stats.packets_in
                 samples.append(stats.media_rtt_ms)
-        control_rtt = client.connection_stats().control_rtt_ms
+        final = client.connection_stats()
+        control_rtt = final.control_rtt_ms
         client.disconnect()
     if args.json:
         print(json.dumps({"server": where, "connect_ms": round(connect_ms, 3), "fingerprint": fingerprint,
-                          "media_rtt_ms": samples, "control_rtt_ms": control_rtt}, indent=2))
+                          "media_rtt_ms": samples, "control_rtt_ms": control_rtt,
+                          "keepalives_sent": final.keepalives_sent, "keepalives_lost": final.keepalives_lost},
+                         indent=2))
     else:
         print(f"connected to {where} in {connect_ms:.1f} ms (TCP, handshake, Hello, UDP binding)")
         print(f"server fingerprint {fingerprint}")
         if samples:
             print(f"media rtt: {len(samples)} keepalive echoes, min {min(samples)} / "
-                  f"avg {sum(samples) / len(samples):.1f} / max {max(samples)} ms (whole ms; 0 is under 1 ms)")
+                  f"avg {sum(samples) / len(samples):.1f} / max {max(samples)} ms (whole ms; 0 is under 1 ms); "
+                  f"{final.keepalives_lost} of {final.keepalives_sent} keepalives lost")
         print(f"control rtt: {control_rtt} ms (last Ping/Pong)")
     if not samples:
         raise CommandError(ExitCode.UNREACHABLE, f"{where}: the media path did not answer a keepalive")
@@ -386,6 +399,10 @@ def _server_options() -> argparse.ArgumentParser:
                    help="pin the server's key: 64 hex digits (default: trust on first use)")
     g.add_argument("--channel", default="Lobby", help="channel to join (default %(default)s)")
     g.add_argument("--timeout", type=float, default=5.0, help="connect timeout in seconds (default %(default)s)")
+    g.add_argument("--known-servers", metavar="FILE", default=os.environ.get("VOICECAT_KNOWN_SERVERS"),
+                   help="trust on first use: the known-servers file (default: the per-user one; '' for none)")
+    g.add_argument("--allow-unverified", action="store_true",
+                   help="connect without a pinned fingerprint or known-servers file (identity unchecked)")
     return p
 
 
@@ -430,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("record", cmd_record, [common, server])
     p.add_argument("out", metavar="OUT.wav", help="where to write the stereo 48 kHz mix")
     p.add_argument("--seconds", type=float, required=True, help="how much to record")
+    p.add_argument("--reconnect", action="store_true", help="reconnect by itself if the server goes away")
 
     p = add("devices", cmd_devices, [common])
     p.add_argument("--kind", choices=["all", "capture", "playback"], default="all")
