@@ -405,11 +405,11 @@ extension VoiceClient {
             let gone = receive.remove(ssrc: ssrc)
             if gone?.wasTalking == true {
                 var e = ClientEvent(type: .talkStop)
-                e.ssrc = ssrc; e.userID = gone!.userID
+                e.ssrc = ssrc; e.userID = gone!.userID; e.text = gone!.username
                 events.raise(e)
             }
             var e = ClientEvent(type: .remoteStreamRemoved)
-            e.ssrc = ssrc; e.userID = gone?.userID ?? 0
+            e.ssrc = ssrc; e.userID = gone?.userID ?? 0; e.text = gone?.username ?? ""
             events.raise(e)
         }
     }
@@ -469,7 +469,7 @@ extension VoiceClient {
     func removeRemote(ssrc: UInt32) {
         guard let gone = receive.remove(ssrc: ssrc), gone.wasTalking else { return }
         var e = ClientEvent(type: .talkStop)
-        e.ssrc = ssrc; e.userID = gone.userID
+        e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username
         events.raise(e)
     }
 

@@ -38,15 +38,15 @@ final class ReceiveSet {
 
     /// Stops receiving `ssrc`; returns its slot's user id and whether it was talking.
     @discardableResult
-    func remove(ssrc: UInt32) -> (userID: UInt32, wasTalking: Bool)? {
+    func remove(ssrc: UInt32) -> (userID: UInt32, wasTalking: Bool, username: String)? {
         guard let idx = bySSRC.removeValue(forKey: ssrc) else { return nil }
         let s = slots[idx]
-        let r = s.lock.withLock { () -> (UInt32, Bool) in
+        let r = s.lock.withLock { () -> (UInt32, Bool, String) in
             let was = s.talking
             s.active = false
             s.talking = false
             s.noiseReducer = nil
-            return (s.userID, was)
+            return (s.userID, was, s.username)
         }
         s.live.store(false, ordering: .releasing)
         return r

@@ -166,10 +166,12 @@ public final class VoiceClient {
     /// Records a failed call's message (every failing call records one).
     public func recordError(_ text: String) { errorLock.withLock { lastErrorText = text } }
 
+    /// Records a failed call's reason (vc_last_error) and logs it at debug level: the
+    /// host gets the error code itself, so an expected failure is not a warning.
     @discardableResult
     func fail(_ e: ClientError) -> ClientError {
         recordError(e.description)
-        ClientLog.log(1, e.description)
+        ClientLog.log(3, e.description)
         return e
     }
 
