@@ -1,12 +1,17 @@
-/* CLinux: GNU extensions of glibc that Swift's Glibc module hides (it is built
- * without _GNU_SOURCE). */
+/* CLinux: GNU extensions of glibc and Linux-only calls that Swift's Glibc module hides
+ * (it is built without _GNU_SOURCE and has no <sys/epoll.h>). */
 #define _GNU_SOURCE 1
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include "clinux.h"
+
+_Static_assert(sizeof(struct vcshim_mmsghdr) == sizeof(struct mmsghdr), "mmsghdr layout");
+_Static_assert(offsetof(struct vcshim_mmsghdr, msg_len) == offsetof(struct mmsghdr, msg_len), "mmsghdr layout");
 
 int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags) {
     return accept4(fd, addr, (socklen_t *)len, flags);
@@ -19,3 +24,39 @@ void vcshim_set_thread_name(const char *name) {
     pthread_setname_np(pthread_self(), buf);
 }
 
+const uint32_t vcshim_epollin = EPOLLIN;
+const uint32_t vcshim_epollout = EPOLLOUT;
+const uint32_t vcshim_epollerr = EPOLLERR;
+const uint32_t vcshim_epollhup = EPOLLHUP;
+const uint32_t vcshim_epollrdhup = EPOLLRDHUP;
+
+int vcshim_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+static int ctl(int epfd, int op, int fd, uint32_t events, uint64_t data) {
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = events;
+    ev.data.u64 = data;
+    return epoll_ctl(epfd, op, fd, &ev);
+}
+int vcshim_epoll_add(int epfd, int fd, uint32_t events, uint64_t data) { return ctl(epfd, EPOLL_CTL_ADD, fd, events, data); }
+int vcshim_epoll_modify(int epfd, int fd, uint32_t events, uint64_t data) { return ctl(epfd, EPOLL_CTL_MOD, fd, events, data); }
+int vcshim_epoll_remove(int epfd, int fd) { return ctl(epfd, EPOLL_CTL_DEL, fd, 0, 0); }
+
+int vcshim_epoll_wait(int epfd, struct vcshim_epoll_event *out, int max, int timeout_ms) {
+    struct epoll_event evs[1024];
+    if (max > 1024) max = 1024;
+    int n = epoll_wait(epfd, evs, max, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        out[i].events = evs[i].events;
+        out[i].data = evs[i].data.u64;
+    }
+    return n;
+}
+
+int vcshim_recvmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags) {
+    return recvmmsg(fd, (struct mmsghdr *)msgs, n, flags, NULL);
+}
+int vcshim_sendmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags) {
+    return sendmmsg(fd, (struct mmsghdr *)msgs, n, flags);
+}

@@ -78,10 +78,22 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The same address with port 0: what per-source limits count by.
+    public var host: SocketAddress {
+        var a = self
+        a.port = 0
+        return a
+    }
+
     public static func == (a: SocketAddress, b: SocketAddress) -> Bool { a.key == b.key }
     public func hash(into h: inout Hasher) {
         let k = key
         h.combine(k.family); h.combine(k.port); h.combine(k.hi); h.combine(k.lo)
+    }
+
+    /// The address as its raw sockaddr bytes (family, port, address).
+    public func withRawBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        Swift.withUnsafeBytes(of: storage) { body(UnsafeRawBufferPointer(rebasing: $0[0..<Int(length)])) }
     }
 
     func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
@@ -124,7 +136,7 @@ public final class Socket {
     public func localAddress() throws(SystemError) -> SocketAddress {
         var ss = sockaddr_storage()
         var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        try withUnsafeMutablePointer(to: &ss) { (p) throws(SystemError) in
+        _ = try withUnsafeMutablePointer(to: &ss) { (p) throws(SystemError) in
             try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { (sp) throws(SystemError) in
                 try syscallValue("getsockname") { getsockname(fd, sp, &len) }
             }

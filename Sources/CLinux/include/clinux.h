@@ -1,6 +1,10 @@
-/* CLinux: glibc GNU extensions Swift's Glibc module hides (no _GNU_SOURCE there). */
+/* CLinux: glibc GNU extensions and Linux-only calls Swift's Glibc module hides (it is
+ * built without _GNU_SOURCE and does not include <sys/epoll.h>). */
 #ifndef VOICECAT_CLINUX_H
 #define VOICECAT_CLINUX_H
+
+#include <stdint.h>
+#include <sys/socket.h>
 
 struct sockaddr;
 /* accept4(2) with flags (SOCK_CLOEXEC), a GNU extension */
@@ -9,5 +13,37 @@ int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags);
 int vcshim_pipe2(int fds[2], int flags);
 /* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
 void vcshim_set_thread_name(const char *name);
+
+/* epoll(7) is Linux-only and its struct epoll_event is packed on x86-64; these pass
+ * through with an unpacked event so Swift can read it. */
+struct vcshim_epoll_event {
+    uint32_t events;
+    uint64_t data;
+};
+extern const uint32_t vcshim_epollin;
+extern const uint32_t vcshim_epollout;
+extern const uint32_t vcshim_epollerr;
+extern const uint32_t vcshim_epollhup;
+extern const uint32_t vcshim_epollrdhup;
+/* epoll_create1(EPOLL_CLOEXEC) */
+int vcshim_epoll_create(void);
+/* epoll_ctl(2) EPOLL_CTL_ADD with an event mask and a 64-bit cookie */
+int vcshim_epoll_add(int epfd, int fd, uint32_t events, uint64_t data);
+/* epoll_ctl(2) EPOLL_CTL_MOD */
+int vcshim_epoll_modify(int epfd, int fd, uint32_t events, uint64_t data);
+/* epoll_ctl(2) EPOLL_CTL_DEL */
+int vcshim_epoll_remove(int epfd, int fd);
+/* epoll_wait(2) into at most `max` unpacked events (at most 1024 per call) */
+int vcshim_epoll_wait(int epfd, struct vcshim_epoll_event *out, int max, int timeout_ms);
+
+/* struct mmsghdr (a GNU extension) with the same layout, for recvmmsg/sendmmsg. */
+struct vcshim_mmsghdr {
+    struct msghdr msg_hdr;
+    unsigned int msg_len;
+};
+/* recvmmsg(2), a GNU extension: up to `n` datagrams in one call (MSG_DONTWAIT in flags) */
+int vcshim_recvmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags);
+/* sendmmsg(2), a GNU extension: up to `n` datagrams in one call */
+int vcshim_sendmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags);
 
 #endif
