@@ -25,6 +25,12 @@ public enum ControlFraming {
     public static let maxFrameLength = 64 * 1024
     /// Largest plaintext that fits in one frame.
     public static let maxPlaintext = maxFrameLength - AEAD.tagSize
+    /// Bytes a frame adds to its plaintext: the length prefix and the tag.
+    public static let overhead = 4 + AEAD.tagSize
+
+    /// True when a plaintext of `count` bytes fits in one frame.
+    @inline(__always)
+    public static func fits(_ count: Int) -> Bool { count <= maxPlaintext }
 
     @inline(__always)
     static func withNonce<R>(_ counter: UInt64, _ body: (UnsafeRawPointer) -> R) -> R {
@@ -44,22 +50,30 @@ public struct ControlSealer {
     public init(key: SymmetricKey) { self.key = key }
 
     /// The complete frame (length prefix included) carrying `plaintext`.
+    /// A plaintext over `ControlFraming.maxPlaintext` is a programming error: check with
+    /// `ControlFraming.fits` (or split the message) first.
     public mutating func seal(_ plaintext: [UInt8]) -> [UInt8] {
-        precondition(plaintext.count <= ControlFraming.maxPlaintext, "control message too large")
+        let size = plaintext.count + ControlFraming.overhead
+        return [UInt8](unsafeUninitializedCapacity: size) { buf, n in
+            n = plaintext.withUnsafeBytes { seal($0, into: UnsafeMutableRawBufferPointer(buf)) }
+        }
+    }
+
+    /// Seals `plaintext` as one frame into the start of `out`, which needs
+    /// `plaintext.count + ControlFraming.overhead` bytes; returns the frame's length.
+    /// Same limit as `seal(_:)`.
+    public mutating func seal(_ plaintext: UnsafeRawBufferPointer, into out: UnsafeMutableRawBufferPointer) -> Int {
+        precondition(ControlFraming.fits(plaintext.count), "control message too large")
         let clen = plaintext.count + AEAD.tagSize
-        var frame = [UInt8](repeating: 0, count: 4 + clen)
+        precondition(out.count >= 4 + clen, "control frame buffer too small")
         let c = counter
-        frame.withUnsafeMutableBytes { f in
-            BigEndian.store32(f, 0, UInt32(clen))
-            plaintext.withUnsafeBytes { m in
-                ControlFraming.withNonce(c) { nonce in
-                    _ = AEAD.seal(key: key, nonce: nonce, aad: UnsafeRawBufferPointer(rebasing: f[0..<4]),
-                                  message: m, out: f.baseAddress! + 4)
-                }
-            }
+        BigEndian.store32(out, 0, UInt32(clen))
+        ControlFraming.withNonce(c) { nonce in
+            _ = AEAD.seal(key: key, nonce: nonce, aad: UnsafeRawBufferPointer(rebasing: out[0..<4]),
+                          message: plaintext, out: out.baseAddress! + 4)
         }
         counter &+= 1
-        return frame
+        return 4 + clen
     }
 }
 

@@ -44,6 +44,35 @@ extension ProtoMessage {
 extension ProtoWriter {
     /// A nested message field.
     public mutating func message<M: ProtoMessage>(_ field: Int, _ m: M) { message(field, m.protobufBytes) }
+
+    /// One element of a repeated varint field, written unpacked (zero included).
+    mutating func repeatedUint(_ field: Int, _ v: UInt32) {
+        key(field, .varint); rawVarint(UInt64(v))
+    }
+}
+
+extension ProtoMessage {
+    /// This message as one element of the repeated message field `field` (tag, length,
+    /// body). A list message's plaintext may be built by appending such entries to the
+    /// encoding of the message with an empty list: protobuf fields may come in any order.
+    public func encoded(asField field: Int) -> [UInt8] {
+        var w = ProtoWriter()
+        w.message(field, self)
+        return w.bytes
+    }
+}
+
+extension ProtoReader {
+    /// The elements of a repeated u32 field: one per unpacked field, or all of a packed one.
+    func appendUInt32s(_ f: ProtoField, to out: inout [UInt32]) throws(ProtobufError) {
+        guard f.wireType == .lengthDelimited else { out.append(try uint32(f)); return }
+        var sub = ProtoReader(bytes, f.range)
+        while sub.pos < sub.end {
+            let v = try sub.varint()
+            guard v <= UInt64(UInt32.max) else { throw .valueOutOfRange(field: f.number) }
+            out.append(UInt32(v))
+        }
+    }
 }
 
 /// A top-level control message: a protobuf message with its type number.
@@ -72,6 +101,10 @@ public enum MessageType: UInt16, Sendable, CaseIterable {
     case rebind = 17
     case rebindResult = 18
     case setServerMute = 19
+    case channelList = 20
+    case memberList = 21
+    case usersJoined = 22
+    case usersLeft = 23
 }
 
 extension ProtoReader {
@@ -184,16 +217,25 @@ public struct HelloResult: ControlBody {
     /// The largest UDP datagram the server accepts (its `max_datagram_bytes`); 0 = not
     /// said (an older server: assume 1400). Senders size their frames to fit it.
     public var maxDatagramBytes: UInt32
+    /// More of the channel list follows in `ChannelList` messages (a list that does not
+    /// fit one control frame is split).
+    public var moreChannels: Bool
+    /// Field number of `channels`, here and in `ChannelList`.
+    public static let channelsField = 5
+    /// Field number of `more_channels`, here and (as `more`) in `ChannelList`.
+    public static let moreField = 7
     public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo],
-                maxDatagramBytes: UInt32 = 0) {
+                maxDatagramBytes: UInt32 = 0, moreChannels: Bool = false) {
         self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
         self.serverName = serverName; self.channels = channels; self.maxDatagramBytes = maxDatagramBytes
+        self.moreChannels = moreChannels
     }
 
     public func encode(into w: inout ProtoWriter) {
         w.uint(1, sessionID); w.uint(2, userID); w.uint(3, bindingID); w.string(4, serverName)
-        for c in channels { w.message(5, c) }
+        for c in channels { w.message(HelloResult.channelsField, c) }
         w.uint(6, maxDatagramBytes)
+        w.bool(HelloResult.moreField, moreChannels)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> HelloResult {
         var m = HelloResult(sessionID: 0, userID: 0, bindingID: 0, serverName: "", channels: [])
@@ -203,8 +245,9 @@ public struct HelloResult: ControlBody {
             case 2: m.userID = try r.uint32(f)
             case 3: m.bindingID = try r.uint32(f)
             case 4: m.serverName = try r.string(f)
-            case 5: m.channels.append(try ChannelInfo.decode(r.nested(f)))
+            case HelloResult.channelsField: m.channels.append(try ChannelInfo.decode(r.nested(f)))
             case 6: m.maxDatagramBytes = try r.uint32(f)
+            case HelloResult.moreField: m.moreChannels = try r.bool(f)
             default: break
             }
         }
@@ -296,14 +339,20 @@ public struct JoinChannelResult: ControlBody {
     public var audio: AudioConfig
     public var members: [MemberInfo]
     public var requestID: UInt32
-    public init(channelID: UInt32, audio: AudioConfig, members: [MemberInfo], requestID: UInt32 = 0) {
+    /// More of the member list follows in `MemberList` messages.
+    public var moreMembers: Bool
+    /// Field number of member lists: here, in `MemberList` and in `UsersJoined`, so one
+    /// encoded entry (`MemberInfo.encoded(asField:)`) fits all three.
+    public static let membersField = 3
+    public init(channelID: UInt32, audio: AudioConfig, members: [MemberInfo], requestID: UInt32 = 0, moreMembers: Bool = false) {
         self.channelID = channelID; self.audio = audio; self.members = members; self.requestID = requestID
+        self.moreMembers = moreMembers
     }
 
     public func encode(into w: inout ProtoWriter) {
         w.uint(1, channelID); w.message(2, audio)
-        for mem in members { w.message(3, mem) }
-        w.uint(4, requestID)
+        for mem in members { w.message(JoinChannelResult.membersField, mem) }
+        w.uint(4, requestID); w.bool(5, moreMembers)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> JoinChannelResult {
         var m = JoinChannelResult(channelID: 0, audio: AudioConfig.decodedEmpty, members: [])
@@ -311,8 +360,9 @@ public struct JoinChannelResult: ControlBody {
             switch f.number {
             case 1: m.channelID = try r.uint32(f)
             case 2: m.audio = try AudioConfig.decode(r.nested(f))
-            case 3: m.members.append(try MemberInfo.decode(r.nested(f)))
+            case JoinChannelResult.membersField: m.members.append(try MemberInfo.decode(r.nested(f)))
             case 4: m.requestID = try r.uint32(f)
+            case 5: m.moreMembers = try r.bool(f)
             default: break
             }
         }
@@ -583,6 +633,126 @@ public struct SetServerMute: ControlBody {
     }
 }
 
+// MARK: - lists split over several messages (project)
+
+/// The rest of a channel list that did not fit in `HelloResult`; sent right after it.
+/// Fields use `HelloResult`'s numbers.
+public struct ChannelList: ControlBody {
+    public static let messageType = MessageType.channelList
+    public var channels: [ChannelInfo]
+    /// Another `ChannelList` follows.
+    public var more: Bool
+    public init(channels: [ChannelInfo], more: Bool) { self.channels = channels; self.more = more }
+
+    public func encode(into w: inout ProtoWriter) {
+        for c in channels { w.message(HelloResult.channelsField, c) }
+        w.bool(HelloResult.moreField, more)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ChannelList {
+        var m = ChannelList(channels: [], more: false)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case HelloResult.channelsField: m.channels.append(try ChannelInfo.decode(r.nested(f)))
+            case HelloResult.moreField: m.more = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// The rest of a member list that did not fit in `JoinChannelResult`; sent right after
+/// it. Fields use `JoinChannelResult`'s numbers.
+public struct MemberList: ControlBody {
+    public static let messageType = MessageType.memberList
+    public var channelID: UInt32
+    public var members: [MemberInfo]
+    public var requestID: UInt32
+    /// Another `MemberList` follows.
+    public var more: Bool
+    public init(channelID: UInt32, members: [MemberInfo], requestID: UInt32 = 0, more: Bool) {
+        self.channelID = channelID; self.members = members; self.requestID = requestID; self.more = more
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, channelID)
+        for mem in members { w.message(JoinChannelResult.membersField, mem) }
+        w.uint(4, requestID); w.bool(5, more)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> MemberList {
+        var m = MemberList(channelID: 0, members: [], more: false)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.channelID = try r.uint32(f)
+            case JoinChannelResult.membersField: m.members.append(try MemberInfo.decode(r.nested(f)))
+            case 4: m.requestID = try r.uint32(f)
+            case 5: m.more = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Several members joined the channel at once (in one turn of the server's loop): one
+/// message instead of a `UserJoined` each. Fields follow `UserJoined` (2) and the member
+/// lists (3).
+public struct UsersJoined: ControlBody {
+    public static let messageType = MessageType.usersJoined
+    public var channelID: UInt32
+    public var members: [MemberInfo]
+    public init(channelID: UInt32, members: [MemberInfo]) { self.channelID = channelID; self.members = members }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(2, channelID)
+        for mem in members { w.message(JoinChannelResult.membersField, mem) }
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UsersJoined {
+        var m = UsersJoined(channelID: 0, members: [])
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 2: m.channelID = try r.uint32(f)
+            case JoinChannelResult.membersField: m.members.append(try MemberInfo.decode(r.nested(f)))
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Several members left the channel at once: one message instead of a `UserLeft` each.
+/// `user_ids` is a repeated u32 (written unpacked; packed is read too).
+public struct UsersLeft: ControlBody {
+    public static let messageType = MessageType.usersLeft
+    public var channelID: UInt32
+    public var userIDs: [UInt32]
+    public static let userIDsField = 3
+    public init(channelID: UInt32, userIDs: [UInt32]) { self.channelID = channelID; self.userIDs = userIDs }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(2, channelID)
+        for u in userIDs { w.repeatedUint(UsersLeft.userIDsField, u) }
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UsersLeft {
+        var m = UsersLeft(channelID: 0, userIDs: [])
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 2: m.channelID = try r.uint32(f)
+            case UsersLeft.userIDsField: try r.appendUInt32s(f, to: &m.userIDs)
+            default: break
+            }
+        }
+        return m
+    }
+
+    /// One user id as an element of `user_ids` (see `ProtoMessage.encoded(asField:)`).
+    public static func encodedEntry(_ userID: UInt32) -> [UInt8] {
+        var w = ProtoWriter()
+        w.repeatedUint(userIDsField, userID)
+        return w.bytes
+    }
+}
+
 // MARK: - the sum of all messages
 
 /// Why a control plaintext could not be decoded.
@@ -620,6 +790,10 @@ public enum ControlMessage: Equatable, Sendable {
     case rebind(Rebind)
     case rebindResult(RebindResult)
     case setServerMute(SetServerMute)
+    case channelList(ChannelList)
+    case memberList(MemberList)
+    case usersJoined(UsersJoined)
+    case usersLeft(UsersLeft)
 
     /// The message inside.
     public var body: any ControlBody {
@@ -643,6 +817,10 @@ public enum ControlMessage: Equatable, Sendable {
         case .rebind(let m): return m
         case .rebindResult(let m): return m
         case .setServerMute(let m): return m
+        case .channelList(let m): return m
+        case .memberList(let m): return m
+        case .usersJoined(let m): return m
+        case .usersLeft(let m): return m
         }
     }
 
@@ -684,6 +862,10 @@ public enum ControlMessage: Equatable, Sendable {
             case .rebind: return .rebind(try Rebind.decode(r))
             case .rebindResult: return .rebindResult(try RebindResult.decode(r))
             case .setServerMute: return .setServerMute(try SetServerMute.decode(r))
+            case .channelList: return .channelList(try ChannelList.decode(r))
+            case .memberList: return .memberList(try MemberList.decode(r))
+            case .usersJoined: return .usersJoined(try UsersJoined.decode(r))
+            case .usersLeft: return .usersLeft(try UsersLeft.decode(r))
             }
         } catch {
             throw .body(t, error)

@@ -1,5 +1,5 @@
 // voicecat-fuzz: feeds arbitrary bytes to every parser that reads network input:
-// the media frame header and media open, the control-frame opener, the protobuf
+// the media frame header and media open, the UDP binding payload, the control-frame opener, the protobuf
 // control-message decoder and the handshake messages. None may crash, hang or
 // read out of bounds; each must either parse or throw.
 //
@@ -24,6 +24,7 @@ func fuzzOne(_ data: UnsafeRawBufferPointer) {
     _ = try? FrameHeader.parse(data)
     var copy = bytes
     copy.withUnsafeMutableBytes { d in _ = try? MediaCrypto.open(d, key: mediaKey) }
+    _ = try? UDPBindingPayload.parse(data)
 
     // Control: the byte stream as frames (split in two chunks), and the raw bytes as
     // a plaintext message.

@@ -50,6 +50,12 @@ final class ProtobufTests: XCTestCase {
             .serverMuteState(ServerMuteState(userID: 1, muted: true, deafened: false)),
             .rebind(Rebind(epoch: 3)), .rebindResult(RebindResult(epoch: 3)),
             .setServerMute(SetServerMute(userID: 1, muted: true, deafened: true, adminPassword: "a", requestID: 8)),
+            .channelList(ChannelList(channels: [ChannelInfo(id: 3, name: "C", audio: a)], more: true)),
+            .memberList(MemberList(channelID: 1, members: [MemberInfo(userID: 4, username: "z", deafened: true)], requestID: 4, more: false)),
+            .usersJoined(UsersJoined(channelID: 1, members: [MemberInfo(userID: 5, username: "a"), MemberInfo(userID: 6, username: "b")])),
+            .usersLeft(UsersLeft(channelID: 1, userIDs: [5, 6, 0])),
+            .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], moreChannels: true)),
+            .joinChannelResult(JoinChannelResult(channelID: 1, audio: .speech, members: [], requestID: 0, moreMembers: true)),
         ]
         XCTAssertEqual(Set(messages.map(\.type)).count, MessageType.allCases.count, "every message type is covered")
         for m in messages {
