@@ -54,12 +54,12 @@ let package = Package(
         .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
         .target(name: "VoiceCatAllocCounter"),
-        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation"]),
+        .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatSimulation", "VoiceCatAllocCounter"]),
         .testTarget(
             name: "VoiceCatServerTests",
-            dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport"]
+            dependencies: ["VoiceCatServerCore", "VoiceCatProtocol", "VoiceCatSystem", "VoiceCatTestSupport", "VoiceCatAllocCounter"]
         ),
         .testTarget(
             name: "VoiceCatClientTests",

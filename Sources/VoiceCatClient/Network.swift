@@ -340,6 +340,8 @@ extension VoiceClient {
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
         case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
             break   // refused above (serverMessageProblem)
+        case .channelList, .memberList, .usersJoined, .usersLeft:
+            refuse(m, "not handled yet")
         }
     }
 

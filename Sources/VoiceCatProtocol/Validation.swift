@@ -65,13 +65,17 @@ extension ControlMessage {
             return nil   // bad channel entries are left out of the list one by one (channelProblem)
         case .joinChannelResult(let m):
             if let p = audio(m.audio, "channel \(m.channelID) audio") { return p }
-            if m.members.count > ServerMessageLimits.maxMembers { return "\(m.members.count) members (at most \(ServerMessageLimits.maxMembers))" }
-            for member in m.members {
-                if let p = NameRules.problem(member.username, what: "member \(member.userID)'s username") { return p }
-            }
-            return nil
+            return membersProblem(m.members)
         case .userJoined(let m):
             return NameRules.problem(m.member.username, what: "user \(m.member.userID)'s username")
+        case .channelList(let m):
+            // A part of a split channel list: bounded like HelloResult; entries judged one by one.
+            if m.channels.count > ServerMessageLimits.maxChannels { return "\(m.channels.count) channels (at most \(ServerMessageLimits.maxChannels))" }
+            return nil
+        case .memberList(let m):
+            return membersProblem(m.members)
+        case .usersJoined(let m):
+            return membersProblem(m.members)
         case .streamAnnounceResult(let m):
             if m.ssrc == 0 { return "ssrc 0" }
             return audio(m.effectiveAudio, "stream \(m.streamID) effective audio")
@@ -80,9 +84,17 @@ extension ControlMessage {
             return audio(m.audio, "ssrc \(m.ssrc) audio")
         case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
             return "\(type) is a message only a client sends"
-        case .error, .ping, .pong, .userLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult:
+        case .error, .ping, .pong, .userLeft, .usersLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult:
             return nil
         }
+    }
+
+    private func membersProblem(_ members: [MemberInfo]) -> String? {
+        if members.count > ServerMessageLimits.maxMembers { return "\(members.count) members (at most \(ServerMessageLimits.maxMembers))" }
+        for member in members {
+            if let p = NameRules.problem(member.username, what: "member \(member.userID)'s username") { return p }
+        }
+        return nil
     }
 }
 

@@ -1,4 +1,5 @@
-// Control message handling: session setup, channels, streams, rebind, server mute.
+// Control message handling: session setup, channels, streams, rebind, server mute; lists
+// split over frames; membership changes coalesced per loop turn.
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -11,7 +12,7 @@ extension Server {
                 closeAfterFlush(c, reason: "sent \(msg.type) before Hello")
                 return
             }
-            hello(c, h)
+            hello(c, h, held: false)
             return
         }
         switch msg {
@@ -46,11 +47,11 @@ extension Server {
             s.media = s.keys.media(epoch: epoch)
             s.bind = s.keys.bind(epoch: epoch)
             s.bindReplay = ReplayWindow()
-            if let a = s.udpAddress { sessionsByAddress[a] = nil }
+            if let a = s.udpAddress, sessionsByAddress[a] === s { sessionsByAddress[a] = nil }
             s.udpAddress = nil
             send(c, .rebindResult(RebindResult(epoch: epoch)))
         case .setServerMute(let m):
-            setServerMute(s, m)
+            setServerMute(s, m, held: false)
         case .hello:
             send(c, .error(ErrorMessage(code: .wrongState, message: "already authenticated")))
         default:
@@ -58,51 +59,181 @@ extension Server {
         }
     }
 
-    func hello(_ c: Connection, _ h: Hello) {
+    /// `held`: the request already waited out its address's backoff.
+    func hello(_ c: Connection, _ h: Hello, held: Bool) {
         func refuse(_ code: ProtocolErrorCode, _ text: String) {
             counters.authRejected += 1
             send(c, .error(ErrorMessage(code: code, message: text)))
             closeAfterFlush(c, reason: text)
         }
+        if !held && holdForBackoff(c, .hello(h), serverPasswordFailures) { return }
         guard h.protoVersion == UInt32(ProtocolVersion.current) else {
             return refuse(.versionMismatch, "protocol version \(h.protoVersion) is not supported (server speaks \(ProtocolVersion.current))")
         }
-        if let pw = config.password, !pw.isEmpty {
-            guard Sodium.equal(Array(h.password.utf8), Array(pw.utf8)) else { return refuse(.authFailed, "wrong server password") }
+        if let pw = live.password, !pw.isEmpty {
+            guard Sodium.equal(Array(h.password.utf8), Array(pw.utf8)) else {
+                return wrongPassword(c, admin: false, reply: ErrorMessage(code: .authFailed, message: "wrong server password"))
+            }
+            serverPasswordFailures.clear(c.peer.host)
         }
         let name = h.username
         if let p = NameRules.problem(name, what: "username") {
             return refuse(.badRequest, "\(p): a username is 1 to 64 bytes of UTF-8 without control characters")
         }
         guard sessionsByUsername[name] == nil else { return refuse(.usernameTaken, "username \(name) is already connected") }
-        guard sessionsByUsername.count < config.maxUsers else { return refuse(.serverFull, "server is full (\(config.maxUsers) users)") }
+        guard sessionsByUsername.count < live.maxUsers else { return refuse(.serverFull, "server is full (\(live.maxUsers) users)") }
         var binding: UInt32
         repeat { binding = Sodium.randomUInt32() } while binding == 0 || sessionsByBinding[binding] != nil
         var sid: UInt64 = 0
         Sodium.randomBytes(8).forEach { sid = sid << 8 | UInt64($0) }
-        let s = Session(id: sid, userID: nextUserID, bindingID: binding, username: name, keys: c.keys!, connection: c,
-                        now: MonotonicClock.milliseconds())
+        let s = Session(id: sid, userID: nextUserID, bindingID: binding, username: name, keys: c.keys!, connection: c, now: now)
         nextUserID += 1
         c.session = s
         c.phase = .active
+        forgetUnauthenticated(c)
         sessionsByUsername[name] = s
         sessionsByUserID[s.userID] = s
         sessionsByBinding[binding] = s
         counters.sessionsOpened += 1
         counters.sessionsActive += 1
         log("session \(name) (user \(s.userID)) from \(c.peer)")
-        send(c, .helloResult(HelloResult(sessionID: sid, userID: s.userID, bindingID: binding, serverName: config.serverName,
-                                         channels: channels.map { ChannelInfo(id: $0.id, name: $0.name, audio: $0.audio) },
-                                         maxDatagramBytes: UInt32(clamping: config.maxDatagramBytes))))
+        let serverName = live.serverName
+        let limit = UInt32(clamping: live.maxDatagramBytes)
+        sendList(c, channelList, 0..<channelList.count,
+                 first: { more in
+                     ControlMessage.helloResult(HelloResult(sessionID: sid, userID: s.userID, bindingID: binding, serverName: serverName,
+                                                            channels: [], maxDatagramBytes: limit, moreChannels: more)).encode()
+                 },
+                 next: { more in ControlMessage.channelList(ChannelList(channels: [], more: more)).encode() })
+        schedule(c)
     }
 
-    func broadcast(_ ch: Channel?, except: Session?, _ m: ControlMessage) {
-        guard let ch else { return }
-        // A send can fail and detach a member mid-loop; skip members no longer attached.
-        for member in ch.members where member !== except && member.connection.session === member {
-            send(member.connection, m)
+    // MARK: lists
+
+    /// Sends `entries[range]` as a list message `first(more)` followed by as many
+    /// `next(more)` as needed, each within one frame (`more`: another part follows).
+    /// Pending membership changes of the session go out first.
+    func sendList(_ c: Connection, _ entries: EntryList, _ range: Range<Int>,
+                  first: (Bool) -> [UInt8], next: (Bool) -> [UInt8]) {
+        if let s = c.session { deliverNotices(to: s) }
+        sendEntries(c, entries, range, first: first, next: next)
+    }
+
+    func sendEntries(_ c: Connection, _ entries: EntryList, _ range: Range<Int>,
+                     first: (Bool) -> [UInt8], next: (Bool) -> [UInt8]) {
+        var start = range.lowerBound
+        var isFirst = true
+        repeat {
+            let head = isFirst ? first(true) : next(true)
+            let end = start < range.upperBound
+                ? entries.pageEnd(from: start, upTo: range.upperBound, budget: ControlFraming.maxPlaintext - head.count)
+                : start
+            let more = end < range.upperBound
+            let h = more ? head : (isFirst ? first(false) : next(false))
+            let length = h.count + entries.size(start..<end)
+            if length <= scratch.count {
+                h.withUnsafeBytes { scratch.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: h.count) }
+                entries.withBytes(start..<end) { e in
+                    if e.count > 0 { (scratch.baseAddress! + h.count).copyMemory(from: e.baseAddress!, byteCount: e.count) }
+                }
+                seal(c, UnsafeRawBufferPointer(rebasing: scratch[0..<length]))
+            } else {
+                counters.controlOversize += 1  // one entry larger than a frame: cannot happen with validated names
+            }
+            if !isFirst { counters.listPartsSent += 1 }
+            isFirst = false
+            start = end
+        } while start < range.upperBound && !c.closed
+    }
+
+    func ensureMemberList(_ ch: Channel) {
+        guard !ch.memberListValid else { return }
+        ch.memberList.removeAll()
+        for m in ch.members { ch.memberList.append(m.memberEntry) }
+        ch.memberListValid = true
+    }
+
+    func sendMemberList(_ s: Session, _ ch: Channel, _ entries: EntryList, requestID: UInt32) {
+        let id = ch.id, audio = ch.audio
+        sendList(s.connection, entries, 0..<entries.count,
+                 first: { more in
+                     ControlMessage.joinChannelResult(JoinChannelResult(channelID: id, audio: audio, members: [], requestID: requestID,
+                                                                        moreMembers: more)).encode()
+                 },
+                 next: { more in ControlMessage.memberList(MemberList(channelID: id, members: [], requestID: requestID, more: more)).encode() })
+    }
+
+    // MARK: membership changes, coalesced per turn
+
+    /// Tells `s` the pending membership changes of its channel it has not been told yet.
+    func deliverNotices(to s: Session) {
+        guard let ch = s.channel, let n = ch.notice else { return }
+        let from = s.noticeGeneration == ch.noticeGeneration ? s.noticeSeen : 0
+        let count = n.entries.count
+        guard from < count else { return }
+        s.noticeGeneration = ch.noticeGeneration
+        s.noticeSeen = count
+        let c = s.connection
+        guard !c.closed, c.phase == .active else { return }
+        if count - from == 1 {
+            let m: ControlMessage = n.kind == .joined
+                ? .userJoined(UserJoined(member: n.members[from], channelID: ch.id))
+                : .userLeft(UserLeft(userID: n.userIDs[from], channelID: ch.id))
+            m.encode().withUnsafeBytes { seal(c, $0) }
+            return
+        }
+        let head = n.kind == .joined
+            ? ControlMessage.usersJoined(UsersJoined(channelID: ch.id, members: [])).encode()
+            : ControlMessage.usersLeft(UsersLeft(channelID: ch.id, userIDs: [])).encode()
+        sendEntries(c, n.entries, from..<count, first: { _ in head }, next: { _ in head })
+    }
+
+    /// Tells every member of `ch` its pending changes and starts a new generation.
+    func flushNotices(_ ch: Channel) {
+        guard ch.notice != nil else { return }
+        for m in ch.members { deliverNotices(to: m) }
+        ch.notice = nil
+        ch.noticeGeneration &+= 1
+    }
+
+    func pendingNotice(_ ch: Channel, _ kind: PendingNotice.Kind) {
+        if let n = ch.notice, n.kind != kind { flushNotices(ch) }
+        if ch.notice == nil {
+            ch.notice = PendingNotice(kind: kind)
+            noticeChannels.append(ch)
         }
     }
+
+    /// `s` joins `ch` (before it is added to the members): the others hear of it at the end
+    /// of the turn; `s` itself is counted as told.
+    func noteJoined(_ ch: Channel, _ s: Session) {
+        pendingNotice(ch, .joined)
+        ch.notice!.entries.append(s.memberEntry)
+        ch.notice!.members.append(s.memberInfo)
+        s.noticeGeneration = ch.noticeGeneration
+        s.noticeSeen = ch.notice!.entries.count
+    }
+
+    /// `s` has left `ch` (already removed from the members).
+    func noteLeft(_ ch: Channel, _ s: Session) {
+        pendingNotice(ch, .left)
+        ch.notice!.entries.append(UsersLeft.encodedEntry(s.userID))
+        ch.notice!.userIDs.append(s.userID)
+    }
+
+    /// Sends `m` to every attached member of `ch` but `except` (encoded once).
+    func broadcast(_ ch: Channel?, except: Session?, _ m: ControlMessage) {
+        guard let ch else { return }
+        let plain = m.encode()
+        plain.withUnsafeBytes { p in
+            // A send can fail and detach a member mid-loop; skip members no longer attached.
+            for member in ch.members where member !== except && member.connection.session === member {
+                sendPlaintext(member.connection, p)
+            }
+        }
+    }
+
+    // MARK: channels and streams
 
     func remoteStream(_ st: Stream) -> RemoteStream {
         RemoteStream(userID: st.owner.userID, streamID: st.streamID, ssrc: st.ssrc, kind: st.kind,
@@ -111,16 +242,25 @@ extension Server {
 
     func leaveChannel(_ s: Session) {
         guard let ch = s.channel else { return }
-        ch.members.removeAll { $0 === s }
+        let i = s.memberIndex
+        let last = ch.members.removeLast()
+        if last !== s {
+            ch.members[i] = last
+            last.memberIndex = i
+        }
+        ch.memberListValid = false
+        if s.serverMuted || s.deafened { ch.flagged.removeAll { $0 === s } }
+        if !s.streams.isEmpty { ch.streams.removeAll { $0.owner === s } }
         s.channel = nil
+        guard !stopping else { return }
         for st in s.streams.values.sorted(by: { $0.ssrc < $1.ssrc }) {
             broadcast(ch, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
         }
-        broadcast(ch, except: s, .userLeft(UserLeft(userID: s.userID, channelID: ch.id)))
+        noteLeft(ch, s)
     }
 
     func join(_ s: Session, name: String, requestID: UInt32) {
-        guard let ch = channels.first(where: { $0.name == name }) else {
+        guard let ch = channelsByName[name] else {
             send(s.connection, .error(ErrorMessage(code: .notFound, message: "no channel named \(name)", requestID: requestID)))
             return
         }
@@ -131,16 +271,22 @@ extension Server {
                 removeStream(st)
                 send(s.connection, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
             }
+            ensureMemberList(ch)
             s.channel = ch
-            broadcast(ch, except: nil, .userJoined(UserJoined(member: s.memberInfo, channelID: ch.id)))
+            noteJoined(ch, s)
+            sendMemberList(s, ch, ch.memberList, requestID: requestID)
+            s.memberIndex = ch.members.count
             ch.members.append(s)
+            ch.memberList.append(s.memberEntry)
+            if s.serverMuted || s.deafened { ch.flagged.append(s) }
+        } else {
+            var others = EntryList()
+            for m in ch.members where m !== s { others.append(m.memberEntry) }
+            sendMemberList(s, ch, others, requestID: requestID)
         }
-        let others = ch.members.filter { $0 !== s }
-        send(s.connection, .joinChannelResult(JoinChannelResult(channelID: ch.id, audio: ch.audio,
-                                                                members: others.map { $0.memberInfo }, requestID: requestID)))
-        for o in others {
-            for st in o.streams.values.sorted(by: { $0.ssrc < $1.ssrc }) { send(s.connection, .remoteStreamAdded(remoteStream(st))) }
-            if o.serverMuted || o.deafened { send(s.connection, .serverMuteState(ServerMuteState(userID: o.userID, muted: o.serverMuted, deafened: o.deafened))) }
+        for st in ch.streams where st.owner !== s { send(s.connection, .remoteStreamAdded(remoteStream(st))) }
+        for o in ch.flagged where o !== s {
+            send(s.connection, .serverMuteState(ServerMuteState(userID: o.userID, muted: o.serverMuted, deafened: o.deafened)))
         }
     }
 
@@ -151,17 +297,18 @@ extension Server {
         }
         guard let ch = s.channel else { return refuse(.wrongState, "join a channel before announcing a stream") }
         guard s.streams[a.streamID] == nil else { return refuse(.badRequest, "stream id \(a.streamID) is already announced") }
-        guard s.streams.count < config.maxStreamsPerUser else {
-            return refuse(.limitReached, "at most \(config.maxStreamsPerUser) streams per user")
+        guard s.streams.count < live.maxStreamsPerUser else {
+            return refuse(.limitReached, "at most \(live.maxStreamsPerUser) streams per user")
         }
         guard a.channels == 1 || a.channels == 2 else { return refuse(.badRequest, "channels must be 1 or 2, got \(a.channels)") }
         var ssrc = nextSSRC
         while ssrc == 0 || streamsBySSRC[ssrc] != nil || sessionsByBinding[ssrc] != nil { ssrc &+= 1 }
         nextSSRC = ssrc &+ 1
         let st = Stream(streamID: a.streamID, ssrc: ssrc, kind: a.kind, channels: a.channels, owner: s,
-                        rate: config.maxPacketsPerSecond, now: MonotonicClock.milliseconds())
+                        rate: live.maxPacketsPerSecond, now: now)
         s.streams[a.streamID] = st
         streamsBySSRC[ssrc] = st
+        ch.streams.append(st)
         send(s.connection, .streamAnnounceResult(StreamAnnounceResult(streamID: a.streamID, ssrc: ssrc, effectiveAudio: ch.audio,
                                                                       requestID: rid)))
         broadcast(ch, except: s, .remoteStreamAdded(remoteStream(st)))
@@ -171,23 +318,36 @@ extension Server {
         let s = st.owner
         s.streams[st.streamID] = nil
         streamsBySSRC[st.ssrc] = nil
+        s.channel?.streams.removeAll { $0 === st }
         broadcast(s.channel, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
     }
 
-    func setServerMute(_ s: Session, _ m: SetServerMute) {
-        guard let admin = config.adminPassword, !admin.isEmpty,
+    /// `held`: the request already waited out its address's backoff.
+    func setServerMute(_ s: Session, _ m: SetServerMute, held: Bool) {
+        let c = s.connection
+        if !held && holdForBackoff(c, .setServerMute(m), adminPasswordFailures) { return }
+        guard let admin = live.adminPassword, !admin.isEmpty,
               Sodium.equal(Array(m.adminPassword.utf8), Array(admin.utf8)) else {
-            send(s.connection, .error(ErrorMessage(code: .forbidden, message: "server mute needs the admin password", requestID: m.requestID)))
-            return
+            return wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: "server mute needs the admin password",
+                                                                     requestID: m.requestID))
         }
+        adminPasswordFailures.clear(c.peer.host)
         guard let target = sessionsByUserID[m.userID] else {
-            send(s.connection, .error(ErrorMessage(code: .notFound, message: "no user \(m.userID)", requestID: m.requestID)))
+            send(c, .error(ErrorMessage(code: .notFound, message: "no user \(m.userID)", requestID: m.requestID)))
             return
         }
+        let wasFlagged = target.serverMuted || target.deafened
         target.serverMuted = m.muted
         target.deafened = m.deafened
+        target.refreshMemberEntry()
+        if let ch = target.channel {
+            ch.memberListValid = false
+            let flagged = m.muted || m.deafened
+            if flagged && !wasFlagged { ch.flagged.append(target) }
+            if !flagged && wasFlagged { ch.flagged.removeAll { $0 === target } }
+        }
         let state = ControlMessage.serverMuteState(ServerMuteState(userID: target.userID, muted: m.muted, deafened: m.deafened))
         if let ch = target.channel { broadcast(ch, except: nil, state) } else { send(target.connection, state) }
-        if target.channel == nil || target.channel !== s.channel, target !== s { send(s.connection, state) }
+        if target.channel == nil || target.channel !== s.channel, target !== s { send(c, state) }
     }
 }

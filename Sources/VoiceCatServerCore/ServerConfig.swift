@@ -31,6 +31,23 @@ public struct ServerConfig {
     public var reapSeconds = 30.0
     /// A handshake, or a control frame started but not finished, must complete within this.
     public var frameTimeoutSeconds = 10.0
+    /// A connection must be logged in (HelloResult sent) this long after it was accepted
+    /// (or after its last wrong password was answered).
+    public var loginTimeoutSeconds = 10.0
+    /// Connections not yet logged in, per source address; a new one evicts the oldest.
+    public var maxUnauthenticatedPerAddress = 8
+    /// Connections not yet logged in, in all; a new one evicts the oldest.
+    public var maxUnauthenticated = 256
+    /// Control messages a connection may send per second (token bucket) ...
+    public var controlMessagesPerSecond = 50.0
+    /// ... with this burst. Past it the server stops reading the connection until a token is due.
+    public var controlBurst = 100
+    /// A Hello or SetServerMute from an address with n recent wrong passwords is answered
+    /// after base * 2^(n-1) seconds (at most `authBackoffMaxSeconds`).
+    public var authBackoffBaseSeconds = 0.5
+    public var authBackoffMaxSeconds = 16.0
+    /// Wrong passwords (server or admin) on one connection before it is closed.
+    public var maxAuthFailures = 3
     /// Print counters this often (0 = never).
     public var statsIntervalSeconds = 0.0
 
@@ -77,6 +94,10 @@ public struct ServerConfig {
                 guard let v = Int(value), v >= 0 else { throw ParseError(line: lineNo, message: "\(key) needs a non-negative integer, got \"\(value)\"") }
                 return v
             }
+            func u32() throws -> UInt32 {
+                guard let v = UInt32(exactly: try int()) else { throw ParseError(line: lineNo, message: "\(key) is out of range, got \"\(value)\"") }
+                return v
+            }
             func double() throws -> Double {
                 guard let v = Double(value), v >= 0 else { throw ParseError(line: lineNo, message: "\(key) needs a non-negative number, got \"\(value)\"") }
                 return v
@@ -104,15 +125,15 @@ public struct ServerConfig {
                     case "lowdelay", "low_delay": a.application = .lowDelay
                     default: throw ParseError(line: lineNo, message: "application is voip, audio or lowdelay")
                     }
-                case "sample_rate": a.sampleRate = UInt32(try int())
-                case "bitrate", "bitrate_bps": a.bitrate = UInt32(try int())
+                case "sample_rate": a.sampleRate = try u32()
+                case "bitrate", "bitrate_bps": a.bitrate = try u32()
                 case "frame_ms":
-                    guard let ms = Double(value) else { throw ParseError(line: lineNo, message: "frame_ms needs a number") }
+                    guard let ms = Double(value), ms >= 0, ms <= 1000 else { throw ParseError(line: lineNo, message: "frame_ms needs a number of milliseconds") }
                     a.frameMicros = UInt32((ms * 1000).rounded())
                 case "fec": a.fec = try bool()
-                case "expected_packet_loss": a.expectedPacketLoss = UInt32(try int())
+                case "expected_packet_loss": a.expectedPacketLoss = try u32()
                 case "dtx": a.dtx = try bool()
-                case "complexity": a.complexity = UInt32(try int())
+                case "complexity": a.complexity = try u32()
                 case "dred": a.dred = try bool()
                 default: throw ParseError(line: lineNo, message: "unknown channel setting \(key)")
                 }
@@ -135,6 +156,14 @@ public struct ServerConfig {
                 case "max_packets_per_second": maxPacketsPerSecond = try int()
                 case "reap_seconds": reapSeconds = try double()
                 case "frame_timeout_seconds": frameTimeoutSeconds = try double()
+                case "login_timeout_seconds": loginTimeoutSeconds = try double()
+                case "max_unauthenticated_per_address": maxUnauthenticatedPerAddress = try int()
+                case "max_unauthenticated": maxUnauthenticated = try int()
+                case "control_messages_per_second": controlMessagesPerSecond = try double()
+                case "control_burst": controlBurst = try int()
+                case "auth_backoff_base_seconds": authBackoffBaseSeconds = try double()
+                case "auth_backoff_max_seconds": authBackoffMaxSeconds = try double()
+                case "max_auth_failures": maxAuthFailures = try int()
                 case "stats_interval_seconds": statsIntervalSeconds = try double()
                 default: throw ParseError(line: lineNo, message: "unknown setting \(key)")
                 }
@@ -143,24 +172,62 @@ public struct ServerConfig {
         if !parsedChannels.isEmpty { channels = parsedChannels }
     }
 
-    /// Why this configuration cannot serve, or nil: a channel whose name breaks the
-    /// name rules, whose audio is invalid, or whose frames at its bitrate do not fit
-    /// max_datagram_bytes (checked when the server is created: refused at load time,
-    /// not dropped silently later).
+    /// Why this configuration cannot serve, or nil (the message of `validate()`).
     public func validationError() -> String? {
-        guard maxDatagramBytes >= 64 else { return "max_datagram_bytes \(maxDatagramBytes) is under 64" }
-        for c in channels {
-            if let p = NameRules.problem(c.name, what: "channel name") { return p }
-            if let p = c.audio.validationError() { return "channel \(c.name): \(p)" }
-            if let p = MediaLimits.fitProblem(c.audio, limit: maxDatagramBytes) { return "channel \(c.name): \(p)" }
-        }
+        do { try validate() } catch { return error.description }
         return nil
     }
 }
 
-/// A configuration the server cannot serve (ServerConfig.validationError).
-public struct ConfigError: Error, CustomStringConvertible {
-    public let description: String
+extension ServerConfig {
+    /// A setting outside its range: the server refuses to start (or to reload) with it.
+    public struct ValidationError: Error, Equatable, CustomStringConvertible {
+        public let setting: String
+        public let message: String
+        public var description: String { "\(setting): \(message)" }
+    }
+
+    /// The most channels a server may carry: what a client accepts (each login lists them all).
+    public static let maxChannels = ServerMessageLimits.maxChannels
+    /// Upper bound of `max_datagram_bytes`: the largest Opus packet of a 120 ms frame
+    /// plus header and tag fits well below it.
+    public static let datagramBytesLimit = 8192
+
+    /// Checks every setting against its range, and every channel: its name (the shared
+    /// name rules), its audio, and that its frames fit `max_datagram_bytes` (refused at
+    /// load time, not dropped later). The first problem is thrown.
+    public func validate() throws(ValidationError) {
+        func check<T: Comparable>(_ name: String, _ v: T, _ lo: T, _ hi: T) throws(ValidationError) {
+            // Written so NaN fails too.
+            guard v >= lo && v <= hi else { throw ValidationError(setting: name, message: "must be between \(lo) and \(hi), got \(v)") }
+        }
+        try check("max_users", maxUsers, 1, 1_000_000)
+        try check("max_streams_per_user", maxStreamsPerUser, 1, 64)
+        try check("max_datagram_bytes", maxDatagramBytes, 64, ServerConfig.datagramBytesLimit)
+        try check("max_packets_per_second", maxPacketsPerSecond, 1, 1_000_000)
+        try check("reap_seconds", reapSeconds, 0.1, 86_400)
+        try check("frame_timeout_seconds", frameTimeoutSeconds, 0.1, 3_600)
+        try check("login_timeout_seconds", loginTimeoutSeconds, 0.1, 3_600)
+        try check("max_unauthenticated_per_address", maxUnauthenticatedPerAddress, 1, 65_536)
+        try check("max_unauthenticated", maxUnauthenticated, 1, 1_000_000)
+        try check("control_messages_per_second", controlMessagesPerSecond, 0.1, 1_000_000)
+        try check("control_burst", controlBurst, 1, 1_000_000)
+        try check("auth_backoff_base_seconds", authBackoffBaseSeconds, 0, 60)
+        try check("auth_backoff_max_seconds", authBackoffMaxSeconds, authBackoffBaseSeconds, 3_600)
+        try check("max_auth_failures", maxAuthFailures, 1, 1_000)
+        try check("stats_interval_seconds", statsIntervalSeconds, 0, 86_400)
+        try check("name (bytes)", serverName.utf8.count, 0, ServerMessageLimits.maxServerNameBytes)
+        try check("password (bytes)", password?.utf8.count ?? 0, 0, 1024)
+        try check("admin_password (bytes)", adminPassword?.utf8.count ?? 0, 0, 1024)
+        try check("number of channels", channels.count, 1, ServerConfig.maxChannels)
+        var seen = Set<String>()
+        for c in channels {
+            if let p = NameRules.problem(c.name, what: "channel name") { throw ValidationError(setting: "channel \(c.name)", message: p) }
+            guard seen.insert(c.name).inserted else { throw ValidationError(setting: "channel \(c.name)", message: "defined twice") }
+            if let why = c.audio.validationError() { throw ValidationError(setting: "channel \(c.name)", message: why) }
+            if let why = MediaLimits.fitProblem(c.audio, limit: maxDatagramBytes) { throw ValidationError(setting: "channel \(c.name)", message: why) }
+        }
+    }
 }
 
 extension StringProtocol {

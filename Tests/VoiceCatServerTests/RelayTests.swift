@@ -1,5 +1,6 @@
 // End-to-end tests of voicecat-server over real loopback sockets.
 import Glibc
+import VoiceCatAllocCounter
 import VoiceCatProtocol
 import VoiceCatServerCore
 import VoiceCatSystem
@@ -98,7 +99,7 @@ final class RelayTests: XCTestCase {
     }
 
     func testSeventyThousandFramesRelayWithoutAuthenticationFailure() throws {
-        let ts = try TestServer { $0.maxPacketsPerSecond = 10_000_000 }
+        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000 }
         defer { ts.stop() }
         let (a, b, ssrc) = try pair(ts)
         let total = 70_000
@@ -282,5 +283,50 @@ final class RelayTests: XCTestCase {
         ts.waitFor("relayed in") { $0.voiceRelayedIn == 1 }
         XCTAssertNil(b.receiveDatagram(timeoutMs: 200))
         XCTAssertEqual(ts.counters.voiceRelayedOut, 0)
+    }
+}
+
+final class RelayAllocationTests: XCTestCase {
+    /// The relay path (recvmmsg, open, replay window, a reseal per listener, sendmmsg)
+    /// allocates nothing per packet: counted with the test binary's own malloc.
+    func testRelayDoesNotAllocatePerPacket() throws {
+        try XCTSkipIf(vc_alloc_counter_active() == 0, "the allocation counter is off under sanitizers")
+        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000 }
+        defer { ts.stop() }
+        let talker = try TestClient.login(port: ts.port, username: "talker")
+        _ = try talker.join("Lobby")
+        let ssrc = try talker.announce(streamID: 1).ssrc
+        try talker.bind()
+        var listeners: [TestClient] = []
+        for i in 0..<20 {
+            let l = try TestClient.login(port: ts.port, username: "listener\(i)")
+            _ = try l.join("Lobby")
+            try l.bind()
+            listeners.append(l)
+        }
+        // All frames sealed beforehand; sending them from this thread allocates nothing.
+        let total = 10200
+        let frames = (0..<total).map { talker.sealVoice(ssrc: ssrc, seq: UInt64($0), timestamp: UInt32($0 * 960), opus: Sodium.randomBytes(60)) }
+        let flat = UnsafeMutableRawBufferPointer.allocate(byteCount: total * 256, alignment: 16)
+        defer { flat.deallocate() }
+        for (i, f) in frames.enumerated() { f.withUnsafeBytes { (flat.baseAddress! + i * 256).copyMemory(from: $0.baseAddress!, byteCount: f.count) } }
+        let size = frames[0].count
+        // Index loops only: in a debug build a for-in allocates an iterator frame.
+        var i = 0
+        var before: UInt64 = 0
+        while i < total {
+            if i == 200 { before = vc_alloc_count() }  // the first 200 warm up first-use runtime caches
+            let end = i + 100
+            while i < end {
+                _ = try? talker.udp.sendTo(UnsafeRawBufferPointer(rebasing: flat[(i * 256)..<(i * 256 + size)]), talker.serverAddress)
+                i += 1
+            }
+            while ts.server.countersSnapshot().voiceRelayedIn < UInt64(end) { sleepMilliseconds(1) }
+        }
+        let allocations = vc_alloc_count() - before
+        let c = ts.counters
+        XCTAssertEqual(c.voiceRelayedIn, UInt64(total))
+        XCTAssertEqual(c.voiceRelayedOut, UInt64(total * 20))
+        XCTAssertLessThan(allocations, 10, "\(allocations) allocations for \((total - 200) * 20) relayed datagrams")
     }
 }
