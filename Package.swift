@@ -20,6 +20,7 @@
 //   voicecat-fuzz        libFuzzer target over every parser that reads network bytes.
 //   voicecat-fuzz-client libFuzzer target over the client's control handling (decoded messages).
 //   VoiceCatSimulation   trace simulator for the jitter buffer (bench-jitter and tests; not shipped).
+//   voicecat-loadgen     load generator for the server (`make bench-relay`), speaking the protocol.
 import PackageDescription
 
 let package = Package(
@@ -30,6 +31,7 @@ let package = Package(
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
         .executable(name: "voicecat-fuzz-client", targets: ["voicecat-fuzz-client"]),
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
+        .executable(name: "voicecat-loadgen", targets: ["voicecat-loadgen"]),
     ],
     targets: [
         .systemLibrary(name: "CSodium"),
@@ -53,6 +55,7 @@ let package = Package(
         // Trace simulator for the jitter buffer (benchmark and tests only; not in any product).
         .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
+        .executableTarget(name: "voicecat-loadgen", dependencies: ["VoiceCatTestSupport", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatAllocCounter"),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),

@@ -76,8 +76,14 @@ public final class ChildProcess {
         return true
     }
 
-    /// CPU time the child used so far (user + system, all threads), in seconds.
+    /// CPU time the child used so far (user + system, all threads), in seconds, from the
+    /// kernel's nanosecond process clock (falling back to /proc's clock ticks).
     public func cpuSeconds() -> Double {
+        var clock = clockid_t()
+        var ts = timespec()
+        if clock_getcpuclockid(pid, &clock) == 0, clock_gettime(clock, &ts) == 0 {
+            return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        }
         guard let bytes = try? Files.read("/proc/\(pid)/stat") else { return 0 }
         let text = String(decoding: bytes, as: UTF8.self)
         guard let close = text.lastIndex(of: ")") else { return 0 }
