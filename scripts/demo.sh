@@ -11,7 +11,7 @@ mkdir -p "$out"
 # The demo's server identity lives in $out: so does the known-servers file its hosts
 # record it in (trust on first use), apart from the user's own.
 export XDG_CONFIG_HOME="$PWD/$out/config"
-server=.build/release/voicecat-server
+server=.build/server/release/voicecat-server
 
 text="Hello from VoiceCat. This sentence was spoken by one host, encoded with Opus, \
 sealed, relayed by the server, and recorded by another host on the same channel."

@@ -3,8 +3,10 @@
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
+# python3-venv, python3-pip: py-test makes fresh venvs and installs PyPI packages into them.
+# systemd: systemd-analyze, which checks the server's unit in `make test`; binutils: readelf for the same check.
 pkgs=(libopus-dev libasound2-dev libsodium-dev libspeexdsp-dev pkg-config espeak-ng sox python3-pytest
-      python3-venv python3-pip)  # py-test makes fresh venvs and installs PyPI packages into them
+      python3-venv python3-pip systemd binutils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
