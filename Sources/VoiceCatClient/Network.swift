@@ -35,10 +35,11 @@ struct MediaPathState {
     /// Rebind requested at this time for this epoch (awaiting RebindResult), or nil.
     var rebindRequestedMs: UInt64?
     var rebindEpoch: UInt32 = 0
-    /// After RebindResult: binding keys being tried, and when to try next.
-    var rebindKeys: DirectionalKeys?
-    var bindSeq: UInt64 = 0
+    /// After RebindResult: the binding being made, and when to send its next REQUEST.
+    var binder: UDPBinder?
     var nextBindMs: UInt64 = 0
+    /// A JoinChannelResult whose member list is still arriving in MemberList parts.
+    var pendingJoin: JoinChannelResult?
     /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
     var pendingSeq = [UInt64](repeating: .max, count: 16)
     var pendingSentMs = [UInt64](repeating: 0, count: 16)
@@ -243,7 +244,7 @@ extension VoiceClient {
         let configured = UInt64(config.keepaliveMs)
         var t = min(media.nextKeepaliveMs, media.lastKeepaliveMs + MediaPathState.activeKeepaliveMs)
         if media.voiceConnected { t = min(t, media.lastSignMs + media.lostAfter(configured) + 1) }
-        if media.rebindKeys != nil { t = min(t, media.nextBindMs) }
+        if media.binder != nil { t = min(t, media.nextBindMs) }
         t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
         // While someone talks, look at the playout every 50 ms for the end of it.
         var anyTalking = false
@@ -263,8 +264,22 @@ extension VoiceClient {
         case .joinChannelResult(let r):
             let listed = cond.withLock { hello?.channels.contains(where: { $0.id == r.channelID }) == true }
             guard listed else { return refuse(m, "channel \(r.channelID) is not one the server listed") }
+            // A long member list continues in MemberList parts: the join is applied once it is whole.
+            if r.moreMembers { media.pendingJoin = r; return }
             applyJoin(r)
             reply(r.requestID, m)
+        case .memberList(let part):
+            guard let whole = media.pendingJoin?.continued(by: part) else {
+                return refuse(m, "out of order: no split member list is being received for channel \(part.channelID)")
+            }
+            media.pendingJoin = nil
+            let j = ControlMessage.joinChannelResult(whole)
+            if let p = j.serverMessageProblem { return refuse(j, p) }
+            if whole.moreMembers { media.pendingJoin = whole; return }
+            applyJoin(whole)
+            reply(whole.requestID, j)
+        case .channelList:
+            refuse(m, "out of order: the session has started already")
         case .streamAnnounceResult(let r):
             // A stream whose request timed out is one the host does not know: withdraw it.
             if !reply(r.requestID, m) { try? sender.send(.streamStop(StreamStop(streamID: r.streamID))) }
@@ -280,19 +295,18 @@ extension VoiceClient {
         case .pong(let p):
             if p.timestamp <= now { controlRttMs.store(UInt32(clamping: now &- p.timestamp), ordering: .relaxed) }
         case .userJoined(let u):
-            let own = cond.withLock { u.member.userID == hello?.userID }
-            if own || u.member.userID == 0 { return refuse(m, "user id \(u.member.userID) is not another user") }
-            cond.withLock { usernames[u.member.userID] = u.member.username }
-            var e = ClientEvent(type: .userJoined)
-            e.userID = u.member.userID; e.channelID = u.channelID; e.text = u.member.username
-            e.muted = u.member.muted; e.deafened = u.member.deafened
-            events.raise(e)
+            if let p = joinProblem(u.member) { return refuse(m, p) }
+            memberJoined(u.member, channelID: u.channelID)
+        case .usersJoined(let u):
+            // Several joins told at once: judged as a whole, then one event each.
+            if let p = u.members.lazy.compactMap(joinProblem).first { return refuse(m, p) }
+            for member in u.members { memberJoined(member, channelID: u.channelID) }
         case .userLeft(let u):
-            guard let name = cond.withLock({ usernames[u.userID] }) else { return refuse(m, "user \(u.userID) is not known") }
-            var e = ClientEvent(type: .userLeft)
-            e.userID = u.userID; e.channelID = u.channelID
-            e.text = name
-            events.raise(e)
+            if let p = leaveProblem(u.userID) { return refuse(m, p) }
+            memberLeft(u.userID, channelID: u.channelID)
+        case .usersLeft(let u):
+            if let p = u.userIDs.lazy.compactMap(leaveProblem).first { return refuse(m, p) }
+            for id in u.userIDs { memberLeft(id, channelID: u.channelID) }
         case .remoteStreamAdded(let r):
             let (inChannel, own, known) = cond.withLock { (channelID != 0, r.userID == hello?.userID, usernames[r.userID] != nil) }
             if !inChannel { return refuse(m, "out of order: no channel joined") }
@@ -334,15 +348,38 @@ extension VoiceClient {
             let keys = sender.keys.media(epoch: r.epoch)
             cond.withLock { epoch = r.epoch; mediaReceiveKey = keys.receive; mediaSendKey = keys.send }
             if let snap = streams.snapshot { streams.publish(snap.with(key: keys.send)) }
-            media.rebindKeys = sender.keys.bind(epoch: r.epoch)
+            media.binder = cond.withLock { hello.map { UDPBinder(sessionID: $0.sessionID, bindingID: $0.bindingID, epoch: r.epoch,
+                                                                 keys: sender.keys.bind(epoch: r.epoch)) } }
             media.rebindRequestedMs = nil
             media.nextBindMs = now
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
         case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
             break   // refused above (serverMessageProblem)
-        case .channelList, .memberList, .usersJoined, .usersLeft:
-            refuse(m, "not handled yet")
         }
+    }
+
+    func joinProblem(_ member: MemberInfo) -> String? {
+        let own = cond.withLock { member.userID == hello?.userID }
+        return own || member.userID == 0 ? "user id \(member.userID) is not another user" : nil
+    }
+
+    func memberJoined(_ member: MemberInfo, channelID: UInt32) {
+        cond.withLock { usernames[member.userID] = member.username }
+        var e = ClientEvent(type: .userJoined)
+        e.userID = member.userID; e.channelID = channelID; e.text = member.username
+        e.muted = member.muted; e.deafened = member.deafened
+        events.raise(e)
+    }
+
+    func leaveProblem(_ userID: UInt32) -> String? {
+        cond.withLock { usernames[userID] } == nil ? "user \(userID) is not known" : nil
+    }
+
+    func memberLeft(_ userID: UInt32, channelID: UInt32) {
+        var e = ClientEvent(type: .userLeft)
+        e.userID = userID; e.channelID = channelID
+        e.text = cond.withLock { usernames[userID] } ?? ""
+        events.raise(e)
     }
 
     /// Refuses a message that broke the rules: an ERROR event naming it (rate-limited),
@@ -476,7 +513,7 @@ extension VoiceClient {
     }
 
     func drainUDP(_ sock: Socket, _ rx: UnsafeMutableRawBufferPointer, media: inout MediaPathState) {
-        let (rxKey, bindingID) = cond.withLock { (mediaReceiveKey, hello?.bindingID ?? 0) }
+        let (rxKey, bindingID, server) = cond.withLock { (mediaReceiveKey, hello?.bindingID ?? 0, serverAddress) }
         for _ in 0..<256 {
             guard let (n, _) = try? sock.receiveFrom(into: rx) else { return }
             guard n <= rx.count else { continue }
@@ -509,8 +546,15 @@ extension VoiceClient {
                 if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
                 media.echoed(seq: h.seq, nowMs: now)
             case .udpBinding:
-                guard let keys = media.rebindKeys, (try? MediaCrypto.open(d, key: keys.receive)) != nil else { continue }
-                media.rebindKeys = nil
+                guard media.binder != nil else { continue }
+                switch media.binder!.handle(d) {
+                case .ignored: continue
+                case .challenged:
+                    _ = try? media.binder!.nextRequest().withUnsafeBytes { try sock.sendTo($0, server) }
+                    continue
+                case .bound: break
+                }
+                media.binder = nil
                 media.lastEchoMs = now
                 if !media.voiceConnected {
                     media.voiceConnected = true
@@ -527,7 +571,7 @@ extension VoiceClient {
     func timers(conn: ControlConnection, sock: Socket, media: inout MediaPathState, control: inout ControlLiveness) -> LinkEnd? {
         let now = MonotonicClock.milliseconds()
         let configured = UInt64(config.keepaliveMs)
-        let (bindingID, sessionID, addr, curEpoch) = cond.withLock { (hello?.bindingID ?? 0, hello?.sessionID ?? 0, serverAddress, epoch) }
+        let (bindingID, addr, curEpoch) = cond.withLock { (hello?.bindingID ?? 0, serverAddress, epoch) }
         // Streams active: probe faster, and count the quiet time from when probing began.
         var remote = false
         receive.forEachStream { _, _ in remote = true }
@@ -558,22 +602,14 @@ extension VoiceClient {
         }
         // One Rebind per loss (TCP delivers it; a control connection that stalls is
         // caught by its own liveness), then bindings every 0.1 s until one is answered.
-        if !media.voiceConnected && media.rebindKeys == nil && media.rebindRequestedMs == nil {
+        if !media.voiceConnected && media.binder == nil && media.rebindRequestedMs == nil {
             media.rebindRequestedMs = now
             media.rebindEpoch = curEpoch &+ 1
             try? conn.send(.rebind(Rebind(epoch: media.rebindEpoch)))
         }
-        if let keys = media.rebindKeys, now >= media.nextBindMs {
+        if media.binder != nil, now >= media.nextBindMs {
             media.nextBindMs = now + MediaPathState.rebindRetryMs
-            var payload = [UInt8](repeating: 0, count: 12)
-            payload.withUnsafeMutableBytes { p in
-                p.storeBytes(of: sessionID.bigEndian, toByteOffset: 0, as: UInt64.self)
-                p.storeBytes(of: curEpoch.bigEndian, toByteOffset: 8, as: UInt32.self)
-            }
-            let d = MediaCrypto.seal(header: FrameHeader(type: .udpBinding, ssrc: bindingID, seq: media.bindSeq, timestamp: 0),
-                                     payload: payload, key: keys.send)
-            media.bindSeq += 1
-            _ = try? d.withUnsafeBytes { try sock.sendTo($0, addr) }
+            _ = try? media.binder!.nextRequest().withUnsafeBytes { try sock.sendTo($0, addr) }
         }
         // The control connection: a Ping every keepalive_ms; dead when nothing came for the timeout.
         if now >= control.nextPingMs {

@@ -189,7 +189,15 @@ extension VoiceClient {
                 continue
             }
             switch m {
-            case .joinChannelResult(let r) where r.requestID == rid: return m
+            case .joinChannelResult(var r) where r.requestID == rid:
+                // A long member list continues in MemberList parts: the reply is the whole list.
+                while r.moreMembers {
+                    guard case .memberList(let part) = try conn.receive(deadlineMs: deadlineMs), let whole = r.continued(by: part) else {
+                        throw ClientError.protocolError("expected the rest of the member list of channel \(r.channelID)")
+                    }
+                    r = whole
+                }
+                return .joinChannelResult(r)
             case .streamAnnounceResult(let r) where r.requestID == rid: return m
             case .error(let e) where e.requestID == rid: return m
             default: handleControl(m, sender: conn, media: &media)

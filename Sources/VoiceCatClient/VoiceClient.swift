@@ -330,6 +330,16 @@ public final class VoiceClient {
             case .error(let e): throw VoiceClient.mapServerError(e)
             case let other: throw ClientError.protocolError("expected HelloResult, got \(other.type)")
             }
+            // A long channel list continues in ChannelList parts; the whole list is judged.
+            while result.moreChannels {
+                guard case .channelList(let part) = try c.receiveDecoded(deadlineMs: deadline), let whole = result.continued(by: part) else {
+                    throw ClientError.protocolError("expected the rest of the server's channel list")
+                }
+                guard whole.channels.count <= ServerMessageLimits.maxChannels else {
+                    throw ClientError.protocolError("refused the server's HelloResult: over \(ServerMessageLimits.maxChannels) channels")
+                }
+                result = whole
+            }
             if let p = ControlMessage.helloResult(result).serverMessageProblem {
                 throw ClientError.protocolError("refused the server's HelloResult: \(p)")
             }
@@ -347,8 +357,8 @@ public final class VoiceClient {
             } catch {
                 throw ClientError.network("cannot open the UDP socket: \(error)")
             }
-            try bindUDP(sock!, to: address, sessionID: result.sessionID, bindingID: result.bindingID,
-                        keys: c.keys.bind(epoch: 0), epoch: 0, deadlineMs: deadline)
+            var binder = UDPBinder(sessionID: result.sessionID, bindingID: result.bindingID, epoch: 0, keys: c.keys.bind(epoch: 0))
+            try bindUDP(sock!, to: address, binder: &binder, deadlineMs: deadline)
             return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused)
         } catch {
             c.close()
@@ -369,20 +379,12 @@ public final class VoiceClient {
         }
     }
 
-    /// UDP_BINDING handshake: retries every 250 ms until answered (connect phase).
-    func bindUDP(_ sock: Socket, to address: SocketAddress, sessionID: UInt64, bindingID: UInt32, keys: DirectionalKeys,
-                 epoch: UInt32, deadlineMs: UInt64) throws {
-        var payload = [UInt8](repeating: 0, count: 12)
-        payload.withUnsafeMutableBytes { p in
-            p.storeBytes(of: sessionID.bigEndian, toByteOffset: 0, as: UInt64.self)
-            p.storeBytes(of: epoch.bigEndian, toByteOffset: 8, as: UInt32.self)
-        }
-        var seq: UInt64 = 0
+    /// UDP_BINDING exchange (REQUEST, CHALLENGE, REQUEST with the cookie, BOUND): a
+    /// REQUEST every 250 ms until bound (connect phase).
+    func bindUDP(_ sock: Socket, to address: SocketAddress, binder: inout UDPBinder, deadlineMs: UInt64) throws {
         var buf = [UInt8](repeating: 0, count: 2048)
         while MonotonicClock.milliseconds() < deadlineMs {
-            let d = MediaCrypto.seal(header: FrameHeader(type: .udpBinding, ssrc: bindingID, seq: seq, timestamp: 0), payload: payload, key: keys.send)
-            seq += 1
-            _ = try? d.withUnsafeBytes { try sock.sendTo($0, address) }
+            _ = try? binder.nextRequest().withUnsafeBytes { try sock.sendTo($0, address) }
             let until = min(deadlineMs, MonotonicClock.milliseconds() + 250)
             while MonotonicClock.milliseconds() < until {
                 let ready: Bool
@@ -390,9 +392,11 @@ public final class VoiceClient {
                     throw ClientError.state("the connect was cancelled (the client is being destroyed or disconnected)")
                 }
                 guard ready else { break }
-                guard let (n, _) = try? buf.withUnsafeMutableBytes({ try sock.receiveFrom(into: $0) }) else { continue }
-                if let (h, p) = try? MediaCrypto.open(Array(buf[0..<n]), key: keys.receive), h.type == .udpBinding, p == payload {
-                    return
+                guard let (n, _) = try? buf.withUnsafeMutableBytes({ try sock.receiveFrom(into: $0) }), n <= buf.count else { continue }
+                switch buf.withUnsafeMutableBytes({ binder.handle(UnsafeMutableRawBufferPointer(rebasing: $0[0..<n])) }) {
+                case .bound: return
+                case .challenged: _ = try? binder.nextRequest().withUnsafeBytes { try sock.sendTo($0, address) }
+                case .ignored: continue
                 }
             }
         }

@@ -694,6 +694,29 @@ public struct MemberList: ControlBody {
     }
 }
 
+extension HelloResult {
+    /// This result with the next part of its split channel list; nil when it expects none.
+    public func continued(by part: ChannelList) -> HelloResult? {
+        guard moreChannels else { return nil }
+        var r = self
+        r.channels += part.channels
+        r.moreChannels = part.more
+        return r
+    }
+}
+
+extension JoinChannelResult {
+    /// This result with the next part of its split member list; nil when it expects none
+    /// or the part belongs to another channel or request.
+    public func continued(by part: MemberList) -> JoinChannelResult? {
+        guard moreMembers, part.channelID == channelID, part.requestID == requestID else { return nil }
+        var r = self
+        r.members += part.members
+        r.moreMembers = part.more
+        return r
+    }
+}
+
 /// Several members joined the channel at once (in one turn of the server's loop): one
 /// message instead of a `UserJoined` each. Fields follow `UserJoined` (2) and the member
 /// lists (3).

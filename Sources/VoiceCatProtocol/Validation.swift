@@ -34,7 +34,8 @@ public enum ServerMessageLimits {
     public static let maxServerNameBytes = 256
     public static let maxErrorTextBytes = 1024
     public static let maxChannels = 4096
-    public static let maxMembers = 4096
+    /// Members of one channel (a split list counts whole): 64-byte names make ~6 MB.
+    public static let maxMembers = 65_536
 
     /// `text` with control characters replaced (U+FFFD) and cut to `maxBytes` on a
     /// character boundary: server text shown to a host as it is, but harmless.
