@@ -18,6 +18,7 @@ final class ServerUnderTest {
         try Files.createExclusive(dir + "/server.conf", bytes: Array(config.utf8), mode: 0o600)
         process = try ChildProcess(binary, ["--config", dir + "/server.conf", "--port", "0", "--port-file", dir + "/port",
                                             "--identity", dir + "/identity.key"], outputPath: dir + "/server.log")
+        children.append(process)
         guard let p = process.waitForFile(dir + "/port", timeoutMs: 10_000).flatMap({ UInt16($0) }) else {
             throw TestFailure("the server did not start: \(process.output)")
         }
@@ -43,12 +44,20 @@ final class Peer {
     var talks: Bool { ssrc != 0 }
     var seq: UInt64 = 0
     var baseSeq: UInt64 = 0
-    /// When each seq (from baseSeq) was sent in the current window (ns).
-    var sentAt: [UInt64] = []
+    /// When each seq (from baseSeq) was sent in the current window (ns). Raw memory: in
+    /// the floor run another thread writes it while the measuring loop reads it.
+    var sentAt = UnsafeMutableBufferPointer<UInt64>(start: nil, count: 0)
     var nextSendNs: UInt64 = 0
     var nextKeepaliveNs: UInt64 = 0
 
     init(_ client: WireClient, index: Int) { self.client = client; self.index = index }
+    deinit { sentAt.deallocate() }
+
+    func resetSendTimes(_ count: Int) {
+        sentAt.deallocate()
+        sentAt = .allocate(capacity: count)
+        sentAt.initialize(repeating: 0)
+    }
 
     /// Logs in (and joins, announces, binds as asked).
     static func make(port: UInt16, name: String, index: Int, channel: String?, talk: Bool, bind: Bool) throws -> Peer {
@@ -187,23 +196,24 @@ func measure(server: ServerUnderTest, peers: [Peer], framesPerSecond: Int, secon
     for (k, t) in talkers.enumerated() {
         // seq keeps counting across windows (the server's replay window); sentAt starts at this window's first.
         t.baseSeq = t.seq
-        t.sentAt = [UInt64](repeating: 0, count: framesPerTalker)
+        t.resetSendTimes(framesPerTalker)
         t.nextSendNs = startNs + UInt64(k) * intervalNs / UInt64(max(1, talkers.count))
     }
     var keepalives = KeepaliveRound(all, periodMs: extras.keepaliveMs, startNs: startNs)
-    // The floor: every listener's address, and a batch to send each frame to all of them.
-    let floorBatch = DatagramBatch(capacity: max(1, peers.count), slotSize: 256)
-    let floorSocket = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 1))
-    // Per talker: the addresses of the others in its channel.
-    var floorTargets: [Int: [SocketAddress]] = [:]
+    let opus = Sodium.randomBytes(60)
+    // The floor: a thread of its own sends every frame straight to the others in the
+    // talker's channel with one sendmmsg, paced like the talkers, while this loop
+    // receives as it does from the server. Its CPU time is the floor.
+    var floor: FloorSender? = nil
     if extras.floor {
         let addresses = try peers.map { try $0.client.udp.localAddress() }
+        var targets: [Int: [SocketAddress]] = [:]
         for t in talkers {
-            floorTargets[t.index] = peers.indices.filter { peers[$0] !== t && peers[$0].channel == t.channel }.map { addresses[$0] }
+            targets[t.index] = peers.indices.filter { peers[$0] !== t && peers[$0].channel == t.channel }.map { addresses[$0] }
         }
+        floor = try FloorSender(talkers: talkers, targets: targets, intervalNs: intervalNs, opus: opus,
+                                measureFromNs: measureFromNs, stopSendingNs: stopSendingNs)
     }
-    var floorCPU = 0.0
-    let opus = Sodium.randomBytes(60)
     let rx = DatagramBatch(capacity: 64, slotSize: 2048)
     let tcpSink = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
     defer { tcpSink.deallocate() }
@@ -230,28 +240,9 @@ func measure(server: ServerUnderTest, peers: [Peer], framesPerSecond: Int, secon
         }
         if now >= endNs { break }
         // Talkers.
-        if now < stopSendingNs {
+        if now < stopSendingNs && floor == nil {
             for t in talkers where t.nextSendNs <= now {
-                let seq = Int(t.seq - t.baseSeq)
-                guard seq < t.sentAt.count else { continue }
-                let d = t.client.sealVoice(ssrc: t.ssrc, seq: t.seq, timestamp: UInt32(truncatingIfNeeded: seq * 960), opus: opus)
-                let sent = MonotonicClock.nanoseconds()
-                t.sentAt[seq] = sent
-                if extras.floor {
-                    // What the server's relay does in the kernel, without the server.
-                    let before = threadCPUSeconds()
-                    for to in floorTargets[t.index] ?? [] {
-                        let slot = floorBatch.nextSlot()
-                        d.withUnsafeBytes { slot.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: d.count) }
-                        floorBatch.commit(length: d.count, to: to)
-                    }
-                    floorBatch.send(on: floorSocket)
-                    if sent >= measureFromNs { floorCPU += threadCPUSeconds() - before }
-                } else {
-                    t.client.sendDatagram(d)
-                }
-                t.seq += 1
-                t.nextSendNs += intervalNs
+                guard let sent = t.sendNext(opus: opus, intervalNs: intervalNs, { t.client.sendDatagram($0) }) else { continue }
                 if sent >= measureFromNs && sent < stopSendingNs {
                     w.framesSent += 1
                     w.expected += (listenersIn[t.channel] ?? 1) - 1
@@ -290,7 +281,7 @@ func measure(server: ServerUnderTest, peers: [Peer], framesPerSecond: Int, secon
         }
         // Wait for what comes back until the next thing to send.
         now = MonotonicClock.nanoseconds()
-        var nextNs = min(endNs, talkers.map(\.nextSendNs).min() ?? endNs)
+        var nextNs = floor != nil ? endNs : min(endNs, talkers.map(\.nextSendNs).min() ?? endNs)
         if extras.junkPerSecond > 0 { nextNs = min(nextNs, nextJunkNs) }
         nextNs = min(nextNs, keepalives.nextDue(all))
         let timeoutMs: Int32 = extras.pingFlood != nil ? 0 : waitMs(until: nextNs, now: now, atMost: 1000)
@@ -311,6 +302,8 @@ func measure(server: ServerUnderTest, peers: [Peer], framesPerSecond: Int, secon
                     guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { continue }
                     if h.type == .keepalive { if measuring { w.keepaliveEchoes += 1 }; continue }
                     guard h.type == .voice, let t = talkerBySSRC[h.ssrc], h.seq >= t.baseSeq, h.seq - t.baseSeq < UInt64(t.sentAt.count) else { continue }
+                    // In the floor run a datagram can arrive before the sender wrote its time down.
+                    guard t.sentAt[Int(h.seq - t.baseSeq)] != 0 || floor == nil else { continue }
                     let sent = t.sentAt[Int(h.seq - t.baseSeq)]
                     guard sent >= measureFromNs, sent < stopSendingNs else { continue }
                     received += 1
@@ -322,10 +315,80 @@ func measure(server: ServerUnderTest, peers: [Peer], framesPerSecond: Int, secon
         }
     }
     w.seconds = seconds
-    w.serverCPU = extras.floor ? floorCPU : server.cpuSeconds() - cpuStart
+    if let f = floor {
+        let r = f.finish()
+        w.serverCPU = r.cpu
+        w.framesSent = r.frames
+        w.expected = r.expected
+    } else {
+        w.serverCPU = server.cpuSeconds() - cpuStart
+    }
     w.loadgenCPU = processCPUSeconds() - loadgenStart
     w.received = received
     return w
+}
+
+extension Peer {
+    /// Seals and sends this talker's next frame if its window has room; the send time.
+    func sendNext(opus: [UInt8], intervalNs: UInt64, _ send: ([UInt8]) -> Void) -> UInt64? {
+        let i = Int(seq - baseSeq)
+        guard i < sentAt.count else { return nil }
+        let d = client.sealVoice(ssrc: ssrc, seq: seq, timestamp: UInt32(truncatingIfNeeded: i * 960), opus: opus)
+        let sent = MonotonicClock.nanoseconds()
+        sentAt[i] = sent
+        send(d)
+        seq += 1
+        nextSendNs += intervalNs
+        return sent
+    }
+}
+
+/// The kernel floor's sender: on its own thread, paces the talkers and sends each frame
+/// to every other member of the talker's channel with one sendmmsg, as the server's relay
+/// would, but with no reseal and no server. Reports its CPU time over the window.
+final class FloorSender {
+    private var thread: SystemThread?
+    private var cpu = 0.0, frames = 0, expected = 0
+
+    init(talkers: [Peer], targets: [Int: [SocketAddress]], intervalNs: UInt64, opus: [UInt8],
+         measureFromNs: UInt64, stopSendingNs: UInt64) throws {
+        let socket = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 1))
+        let batch = DatagramBatch(capacity: max(1, targets.values.map(\.count).max() ?? 1), slotSize: 256)
+        thread = SystemThread(name: "floor") { [self] in
+            var cpuStart: Double? = nil
+            while true {
+                let now = MonotonicClock.nanoseconds()
+                if cpuStart == nil && now >= measureFromNs { cpuStart = threadCPUSeconds() }
+                if now >= stopSendingNs { break }
+                for t in talkers where t.nextSendNs <= now {
+                    let to = targets[t.index] ?? []
+                    let sent = t.sendNext(opus: opus, intervalNs: intervalNs) { d in
+                        for a in to {
+                            let slot = batch.nextSlot()
+                            d.withUnsafeBytes { slot.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: d.count) }
+                            batch.commit(length: d.count, to: a)
+                        }
+                        batch.send(on: socket)
+                    }
+                    if let sent, sent >= measureFromNs { frames += 1; expected += to.count }
+                }
+                let next = talkers.map(\.nextSendNs).min() ?? stopSendingNs
+                let after = MonotonicClock.nanoseconds()
+                if next > after {
+                    var ts = timespec(tv_sec: Int((next - after) / 1_000_000_000), tv_nsec: Int((next - after) % 1_000_000_000))
+                    nanosleep(&ts, nil)
+                }
+            }
+            cpu = threadCPUSeconds() - (cpuStart ?? threadCPUSeconds())
+        }
+    }
+
+    /// Waits for the sender to finish: its CPU time in the window, frames and expected receptions.
+    func finish() -> (cpu: Double, frames: Int, expected: Int) {
+        thread?.join()
+        thread = nil
+        return (cpu, frames, expected)
+    }
 }
 
 /// Milliseconds to wait for `until`, rounded up (rounding down would spin for the last

@@ -17,8 +17,12 @@ usage: voicecat-loadgen [--server PATH] [--idle N] [--seconds S] [--talker-rate 
   --only SHAPES      comma-separated subset of: fanout, talk, rooms, idle, flood (default: all)
 """
 
+/// Every child process started, so a failure does not leave servers or workers behind.
+nonisolated(unsafe) var children: [ChildProcess] = []
+
 func fail(_ m: String) -> Never {
     fputs("voicecat-loadgen: \(m)\n", stderr)
+    for c in children { c.signal(SIGKILL) }
     exit(2)
 }
 
@@ -160,6 +164,7 @@ do {
         while left > 0 {
             let n = min(left, sessionsPerWorker)
             workers.append(try ChildProcess(me, ["--idle-worker", "\(server.port)", "\(n)", "idle\(w)-"], outputPath: server.dir + "/worker\(w).log"))
+            children.append(workers.last!)
             left -= n
             w += 1
         }
