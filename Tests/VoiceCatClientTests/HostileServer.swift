@@ -44,6 +44,8 @@ final class HostileServer: @unchecked Sendable {
     }
     let userID: UInt32 = 1
     let bindingID: UInt32 = 77
+    /// The seq of its UDP_BINDING answers (they must increase).
+    private var bindSeq: UInt64 = 0
 
     init(identity: IdentityKey = IdentityKey(), port: UInt16 = 0) throws {
         self.identity = identity
@@ -187,10 +189,14 @@ final class HostileServer: @unchecked Sendable {
         guard let k else { return }
         switch h.type {
         case .udpBinding:
+            // Any REQUEST is answered BOUND at once (no cookie: this server trusts every address).
             for epoch in UInt32(0)..<4 {
                 let bk = k.bind(epoch: epoch)
-                if let (_, p) = try? MediaCrypto.open(d, key: bk.receive) {
-                    let r = MediaCrypto.seal(header: FrameHeader(type: .udpBinding, ssrc: bindingID, seq: 0, timestamp: 0), payload: p, key: bk.send)
+                if let (_, p) = try? MediaCrypto.open(d, key: bk.receive),
+                   var answer = try? p.withUnsafeBytes({ try UDPBindingPayload.parse($0) }), answer.kind == .request {
+                    answer.kind = .bound
+                    lock.lock(); bindSeq += 1; let seq = bindSeq; lock.unlock()
+                    let r = answer.sealed(bindingID: bindingID, seq: seq, key: bk.send)
                     _ = try? r.withUnsafeBytes { try udp.sendTo($0, from) }
                     return
                 }
