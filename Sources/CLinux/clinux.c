@@ -60,3 +60,21 @@ int vcshim_recvmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int fla
 int vcshim_sendmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags) {
     return sendmmsg(fd, (struct mmsghdr *)msgs, n, flags);
 }
+
+unsigned int vcshim_timestamp_control_size(void) { return CMSG_SPACE(sizeof(struct timespec)); }
+
+int vcshim_enable_timestampns(int fd) {
+    int on = 1;
+    return setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+}
+
+uint64_t vcshim_timestampns(const struct msghdr *msg) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR((struct msghdr *)msg); c; c = CMSG_NXTHDR((struct msghdr *)msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        }
+    }
+    return 0;
+}

@@ -182,8 +182,9 @@ extension VoiceClient {
     /// Runs one connection until the host ends the session or the connection is lost.
     func run(_ link: Link) -> LinkEnd {
         let conn = link.conn, sock = link.udp
-        let rx = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes, alignment: 16)
-        defer { rx.deallocate() }
+        // Datagrams are drained in batches (recvmmsg), each with the kernel's receive
+        // time, so the jitter statistics do not depend on when this thread woke.
+        let rx = DatagramBatch(capacity: VoiceClient.receiveBatch, slotSize: MediaLimits.maxDatagramBytes, timestamps: true)
         let now0 = MonotonicClock.milliseconds()
         var media = MediaPathState(nowMs: now0)
         var control = ControlLiveness(nowMs: now0)
@@ -512,46 +513,73 @@ extension VoiceClient {
         events.raise(e)
     }
 
-    func drainUDP(_ sock: Socket, _ rx: UnsafeMutableRawBufferPointer, media: inout MediaPathState) {
+    /// Datagrams taken per recvmmsg.
+    static let receiveBatch = 32
+
+    func drainUDP(_ sock: Socket, _ rx: DatagramBatch, media: inout MediaPathState) {
         let (rxKey, bindingID, server) = cond.withLock { (mediaReceiveKey, hello?.bindingID ?? 0, serverAddress) }
-        for _ in 0..<256 {
-            guard let (n, _) = try? sock.receiveFrom(into: rx) else { return }
-            guard n <= rx.count else { continue }
-            let d = UnsafeMutableRawBufferPointer(rebasing: rx[0..<n])
-            guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { continue }
+        for _ in 0..<(256 / VoiceClient.receiveBatch) {
+            guard let got = try? rx.receive(from: sock), got > 0 else { return }
+            // The kernel stamps arrivals on the realtime clock; the jitter buffer and the
+            // renderer use the monotonic one.
+            let monoNs = MonotonicClock.nanoseconds()
+            var realtime = timespec()
+            clock_gettime(CLOCK_REALTIME, &realtime)
+            let realNs = UInt64(realtime.tv_sec) * 1_000_000_000 + UInt64(realtime.tv_nsec)
+            for i in 0..<got {
+                guard !rx.wasTruncated(i) else { continue }
+                let d = rx.datagram(i)
+                let arrivalNs: UInt64
+                if let stamp = rx.receiveTimeRealtimeNs(i), stamp <= realNs, realNs - stamp < 1_000_000_000 {
+                    arrivalNs = monoNs - (realNs - stamp)
+                } else {
+                    arrivalNs = monoNs
+                }
+                handleDatagram(d, arrivalNs: arrivalNs, sock: sock, rxKey: rxKey, bindingID: bindingID, server: server, media: &media)
+            }
+            if got < VoiceClient.receiveBatch { return }
+        }
+    }
+
+    /// One received datagram (network thread).
+    func handleDatagram(_ d: UnsafeMutableRawBufferPointer, arrivalNs: UInt64, sock: Socket, rxKey: SymmetricKey?, bindingID: UInt32,
+                        server: SocketAddress, media: inout MediaPathState) {
+        let n = d.count
+        do {
+            guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { return }
             let now = MonotonicClock.milliseconds()
             packetsIn.wrappingAdd(1, ordering: .relaxed)
             bytesIn.wrappingAdd(UInt64(n), ordering: .relaxed)
             switch h.type {
             case .voice:
-                guard let idx = receive.slotIndex(ssrc: h.ssrc), let key = rxKey else { continue }
+                guard let idx = receive.slotIndex(ssrc: h.ssrc), let key = rxKey else { return }
                 let opened: (header: FrameHeader, length: Int)
                 do { opened = try MediaCrypto.open(d, key: key) } catch {
                     authFailures.wrappingAdd(1, ordering: .relaxed)
-                    continue
+                    return
                 }
                 let slot = receive.slots[idx]
                 guard slot.replay.accept(h.seq) == .fresh else {
                     slot.duplicates.wrappingAdd(1, ordering: .relaxed)
-                    continue
+                    return
                 }
                 let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
                 // Handed to the renderer through the slot's ring: no lock per frame.
-                slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(MonotonicClock.nanoseconds()) / 1e6,
+                slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(arrivalNs) / 1e6,
                                 payload: payload)
                 slot.lastPacketMs = now
             case .keepalive:
-                guard h.ssrc == bindingID else { continue }
+                guard h.ssrc == bindingID else { return }
                 let rtt = UInt32(truncatingIfNeeded: now) &- h.timestamp
                 if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
                 media.echoed(seq: h.seq, nowMs: now)
             case .udpBinding:
-                guard media.binder != nil else { continue }
+                guard media.binder != nil else { return }
                 switch media.binder!.handle(d) {
-                case .ignored: continue
+                case .ignored: return
                 case .challenged:
                     _ = try? media.binder!.nextRequest().withUnsafeBytes { try sock.sendTo($0, server) }
-                    continue
+                    return
                 case .bound: break
                 }
                 media.binder = nil

@@ -354,6 +354,7 @@ public final class VoiceClient {
                 sock = try Socket.udp(familyOf: address)
                 try sock!.setNonBlocking()
                 sock!.setReceiveBuffer(1 << 20)
+                try? sock!.enableReceiveTimestamps()
             } catch {
                 throw ClientError.network("cannot open the UDP socket: \(error)")
             }

@@ -82,10 +82,15 @@ public final class DatagramBatch {
     private let names: UnsafeMutablePointer<sockaddr_storage>
     private let iovecs: UnsafeMutablePointer<iovec>
     private let headers: UnsafeMutablePointer<vcshim_mmsghdr>
+    /// Ancillary data per slot for kernel receive timestamps (nil: not asked for).
+    private let control: UnsafeMutableRawPointer?
+    private let controlSize: Int
     /// Slots filled: received by the last `receive`, or queued for `send`.
     public private(set) var count = 0
 
-    public init(capacity: Int, slotSize: Int) {
+    /// `timestamps`: keep room for each datagram's kernel receive time (the socket
+    /// must have them enabled: Socket.enableReceiveTimestamps()).
+    public init(capacity: Int, slotSize: Int, timestamps: Bool = false) {
         precondition(capacity > 0 && capacity <= 1024 && slotSize > 0)
         self.capacity = capacity
         self.slotSize = slotSize
@@ -93,6 +98,8 @@ public final class DatagramBatch {
         names = .allocate(capacity: capacity)
         iovecs = .allocate(capacity: capacity)
         headers = .allocate(capacity: capacity)
+        controlSize = timestamps ? Int(vcshim_timestamp_control_size()) : 0
+        control = timestamps ? .allocate(byteCount: capacity * controlSize, alignment: 16) : nil
         for i in 0..<capacity {
             iovecs[i] = iovec(iov_base: buffers + i * slotSize, iov_len: slotSize)
             headers[i] = vcshim_mmsghdr(msg_hdr: msghdr(), msg_len: 0)
@@ -107,6 +114,7 @@ public final class DatagramBatch {
         names.deallocate()
         iovecs.deallocate()
         headers.deallocate()
+        control?.deallocate()
     }
 
     // MARK: receiving
@@ -117,6 +125,10 @@ public final class DatagramBatch {
             headers[i].msg_hdr.msg_namelen = socklen_t(MemoryLayout<sockaddr_storage>.size)
             headers[i].msg_hdr.msg_flags = 0
             iovecs[i].iov_len = slotSize
+            if let control {
+                headers[i].msg_hdr.msg_control = control + i * controlSize
+                headers[i].msg_hdr.msg_controllen = controlSize
+            }
         }
         let n = try syscall("recvmmsg", blocking: false) {
             vcshim_recvmmsg(socket.fd, headers, UInt32(capacity), Int32(MSG_DONTWAIT))
@@ -128,6 +140,14 @@ public final class DatagramBatch {
     /// The bytes of received datagram `i` (writable: opened in place).
     public func datagram(_ i: Int) -> UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(start: buffers + i * slotSize, count: Int(headers[i].msg_len))
+    }
+
+    /// When the kernel received datagram `i` (CLOCK_REALTIME, ns), or nil when the
+    /// batch or the socket keeps no timestamps.
+    public func receiveTimeRealtimeNs(_ i: Int) -> UInt64? {
+        guard control != nil else { return nil }
+        let t = withUnsafePointer(to: &headers[i].msg_hdr) { vcshim_timestampns($0) }
+        return t == 0 ? nil : t
     }
 
     /// True when datagram `i` was longer than a slot (its bytes are cut off).

@@ -228,6 +228,10 @@ public final class Socket {
     }
 
     public func setReceiveBuffer(_ bytes: Int32) { try? setOption(SOL_SOCKET, SO_RCVBUF, bytes) }
+    /// Asks the kernel to stamp each received datagram (DatagramBatch reads the stamps).
+    public func enableReceiveTimestamps() throws(SystemError) {
+        try syscallValue("setsockopt(SO_TIMESTAMPNS)") { vcshim_enable_timestampns(fd) }
+    }
     public func setSendBuffer(_ bytes: Int32) { try? setOption(SOL_SOCKET, SO_SNDBUF, bytes) }
 
     /// Sends one datagram. nil when the socket buffer is full (non-blocking).

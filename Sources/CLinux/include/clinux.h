@@ -46,4 +46,13 @@ int vcshim_recvmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int fla
 /* sendmmsg(2), a GNU extension: up to `n` datagrams in one call */
 int vcshim_sendmmsg(int fd, struct vcshim_mmsghdr *msgs, unsigned int n, int flags);
 
+/* Bytes of ancillary data one received datagram's kernel timestamp needs
+ * (CMSG_SPACE(sizeof(struct timespec)); CMSG_* are macros Swift cannot use). */
+unsigned int vcshim_timestamp_control_size(void);
+/* setsockopt SO_TIMESTAMPNS: the kernel stamps each received datagram (CLOCK_REALTIME);
+ * the option's name is a macro glibc defines conditionally, so Swift cannot see it */
+int vcshim_enable_timestampns(int fd);
+/* The SCM_TIMESTAMPNS of a received message as nanoseconds since the epoch, or 0. */
+uint64_t vcshim_timestampns(const struct msghdr *msg);
+
 #endif
