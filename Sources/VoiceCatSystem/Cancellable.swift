@@ -58,14 +58,17 @@ public final class Canceller: @unchecked Sendable {
 }
 
 extension Socket {
-    /// Connects a TCP socket, waiting until the deadline or a cancel.
-    public static func connectTCP(_ address: SocketAddress, deadlineMs: UInt64, cancel: Canceller) throws -> Socket {
+    /// Connects a TCP socket, waiting until the deadline or (with a Canceller) a cancel.
+    public static func connectTCP(_ address: SocketAddress, deadlineMs: UInt64, cancel: Canceller?) throws -> Socket {
         let s = try make(family: address.family, type: Int32(SOCK_STREAM.rawValue))
         try s.setNonBlocking(true)
         let rc = address.withSockaddr { Glibc.connect(s.fd, $0, $1) }
         if rc != 0 {
             guard errno == EINPROGRESS else { throw SystemError("connect(\(address))", errno: errno) }
-            guard try cancel.wait(fd: s.fd, events: Int16(POLLOUT), deadlineMs: deadlineMs) else {
+            let left = Int(max(0, Int64(deadlineMs) - Int64(MonotonicClock.milliseconds())))
+            let ready = try cancel.map { try $0.wait(fd: s.fd, events: Int16(POLLOUT), deadlineMs: deadlineMs) }
+                ?? s.waitFor(events: Int16(POLLOUT), timeoutMs: left)
+            guard ready else {
                 throw SystemError("connect(\(address))", errno: ETIMEDOUT)
             }
             var err: Int32 = 0

@@ -173,21 +173,9 @@ public final class Socket {
 
     /// Connects a TCP socket, waiting at most `timeoutMs`.
     public static func connectTCP(_ address: SocketAddress, timeoutMs: Int) throws(SystemError) -> Socket {
-        let s = try make(family: address.family, type: Int32(SOCK_STREAM.rawValue))
-        try s.setNonBlocking(true)
-        let rc = address.withSockaddr { Glibc.connect(s.fd, $0, $1) }
-        if rc != 0 {
-            guard errno == EINPROGRESS else { throw SystemError("connect(\(address))", errno: errno) }
-            guard try s.waitFor(events: Int16(POLLOUT), timeoutMs: timeoutMs) else {
-                throw SystemError("connect(\(address))", errno: ETIMEDOUT)
-            }
-            var err: Int32 = 0
-            var len = socklen_t(MemoryLayout<Int32>.size)
-            getsockopt(s.fd, SOL_SOCKET, SO_ERROR, &err, &len)
-            if err != 0 { throw SystemError("connect(\(address))", errno: err) }
+        do { return try connectTCP(address, deadlineMs: MonotonicClock.milliseconds() + UInt64(max(0, timeoutMs)), cancel: nil) } catch {
+            throw error as? SystemError ?? SystemError("connect(\(address))", errno: EIO)
         }
-        try? s.setOption(Int32(IPPROTO_TCP), TCP_NODELAY, 1)
-        return s
     }
 
     /// Waits until `events` are ready; false on timeout.
