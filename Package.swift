@@ -21,6 +21,7 @@
 //   voicecat-fuzz-client libFuzzer target over the client's control handling (decoded messages).
 //   VoiceCatSimulation   trace simulator for the jitter buffer (bench-jitter and tests; not shipped).
 //   voicecat-loadgen     load generator for the server (`make bench-relay`), speaking the protocol.
+//   bench-audio          the client's audio paths against bare libopus (`make bench`; docs/benchmarks.md).
 import PackageDescription
 
 let package = Package(
@@ -32,6 +33,7 @@ let package = Package(
         .executable(name: "voicecat-fuzz-client", targets: ["voicecat-fuzz-client"]),
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
         .executable(name: "voicecat-loadgen", targets: ["voicecat-loadgen"]),
+        .executable(name: "bench-audio", targets: ["bench-audio"]),
     ],
     targets: [
         .systemLibrary(name: "CSodium"),
@@ -57,6 +59,9 @@ let package = Package(
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
         .executableTarget(name: "voicecat-loadgen", dependencies: ["VoiceCatTestSupport", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatAllocCounter"),
+        // The audio paths against bare libopus (issue #15): spawns itself as server, talkers and clients.
+        .executableTarget(name: "bench-audio", dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem",
+                                                              "VoiceCatServerCore", "VoiceCatAllocCounter", "COpus"]),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatSimulation", "VoiceCatAllocCounter"]),

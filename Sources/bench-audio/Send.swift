@@ -1,0 +1,132 @@
+// The `send` role: the send path of a real-time external feed against a bare
+// opus_encode of the same frames.
+//
+// A client connected to the server feeds a MIC stream (continuous input mode, so
+// every frame is encoded) one frame per frame period at absolute times, as a host
+// feeding from its own capture clock does. VoiceClient.feed queues the frame and
+// encodes, seals and sends it on the calling thread when it is due, or leaves it to
+// the client's pacer thread (vc-send) when it is early for the talkspurt's clock.
+// The send path's CPU per frame is the feeding thread's CPU in feed (its thread CPU
+// clock around each call) plus the pacer thread's (its scheduler run time, read
+// from /proc without allocating). Half a period after each feed, on the feeding
+// thread, a bare OpusEncoderBox at the channel's settings encodes the same frame
+// (timed the same way): same frames, same machine, same moments, caches neither
+// warmer nor colder. The ratio is the send path's cost over the codec's.
+import Glibc
+import VoiceCatAllocCounter
+import VoiceCatAudio
+import VoiceCatClient
+import VoiceCatProtocol
+import VoiceCatSystem
+
+func connectClient(_ port: UInt16, _ name: String, channel: String, maxRemoteStreams: Int = 32) throws -> VoiceClient {
+    var config = ClientConfig()
+    config.externalPlayback = true
+    config.maxRemoteStreams = maxRemoteStreams
+    let client = try VoiceClient(config: config)
+    try client.connect(host: "127.0.0.1", port: port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 5000)
+    try client.joinChannel(channel)
+    return client
+}
+
+func runSender(_ args: Arguments) throws {
+    let port = UInt16(args.int("port", 0))
+    let warm = 50, windows = args.int("windows", 10), perWindow = args.int("frames", 25)
+    let client = try connectClient(port, "sender", channel: BenchChannels.speech20)
+    client.setInputMode(.continuous)
+    let sid = try client.startStream(kind: .mic, externalFeed: true, channels: 1)
+    guard let audio = client.currentChannelAudio else { fail("no channel settings") }
+    let bare = try OpusEncoderBox(config: audio)
+    // --control 1: a second bare encoder takes the engine's place (an A/A check of the method).
+    let control = args.int("control", 0) == 1 ? try OpusEncoderBox(config: audio) : nil
+    let fs = audio.frameSamples
+    let total = warm + windows * perWindow
+    let pcm = TestSignal.speech(samples: total * fs, seed: 11)
+    let out = UnsafeMutableRawBufferPointer.allocate(byteCount: 1500, alignment: 16)
+    defer { out.deallocate() }
+    var feedNs = [UInt64](repeating: 0, count: windows)
+    var pacerNs = [UInt64](repeating: 0, count: windows)
+    var bareNs = [UInt64](repeating: 0, count: windows)
+    var onFeeder = 0
+    var pacer: NamedThreadClock? = nil
+    var network: NamedThreadClock? = nil
+    var proc0: UInt64 = 0, alloc0: UInt64 = 0, sent0: UInt64 = 0, pacer0: UInt64 = 0, net0: UInt64 = 0
+    var proc1: UInt64 = 0, alloc1: UInt64 = 0
+    let periodNs = UInt64(audio.frameMicros) * 1000
+    let t0 = MonotonicClock.nanoseconds() + 20_000_000
+    try pcm.withUnsafeBufferPointer { p in
+        for k in 0...total {
+            sleepUntil(ns: t0 + UInt64(k) * periodNs)
+            let w = (k - warm) / perWindow
+            if k > warm {
+                // The pacer's CPU since the last frame belongs to the window of that frame.
+                let pNow = pacer!.read()
+                pacerNs[(k - 1 - warm) / perWindow] += pNow - pacer0
+                pacer0 = pNow
+            }
+            if k == total { break }
+            if k == warm {
+                pacer = NamedThreadClock("vc-send")
+                network = NamedThreadClock("vc-network")
+                guard pacer!.found, network!.found else { fail("the client's vc-send / vc-network threads were not found") }
+                sent0 = client.connectionStats().packetsOut
+                pacer0 = pacer!.read()
+                net0 = network!.read()
+                proc0 = CPUClock.process()
+                alloc0 = vc_alloc_count()
+            }
+            let frame = p.baseAddress! + k * fs
+            var c = CPUClock.thread()
+            if let control {
+                _ = try control.encode(frame, into: out)
+            } else {
+                try client.feed(streamID: sid, pcm: frame, frames: fs, channels: 1)
+            }
+            let e = CPUClock.thread() - c
+            // The bare encode half a period later, so that neither warms the caches for the other.
+            sleepUntil(ns: t0 + UInt64(k) * periodNs + periodNs / 2)
+            c = CPUClock.thread()
+            _ = try bare.encode(frame, into: out)
+            let b = CPUClock.thread() - c
+            if k >= warm {
+                feedNs[w] += e
+                bareNs[w] += b
+                if e > b / 2 { onFeeder += 1 }
+            }
+        }
+        alloc1 = vc_alloc_count()
+        proc1 = CPUClock.process()
+    }
+    let netNs = network!.read() - net0
+    let sent = client.connectionStats().packetsOut - sent0
+    let frames = Double(windows * perWindow)
+    let ratios = (0..<windows).map { Double(feedNs[$0] + pacerNs[$0]) / Double(bareNs[$0]) }
+    let us = { (xs: [UInt64]) in median(xs.map { Double($0) / Double(perWindow) / 1000 }) }
+    report("frames", frames)
+    report("sent", Double(sent))
+    report("on_feeder", Double(onFeeder))
+    report("engine_us", median((0..<windows).map { Double(feedNs[$0] + pacerNs[$0]) / Double(perWindow) / 1000 }))
+    report("feed_us", us(feedNs))
+    report("pacer_us", us(pacerNs))
+    report("bare_us", us(bareNs))
+    report("ratio", median(ratios))
+    report("ratio_min", ratios.min() ?? .nan)
+    report("ratio_max", ratios.max() ?? .nan)
+    let measured = feedNs.reduce(0, +) + pacerNs.reduce(0, +) + bareNs.reduce(0, +)
+    report("network_us", Double(netNs) / frames / 1000)
+    report("other_us", (Double(proc1 - proc0) - Double(measured) - Double(netNs)) / frames / 1000)
+    report("allocs_per_frame", Double(alloc1 - alloc0) / frames)
+    // A tight loop of bare encodes of the same frames (caches hot), for reference.
+    let hot = try OpusEncoderBox(config: audio)
+    var hotRuns: [Double] = []
+    for _ in 0..<3 {
+        let c = CPUClock.thread()
+        try pcm.withUnsafeBufferPointer { p in
+            for k in warm..<total { _ = try hot.encode(p.baseAddress! + k * fs, into: out) }
+        }
+        hotRuns.append(Double(CPUClock.thread() - c) / frames / 1000)
+    }
+    report("bare_hot_us", median(hotRuns))
+    client.shutdown()
+    say("done")
+}
