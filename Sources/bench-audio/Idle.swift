@@ -8,12 +8,12 @@ import VoiceCatClient
 import VoiceCatSystem
 
 func runIdle(_ args: Arguments) throws {
-    let port = UInt16(args.int("port", 0))
     let seconds = args.double("seconds", 4)
-    let client = try connectClient(port, "idler", channel: BenchChannels.speech20)
+    let client = try connectClient(args, "idler", channel: BenchChannels.speech20)
     sleepSeconds(0.5)
 
     func measure(_ label: String) {
+        let th0 = threadCPUByName()
         let s0 = CPUClock.contextSwitches()
         let c0 = CPUClock.process()
         let a0 = vc_alloc_count()
@@ -24,6 +24,12 @@ func runIdle(_ args: Arguments) throws {
         let c1 = CPUClock.process()
         let s1 = CPUClock.contextSwitches()
         let wall = Double(w1 - w0) / 1e9
+        // The busiest thread, by name (where the time goes).
+        let threads = ThreadBreakdown.between(th0, threadCPUByName()).byName
+        if let (name, ns) = threads.max(by: { $0.value < $1.value }) {
+            report(label + "_busiest_thread", text: name)
+            report("\(label)_busiest_ms_per_s", Double(ns) / 1e6 / wall)
+        }
         report("\(label)_cpu_ms_per_s", Double(c1 - c0) / 1e6 / wall)
         report("\(label)_switches_per_s", Double(s1 - s0) / wall)
         report("\(label)_allocs_per_s", Double(a1 - a0) / wall)

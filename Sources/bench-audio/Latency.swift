@@ -96,14 +96,13 @@ func reportDistribution(_ name: String, _ xs: [Double], expected: Int) {
 }
 
 func runLatency(_ args: Arguments) throws {
-    let port = UInt16(args.int("port", 0))
     let channel = args.string("channel", BenchChannels.speech20)
     let phases = args.int("phases", 8)
     let verbose = args.int("verbose", 0) == 1
-    let listener = try connectClient(port, "hearer", channel: channel)
+    let listener = try connectClient(args, "hearer", channel: channel)
     let detector = OnsetDetector(threshold: Int(0.15 * 32767))
     try listener.setSink { pcm, frames in detector.block(pcm, frames: frames) }
-    let feeder = try connectClient(port, "feeder", channel: channel)
+    let feeder = try connectClient(args, "feeder", channel: channel)
     feeder.setInputMode(.continuous)
     guard let audio = feeder.currentChannelAudio else { fail("no channel settings") }
     let fs = audio.frameSamples

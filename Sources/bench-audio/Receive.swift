@@ -25,11 +25,10 @@ final class SinkCounter: @unchecked Sendable {
 }
 
 func runListener(_ args: Arguments) throws {
-    let port = UInt16(args.int("port", 0))
     let n = args.int("streams", 1)
     let windows = args.int("windows", 3)
     let seconds = args.double("seconds", 2)
-    let client = try connectClient(port, "listener", channel: BenchChannels.speech20, maxRemoteStreams: max(32, n))
+    let client = try connectClient(args, "listener", channel: BenchChannels.speech20, maxRemoteStreams: max(32, n))
     guard let audio = client.currentChannelAudio else { fail("no channel settings") }
     let sink = SinkCounter()
     try client.setSink { _, _ in sink.blocks.wrappingAdd(1, ordering: .relaxed) }

@@ -19,20 +19,23 @@ import VoiceCatClient
 import VoiceCatProtocol
 import VoiceCatSystem
 
-func connectClient(_ port: UInt16, _ name: String, channel: String, maxRemoteStreams: Int = 32) throws -> VoiceClient {
+/// A client with external playback, connected to the `serve` process (its identity
+/// pinned: `--fingerprint`; no known-servers file is read or written) and joined.
+func connectClient(_ args: Arguments, _ name: String, channel: String, maxRemoteStreams: Int = 32) throws -> VoiceClient {
     var config = ClientConfig()
     config.externalPlayback = true
     config.maxRemoteStreams = maxRemoteStreams
+    config.knownServersPath = ""
     let client = try VoiceClient(config: config)
-    try client.connect(host: "127.0.0.1", port: port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 5000)
+    try client.connect(host: "127.0.0.1", port: UInt16(args.int("port", 0)), username: name, password: nil,
+                       pinnedFingerprint: args.string("fingerprint", ""), timeoutMs: 5000)
     try client.joinChannel(channel)
     return client
 }
 
 func runSender(_ args: Arguments) throws {
-    let port = UInt16(args.int("port", 0))
     let warm = 50, windows = args.int("windows", 10), perWindow = args.int("frames", 25)
-    let client = try connectClient(port, "sender", channel: BenchChannels.speech20)
+    let client = try connectClient(args, "sender", channel: BenchChannels.speech20)
     client.setInputMode(.continuous)
     let sid = try client.startStream(kind: .mic, externalFeed: true, channels: 1)
     guard let audio = client.currentChannelAudio else { fail("no channel settings") }

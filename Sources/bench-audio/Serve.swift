@@ -34,6 +34,7 @@ func runServer(_ args: Arguments) throws {
     server.start()
     ParentWatch.shared.start()
     report("port", Double(server.port))
+    report("fingerprint", text: server.fingerprint)
     say("ready")
     ParentWatch.shared.wait()
     let c = server.countersSnapshot()

@@ -130,6 +130,9 @@ func say(_ line: String) {
 /// Reports a figure to the parent: `R name value`.
 func report(_ name: String, _ value: Double) { say("R \(name) \(value)") }
 
+/// Reports a word (no spaces) to the parent: `S name text`.
+func report(_ name: String, text: String) { say("S \(name) \(text)") }
+
 // MARK: roles' arguments
 
 struct Arguments {
@@ -181,6 +184,8 @@ final class Child {
     private var buffer: [UInt8] = []
     /// Every `R name value` line read so far.
     private(set) var results: [String: Double] = [:]
+    /// Every `S name text` line read so far.
+    private(set) var texts: [String: String] = [:]
 
     init(_ args: [String]) {
         role = args.first ?? "?"
@@ -241,6 +246,8 @@ final class Child {
             let parts = line.split(separator: " ")
             if parts.count == 3, parts[0] == "R", let v = Double(parts[2]) {
                 results[String(parts[1])] = v
+            } else if parts.count == 3, parts[0] == "S" {
+                texts[String(parts[1])] = String(parts[2])
             } else if !line.isEmpty {
                 say("  [\(role)] \(line)")
             }

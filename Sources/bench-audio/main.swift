@@ -118,12 +118,13 @@ func runAll(_ args: Arguments) {
     let server = Child(["serve"])
     server.expect("ready")
     let port = String(Int(server.result("port")))
+    guard let fingerprint = server.texts["fingerprint"] else { fail("the server did not say its fingerprint") }
     var rows: [Row] = []
     var notes: [String] = []
 
     if only.contains("send") {
         say("send path: 5 s of real-time feed ...")
-        let c = Child(["send", "--port", port])
+        let c = Child(["send", "--port", port, "--fingerprint", fingerprint])
         c.finish()
         let r = c.result("ratio")
         rows.append(Row(what: "send: CPU per 20 ms frame of a real-time external feed, VoiceClient.feed on the feeding thread + the client's "
@@ -143,7 +144,7 @@ func runAll(_ args: Arguments) {
 
     if only.contains("idle") {
         say("idle client: 4 s in pull mode, 4 s with a sink ...")
-        let c = Child(["idle", "--port", port])
+        let c = Child(["idle", "--port", port, "--fingerprint", fingerprint])
         c.finish()
         let pull = c.result("pull_cpu_ms_per_s")
         rows.append(Row(what: "idle client, pull mode (connected, joined, nothing sent, no sink, no pulls): process CPU per second",
@@ -152,14 +153,16 @@ func runAll(_ args: Arguments) {
         rows.append(Row(what: "idle client with a mixed-output sink set (the sink is called every 20 ms, nothing to play): process CPU per second",
                         engine: "\(fmt(c.result("sink_cpu_ms_per_s"), 3)) ms/s", baseline: "", ratio: "", goal: "(information)", result: ""))
         notes.append("idle: \(fmt(c.result("pull_switches_per_s"), 1)) context switches/s and \(fmt(c.result("pull_allocs_per_s"), 2)) "
-                     + "allocations/s in pull mode; \(fmt(c.result("sink_switches_per_s"), 1)) switches/s and "
-                     + "\(fmt(c.result("sink_allocs_per_s"), 2)) allocations/s with the sink (\(Int(c.result("sink_blocks"))) blocks delivered).")
+                     + "allocations/s in pull mode, busiest thread \(c.texts["pull_busiest_thread"] ?? "?") "
+                     + "(\(fmt(c.result("pull_busiest_ms_per_s"), 3)) ms/s); \(fmt(c.result("sink_switches_per_s"), 1)) switches/s and "
+                     + "\(fmt(c.result("sink_allocs_per_s"), 2)) allocations/s with the sink, busiest thread \(c.texts["sink_busiest_thread"] ?? "?") "
+                     + "(\(fmt(c.result("sink_busiest_ms_per_s"), 3)) ms/s; \(Int(c.result("sink_blocks"))) blocks delivered).")
     }
 
     if only.contains("receive") {
         for n in sizes {
             say("receive + mix of \(n) stream\(n == 1 ? "" : "s"): 3 windows of 2 s, then the bare baseline ...")
-            let listener = Child(["listen", "--port", port, "--streams", "\(n)"])
+            let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)"])
             listener.expect("ready")
             let talker = Child(["talk", "--port", port, "--streams", "\(n)", "--channel", BenchChannels.speech20])
             talker.expect("ready")
@@ -189,7 +192,7 @@ func runAll(_ args: Arguments) {
     if only.contains("latency") {
         for (channel, ms) in [(BenchChannels.speech20, 20), (BenchChannels.speech10, 10)] {
             say("feed → sink latency, \(ms) ms frames: 8 streams, then 9 talkspurts ...")
-            let c = Child(["latency", "--port", port, "--channel", channel])
+            let c = Child(["latency", "--port", port, "--fingerprint", fingerprint, "--channel", channel])
             c.finish()
             for (key, label) in [("continuous", "continuous talk (a new stream at each phase)"),
                                  ("spurts", "talkspurts with 0.3 s pauses (one stream)")] {
