@@ -145,10 +145,14 @@ fuzz: fuzz-build
 	.build/fuzz/release/voicecat-fuzz-client -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 \
 	    .build/fuzz-corpus-client Tests/fuzz-corpus-client 2>&1 | tail -6
 
-## bench: the jitter-buffer comparison with SpeexDSP, then the relay load (docs/benchmarks.md).
+## bench: every benchmark (docs/benchmarks.md): the jitter buffer against SpeexDSP, the
+## client's audio paths against bare libopus (send, receive + mix, idle, latency,
+## allocations), then the relay load.
 bench:
 	$(SWIFT) build -c release --product bench-jitter
+	$(SWIFT) build -c release --product bench-audio
 	.build/release/bench-jitter
+	.build/release/bench-audio
 	$(MAKE) bench-relay
 
 ## bench-relay: voicecat-loadgen drives the release server (docs/benchmarks.md, relay section).
