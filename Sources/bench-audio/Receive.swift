@@ -79,7 +79,7 @@ func runListener(_ args: Arguments) throws {
     report("mixer_us", Double(threads.sum(["vc-mixer"])) / f / 1000)
     report("other_us", (Double(cpu) - Double(threads.sum(["vc-network", "vc-mixer"]))) / f / 1000)
     report("switches_per_s", Double(switches) / (Double(windows) * seconds))
-    report("allocs_per_frame", Double(allocs) / f)
+    report("allocs", Double(allocs))
     report("concealed", Double(concealed))
     report("late", Double(late))
     report("lost", Double(lost))

@@ -34,7 +34,7 @@ func connectClient(_ args: Arguments, _ name: String, channel: String, maxRemote
 }
 
 func runSender(_ args: Arguments) throws {
-    let warm = 50, windows = args.int("windows", 10), perWindow = args.int("frames", 25)
+    let warm = 50, windows = args.int("windows", 20), perWindow = args.int("frames", 25)
     let client = try connectClient(args, "sender", channel: BenchChannels.speech20)
     client.setInputMode(.continuous)
     let sid = try client.startStream(kind: .mic, externalFeed: true, channels: 1)
@@ -118,7 +118,7 @@ func runSender(_ args: Arguments) throws {
     let measured = feedNs.reduce(0, +) + pacerNs.reduce(0, +) + bareNs.reduce(0, +)
     report("network_us", Double(netNs) / frames / 1000)
     report("other_us", (Double(proc1 - proc0) - Double(measured) - Double(netNs)) / frames / 1000)
-    report("allocs_per_frame", Double(alloc1 - alloc0) / frames)
+    report("allocs", Double(alloc1 - alloc0))
     // A tight loop of bare encodes of the same frames (caches hot), for reference.
     let hot = try OpusEncoderBox(config: audio)
     var hotRuns: [Double] = []

@@ -104,11 +104,39 @@ extension String {
     }
 }
 
+/// Printed under the table (a static: main.swift's top-level values are set in order, after the roles ran).
+enum Legend {
+    static let text = """
+How each line is measured (every baseline runs in this run, on this machine; ratios, not absolute times):
+- send: a client feeds a MIC stream (continuous input mode) one 20 ms frame every 20 ms at absolute times. VoiceCat = \
+CPU per frame of the feeding thread inside VoiceClient.feed (thread CPU clock around each call) plus the client's pacer \
+thread vc-send (scheduler run time), which sends the frames that are early for the talkspurt's clock. Bare = a bare \
+OpusEncoderBox at the channel's settings encoding the same frame on the feeding thread half a period later. Median over \
+20 windows of 25 frames of the windows' ratios.
+- receive + decode + mix: one process receives N streams that a talker process sends (pre-encoded speech-like packets, \
+sends spread over the frame period) through the server process; the client's rendering consumer is its own sink \
+thread (vc-mixer: external playback with a mixed-output sink, a 20 ms block every 20 ms, the sink only counts). \
+VoiceCat = the listener's whole process CPU (getrusage, every thread) per received frame, median of 3 windows of 2 s. \
+Bare = in the same process afterwards, N opus decoders decoding the same packets plus MixBus add and limiter per 20 ms \
+block, one block every 20 ms (the cadence the engine runs at, the thread's wakeups included), median of 3 runs of 1 s.
+- idle: a connected, joined client, nothing sent or played: process CPU per second over 4 s.
+- latency: a feeder and a listener client through the server; onsets (tone bursts on frame boundaries) fed in real \
+time and found in the sink's blocks; latency = sink block time + onset offset in the block − capture time of the \
+onset; floor = frame + the encoder's lookahead (OPUS_GET_LOOKAHEAD); 2 onsets at each of 8 phases of the 20 ms render \
+tick. Continuous: a new stream at each phase talks 1.2 s without a pause; talkspurts: one stream, 0.8 s talkspurts \
+with 0.3 s pauses, each at the next phase (its first talkspurt not counted). The render tick alone adds 0–20 ms \
+(10 ms on average over the phases).
+- allocations: malloc/calloc/realloc/memalign calls in the whole process (VoiceCatAllocCounter interposes malloc) over \
+the steady-state windows above, per frame sent or received.
+"""
+}
+
 func runAll(_ args: Arguments) {
     let only = Set(args.string("only", "send,idle,receive,latency").split(separator: ",").map(String.init))
     let sizes = args.string("streams", "1,4,16,64").split(separator: ",").compactMap { Int($0) }
     let started = MonotonicClock.nanoseconds()
-    say("bench-audio: \(machineDescription()); load average at start \(loadAverage())")
+    let startLoad = loadAverage()
+    say("bench-audio: \(machineDescription()); load average \(startLoad)")
     guard vc_alloc_counter_active() != 0 else { fail("the allocation counter is not active in this build") }
     // The counter must see this process's allocations (it interposes malloc).
     let probe = vc_alloc_count()
@@ -121,25 +149,28 @@ func runAll(_ args: Arguments) {
     guard let fingerprint = server.texts["fingerprint"] else { fail("the server did not say its fingerprint") }
     var rows: [Row] = []
     var notes: [String] = []
+    func allocRow(_ what: String, _ c: Child) {
+        let n = c.result("allocs"), frames = c.result("frames")
+        rows.append(Row(what: what, engine: "\(fmt(n / frames, 4)) (\(Int(n)) in \(Int(frames)) frames)", baseline: "", ratio: "",
+                        goal: "0", result: verdict(n == 0)))
+    }
 
     if only.contains("send") {
-        say("send path: 5 s of real-time feed ...")
+        say("send path: 11 s of real-time feed ...")
         let c = Child(["send", "--port", port, "--fingerprint", fingerprint])
         c.finish()
         let r = c.result("ratio")
-        rows.append(Row(what: "send: CPU per 20 ms frame of a real-time external feed, VoiceClient.feed on the feeding thread + the client's "
-                        + "pacer thread vc-send (queue, gate, encode, seal, sendto) / bare opus_encode of the same frame at the channel's settings",
+        rows.append(Row(what: "send: CPU per 20 ms frame, feed + pacer threads / bare opus_encode",
                         engine: "\(fmt(c.result("engine_us"), 1)) µs", baseline: "\(fmt(c.result("bare_us"), 1)) µs",
                         ratio: "\(fmt(r))x", goal: "≤ 1.05x", result: verdict(r <= 1.05)))
-        rows.append(Row(what: "allocations per frame, steady-state send (whole sender process, \(Int(c.result("frames"))) frames)",
-                        engine: fmt(c.result("allocs_per_frame"), 3), baseline: "", ratio: "", goal: "0",
-                        result: verdict(c.result("allocs_per_frame") == 0)))
+        allocRow("allocations per frame, steady-state send (whole sender process)", c)
         notes.append("send: \(Int(c.result("on_feeder"))) of \(Int(c.result("frames"))) frames were encoded and sent on the feeding thread, "
-                     + "the rest by the pacer (feeding thread \(fmt(c.result("feed_us"), 1)) µs, pacer \(fmt(c.result("pacer_us"), 1)) µs "
-                     + "per frame); per-window ratios \(fmt(c.result("ratio_min")))–\(fmt(c.result("ratio_max")))x (median of 10 windows of 25 frames); "
-                     + "\(Int(c.result("sent"))) packets sent for \(Int(c.result("frames"))) frames fed; vc-network \(fmt(c.result("network_us"), 1)) µs "
-                     + "and the rest of the process \(fmt(c.result("other_us"), 1)) µs per frame; a tight loop of bare "
-                     + "encodes (caches hot) takes \(fmt(c.result("bare_hot_us"), 1)) µs per frame.")
+                     + "the others by the pacer (per frame: feeding thread \(fmt(c.result("feed_us"), 1)) µs, pacer \(fmt(c.result("pacer_us"), 1)) µs, "
+                     + "medians over windows); window ratios \(fmt(c.result("ratio_min")))–\(fmt(c.result("ratio_max")))x; "
+                     + "\(Int(c.result("sent"))) packets sent for \(Int(c.result("frames"))) frames fed; besides, vc-network "
+                     + "\(fmt(c.result("network_us"), 1)) µs and the rest of the process (the benchmark's own sleeps and clock reads) "
+                     + "\(fmt(c.result("other_us"), 1)) µs per frame; a tight loop of bare encodes (caches hot) takes "
+                     + "\(fmt(c.result("bare_hot_us"), 1)) µs per frame.")
     }
 
     if only.contains("idle") {
@@ -147,10 +178,10 @@ func runAll(_ args: Arguments) {
         let c = Child(["idle", "--port", port, "--fingerprint", fingerprint])
         c.finish()
         let pull = c.result("pull_cpu_ms_per_s")
-        rows.append(Row(what: "idle client, pull mode (connected, joined, nothing sent, no sink, no pulls): process CPU per second",
+        rows.append(Row(what: "idle client, pull mode (no sink, no pulls): process CPU per second",
                         engine: "\(fmt(pull, 3)) ms/s", baseline: "", ratio: "", goal: "≤ 0.1 ms/s (keepalives only)",
                         result: verdict(pull <= 0.1)))
-        rows.append(Row(what: "idle client with a mixed-output sink set (the sink is called every 20 ms, nothing to play): process CPU per second",
+        rows.append(Row(what: "idle client with a mixed-output sink: process CPU per second",
                         engine: "\(fmt(c.result("sink_cpu_ms_per_s"), 3)) ms/s", baseline: "", ratio: "", goal: "(information)", result: ""))
         notes.append("idle: \(fmt(c.result("pull_switches_per_s"), 1)) context switches/s and \(fmt(c.result("pull_allocs_per_s"), 2)) "
                      + "allocations/s in pull mode, busiest thread \(c.texts["pull_busiest_thread"] ?? "?") "
@@ -161,7 +192,8 @@ func runAll(_ args: Arguments) {
 
     if only.contains("receive") {
         for n in sizes {
-            say("receive + mix of \(n) stream\(n == 1 ? "" : "s"): 3 windows of 2 s, then the bare baseline ...")
+            let streams = "\(n) stream\(n == 1 ? "" : "s")"
+            say("receive + mix of \(streams): 3 windows of 2 s, then the bare baseline ...")
             let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)"])
             listener.expect("ready")
             let talker = Child(["talk", "--port", port, "--streams", "\(n)", "--channel", BenchChannels.speech20])
@@ -171,21 +203,19 @@ func runAll(_ args: Arguments) {
             listener.finish()
             let r = listener.result("engine_us") / listener.result("bare_us")
             let goal: Double? = n == 16 ? 1.15 : (n == 64 ? 1.10 : nil)
-            rows.append(Row(what: "receive + decode + mix, \(n) stream\(n == 1 ? "" : "s"): listener's process CPU per received frame "
-                            + "(network thread + vc-mixer sink thread, all threads) / bare: \(n) opus_decode + MixBus add + limiter per 20 ms block, real-time cadence",
+            rows.append(Row(what: "receive + decode + mix, \(streams): listener process CPU per received frame / bare decode + mix",
                             engine: "\(fmt(listener.result("engine_us"), 1)) µs", baseline: "\(fmt(listener.result("bare_us"), 1)) µs",
                             ratio: "\(fmt(r))x", goal: goal.map { "≤ \(fmt($0))x" } ?? "(information)",
                             result: goal.map { verdict(r <= $0) } ?? ""))
-            rows.append(Row(what: "allocations per received frame, steady-state receive of \(n) stream\(n == 1 ? "" : "s") (whole listener process)",
-                            engine: fmt(listener.result("allocs_per_frame"), 3), baseline: "", ratio: "", goal: "0",
-                            result: verdict(listener.result("allocs_per_frame") == 0)))
+            allocRow("allocations per received frame, steady-state receive of \(streams) (whole listener process)", listener)
             notes.append("receive \(n): \(Int(listener.result("frames"))) of \(Int(listener.result("expected_frames"))) frames received "
-                         + "(talker: \(Int(talker.result("late"))) sends late by > 5 ms), windows \(fmt(listener.result("engine_us_min"), 1))–"
-                         + "\(fmt(listener.result("engine_us_max"), 1)) µs; per received frame: vc-network \(fmt(listener.result("network_us"), 1)) µs, "
-                         + "vc-mixer \(fmt(listener.result("mixer_us"), 1)) µs, rest \(fmt(listener.result("other_us"), 1)) µs; "
-                         + "\(fmt(listener.result("switches_per_s"), 0)) context switches/s; concealed \(Int(listener.result("concealed"))), "
-                         + "late \(Int(listener.result("late"))); bare in a tight loop \(fmt(listener.result("bare_hot_us"), 1)) µs "
-                         + "(ratio \(fmt(listener.result("engine_us") / listener.result("bare_hot_us")))x).")
+                         + "(the talker sent \(Int(talker.result("late"))) late by more than 5 ms); window figures "
+                         + "\(fmt(listener.result("engine_us_min"), 1))–\(fmt(listener.result("engine_us_max"), 1)) µs; per received frame: "
+                         + "vc-network \(fmt(listener.result("network_us"), 1)) µs, vc-mixer (sink thread: decode, mix, sink) "
+                         + "\(fmt(listener.result("mixer_us"), 1)) µs, other threads \(fmt(listener.result("other_us"), 1)) µs; "
+                         + "\(fmt(listener.result("switches_per_s"), 0)) context switches/s; \(Int(listener.result("concealed"))) frames concealed, "
+                         + "\(Int(listener.result("late"))) late; the bare baseline in a tight loop (caches hot): "
+                         + "\(fmt(listener.result("bare_hot_us"), 1)) µs (\(fmt(listener.result("engine_us") / listener.result("bare_hot_us")))x).")
         }
     }
 
@@ -194,23 +224,20 @@ func runAll(_ args: Arguments) {
             say("feed → sink latency, \(ms) ms frames: 8 streams, then 9 talkspurts ...")
             let c = Child(["latency", "--port", port, "--fingerprint", fingerprint, "--channel", channel])
             c.finish()
-            for (key, label) in [("continuous", "continuous talk (a new stream at each phase)"),
-                                 ("spurts", "talkspurts with 0.3 s pauses (one stream)")] {
+            for (key, label) in [("continuous", "continuous talk"), ("spurts", "talkspurts")] {
                 let med = c.result("\(key)_median_ms"), p95 = c.result("\(key)_p95_ms")
                 let complete = c.result("\(key)_matched") == c.result("\(key)_expected")
-                rows.append(Row(what: "feed → sink latency, \(ms) ms frames, \(label): sink block time + onset offset − capture time of the onset "
-                                + "− floor (frame + encoder lookahead), median (p95) over \(Int(c.result("\(key)_matched"))) onsets at 8 phases of the render tick",
+                rows.append(Row(what: "feed → sink latency − floor, \(ms) ms frames, \(label): median (p95)",
                                 engine: "\(fmt(med, 1)) (\(fmt(p95, 1))) ms", baseline: "floor \(fmt(c.result("floor_ms"), 1)) ms",
                                 ratio: "", goal: "median ≤ 12 ms", result: verdict(med <= 12 && complete)))
             }
-            notes.append("latency \(ms) ms: floor = frame \(fmt(c.result("frame_ms"), 0)) ms + lookahead \(fmt(c.result("lookahead_ms"), 1)) ms; "
+            notes.append("latency \(ms) ms: floor = frame \(fmt(c.result("frame_ms"), 0)) ms + encoder lookahead \(fmt(c.result("lookahead_ms"), 1)) ms; "
                          + "continuous: latency − floor \(fmt(c.result("continuous_min_ms"), 1))–\(fmt(c.result("continuous_max_ms"), 1)) ms, "
                          + "\(Int(c.result("continuous_matched"))) of \(Int(c.result("continuous_expected"))) onsets heard, "
                          + "\(Int(c.result("continuous_concealed"))) frames concealed; talkspurts: \(fmt(c.result("spurts_min_ms"), 1))–"
                          + "\(fmt(c.result("spurts_max_ms"), 1)) ms, \(Int(c.result("spurts_matched"))) of \(Int(c.result("spurts_expected"))) onsets heard, "
                          + "\(Int(c.result("spurts_concealed"))) concealed, \(Int(c.result("spurts_late"))) late, jitter-buffer target at the end "
-                         + "\(Int(c.result("spurts_target_ms"))) ms. The mixer renders 20 ms blocks: waiting for the next one alone adds "
-                         + "0–20 ms (10 ms on average over the phases).")
+                         + "\(Int(c.result("spurts_target_ms"))) ms.")
         }
     }
 
@@ -220,14 +247,16 @@ func runAll(_ args: Arguments) {
     let seconds = Double(MonotonicClock.nanoseconds() - started) / 1e9
 
     say("")
-    say("| measurement | VoiceCat | bare baseline | ratio | goal | result |")
+    say("| measurement: VoiceCat / bare baseline | VoiceCat | bare baseline | ratio | goal | result |")
     say("|---|---:|---:|---:|---|---|")
     for r in rows { say("| \(r.what) | \(r.engine) | \(r.baseline) | \(r.ratio) | \(r.goal) | \(r.result) |") }
     say("")
+    say(Legend.text)
+    say("")
+    say("Details of this run:")
     for n in notes { say("- \(n)") }
     say("")
-    say("Ratios are medians over several windows of this run; the baselines ran in this run on this machine "
-        + "(\(machineDescription()), load average at the end \(loadAverage())). \(fmt(seconds, 0)) s.")
+    say("Machine: \(machineDescription()); load average at the start \(startLoad), at the end \(loadAverage()); \(fmt(seconds, 0)) s.")
     let missed = rows.filter { $0.result == "NOT met" }.count
     say(missed == 0 ? "All goals met." : "\(missed) goal\(missed == 1 ? "" : "s") NOT met.")
 }
