@@ -170,7 +170,7 @@ func runLatency(_ args: Arguments) throws {
     //    1.2 s without a pause; bursts at 0.5 and 0.9 s, once the stream has settled.
     var continuous: [Double] = []
     var fedCount = 0
-    var concealed: UInt64 = 0
+    var concealed: UInt64 = 0, concealedAtEnd: UInt64 = 0
     var lastSSRC: UInt32? = nil
     let steady = talkspurt(ms: 1200, burstsAt: [500, 900])
     for i in 0..<phases {
@@ -179,16 +179,23 @@ func runLatency(_ args: Arguments) throws {
         lastSSRC = ssrc
         let fed = try feed(sid, steady, from: start(atPhase: phase(i)), burstsAt: [500, 900])
         fedCount += fed.count
+        // Concealment while the stream talks, and after the host stopped feeding (its
+        // talkspurt then ends with a padded last frame a frame plus 20 ms later).
+        let during = (try? listener.streamStats(ssrc: ssrc))?.jitter.plcFrames ?? 0
         sleepSeconds(0.15)
         let got = excess(fed)
         continuous += got
-        if let st = try? listener.streamStats(ssrc: ssrc) { concealed += st.jitter.plcFrames }
+        if let st = try? listener.streamStats(ssrc: ssrc) {
+            concealed += during
+            concealedAtEnd += st.jitter.plcFrames - during
+        }
         if verbose { fputs("continuous phase \(Double(phase(i)) / 1e6) ms: \(got)\n", stderr) }
         try feeder.stopStream(sid)
         _ = waitForStreams(0)
     }
     reportDistribution("continuous", continuous, expected: fedCount)
     report("continuous_concealed", Double(concealed))
+    report("continuous_concealed_at_end", Double(concealedAtEnd))
 
     // 2. Conversation: one stream speaks talkspurts of 0.8 s with 0.3 s pauses, each
     //    started at another phase of the mixer's tick; bursts at 0.3 and 0.55 s. The
@@ -198,9 +205,13 @@ func runLatency(_ args: Arguments) throws {
     let spurt = talkspurt(ms: 800, burstsAt: [300, 550])
     var spurts: [Double] = []
     fedCount = 0
+    var pauseConcealed: UInt64 = 0
+    func plc() -> UInt64 { (try? listener.streamStats(ssrc: ssrc))?.jitter.plcFrames ?? 0 }
     for s in 0...phases {
         let fed = try feed(sid, spurt, from: start(atPhase: phase(s % phases)), burstsAt: [300, 550])
+        let talking = plc()
         sleepSeconds(0.3)
+        pauseConcealed += plc() - talking
         guard s > 0 else { continue }
         fedCount += fed.count
         let got = excess(fed)
@@ -212,6 +223,7 @@ func runLatency(_ args: Arguments) throws {
     reportDistribution("spurts", spurts, expected: fedCount)
     report("spurts_target_ms", Double(stats?.targetDepthMs ?? 0))
     report("spurts_concealed", Double(stats?.jitter.plcFrames ?? 0))
+    report("spurts_concealed_in_pauses", Double(pauseConcealed))
     report("spurts_late", Double(stats?.jitter.late ?? 0))
     report("frame_ms", Double(audio.frameMicros) / 1000)
     report("lookahead_ms", Double(lookahead) / 48)

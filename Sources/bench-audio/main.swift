@@ -234,9 +234,11 @@ func runAll(_ args: Arguments) {
             notes.append("latency \(ms) ms: floor = frame \(fmt(c.result("frame_ms"), 0)) ms + encoder lookahead \(fmt(c.result("lookahead_ms"), 1)) ms; "
                          + "continuous: latency − floor \(fmt(c.result("continuous_min_ms"), 1))–\(fmt(c.result("continuous_max_ms"), 1)) ms, "
                          + "\(Int(c.result("continuous_matched"))) of \(Int(c.result("continuous_expected"))) onsets heard, "
-                         + "\(Int(c.result("continuous_concealed"))) frames concealed; talkspurts: \(fmt(c.result("spurts_min_ms"), 1))–"
+                         + "\(Int(c.result("continuous_concealed"))) frames concealed while talking and "
+                         + "\(Int(c.result("continuous_concealed_at_end"))) after the feeder stopped; talkspurts: \(fmt(c.result("spurts_min_ms"), 1))–"
                          + "\(fmt(c.result("spurts_max_ms"), 1)) ms, \(Int(c.result("spurts_matched"))) of \(Int(c.result("spurts_expected"))) onsets heard, "
-                         + "\(Int(c.result("spurts_concealed"))) concealed, \(Int(c.result("spurts_late"))) late, jitter-buffer target at the end "
+                         + "\(Int(c.result("spurts_concealed"))) frames concealed (\(Int(c.result("spurts_concealed_in_pauses"))) of them after "
+                         + "a talkspurt's last fed frame), \(Int(c.result("spurts_late"))) late, jitter-buffer target at the end "
                          + "\(Int(c.result("spurts_target_ms"))) ms.")
         }
     }
