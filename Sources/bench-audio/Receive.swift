@@ -6,12 +6,16 @@
 // process. Its whole CPU (getrusage RUSAGE_SELF: every thread of this process, user
 // and system) over a few windows, divided by the frames it received.
 //
-// Bare: after the client is gone, in this process, N OpusDecoderBox decode the same
-// packets (the same PacketPool the talker sent) and a MixBus adds them and limits
-// the block, exactly as the renderer's decode and mix do, without the engine around
-// them. Measured twice: at the real-time cadence (one block every 20 ms, sleeping in
-// between, as the engine must run, wakeups included; the reference of the ratio) and
-// in a tight loop (caches hot; the codec's best case).
+// Bare: in this process, at the same time, a thread of its own (bench-bare) does
+// what the renderer does per 20 ms block without the engine around it: N
+// OpusDecoderBox decode the same packets (the same PacketPool the talker sends) and
+// a MixBus adds them and limits the block, one block every 20 ms (the cadence the
+// engine runs at, its wakeups included). Its CPU (scheduler run time) per decoded
+// frame; the engine's is the process's less that thread's. Running both at once
+// puts them under the same load (this machine is shared: identical work varies by
+// up to 2x between seconds), each window's ratio compares like with like, and the
+// figure is the median of the windows' ratios. Also, once the client is gone, the
+// baseline in a tight loop (caches hot; the codec's best case), for reference.
 import Glibc
 import Synchronization
 import VoiceCatAllocCounter
@@ -26,10 +30,12 @@ final class SinkCounter: @unchecked Sendable {
 
 func runListener(_ args: Arguments) throws {
     let n = args.int("streams", 1)
-    let windows = args.int("windows", 3)
-    let seconds = args.double("seconds", 2)
+    let windows = args.int("windows", 6)
+    let seconds = args.double("seconds", 1.2)
     let client = try connectClient(args, "listener", channel: BenchChannels.speech20, maxRemoteStreams: max(32, n))
     guard let audio = client.currentChannelAudio else { fail("no channel settings") }
+    // Built before the talker starts: encoding its packets takes a while.
+    let bare = try BareDecodeMix(audio: audio, streams: n)
     let sink = SinkCounter()
     try client.setSink { _, _ in sink.blocks.wrappingAdd(1, ordering: .relaxed) }
     ParentWatch.shared.start()
@@ -40,34 +46,56 @@ func runListener(_ args: Arguments) throws {
         if MonotonicClock.milliseconds() > deadline { fail("only \(client.remoteStreams().count) of \(n) streams arrived") }
         sleepSeconds(0.02)
     }
+    bare.start()
     sleepSeconds(args.double("warmup", 1.5))
+    let bareClock = NamedThreadClock(BareDecodeMix.threadName)
+    guard bareClock.found else { fail("the baseline's thread was not found") }
 
-    var perFrame: [Double] = []
+    /// The streams' jitter counters, summed (allocates: outside the counted windows).
+    func jitterTotals() -> (concealed: UInt64, late: UInt64, lost: UInt64) {
+        var t: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        for s in client.remoteStreams() {
+            guard let st = try? client.streamStats(ssrc: s.ssrc) else { continue }
+            t.0 += st.jitter.plcFrames; t.1 += st.jitter.late; t.2 += st.jitter.packetsLost
+        }
+        return t
+    }
+    var perFrame: [Double] = [], paced: [Double] = []
     var threads = ThreadBreakdown()
-    var frames: UInt64 = 0, blocks = 0, allocs: UInt64 = 0, cpu: UInt64 = 0, switches: UInt64 = 0
+    var frames: UInt64 = 0, blocks = 0, allocs: UInt64 = 0, cpu: UInt64 = 0, switches: UInt64 = 0, bareBlocks = 0
+    var concealed: UInt64 = 0, late: UInt64 = 0, lost: UInt64 = 0
     for _ in 0..<windows {
+        let j0 = jitterTotals()
         let th0 = threadCPUByName()
         let p0 = client.connectionStats().packetsIn
         let b0 = sink.blocks.load(ordering: .relaxed)
         let s0 = CPUClock.contextSwitches()
+        let d0 = bare.blocks.load(ordering: .acquiring)
+        let x0 = bareClock.read()
         let c0 = CPUClock.process()
         let a0 = vc_alloc_count()
         sleepSeconds(seconds)
         let a1 = vc_alloc_count()
         let c1 = CPUClock.process()
+        let x1 = bareClock.read()
+        let d1 = bare.blocks.load(ordering: .acquiring)
         let s1 = CPUClock.contextSwitches()
         let b1 = sink.blocks.load(ordering: .relaxed)
         let p1 = client.connectionStats().packetsIn
         threads.add(ThreadBreakdown.between(th0, threadCPUByName()))
+        let j1 = jitterTotals()
+        concealed += j1.concealed - j0.concealed; late += j1.late - j0.late; lost += j1.lost - j0.lost
         let got = p1 - p0
-        perFrame.append(Double(c1 - c0) / Double(max(got, 1)) / 1000)
-        frames += got; blocks += b1 - b0; allocs += a1 - a0; cpu += c1 - c0; switches += s1 - s0
+        // The engine: the process less the baseline's thread.
+        let engine = Double(c1 - c0) - Double(x1 - x0)
+        perFrame.append(engine / Double(max(got, 1)) / 1000)
+        paced.append(Double(x1 - x0) / Double(max(1, (d1 - d0) * bare.framesPerBlock)) / 1000)
+        frames += got; blocks += b1 - b0; allocs += a1 - a0; cpu += UInt64(max(0, engine)); switches += s1 - s0
+        bareBlocks += d1 - d0
     }
-    var concealed: UInt64 = 0, late: UInt64 = 0, lost: UInt64 = 0
-    for s in client.remoteStreams() {
-        guard let st = try? client.streamStats(ssrc: s.ssrc) else { continue }
-        concealed += st.jitter.plcFrames; late += st.jitter.late; lost += st.jitter.packetsLost
-    }
+    bare.stop()
+    let ratios = (0..<windows).map { perFrame[$0] / paced[$0] }
+    if args.int("verbose", 0) == 1 { fputs("engine \(perFrame)\nbare \(paced)\n", stderr) }
     let f = Double(max(frames, 1))
     report("frames", Double(frames))
     report("expected_frames", Double(windows) * seconds * 1e6 / Double(audio.frameMicros) * Double(n))
@@ -75,10 +103,17 @@ func runListener(_ args: Arguments) throws {
     report("engine_us", median(perFrame))
     report("engine_us_min", perFrame.min() ?? .nan)
     report("engine_us_max", perFrame.max() ?? .nan)
+    report("bare_us", median(paced))
+    report("bare_us_min", paced.min() ?? .nan)
+    report("bare_us_max", paced.max() ?? .nan)
+    report("ratio", median(ratios))
+    report("ratio_min", ratios.min() ?? .nan)
+    report("ratio_max", ratios.max() ?? .nan)
     report("network_us", Double(threads.sum(["vc-network"])) / f / 1000)
     report("mixer_us", Double(threads.sum(["vc-mixer"])) / f / 1000)
     report("other_us", (Double(cpu) - Double(threads.sum(["vc-network", "vc-mixer"]))) / f / 1000)
-    report("switches_per_s", Double(switches) / (Double(windows) * seconds))
+    // The baseline's thread sleeps once per block: its switches are not the engine's.
+    report("switches_per_s", (Double(switches) - Double(bareBlocks)) / (Double(windows) * seconds))
     report("allocs", Double(allocs))
     report("concealed", Double(concealed))
     report("late", Double(late))
@@ -88,12 +123,8 @@ func runListener(_ args: Arguments) throws {
     // The parent stops the talker, then closes our stdin.
     ParentWatch.shared.wait()
     client.shutdown()
-    let bare = try BareDecodeMix(audio: audio, streams: n)
-    var paced: [Double] = []
-    for _ in 0..<3 { paced.append(bare.pacedRun(blocks: 50)) }
     var hot: [Double] = []
     for _ in 0..<3 { hot.append(bare.hotRun(blocks: max(50, 8000 / n))) }
-    report("bare_us", median(paced))
     report("bare_hot_us", median(hot))
     say("done")
 }
@@ -108,6 +139,12 @@ final class BareDecodeMix {
     let decoded = UnsafeMutablePointer<Int16>.allocate(capacity: 2880 * 2)
     let out = UnsafeMutablePointer<Int16>.allocate(capacity: 960 * 2)
     private var frame = 0
+    /// Blocks the paced thread has done.
+    let blocks = Atomic<Int>(0)
+    private let stopFlag = Atomic<Bool>(false)
+    private var thread: SystemThread?
+    static let threadName = "bench-bare"
+    var framesPerBlock: Int { streams * 960 / audio.frameSamples }
 
     init(audio: AudioConfig, streams: Int) throws {
         self.audio = audio
@@ -137,23 +174,29 @@ final class BareDecodeMix {
         frame += perBlock
     }
 
+    /// Starts a thread that does one block every 20 ms until stop().
+    func start() {
+        thread = SystemThread(name: BareDecodeMix.threadName) { [self] in
+            var next = MonotonicClock.nanoseconds()
+            while !stopFlag.load(ordering: .acquiring) {
+                next += 20_000_000
+                sleepUntil(ns: next)
+                block()
+                blocks.wrappingAdd(1, ordering: .releasing)
+            }
+        }
+    }
+
+    func stop() {
+        stopFlag.store(true, ordering: .releasing)
+        thread?.join()
+        thread = nil
+    }
+
     /// Thread CPU per decoded frame (µs), blocks back to back.
     func hotRun(blocks: Int) -> Double {
         let c = CPUClock.thread()
         for _ in 0..<blocks { block() }
-        return Double(CPUClock.thread() - c) / Double(blocks * streams * 960 / audio.frameSamples) / 1000
-    }
-
-    /// Thread CPU per decoded frame (µs), one block every 20 ms. The thread's CPU
-    /// includes its wakeups, which any real-time consumer of the blocks pays too.
-    func pacedRun(blocks: Int) -> Double {
-        let t0 = MonotonicClock.nanoseconds() + 20_000_000
-        sleepUntil(ns: t0)
-        let c = CPUClock.thread()
-        for b in 0..<blocks {
-            sleepUntil(ns: t0 + UInt64(b) * 20_000_000)
-            block()
-        }
         return Double(CPUClock.thread() - c) / Double(blocks * streams * 960 / audio.frameSamples) / 1000
     }
 }
