@@ -38,8 +38,9 @@ final class OnsetDetector: @unchecked Sendable {
     let count = Atomic<Int>(0)
     let onsets = UnsafeMutablePointer<UInt64>.allocate(capacity: OnsetDetector.capacity)
     let threshold: Int
-    /// An onset needs this many quiet samples before it.
-    let quietNeeded = 4800
+    /// An onset needs 50 ms of quiet before it (the bursts are 130 ms apart or more,
+    /// so a jitter buffer dropping a frame or two between them does not hide one).
+    let quietNeeded = 2400
     private var quiet = 0
 
     init(threshold: Int) { self.threshold = threshold; onsets.initialize(repeating: 0, count: OnsetDetector.capacity) }
