@@ -5,7 +5,8 @@
 // several windows, not absolute times), with the goal and whether it is met:
 //
 //   send      CPU per frame of a real-time external feed (VoiceClient.feed on the
-//             feeding thread) / bare opus_encode of the same frames     (Send.swift)
+//             feeding thread + the client's pacer thread) / bare opus_encode of
+//             the same frames                                          (Send.swift)
 //   receive   a listener's whole-process CPU per received frame, 1/4/16/64 streams
 //             from a real server / bare Opus decode + mix of the same packets
 //                                                                     (Receive.swift)
@@ -22,6 +23,7 @@
 // .build/release/bench-audio   (or: make bench)
 //   --only send,idle,receive,latency   a subset
 //   --streams 1,4,16,64                the receive sizes
+//   --verbose 1                        the listeners' window figures (stderr)
 import Glibc
 import VoiceCatAllocCounter
 import VoiceCatSystem
@@ -48,7 +50,7 @@ do {
     case "latency": try runLatency(roleArgs)
     case "all": runAll(roleArgs)
     case "--help", "-h", "help":
-        print("usage: bench-audio [--only send,idle,receive,latency] [--streams 1,4,16,64]")
+        print("usage: bench-audio [--only send,idle,receive,latency] [--streams 1,4,16,64] [--verbose 1]")
     default:
         if role.hasPrefix("--") { runAll(roleArgs) } else { fail("unknown role \(role)") }
     }
