@@ -61,7 +61,7 @@ let package = Package(
         .target(name: "VoiceCatAllocCounter"),
         // The audio paths against bare libopus (issue #15): spawns itself as server, talkers and clients.
         .executableTarget(name: "bench-audio", dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem",
-                                                              "VoiceCatServerCore", "VoiceCatAllocCounter", "COpus"]),
+                                                              "VoiceCatServerCore", "VoiceCatAllocCounter", "VoiceCatTestSupport", "COpus"]),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatSimulation", "VoiceCatAllocCounter"]),
