@@ -10,13 +10,16 @@
 //   * A talkspurt starts when a frame is complete and none is running. Frame k of a
 //     talkspurt is sent at max(the moment it is complete, anchor + k × frame): a
 //     host feeding in real time gets no added delay, a host feeding a whole file
-//     gets it paced at real time. The anchor follows a host that falls behind (a
-//     late frame re-anchors it) and one whose clock runs a little fast (a lone
-//     frame at most `driftSlackNs` early is sent at once and re-anchors it), so
-//     pacing never accumulates delay.
-//   * When the queue has run dry for a frame plus `dryHoldNs` past the next frame's
-//     due time, the talkspurt ends: the partial frame is padded and sent with the
-//     last-frame flag. The next audio starts a new talkspurt with the marker, and
+//     gets it paced at real time. A late frame goes out at once and leaves the
+//     schedule alone; a lone frame at most `driftSlackNs` early (a host whose clock
+//     runs a little fast) goes out at once and moves the schedule earlier, so pacing
+//     never accumulates delay.
+//   * When the queue has run dry for a frame plus a small slack since the last frame
+//     went out, the talkspurt ends: the
+//     partial frame is padded and sent with the last-frame flag. The slack follows
+//     how late this host's frames usually come (5 ms for a steady feeder, up to
+//     40 ms for a jittery one), so a steady host's listeners learn of the pause
+//     within a few ms and a jittery host's talkspurts are not cut. The next audio starts a new talkspurt with the marker, and
 //     its timestamp advances by the wall-clock time that passed, so receivers see a
 //     pause, not jitter.
 //   * DTX: the encoder's comfort-noise updates during silence are sent (flagged
@@ -31,7 +34,8 @@ final class LocalStream {
     static let defaultMaxQueueMs = 10_000
     /// Capture streams are fed in real time: a small queue is enough.
     static let captureQueueMs = 400
-    static let dryHoldNs: UInt64 = 20_000_000
+    static let minDrySlackNs: UInt64 = 5_000_000
+    static let maxDrySlackNs: UInt64 = 40_000_000
     static let driftSlackNs: UInt64 = 2_000_000
     static let zeroGateMs = 200
 
@@ -78,8 +82,15 @@ final class LocalStream {
     private let frameNs: UInt64
 
     // The talkspurt clock.
+    /// How late the host's frames come against their due time (a decaying peak, ns).
+    private var feedLatePeakNs: Double = 0
+    private var drySlackNs: UInt64 {
+        min(LocalStream.maxDrySlackNs, max(LocalStream.minDrySlackNs, UInt64(feedLatePeakNs * 1.5)))
+    }
     private var inSpurt = false
     private var anchorNs: UInt64 = 0
+    /// When the last frame was taken from the queue (sent or gated).
+    private var lastTakenNs: UInt64 = 0
     /// Frames taken from the queue in this talkspurt (sent or gated).
     private var spurtFrames: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -156,33 +167,37 @@ final class LocalStream {
                 // A lone frame a little early: the host's clock runs fast; follow it.
                 guard queuedFrames == 1 && due - now <= LocalStream.driftSlackNs else { break }
                 anchorNs -= due - now
-            } else if queuedFrames == 1 && now - due > LocalStream.driftSlackNs {
-                // The host fell behind: the talkspurt continues from where it is.
-                anchorNs += now - due
+            }
+            if queuedFrames == 1 {
+                // A real-time host: learn how much later than a frame period its frames
+                // come, for the dry slack. (A late frame goes out at once; the schedule
+                // stays, so frames after it that come on time are not held back.)
+                // (`now` was read before the lock: another thread may have taken a frame later.)
+                let gap = now > lastTakenNs ? now - lastTakenNs : 0
+                feedLatePeakNs = max(Double(gap > frameNs ? min(gap - frameNs, LocalStream.maxDrySlackNs) : 0), feedLatePeakNs * 0.995)
             }
             let frame = queue + queueHead * frameLength
             queueHead = (queueHead + 1) % maxQueueFrames
             queuedFrames -= 1
             let ts = spurtTimestamp &+ UInt32(truncatingIfNeeded: spurtFrames &* UInt64(audio.frameSamples))
             spurtFrames += 1
+            lastTakenNs = max(lastTakenNs, now)
             processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
         }
-        if inSpurt && queuedFrames == 0 {
-            let due = anchorNs &+ spurtFrames &* frameNs
-            if now >= due &+ frameNs &+ LocalStream.dryHoldNs { endSpurt() }
-        }
+        // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
+        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ drySlackNs { endSpurt() }
     }
 
     /// When this stream next needs the pacer (nil: not until it is fed again).
     var deadline: UInt64? {
         guard inSpurt || queuedFrames > 0 else { return nil }
-        let due = anchorNs &+ spurtFrames &* frameNs
-        return queuedFrames > 0 ? due : due &+ frameNs &+ LocalStream.dryHoldNs
+        return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : lastTakenNs &+ frameNs &+ drySlackNs
     }
 
     private func startSpurt(now: UInt64) {
         inSpurt = true
         anchorNs = now
+        lastTakenNs = now &- frameNs
         spurtFrames = 0
         if everSpurted {
             // The pause, in samples of wall-clock time, on top of the last frame.

@@ -190,13 +190,21 @@ extension VoiceClient {
         var control = ControlLiveness(nowMs: now0)
         var pollSet = PollSet()
         func hostEnd() -> LinkEnd? { cond.withLock { stopNetwork ? LinkEnd.host(disconnectReason.0, disconnectReason.1) : nil } }
+        // With several streams coming in, datagrams are collected for a few ms after
+        // each drain rather than waking for every one (their arrival times come from
+        // the kernel, so the jitter statistics are unaffected).
+        var udpQuietUntilMs: UInt64 = 0
         while true {
             if let e = hostEnd() { return e }
-            let timeout = Int32(clamping: max(0, Int64(nextTimerMs(media, control)) - Int64(MonotonicClock.milliseconds())))
+            let nowMs = MonotonicClock.milliseconds()
+            let watchUDP = nowMs >= udpQuietUntilMs
+            var until = nextTimerMs(media, control)
+            if !watchUDP { until = min(until, udpQuietUntilMs) }
+            let timeout = Int32(clamping: max(0, Int64(until) - Int64(nowMs)))
             pollSet.removeAll()
             pollSet.add(wake.readFD, events: Int16(POLLIN))
             pollSet.add(conn.socket.fd, events: Int16(POLLIN))
-            pollSet.add(sock.fd, events: Int16(POLLIN))
+            if watchUDP { pollSet.add(sock.fd, events: Int16(POLLIN)) }
             _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
             if let e = hostEnd() { return e }
@@ -216,7 +224,10 @@ extension VoiceClient {
                     return .lost(VC_ERR_NETWORK, "\(error)")
                 }
             }
-            if pollSet.fds[2].revents != 0 { drainUDP(sock, rx, media: &media) }
+            if watchUDP ? pollSet.fds[2].revents != 0 : MonotonicClock.milliseconds() >= udpQuietUntilMs {
+                drainUDP(sock, rx, media: &media)
+                if receive.count > 1 { udpQuietUntilMs = MonotonicClock.milliseconds() + VoiceClient.receiveCoalesceMs }
+            }
             if let dead = timers(conn: conn, sock: sock, media: &media, control: &control) {
                 events.deliver()
                 return dead
@@ -243,7 +254,9 @@ extension VoiceClient {
     /// When the next timer of the network thread is due (ms, monotonic).
     func nextTimerMs(_ media: MediaPathState, _ control: ControlLiveness) -> UInt64 {
         let configured = UInt64(config.keepaliveMs)
-        var t = min(media.nextKeepaliveMs, media.lastKeepaliveMs + MediaPathState.activeKeepaliveMs)
+        // The keepalive at the period in force (timers() shortens it when streams
+        // become active; anything that makes them active also wakes this thread).
+        var t = min(media.nextKeepaliveMs, media.lastKeepaliveMs + media.keepalivePeriod(configured))
         if media.voiceConnected { t = min(t, media.lastSignMs + media.lostAfter(configured) + 1) }
         if media.binder != nil { t = min(t, media.nextBindMs) }
         t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
@@ -515,6 +528,9 @@ extension VoiceClient {
 
     /// Datagrams taken per recvmmsg.
     static let receiveBatch = 32
+    /// With more than one stream coming in, how long the UDP socket is left to
+    /// collect datagrams after a drain.
+    static let receiveCoalesceMs: UInt64 = 3
 
     func drainUDP(_ sock: Socket, _ rx: DatagramBatch, media: inout MediaPathState) {
         let (rxKey, bindingID, server) = cond.withLock { (mediaReceiveKey, hello?.bindingID ?? 0, serverAddress) }
@@ -656,6 +672,9 @@ extension VoiceClient {
     /// talkspurt was played, TALK_STOP the hangover after the last one was. While
     /// nothing plays the mix (pull mode without pulls), it follows arrivals instead.
     func updateTalkState(now: UInt64) {
+        // Playout moves in 20 ms blocks: looking more often finds nothing new.
+        guard now >= talkCheckedMs + 20 else { return }
+        talkCheckedMs = now
         let hang = UInt64(config.talkHangoverMs)
         let playing = output.lastRenderMs.load(ordering: .relaxed) + 200 > now
         receive.forEachStream { ssrc, s in

@@ -22,6 +22,9 @@ final class ReceiveSet {
 
     // MARK: network thread
 
+    /// How many streams are being received (network thread).
+    var count: Int { bySSRC.count }
+
     /// The slot receiving `ssrc`, if any (network thread).
     func slotIndex(ssrc: UInt32) -> Int? { bySSRC[ssrc] }
 

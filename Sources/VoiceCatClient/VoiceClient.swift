@@ -70,6 +70,8 @@ public final class VoiceClient {
     let refusals = RefusalGate()
     let keepaliveScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: FrameHeader.size, alignment: 8)
     var lastReconnectFailure = LinkEnd.lost(VC_ERR_NETWORK, "reconnecting failed")
+    /// When the network thread last looked at talk state (network thread only).
+    var talkCheckedMs: UInt64 = 0
     /// Cuts short every wait of a connect or reconnect (destroy, disconnect).
     let cancel: Canceller
 
@@ -579,6 +581,7 @@ public final class VoiceClient {
                 streams.install(s)
                 streams.pacer.start(owner: self, table: streams)
                 localStreamCount.wrappingAdd(1, ordering: .relaxed)
+                wake.wake()   // the network thread probes the media path faster while streams run
                 installed = true
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")
                 return sid

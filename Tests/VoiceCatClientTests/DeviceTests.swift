@@ -73,7 +73,7 @@ final class DeviceTests: XCTestCase {
     }
 
     func testCapturedFileComesOutOfTheOtherClientsPlaybackDevice() throws {
-        let input = [Int16](repeating: 0, count: 24000) + Signal.voiceLike(seconds: 2) + [Int16](repeating: 0, count: 48000)
+        let input = [Int16](repeating: 0, count: 24000) + Signal.glidingVoice(seconds: 2) + [Int16](repeating: 0, count: 48000)
         writeRaw(dir + "/in.raw", input)
         try definePCMs(captures: ["vc_cap": dir + "/in.raw"], playbacks: ["vc_play": dir + "/out.raw"])
         let sam = try client("sam", playback: "vc_play")

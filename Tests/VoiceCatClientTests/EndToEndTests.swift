@@ -91,7 +91,7 @@ final class EndToEndTests: XCTestCase {
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
         try sam.waitForRemote(ssrc: ssrc)
-        let input = Signal.voiceLike(seconds: 3)
+        let input = Signal.glidingVoice(seconds: 3)
         usleep(100_000)
         let feedStart = MonotonicClock.nanoseconds()
         try feedRealtime(alex, sid, input)
@@ -275,7 +275,7 @@ final class ImpairedNetworkTests: XCTestCase {
         while !sam.remoteStreams().contains(where: { $0.ssrc == ssrc }) && MonotonicClock.milliseconds() < deadline { usleep(5000) }
         let rec = SinkRecorder()
         try sam.setSink { rec.take($0, $1) }
-        let input = Signal.voiceLike(seconds: 6)
+        let input = Signal.glidingVoice(seconds: 6)
         usleep(100_000)
         let feedStart = MonotonicClock.nanoseconds()
         var i = 0, k: UInt64 = 0
