@@ -209,8 +209,8 @@ final class TimingTests: XCTestCase {
         for w in stride(from: 0, to: 240_000 - 4800, by: 4800) {
             nccs.append(Signal.align(input: input, output: shifted, maxLag: 48 * 300, window: w..<(w + 4800)).ncc)
         }
-        let heard = nccs.filter { $0 > 0.85 }.count
-        print("5 s fed in one call: \(heard) of \(nccs.count) 100 ms windows heard")
+        let heard = nccs.filter { $0 > 0.7 }.count   // a lost or concealed window falls far below
+        print("5 s fed in one call: \(heard) of \(nccs.count) 100 ms windows heard; NCC per window \(nccs.map { (($0 * 100).rounded()) / 100 })")
         XCTAssertGreaterThanOrEqual(heard, nccs.count - 1)
     }
 
