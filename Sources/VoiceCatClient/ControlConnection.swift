@@ -82,10 +82,14 @@ final class ControlConnection: ControlSender {
     }
 
     static func writeAll(_ s: Socket, _ bytes: [UInt8], deadlineMs: UInt64, cancel: Canceller?) throws {
+        try bytes.withUnsafeBytes { try writeAll(s, $0, deadlineMs: deadlineMs, cancel: cancel) }
+    }
+
+    static func writeAll(_ s: Socket, _ bytes: UnsafeRawBufferPointer, deadlineMs: UInt64, cancel: Canceller?) throws {
         var off = 0
         while off < bytes.count {
             let r: Int?
-            do { r = try bytes.withUnsafeBytes { try s.write(UnsafeRawBufferPointer(rebasing: $0[off...])) } } catch {
+            do { r = try s.write(UnsafeRawBufferPointer(rebasing: bytes[off...])) } catch {
                 throw ClientError.network("control connection write failed: \(error)")
             }
             if let n = r { off += n; continue }
@@ -115,12 +119,23 @@ final class ControlConnection: ControlSender {
     }
 
     /// Seals and sends one message (any thread). Waits at most 2 s for socket space.
+    /// The plaintext and the frame are built in buffers kept for the connection, so
+    /// the steady control traffic (pings) allocates nothing.
     func send(_ m: ControlMessage) throws {
         try sendLock.withLock {
-            let frame = sealer.seal(m.encode())
-            try ControlConnection.writeAll(socket, frame, deadlineMs: MonotonicClock.milliseconds() + 2000, cancel: cancel)
+            m.encode(into: &plainOut)
+            let need = plainOut.count + ControlFraming.overhead
+            if frameOut.count < need { frameOut = [UInt8](repeating: 0, count: need) }
+            let n = plainOut.withUnsafeBytes { p in frameOut.withUnsafeMutableBytes { sealer.seal(p, into: $0) } }
+            try frameOut.withUnsafeBytes { f in
+                try ControlConnection.writeAll(socket, UnsafeRawBufferPointer(rebasing: f[0..<n]),
+                                               deadlineMs: MonotonicClock.milliseconds() + 2000, cancel: cancel)
+            }
         }
     }
+    private var plainOut: [UInt8] = []
+    private var frameOut: [UInt8] = []
+    private var plainIn: [UInt8] = []
 
     /// Next message, blocking until the deadline (connect phase only).
     func receive(deadlineMs: UInt64) throws -> ControlMessage {
@@ -160,10 +175,10 @@ final class ControlConnection: ControlSender {
     /// The next complete message already read, if any. Throws UndecodableMessage for
     /// an authenticated frame whose body does not decode (the next call goes on).
     func nextBuffered() throws -> ControlMessage? {
-        let plain: [UInt8]?
-        do { plain = try opener.next() } catch { throw ClientError.protocolError("control frame rejected: \(error)") }
-        guard let p = plain else { return nil }
-        do { return try ControlMessage.decode(p) } catch ControlDecodeError.unknownType {
+        let got: Bool
+        do { got = try opener.next(into: &plainIn) } catch { throw ClientError.protocolError("control frame rejected: \(error)") }
+        guard got else { return nil }
+        do { return try ControlMessage.decode(plainIn) } catch ControlDecodeError.unknownType {
             return nil  // a newer server's message: ignore it
         } catch ControlDecodeError.body(let t, let e) {
             throw UndecodableMessage(type: t, detail: "\(e)")

@@ -98,13 +98,22 @@ public struct ControlOpener {
     /// The next complete frame's plaintext, nil when more bytes are needed.
     /// Any error is fatal for the connection.
     public mutating func next() throws(ControlFrameError) -> [UInt8]? {
+        var plain: [UInt8] = []
+        return try next(into: &plain) ? plain : nil
+    }
+
+    /// The next complete frame's plaintext into `plain` (replaced; its capacity
+    /// reused, so a steady stream of small frames allocates nothing); false when
+    /// more bytes are needed. Any error is fatal for the connection.
+    public mutating func next(into plain: inout [UInt8]) throws(ControlFrameError) -> Bool {
         let avail = buffer.count - start
-        guard avail >= 4 else { return nil }
+        guard avail >= 4 else { return false }
         let len = Int(buffer.withUnsafeBytes { BigEndian.load32($0, start) })
         guard len <= ControlFraming.maxFrameLength else { throw .tooLong(len) }
         guard len >= AEAD.tagSize else { throw .tooShort(len) }
-        guard avail >= 4 + len else { return nil }
-        var plain = [UInt8](repeating: 0, count: len - AEAD.tagSize)
+        guard avail >= 4 + len else { return false }
+        plain.removeAll(keepingCapacity: true)
+        plain.append(contentsOf: repeatElement(0, count: len - AEAD.tagSize))
         let c = counter
         let s = start
         let ok: Int? = buffer.withUnsafeBytes { b in
@@ -120,6 +129,6 @@ public struct ControlOpener {
         start += 4 + len
         if start > 65536 { buffer.removeFirst(start); start = 0 }
         counter &+= 1
-        return plain
+        return true
     }
 }

@@ -851,11 +851,19 @@ public enum ControlMessage: Equatable, Sendable {
 
     /// `u16 type | protobuf body`.
     public func encode() -> [UInt8] {
-        var w = ProtoWriter()
+        var out: [UInt8] = []
+        encode(into: &out)
+        return out
+    }
+
+    /// `u16 type | protobuf body`, into `out` (replaced; its capacity reused).
+    public func encode(into out: inout [UInt8]) {
+        var w = ProtoWriter(reusing: out)
+        out = []
         let t = type.rawValue
         w.raw(UInt8(t >> 8)); w.raw(UInt8(truncatingIfNeeded: t))
         body.encode(into: &w)
-        return w.bytes
+        out = w.bytes
     }
 
     /// Decodes `u16 type | protobuf body`.

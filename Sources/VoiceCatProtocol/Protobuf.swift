@@ -41,6 +41,13 @@ public struct ProtoWriter {
 
     public init() {}
 
+    /// Writes into `storage` (emptied, its capacity kept): a caller that hands the
+    /// same array back and forth encodes without allocating once it is large enough.
+    public init(reusing storage: [UInt8]) {
+        bytes = storage
+        bytes.removeAll(keepingCapacity: true)
+    }
+
     mutating func key(_ field: Int, _ wt: WireType) { rawVarint(UInt64(field) << 3 | UInt64(wt.rawValue)) }
 
     mutating func rawVarint(_ v: UInt64) {
