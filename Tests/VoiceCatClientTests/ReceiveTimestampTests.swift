@@ -11,6 +11,22 @@ final class ReceiveTimestampTests: XCTestCase {
         try receiver.enableReceiveTimestamps()
         let to = try receiver.localAddress()
         let sender = try Socket.udp(familyOf: to)
+        // Linux turns timestamping on for the whole stack from a work queue
+        // (net_enable_timestamp), so datagrams that arrive in the first moments after
+        // the first socket asks are stamped when read. Wait until a probe carries its
+        // arrival time; a client enables stamps at bind, long before audio flows.
+        var stamped = false
+        for _ in 0..<50 where !stamped {
+            var probe = [UInt8](repeating: 0xEE, count: 8)
+            _ = try probe.withUnsafeMutableBytes { try sender.sendTo(UnsafeRawBufferPointer($0), to) }
+            usleep(30_000)
+            let one = DatagramBatch(capacity: 1, slotSize: 64, timestamps: true)
+            guard try one.receive(from: receiver) == 1, let stamp = one.receiveTimeRealtimeNs(0) else { continue }
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            stamped = UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec) - stamp > 20_000_000
+        }
+        XCTAssertTrue(stamped, "the kernel never stamped a datagram on arrival")
         var sentAt: [UInt64] = []
         for k in 0..<5 {
             var realtime = timespec()
