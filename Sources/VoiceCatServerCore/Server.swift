@@ -68,6 +68,7 @@ public final class Server {
     var backlog: [Connection] = []
     var dirty: [Connection] = []
     var noticeChannels: [Channel] = []
+    var presence = PresenceState()
     var turn: UInt64 = 0
     private var lastStatsMs: UInt64 = 0
     private var lastSweepMs: UInt64 = 0
@@ -217,6 +218,7 @@ public final class Server {
         if let d = deadlines.next { next = min(next, d) }
         if live.statsIntervalSeconds > 0 { next = min(next, lastStatsMs + UInt64(live.statsIntervalSeconds * 1000)) }
         if let a = acceptPausedUntilMs { next = min(next, a) }
+        if let p = presence.flushAtMs { next = min(next, p) }
         let current = MonotonicClock.milliseconds()
         return next <= current ? 0 : Int32(min(next - current, 60_000))
     }
@@ -372,6 +374,7 @@ public final class Server {
 
     /// Tells pending membership changes and writes what each connection has queued.
     func endTurn() {
+        if let p = presence.flushAtMs, p <= now { flushPresence() }
         if !noticeChannels.isEmpty {
             let list = noticeChannels
             noticeChannels.removeAll(keepingCapacity: true)
@@ -677,6 +680,7 @@ public final class Server {
     func detachSession(_ c: Connection, reason: String) {
         guard let s = c.session else { return }
         c.session = nil
+        unsubscribePresence(s)
         leaveChannel(s)
         for st in s.streams.values { streamsBySSRC[st.ssrc] = nil }
         s.streams = [:]
@@ -685,6 +689,7 @@ public final class Server {
         sessionsByBinding[s.bindingID] = nil
         if let a = s.udpAddress, sessionsByAddress[a] === s { sessionsByAddress[a] = nil }
         counters.sessionsActive -= 1
+        notePresenceGone(s)
         if !stopping { log("session \(s.username) (user \(s.userID)) closed: \(reason)") }
     }
 
@@ -723,7 +728,10 @@ public final class Server {
         let before = Set(channels.map(\.name))
         installChannels(cfg.channels)
         live = cfg
+        let oldChannels = channels
         counters.reloads += 1
+        noteChannelsChanged(added: channels.filter { ch in !oldChannels.contains { $0 === ch } },
+                            retired: oldChannels.filter { ch in !channels.contains { $0 === ch } }.map(\.id))
         let after = Set(channels.map(\.name))
         var line = "reloaded: \(channels.count) channels (added \(after.subtracting(before).sorted()), "
             + "removed \(before.subtracting(after).sorted())), limits updated"
