@@ -8,7 +8,7 @@ work=$(mktemp -d)
 # this run's (a fresh server identity on a random port) out of the user's.
 export XDG_CONFIG_HOME="$work/config"
 trap 'kill $spid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
-"$server" --port 0 --port-file "$work/port" --identity "$work/id.key" >"$work/server.log" 2>&1 &
+"$server" --port any --port-file "$work/port" --identity "$work/id.key" >"$work/server.log" 2>&1 &
 spid=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 port=$(cat "$work/port")

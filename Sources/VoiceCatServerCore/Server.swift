@@ -104,10 +104,10 @@ public final class Server {
         self.config = config
         live = config
         (identity, identityCreated) = try IdentityStore.loadOrCreate(path: config.identityPath)
-        var addr = try SocketAddress(host: config.bindHost, port: config.port)
+        var addr = try SocketAddress(host: config.bindHost, port: config.listenPort)
         var tcp: Socket? = nil
         var udpSock: Socket? = nil
-        // With port 0 the kernel picks a TCP port; UDP must get the same number, so retry
+        // With `anyPort` the kernel picks a TCP port; UDP must get the same number, so retry
         // on the rare collision.
         for attempt in 0..<32 {
             let t = try Socket.listenTCP(addr, backlog: 1024)
@@ -118,7 +118,7 @@ public final class Server {
                 addr = a
                 break
             } catch let e {
-                if config.port != 0 || attempt == 31 { throw e }
+                if !config.anyPort || attempt == 31 { throw e }
             }
         }
         listener = tcp!
@@ -723,15 +723,17 @@ public final class Server {
         var cfg = new
         var fixed: [String] = []
         if cfg.bindHost != live.bindHost { fixed.append("bind"); cfg.bindHost = live.bindHost }
-        if cfg.port != live.port { fixed.append("port"); cfg.port = live.port }
+        if cfg.listenPort != live.listenPort || cfg.anyPort != live.anyPort {
+            fixed.append("port"); cfg.port = live.port; cfg.anyPort = live.anyPort
+        }
         if cfg.identityPath != live.identityPath { fixed.append("identity"); cfg.identityPath = live.identityPath }
         let before = Set(channels.map(\.name))
-        installChannels(cfg.channels)
-        live = cfg
         let oldChannels = channels
-        counters.reloads += 1
+        installChannels(cfg.channels)
         noteChannelsChanged(added: channels.filter { ch in !oldChannels.contains { $0 === ch } },
                             retired: oldChannels.filter { ch in !channels.contains { $0 === ch } }.map(\.id))
+        live = cfg
+        counters.reloads += 1
         let after = Set(channels.map(\.name))
         var line = "reloaded: \(channels.count) channels (added \(after.subtracting(before).sorted()), "
             + "removed \(before.subtracting(after).sorted())), limits updated"

@@ -11,8 +11,15 @@ public struct ChannelConfig: Equatable {
 public struct ServerConfig {
     /// Address to bind TCP and UDP on.
     public var bindHost = "127.0.0.1"
-    /// TCP and UDP port; 0 picks a free port (the same number for both).
+    /// TCP and UDP port; 0 means the default port, 47800 (as it does for clients).
     public var port: UInt16 = ProtocolVersion.defaultPort
+    /// Listen on a free port the kernel picks (the same number for TCP and UDP) instead
+    /// of `port`: `port = any` in the file, `--port any` (tests and scripts; `Server.port`
+    /// says which one it got).
+    public var anyPort = false
+
+    /// The port to bind: the kernel's choice (0) for `anyPort`, else `port` with 0 as the default.
+    public var listenPort: UInt16 { anyPort ? 0 : (port == 0 ? ProtocolVersion.defaultPort : port) }
     /// Where the Ed25519 identity seed lives (created 0600 on first start).
     public var identityPath = "voicecat-identity.key"
     public var serverName = "VoiceCat"
@@ -144,9 +151,11 @@ public struct ServerConfig {
                 case "name": serverName = value
                 case "bind": bindHost = value
                 case "port":
+                    if value == "any" { anyPort = true; break }
                     let p = try int()
                     guard p <= 65535 else { throw ParseError(line: lineNo, message: "port out of range") }
                     port = UInt16(p)
+                    anyPort = false
                 case "identity": identityPath = value
                 case "password": password = value
                 case "admin_password": adminPassword = value

@@ -47,7 +47,7 @@ def _start_server(extra: Sequence[str]) -> "tuple[subprocess.Popen[str], Server]
     binary = os.environ.get("VOICECAT_SERVER", os.path.join(ROOT, ".build/debug/voicecat-server"))
     d = tempfile.mkdtemp(prefix="vc-py-")
     port_file = os.path.join(d, "port")
-    proc = subprocess.Popen([binary, "--port", "0", "--port-file", port_file, "--identity", os.path.join(d, "id.key"),
+    proc = subprocess.Popen([binary, "--port", "any", "--port-file", port_file, "--identity", os.path.join(d, "id.key"),
                              *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     fingerprint = ""
     assert proc.stderr is not None
