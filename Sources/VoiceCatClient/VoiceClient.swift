@@ -307,7 +307,7 @@ public final class VoiceClient {
     func establish(_ t: ConnectTarget, deadlineMs deadline: UInt64) throws -> Link {
         let address: SocketAddress
         do { address = try SocketAddress(host: t.host, port: t.port) } catch {
-            throw ClientError.network("cannot resolve \(t.host): \(error)")
+            throw ClientError.network("\(error)")   // "cannot resolve HOST: the resolver's reason"
         }
         var seen: String? = nil
         let c: ControlConnection
