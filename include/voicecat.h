@@ -12,9 +12,10 @@
  *    clients, without a process-wide lock), never a crash.
  *  - Results. Every call that can fail returns `int`: VC_OK (0) or a negative
  *    VC_ERR_* code; vc_strerror() gives static text. Every call that fails on a
- *    client records why in vc_last_error().
- *  - Config structs come from a `*_default()` function and are then edited, so new
- *    fields never break old callers.
+ *    client records why in vc_last_error() (replacing the reason of any earlier
+ *    failure), argument checks included.
+ *  - Config structs come from a `*_default()` function and are then edited by field
+ *    name, so new fields never break old callers (see the ABI policy below).
  *  - Audio at the API is always 48 kHz, interleaved int16_t; `frames` counts
  *    sample frames (one sample per channel).
  *  - Thread safety. Unless a function says otherwise it may be called from any
@@ -29,6 +30,44 @@
  *    callback function pointers and their `user` pointers, which must stay valid
  *    until replaced or the client is destroyed. Strings it returns are static or
  *    copied into caller buffers.
+ *
+ * ABI policy: how the library grows without breaking programs already built.
+ *
+ *  libvoicecat.so.0 keeps running programs built against the header of an earlier
+ *  0.x release, unchanged and without a rebuild. The rules that make it so:
+ *  - Functions are only added. A function's prototype and meaning never change; a
+ *    new behaviour comes as a new function (or a new field whose default keeps the
+ *    old behaviour).
+ *  - Enumerations, event types and result codes only gain values.
+ *  - Struct fields are only appended at the end. A field is never removed, moved,
+ *    resized, retyped or given another meaning.
+ *  - When a release appends fields to a struct the host passes in or the library
+ *    fills (config structs, vc_*_info arrays, stats), the library learns which
+ *    layout a program was built with from symbol versions: every function that reads
+ *    or writes that struct, its *_default() included, gets a new version
+ *    (VOICECAT_0.<minor> in the library's version script), and the previous version
+ *    stays, working on the previous layout (fields it lacks take their defaults;
+ *    nothing is read or written past its end). The linker binds a program to the
+ *    versions it was built against. Structs the library hands to a callback through
+ *    a const pointer (vc_event) may grow without that: the host reads the fields it
+ *    knows. tools/check_abi.py (run by `make c-test`) keeps the layouts of the last
+ *    release and fails a build whose structs changed in any other way, or grew
+ *    without the versioned entry points.
+ *  What hosts do:
+ *  - Make every config struct with its *_default() function and set fields by name.
+ *    Never initialise one positionally (a rebuild against a newer header would shift
+ *    values into other fields) or by zeroing, except vc_connect_params, whose
+ *    defaults are all zero.
+ *  - Ignore event types they do not know (vc_event_type_name() gives
+ *    "VC_EVENT_UNKNOWN"), and treat any negative result as a failure, known code or
+ *    not.
+ *  - Size arrays for the vc_list_* functions with sizeof() of this header's structs.
+ *  - Bindings that look symbols up by name at run time (dlsym, ctypes, cffi, JNA) get
+ *    the newest versions: compare every struct they declare with vc_struct_size(name)
+ *    and refuse a library whose sizes differ (the Python package does so when it
+ *    loads the library), or ask for the version they were written for with dlvsym().
+ *  - Check vc_version_number() (or look the symbol up) before using a function newer
+ *    than the oldest release they support.
  */
 #ifndef VOICECAT_H
 #define VOICECAT_H
@@ -96,16 +135,19 @@ typedef enum vc_event_type {
     VC_EVENT_CHANNEL_JOINED = 3,       /**< channel_id; text = channel name */
     VC_EVENT_USER_JOINED = 4,          /**< user_id; text = username */
     VC_EVENT_USER_LEFT = 5,            /**< user_id */
-    VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind, channels */
-    VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc */
-    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, text = username: the first frame of a talkspurt
-                                            was played (while nothing renders the mix: frames arrive) */
-    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, text = username: the talkspurt's last frame was
-                                            played talk_hangover_ms ago (or no frame arrived for that long) */
+    VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind (vc_stream_kind), channels,
+                                            text = username */
+    VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc, kind, text = username (also for one of
+                                            this client's own streams the server withdrew) */
+    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, kind, text = username: the first frame of a
+                                            talkspurt was played (while nothing renders the mix: frames arrive) */
+    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, kind, text = username: the talkspurt's last frame
+                                            was played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding */
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
-    VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, muted, hold: a remote publisher's UI state */
+    VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, user_id, stream_id, kind, muted, hold, text = username:
+                                            a remote publisher's own state of the stream (vc_set_stream_state) */
     VC_EVENT_ERROR = 14,               /**< code, text: an asynchronous error (VC_ERR_DEVICE: a device failed;
                                             kind = vc_device_kind, stream_id for a capture; it is reopened
                                             on a backoff. VC_ERR_PROTOCOL: a message from the server broke
@@ -117,10 +159,30 @@ typedef enum vc_event_type {
     VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
                                             reason, text = detail); reconnecting with backoff. The session's
                                             remote streams are removed; local streams keep their ids */
-    VC_EVENT_RECONNECTED = 17          /**< auto_reconnect: the session is back: channel re-joined, local
+    VC_EVENT_RECONNECTED = 17,         /**< auto_reconnect: the session is back: channel re-joined, local
                                             streams re-announced under the same stream ids (new ssrcs);
-                                            user_id = the new session's user id, text = server name */
+                                            user_id = the new session's user id, text = server name. The user
+                                            and channel lists are the new session's (no USER_* events for it) */
+    /* 18, 19: the input gate's events. */
+    VC_EVENT_USER_CONNECTED = 20,      /**< user_id, channel_id (0 = none), muted, deafened (server mute),
+                                            text = username: a user logged in to the server (vc_list_users) */
+    VC_EVENT_USER_UPDATED = 21,        /**< user_id, channel_id, muted, deafened, text = username: a user's
+                                            entry in vc_list_users changed; code = what changed, VC_USER_CHANGED_*
+                                            bits (the channel, the server mute state, the published streams or
+                                            their state) */
+    VC_EVENT_USER_DISCONNECTED = 22,   /**< user_id, channel_id (the last one), text = username: a user left
+                                            the server (or was kicked) */
+    VC_EVENT_CHANNELS_CHANGED = 23     /**< the server's channel list changed (the server reloaded its
+                                            configuration): vc_list_channels has the new one */
 } vc_event_type;
+
+/** Bits of the code of VC_EVENT_USER_UPDATED. */
+#define VC_USER_CHANGED_CHANNEL     1  /**< moved to another channel (or to none) */
+#define VC_USER_CHANGED_SERVER_MUTE 2  /**< server mute or deafen */
+#define VC_USER_CHANGED_STREAMS     4  /**< published a stream, stopped one, or changed one's mute / hold */
+
+/** The port a server listens on when none is named (0 means this port, to client and server alike). */
+#define VC_DEFAULT_PORT 47800
 
 /* ---- Structures ------------------------------------------------------------ */
 
@@ -164,7 +226,7 @@ typedef struct vc_client_config {
 /** Where and how to connect. */
 typedef struct vc_connect_params {
     const char *host;               /**< name or address of the server */
-    uint16_t port;                  /**< 0 = 47800 */
+    uint16_t port;                  /**< 0 = VC_DEFAULT_PORT (47800), as for voicecat-server */
     const char *username;           /**< 1..64 bytes of UTF-8 without control characters, unique on the
                                          server (VC_ERR_INVALID_ARG otherwise) */
     const char *password;           /**< server password, NULL = none */
@@ -258,6 +320,37 @@ typedef struct vc_connection_stats {
                                         path's loss is keepalives_lost / keepalives_sent */
 } vc_connection_stats;
 
+/** A user on the server (vc_list_users). */
+typedef struct vc_user_info {
+    uint32_t user_id;
+    uint32_t channel_id;           /**< the channel the user is in; 0 = none */
+    int32_t server_muted;          /**< server mute: the server drops the user's audio */
+    int32_t server_deafened;       /**< server deafen: the server sends the user no audio */
+    uint32_t stream_count;         /**< streams the user publishes (vc_list_user_streams lists them) */
+    uint32_t stream_kinds;         /**< bit (1 << kind) set for each vc_stream_kind among them */
+    int32_t is_self;               /**< 1 for this client's own session */
+    char username[65];
+} vc_user_info;
+
+/** A stream a user publishes (vc_list_user_streams), whichever channel it is in. */
+typedef struct vc_user_stream {
+    uint32_t user_id;
+    uint32_t stream_id;            /**< the publisher's stream id */
+    uint32_t ssrc;                 /**< the stream's ssrc (vc_remote_stream_info's, where it is received) */
+    vc_stream_kind kind;
+    int32_t muted;                 /**< the publisher's own state of it (vc_set_stream_state) */
+    int32_t hold;
+} vc_user_stream;
+
+/** A channel on the server (vc_list_channels). */
+typedef struct vc_channel_info {
+    uint32_t channel_id;
+    uint32_t member_count;         /**< users in it */
+    int32_t is_current;            /**< 1 for the channel this client is in */
+    vc_audio_config audio;         /**< its AudioConfig: what streams published there are encoded with */
+    char name[65];
+} vc_channel_info;
+
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
 typedef struct vc_device_info {
     char name[128];
@@ -302,6 +395,12 @@ uint32_t vc_version_number(void);
 const char *vc_version_string(void);
 /** Static text for a result code; unknown codes give "unknown error". Callback-safe: yes. */
 const char *vc_strerror(int code);
+/**
+ * The name of an event type as this header spells it, e.g. "VC_EVENT_TALK_START"
+ * (static text); a value this library does not know gives "VC_EVENT_UNKNOWN".
+ * Thread-safe; callback-safe: yes.
+ */
+const char *vc_event_type_name(vc_event_type type);
 /**
  * sizeof() of a public struct as the library was built, e.g. "vc_stream_stats", so
  * FFI callers can check their layouts. Returns 0 for an unknown name or NULL.
@@ -545,6 +644,75 @@ int vc_set_vad(vc_client *c, float threshold, uint32_t hang_ms);
 /** Push-to-talk key state (used in VC_INPUT_PTT mode). Callback-safe: yes. */
 int vc_set_push_to_talk(vc_client *c, int active);
 
+/* ---- Users, channels and administration -------------------------------------- */
+
+/**
+ * Lists every user on the server, by user id, this client included (is_self): fills
+ * up to `cap` entries of `out` (may be NULL when cap is 0) and sets *count to the
+ * total. The list is the server's roster, received at connect and kept up to date
+ * by the server's presence updates (VC_EVENT_USER_CONNECTED / _UPDATED /
+ * _DISCONNECTED): the server tells a client the change its own request caused before
+ * the reply, so after vc_join_channel, vc_stream_start or an admin call returns the
+ * list shows its effect; others' changes arrive within about 0.1 s. Returns
+ * VC_ERR_STATE when not connected (or reconnecting), VC_ERR_UNSUPPORTED when the
+ * server sends no roster. Callback-safe: yes.
+ */
+int vc_list_users(vc_client *c, vc_user_info *out, size_t cap, size_t *count);
+
+/**
+ * Lists the streams published by `user_id` (0 = by every user, ordered by user id),
+ * in any channel, as vc_list_users; same rules for out, cap and *count. A user id
+ * not in the list gives VC_ERR_NOT_FOUND. Callback-safe: yes.
+ */
+int vc_list_user_streams(vc_client *c, uint32_t user_id, vc_user_stream *out, size_t cap, size_t *count);
+
+/**
+ * Lists the server's channels in the server's order with their AudioConfig and how
+ * many users are in each (from the roster); same rules for out, cap and *count. The
+ * list is the one the server gave at connect, changed when the server reloads its
+ * configuration (VC_EVENT_CHANNELS_CHANGED). A user may be in a channel a reload
+ * retired (no longer listed) until it leaves. Returns VC_ERR_STATE when not
+ * connected. Callback-safe: yes.
+ */
+int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *count);
+
+/**
+ * Publishes the state of one of this client's streams: `muted`, `hold` (0 or 1). The
+ * server keeps it and tells the channel (VC_EVENT_STREAM_STATE_UPDATE to each
+ * listener, and to those who join later) and the roster (vc_list_user_streams,
+ * VC_EVENT_USER_UPDATED). It is information for the others' user interfaces only:
+ * the stream's audio is not touched (stop feeding it, or use push-to-talk, to stop
+ * sending). After an automatic reconnect it is published again. Does not wait for
+ * the server. Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0
+ * or 1), VC_ERR_STATE (not connected). Callback-safe: yes.
+ */
+int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
+
+/**
+ * Server-mutes (the server drops the user's audio) and / or deafens (it sends the
+ * user none) any user, with the server's admin password (its `admin_password`), and
+ * waits until the server has done it: the user's channel gets
+ * VC_EVENT_SERVER_MUTE_STATE, every client VC_EVENT_USER_UPDATED, and the lists show
+ * it when this returns. 0, 0 lifts both. Returns VC_ERR_AUTH for a wrong admin
+ * password or a server without one (the server then answers this client's next admin
+ * requests only after a growing delay, and closes the session after
+ * max_auth_failures wrong ones), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
+ * connected), VC_ERR_TIMEOUT, VC_ERR_INVALID_ARG (admin_password NULL, muted or
+ * deafened not 0 or 1). Callback-safe: no.
+ */
+int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);
+
+/**
+ * Removes a user from the server with the admin password, and waits until the
+ * server has done it. The user's session ends with VC_EVENT_DISCONNECTED (code
+ * VC_ERR_REJECTED, text "server: kicked by <admin>: <reason>", and no automatic
+ * reconnect); the others see it leave (VC_EVENT_USER_LEFT in its channel,
+ * VC_EVENT_USER_DISCONNECTED everywhere). `reason` may be NULL or up to 256 bytes.
+ * Returns as vc_admin_set_server_mute, and VC_ERR_REJECTED for this client's own
+ * user id. Callback-safe: no.
+ */
+int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char *admin_password);
+
 /* ---- Receiving (per remote stream, local to this listener) ------------------- */
 
 /**
@@ -560,6 +728,20 @@ int vc_set_remote_stream(vc_client *c, uint32_t ssrc, const vc_remote_stream *s)
 
 /** Reads the settings back (defaults: gain 1.0, unmuted, NR off). Callback-safe: yes. */
 int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
+
+/**
+ * Bounds the jitter buffer of the remote stream `ssrc`, or with ssrc 0 of every
+ * stream received now and later (replacing the bounds set on single streams): its
+ * target depth (vc_stream_stats.target_depth_ms, the frame being played plus the
+ * cushion the buffer adapts to the network's jitter) stays within [min_ms, max_ms],
+ * in whole frames (min rounded up, max down, never below one frame) and within what
+ * the buffer holds (one frame plus 500 ms). A low max_ms favours delay over late
+ * frames; a min_ms keeps a cushion for a network known to be bursty. 0 means no
+ * bound (0, 0 lifts both). A stream added later gets the ssrc-0 bounds. Returns
+ * VC_ERR_NOT_FOUND (ssrc not received), VC_ERR_INVALID_ARG (min_ms above a non-zero
+ * max_ms, either above 10000). Callback-safe: yes.
+ */
+int vc_set_jitter_bounds(vc_client *c, uint32_t ssrc, uint32_t min_ms, uint32_t max_ms);
 
 /**
  * Lists the remote streams being received: fills up to `cap` entries of `out` (may
@@ -656,8 +838,12 @@ int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 
 /**
  * Why the last failed call on this client failed (for example the server's refusal
- * text, or which argument was wrong), copied into buf. Every failing call records
- * its own reason, so the text never describes an older failure. Callback-safe: yes.
+ * text, or which argument was wrong: "vc_set_jitter_bounds: min_ms 300 is above
+ * max_ms 100"), copied into buf (cut to len - 1 bytes). Every call that fails on a
+ * client records its own reason, argument checks included, so the text always
+ * describes the last failure and never an older one; successful calls leave it as it
+ * is. Returns VC_ERR_INVALID_ARG for a bad handle, a NULL buf or len 0 (recording
+ * nothing: that would overwrite the text being asked for). Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);
 

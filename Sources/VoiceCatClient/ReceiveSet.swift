@@ -11,6 +11,10 @@ final class ReceiveSet {
     let slots: [RemoteSlot]
     /// ssrc → slot index. Network thread only.
     private var bySSRC: [UInt32: Int] = [:]
+    /// Jitter bounds for streams without their own (ControlPlane.swift). The lock is taken
+    /// before a slot's lock, never after: a stream added while the bounds change gets them.
+    let boundsLock = Lock()
+    var defaultBounds = JitterBounds.none
 
     init(capacity: Int) throws {
         var s: [RemoteSlot] = []
@@ -30,8 +34,10 @@ final class ReceiveSet {
         guard bySSRC[r.ssrc] == nil else { return true }
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
-        s.lock.withLock { s.configure(r, username: username) }
-        s.live.store(true, ordering: .releasing)
+        boundsLock.withLock {
+            s.lock.withLock { s.configure(r, username: username); s.applyJitterBounds(defaultBounds) }
+            s.live.store(true, ordering: .releasing)
+        }
         bySSRC[r.ssrc] = idx
         return true
     }

@@ -71,6 +71,9 @@ public struct ClientConfig {
     public var knownServersPath: String? = nil
     /// Reconnect by itself after the control connection is lost (re-join, re-announce).
     public var autoReconnect = false
+    /// Ask the server for its roster (every user and channel, and the changes): the
+    /// user and channel lists. Off, the server spends nothing on this client for it.
+    public var presence = true
     public init() {}
 }
 

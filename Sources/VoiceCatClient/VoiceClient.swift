@@ -44,6 +44,10 @@ public final class VoiceClient {
     var channelName = ""
     var channelAudio: AudioConfig?
     var usernames: [UInt32: String] = [:]
+    /// The server's roster by user id (ControlPlane.swift); nil when the server sends none.
+    var roster: [UInt32: UserPresence]?
+    /// The state each local stream published (stream id → muted, hold), told again after a reconnect.
+    var streamStates: [UInt32: (muted: Bool, hold: Bool)] = [:]
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]
@@ -204,8 +208,10 @@ public final class VoiceClient {
         let udp: Socket
         let address: SocketAddress
         let hello: HelloResult
-        /// Channel entries of the HelloResult that were left out, and why.
+        /// Channel entries of the HelloResult (and roster records) that were left out, and why.
         let refused: [String]
+        /// The roster the server sent after the HelloResult (nil: it sent none).
+        var roster: [UInt32: UserPresence]? = nil
     }
 
     /// The known-servers file in force: nil when the host chose none ("") or no home
@@ -262,6 +268,7 @@ public final class VoiceClient {
                 channelName = ""
                 channelAudio = nil
                 usernames = [l.hello.userID: username]
+                streamStates = [:]
                 replies = [:]
                 stopNetwork = false
                 phase = .connected
@@ -298,6 +305,7 @@ public final class VoiceClient {
         mediaSendKey = media.send
         epoch = 0
         refusedAtHello = l.refused
+        roster = l.roster
     }
 
     /// TCP, handshake, the server's identity checked (pin or known-servers file)
@@ -323,7 +331,8 @@ public final class VoiceClient {
             if t.pinned == nil, let path = t.storePath {
                 try KnownServers.verify(path: path, host: t.host, port: t.port, fingerprint: c.fingerprint)
             }
-            try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName)))
+            try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName,
+                                    presence: config.presence)))
             var result: HelloResult
             switch try c.receiveDecoded(deadlineMs: deadline) {
             case .helloResult(let r): result = r
@@ -350,6 +359,22 @@ public final class VoiceClient {
                 return false
             }
             result.serverName = ServerMessageLimits.sanitized(result.serverName, maxBytes: ServerMessageLimits.maxServerNameBytes)
+            // The roster (asked for in Hello) follows in UserList parts; built whole before use.
+            var roster: [UInt32: UserPresence]? = nil
+            if result.presence {
+                var users: [UserPresence] = []
+                while true {
+                    guard case .userList(let part) = try c.receiveDecoded(deadlineMs: deadline) else {
+                        throw ClientError.protocolError("expected the server's user list after its HelloResult")
+                    }
+                    users += part.users
+                    guard users.count <= ServerMessageLimits.maxUsers else {
+                        throw ClientError.protocolError("refused the server's user list: over \(ServerMessageLimits.maxUsers) users")
+                    }
+                    if !part.more { break }
+                }
+                roster = VoiceClient.checkedRoster(users, refused: &refused)
+            }
             do {
                 sock = try Socket.udp(familyOf: address)
                 try sock!.setNonBlocking()
@@ -360,7 +385,7 @@ public final class VoiceClient {
             }
             var binder = UDPBinder(sessionID: result.sessionID, bindingID: result.bindingID, epoch: 0, keys: c.keys.bind(epoch: 0))
             try bindUDP(sock!, to: address, binder: &binder, deadlineMs: deadline)
-            return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused)
+            return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused, roster: roster)
         } catch {
             c.close()
             sock?.close()
@@ -371,9 +396,9 @@ public final class VoiceClient {
     static func mapServerError(_ e: ErrorMessage) -> ClientError {
         let text = "server: \(ServerMessageLimits.sanitized(e.message))"
         switch ProtocolErrorCode(rawValue: e.code) {
-        case .authFailed: return .auth(text)
+        case .authFailed, .forbidden: return .auth(text)   // forbidden: a wrong admin password
         case .versionMismatch: return .version(text)
-        case .usernameTaken, .serverFull, .limitReached, .forbidden: return .rejected(text)
+        case .usernameTaken, .serverFull, .limitReached, .kicked: return .rejected(text)
         case .notFound: return .notFound(text)
         case .wrongState: return .state(text)
         default: return .rejected(text)
@@ -475,6 +500,7 @@ public final class VoiceClient {
     /// session ended): its capture stops, later feeds are refused.
     func retire(_ id: UInt32) {
         guard let s = streams.remove(id) else { return }
+        cond.withLock { _ = streamStates.removeValue(forKey: id) }
         localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)
         let hadAEC = s.slot.lock.withLock { () -> Bool in

@@ -142,15 +142,10 @@ public func vc_version_number() -> UInt32 {
 }
 
 /// "major.minor.patch" of the header the library was built with, made once.
-let versionCString: UnsafeMutablePointer<CChar> = {
-    let s = "\(VC_VERSION_MAJOR).\(VC_VERSION_MINOR).\(VC_VERSION_PATCH)"
-    let p = UnsafeMutablePointer<CChar>.allocate(capacity: s.utf8.count + 1)
-    copyString(s, into: p, capacity: s.utf8.count + 1)
-    return p
-}()
+let versionCString = makeStaticCString("\(VC_VERSION_MAJOR).\(VC_VERSION_MINOR).\(VC_VERSION_PATCH)")
 
 @_cdecl("vc_version_string")
-public func vc_version_string() -> UnsafePointer<CChar> { UnsafePointer(versionCString) }
+public func vc_version_string() -> UnsafePointer<CChar> { versionCString }
 
 /// The one table of result texts (the codes are the header's).
 let errorTexts: [Int32: StaticString] = [
@@ -193,8 +188,45 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
     case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
+    case "vc_user_info": return MemoryLayout<vc_user_info>.size
+    case "vc_user_stream": return MemoryLayout<vc_user_stream>.size
+    case "vc_channel_info": return MemoryLayout<vc_channel_info>.size
     default: return 0
     }
+}
+
+/// The header's names of the event types, made once (static C strings).
+let eventTypeNames: [UInt32: UnsafePointer<CChar>] = {
+    let names: [(vc_event_type, String)] = [
+        (VC_EVENT_NONE, "VC_EVENT_NONE"), (VC_EVENT_CONNECTED, "VC_EVENT_CONNECTED"),
+        (VC_EVENT_DISCONNECTED, "VC_EVENT_DISCONNECTED"), (VC_EVENT_CHANNEL_JOINED, "VC_EVENT_CHANNEL_JOINED"),
+        (VC_EVENT_USER_JOINED, "VC_EVENT_USER_JOINED"), (VC_EVENT_USER_LEFT, "VC_EVENT_USER_LEFT"),
+        (VC_EVENT_REMOTE_STREAM_ADDED, "VC_EVENT_REMOTE_STREAM_ADDED"),
+        (VC_EVENT_REMOTE_STREAM_REMOVED, "VC_EVENT_REMOTE_STREAM_REMOVED"), (VC_EVENT_TALK_START, "VC_EVENT_TALK_START"),
+        (VC_EVENT_TALK_STOP, "VC_EVENT_TALK_STOP"), (VC_EVENT_VOICE_DISCONNECTED, "VC_EVENT_VOICE_DISCONNECTED"),
+        (VC_EVENT_VOICE_RECONNECTED, "VC_EVENT_VOICE_RECONNECTED"), (VC_EVENT_SERVER_MUTE_STATE, "VC_EVENT_SERVER_MUTE_STATE"),
+        (VC_EVENT_STREAM_STATE_UPDATE, "VC_EVENT_STREAM_STATE_UPDATE"), (VC_EVENT_ERROR, "VC_EVENT_ERROR"),
+        (VC_EVENT_DEVICE_RESTORED, "VC_EVENT_DEVICE_RESTORED"), (VC_EVENT_RECONNECTING, "VC_EVENT_RECONNECTING"),
+        (VC_EVENT_RECONNECTED, "VC_EVENT_RECONNECTED"), (VC_EVENT_USER_CONNECTED, "VC_EVENT_USER_CONNECTED"),
+        (VC_EVENT_USER_UPDATED, "VC_EVENT_USER_UPDATED"), (VC_EVENT_USER_DISCONNECTED, "VC_EVENT_USER_DISCONNECTED"),
+        (VC_EVENT_CHANNELS_CHANGED, "VC_EVENT_CHANNELS_CHANGED"),
+    ]
+    var table: [UInt32: UnsafePointer<CChar>] = [:]
+    for (t, name) in names { table[t.rawValue] = makeStaticCString(name) }
+    return table
+}()
+let unknownEventTypeName = makeStaticCString("VC_EVENT_UNKNOWN")
+
+/// A C string that lives as long as the process.
+func makeStaticCString(_ s: String) -> UnsafePointer<CChar> {
+    let p = UnsafeMutablePointer<CChar>.allocate(capacity: s.utf8.count + 1)
+    copyString(s, into: p, capacity: s.utf8.count + 1)
+    return UnsafePointer(p)
+}
+
+@_cdecl("vc_event_type_name")
+public func vc_event_type_name(_ type: vc_event_type) -> UnsafePointer<CChar> {
+    eventTypeNames[type.rawValue] ?? unknownEventTypeName
 }
 
 @_cdecl("vc_set_log_callback")
@@ -437,6 +469,18 @@ public func vc_list_remote_streams(_ p: OpaquePointer?, _ out: UnsafeMutablePoin
     }
 }
 
+@_cdecl("vc_set_jitter_bounds")
+public func vc_set_jitter_bounds(_ p: OpaquePointer?, _ ssrc: UInt32, _ minMs: UInt32, _ maxMs: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard minMs <= JitterBounds.limitMs, maxMs <= JitterBounds.limitMs else {
+            throw invalid("vc_set_jitter_bounds: bounds must be at most \(JitterBounds.limitMs) ms (got min_ms \(minMs), max_ms \(maxMs))")
+        }
+        guard maxMs == 0 || minMs <= maxMs else { throw invalid("vc_set_jitter_bounds: min_ms \(minMs) is above max_ms \(maxMs)") }
+        try b.client.setJitterBounds(ssrc: ssrc, JitterBounds(minMs: minMs, maxMs: maxMs))
+        return VC_OK
+    }
+}
+
 @_cdecl("vc_get_stream_stats")
 public func vc_get_stream_stats(_ p: OpaquePointer?, _ ssrc: UInt32, _ out: UnsafeMutablePointer<vc_stream_stats>?) -> Int32 {
     withClient(p) { b in
@@ -460,6 +504,124 @@ public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePoi
                                           bytes_out: s.bytesOut, packets_in: s.packetsIn, packets_out: s.packetsOut,
                                           auth_failures: s.authFailures, voice_connected: s.voiceConnected ? 1 : 0,
                                           keepalives_sent: s.keepalivesSent, keepalives_lost: s.keepalivesLost)
+        return VC_OK
+    }
+}
+
+// MARK: - users, channels and administration
+
+/// Checks the out / cap / count triple of a vc_list_* call.
+func checkList<T>(_ fn: String, _ out: UnsafeMutablePointer<T>?, _ cap: Int, _ count: UnsafeMutablePointer<Int>?) throws
+    -> UnsafeMutablePointer<Int> {
+    guard let count else { throw invalid("\(fn): count is NULL") }
+    guard cap == 0 || out != nil else { throw invalid("\(fn): out is NULL with cap \(cap)") }
+    return count
+}
+
+/// A C int flag that must be 0 or 1.
+func flag(_ fn: String, _ name: String, _ v: Int32) throws -> Bool {
+    guard v == 0 || v == 1 else { throw invalid("\(fn): \(name) must be 0 or 1 (got \(v))") }
+    return v == 1
+}
+
+@_cdecl("vc_list_users")
+public func vc_list_users(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_user_info>?, _ cap: Int,
+                          _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_users", out, cap, count)
+        let list = try b.client.users()
+        count.pointee = list.count
+        for (i, u) in list.prefix(cap).enumerated() {
+            var info = vc_user_info()
+            info.user_id = u.userID; info.channel_id = u.channelID
+            info.server_muted = u.serverMuted ? 1 : 0; info.server_deafened = u.serverDeafened ? 1 : 0
+            info.stream_count = UInt32(u.streams.count)
+            info.stream_kinds = u.streams.reduce(0) { $0 | (1 << $1.kind.rawValue) }
+            info.is_self = u.isSelf ? 1 : 0
+            copyStringTuple(u.username, into: &info.username)
+            out![i] = info
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_list_user_streams")
+public func vc_list_user_streams(_ p: OpaquePointer?, _ userID: UInt32, _ out: UnsafeMutablePointer<vc_user_stream>?, _ cap: Int,
+                                 _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_user_streams", out, cap, count)
+        let users = try b.client.users()
+        if userID != 0 && !users.contains(where: { $0.userID == userID }) {
+            throw ClientError.notFound("vc_list_user_streams: no user \(userID) on the server")
+        }
+        let list = users.filter { userID == 0 || $0.userID == userID }.flatMap { u in u.streams.map { (u.userID, $0) } }
+        count.pointee = list.count
+        for (i, (uid, st)) in list.prefix(cap).enumerated() {
+            out![i] = vc_user_stream(user_id: uid, stream_id: st.streamID, ssrc: st.ssrc, kind: vc_stream_kind(rawValue: st.kind.rawValue),
+                                     muted: st.muted ? 1 : 0, hold: st.hold ? 1 : 0)
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_list_channels")
+public func vc_list_channels(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_channel_info>?, _ cap: Int,
+                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_channels", out, cap, count)
+        let list = try b.client.channels()
+        count.pointee = list.count
+        for (i, ch) in list.prefix(cap).enumerated() {
+            var info = vc_channel_info()
+            info.channel_id = ch.id
+            info.member_count = UInt32(ch.memberCount)
+            info.is_current = ch.isCurrent ? 1 : 0
+            info.audio = toC(ch.audio)
+            copyStringTuple(ch.name, into: &info.name)
+            out![i] = info
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_stream_state")
+public func vc_set_stream_state(_ p: OpaquePointer?, _ id: UInt32, _ muted: Int32, _ hold: Int32) -> Int32 {
+    withClient(p) { b in
+        let m = try flag("vc_set_stream_state", "muted", muted), h = try flag("vc_set_stream_state", "hold", hold)
+        try b.client.setStreamState(streamID: id, muted: m, hold: h)
+        return VC_OK
+    }
+}
+
+/// The admin password argument of the vc_admin_* calls.
+func adminPassword(_ fn: String, _ pw: UnsafePointer<CChar>?) throws -> String {
+    guard let pw else { throw invalid("\(fn): admin_password is NULL") }
+    guard let s = String(validatingCString: pw) else { throw invalid("\(fn): admin_password is not valid UTF-8") }
+    return s
+}
+
+@_cdecl("vc_admin_set_server_mute")
+public func vc_admin_set_server_mute(_ p: OpaquePointer?, _ userID: UInt32, _ muted: Int32, _ deafened: Int32,
+                                     _ pw: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        let fn = "vc_admin_set_server_mute"
+        let m = try flag(fn, "muted", muted), d = try flag(fn, "deafened", deafened)
+        try b.client.adminSetServerMute(userID: userID, muted: m, deafened: d, adminPassword: try adminPassword(fn, pw))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_admin_kick")
+public func vc_admin_kick(_ p: OpaquePointer?, _ userID: UInt32, _ reason: UnsafePointer<CChar>?, _ pw: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        let fn = "vc_admin_kick"
+        var why = ""
+        if let reason {
+            guard let r = String(validatingCString: reason) else { throw invalid("\(fn): reason is not valid UTF-8") }
+            guard r.utf8.count <= 256 else { throw invalid("\(fn): reason is \(r.utf8.count) bytes (at most 256)") }
+            why = r
+        }
+        try b.client.adminKick(userID: userID, reason: why, adminPassword: try adminPassword(fn, pw))
         return VC_OK
     }
 }
