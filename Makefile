@@ -88,8 +88,9 @@ c-test:
 	$(MAKE) install PREFIX=$(TEST_PREFIX)
 	$(MAKE) examples PREFIX=$(TEST_PREFIX)
 	@echo "exported symbols other than vc_*:"; \
-	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -e '^vc_' -e '^VOICECAT_0$$'
-	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl python
+	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -E -e '^vc_' -e '^VOICECAT_0(\.[0-9]+)?$$'
+	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl python \
+	    tools/abi-baseline.json
 	for t in api_check alloc_host; do \
 	    PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g Tests/c/$$t.c -o $(EXAMPLES)/$$t \
 	        $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lpthread -lm; \

@@ -36,6 +36,9 @@ static void null_and_bad_handles(void) {
     uint32_t id;
     vc_stream_desc d = vc_stream_desc_default();
     vc_connect_params p = {0};
+    vc_user_info users[2];
+    vc_user_stream ustreams[2];
+    vc_channel_info chans[2];
     vc_client *bad = (vc_client *)(uintptr_t)0x1234;  /* never a live handle */
     vc_client *handles[2] = {NULL, bad};
 
@@ -71,6 +74,13 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_audio_restart(c), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
         EXPECT(vc_get_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_users(c, users, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_user_streams(c, 0, ustreams, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_channels(c, chans, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_stream_state(c, 1, 1, 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_admin_set_server_mute(c, 1, 1, 0, "pw"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_admin_kick(c, 1, "why", "pw"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_jitter_bounds(c, 0, 0, 100), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -82,6 +92,13 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_client_config"), (int)sizeof(vc_client_config));
     EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
     EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
+    EXPECT((int)vc_struct_size("vc_user_info"), (int)sizeof(vc_user_info));
+    EXPECT((int)vc_struct_size("vc_user_stream"), (int)sizeof(vc_user_stream));
+    EXPECT((int)vc_struct_size("vc_channel_info"), (int)sizeof(vc_channel_info));
+    EXPECT(strcmp(vc_event_type_name(VC_EVENT_USER_UPDATED), "VC_EVENT_USER_UPDATED"), 0);
+    EXPECT(strcmp(vc_event_type_name(VC_EVENT_NONE), "VC_EVENT_NONE"), 0);
+    EXPECT(strcmp(vc_event_type_name((vc_event_type)-5), "VC_EVENT_UNKNOWN"), 0);
+    EXPECT(strcmp(vc_event_type_name((vc_event_type)1000), "VC_EVENT_UNKNOWN"), 0);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
     vc_stream_desc dd = vc_stream_desc_default();
@@ -137,6 +154,15 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_STATE);
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_STATE);
     EXPECT(vc_set_external_playback(c, 1), VC_OK);
+    vc_user_info users[8];
+    vc_user_stream ustreams[8];
+    vc_channel_info chans[8];
+    EXPECT(vc_list_users(c, users, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_list_channels(c, chans, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_list_user_streams(c, 0, ustreams, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_admin_set_server_mute(c, 1, 1, 0, "pw"), VC_ERR_STATE);
+    EXPECT(vc_admin_kick(c, 1, NULL, "pw"), VC_ERR_STATE);
+    EXPECT(vc_set_jitter_bounds(c, 0, 20, 200), VC_OK);         /* remembered for streams to come */
 
     p.host = "127.0.0.1";
     p.port = (uint16_t)port;
@@ -175,6 +201,47 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_join_channel(c, "No such channel"), VC_ERR_NOT_FOUND);
     EXPECT(vc_join_channel(c, "Lobby"), VC_OK);
     EXPECT(vc_get_channel_audio(c, NULL), VC_ERR_INVALID_ARG);
+
+    /* Users, channels and administration. */
+    EXPECT(vc_list_users(c, NULL, 8, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_users(c, users, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_users(c, NULL, 0, &count), VC_OK);
+    EXPECT(count >= 1, 1);
+    EXPECT(vc_list_users(c, users, 8, &count), VC_OK);
+    uint32_t me = 0;
+    for (size_t i = 0; i < count && i < 8; i++) if (users[i].is_self) me = users[i].user_id;
+    EXPECT(me != 0, 1);
+    EXPECT(vc_list_channels(c, NULL, 2, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_channels(c, chans, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_channels(c, chans, 8, &count), VC_OK);
+    EXPECT(count >= 1 && strcmp(chans[0].name, "Lobby") == 0 && chans[0].is_current == 1 && chans[0].member_count >= 1, 1);
+    EXPECT(vc_list_user_streams(c, 0, NULL, 3, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_user_streams(c, me, ustreams, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_user_streams(c, 999999, ustreams, 8, &count), VC_ERR_NOT_FOUND);
+    EXPECT(vc_list_user_streams(c, me, ustreams, 8, &count), VC_OK);
+    EXPECT((int)count, 0);
+    EXPECT(vc_set_stream_state(c, 4242, 0, 0), VC_ERR_NOT_FOUND);
+    EXPECT(vc_admin_set_server_mute(c, me, 1, 0, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_set_server_mute(c, me, 2, 0, "pw"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_set_server_mute(c, me, 0, -1, "pw"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_kick(c, me, "why", NULL), VC_ERR_INVALID_ARG);
+    {
+        char long_reason[300];
+        memset(long_reason, 'r', sizeof long_reason - 1);
+        long_reason[sizeof long_reason - 1] = 0;
+        EXPECT(vc_admin_kick(c, me, long_reason, "pw"), VC_ERR_INVALID_ARG);
+    }
+    /* This server has no admin password: every admin request is refused (one try: the
+     * server closes a session after max_auth_failures wrong admin passwords). */
+    EXPECT(vc_admin_set_server_mute(c, me, 1, 0, "pw"), VC_ERR_AUTH);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "admin password") != NULL, 1);
+    EXPECT(vc_set_jitter_bounds(c, 77777, 0, 100), VC_ERR_NOT_FOUND);
+    EXPECT(vc_set_jitter_bounds(c, 0, 300, 100), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "min_ms 300 is above max_ms 100") != NULL, 1);
+    EXPECT(vc_set_jitter_bounds(c, 0, 0, 20000), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_jitter_bounds(c, 0, 0, 0), VC_OK);
 
     /* Streams. */
     EXPECT(vc_stream_start(c, NULL, &id), VC_ERR_INVALID_ARG);
@@ -243,6 +310,9 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_get_send_processing(c, id, &back), VC_OK);
     EXPECT(back.noise_suppression == 1 && back.echo_cancellation == 1 && back.agc == 0, 1);
     EXPECT(vc_get_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 2, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 0, 7), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 1, 1), VC_OK);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
