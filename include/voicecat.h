@@ -82,7 +82,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------- */
 
 #define VC_VERSION_MAJOR 0
-#define VC_VERSION_MINOR 2
+#define VC_VERSION_MINOR 3
 #define VC_VERSION_PATCH 0
 /** (major << 16) | (minor << 8) | patch of this header. */
 #define VC_VERSION_NUMBER ((VC_VERSION_MAJOR << 16) | (VC_VERSION_MINOR << 8) | VC_VERSION_PATCH)

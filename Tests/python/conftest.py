@@ -81,6 +81,16 @@ def password_server() -> Iterator[Server]:
     proc.wait(timeout=10)
 
 
+@pytest.fixture(scope="module")
+def admin_server() -> Iterator[Server]:
+    """A voicecat-server with an admin password ("s3cret"), fresh for each module (admin
+    tests kick and mute its users)."""
+    proc, info = _start_server(["--admin-password", "s3cret"])
+    yield info
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
 _names = iter(range(1, 1 << 30))
 
 

@@ -109,13 +109,30 @@ class vc_event(ctypes.Structure):
                 ("deafened", ctypes.c_int32), ("hold", ctypes.c_int32), ("text", ctypes.c_char * 256)]
 
 
+class vc_user_info(ctypes.Structure):
+    _fields_ = [("user_id", ctypes.c_uint32), ("channel_id", ctypes.c_uint32), ("server_muted", ctypes.c_int32),
+                ("server_deafened", ctypes.c_int32), ("stream_count", ctypes.c_uint32), ("stream_kinds", ctypes.c_uint32),
+                ("is_self", ctypes.c_int32), ("username", ctypes.c_char * 65)]
+
+
+class vc_user_stream(ctypes.Structure):
+    _fields_ = [("user_id", ctypes.c_uint32), ("stream_id", ctypes.c_uint32), ("ssrc", ctypes.c_uint32),
+                ("kind", ctypes.c_int), ("muted", ctypes.c_int32), ("hold", ctypes.c_int32)]
+
+
+class vc_channel_info(ctypes.Structure):
+    _fields_ = [("channel_id", ctypes.c_uint32), ("member_count", ctypes.c_uint32), ("is_current", ctypes.c_int32),
+                ("audio", vc_audio_config), ("name", ctypes.c_char * 65)]
+
+
 #: Every struct whose size the library reports through vc_struct_size.
 _STRUCTS: "dict[str, Type[ctypes.Structure]]" = {
     "vc_client_config": vc_client_config, "vc_connect_params": vc_connect_params,
     "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
     "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
     "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing}
+    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
+    "vc_user_stream": vc_user_stream, "vc_channel_info": vc_channel_info}
 
 # ---- Callback types ------------------------------------------------------------------
 
@@ -138,6 +155,8 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_strerror", ctypes.c_char_p, [ctypes.c_int]),
     # size_t vc_struct_size(const char *name);
     ("vc_struct_size", ctypes.c_size_t, [ctypes.c_char_p]),
+    # const char *vc_event_type_name(vc_event_type type);
+    ("vc_event_type_name", ctypes.c_char_p, [ctypes.c_int]),
     # void vc_set_log_callback(vc_log_fn fn, void *user);
     ("vc_set_log_callback", None, [LOG_FN, ctypes.c_void_p]),
     # vc_client_config vc_client_config_default(void);
@@ -176,6 +195,22 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_set_remote_stream", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_remote_stream)]),
     # int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
     ("vc_get_remote_stream", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_remote_stream)]),
+    # int vc_list_users(vc_client *c, vc_user_info *out, size_t cap, size_t *count);
+    ("vc_list_users", ctypes.c_int, [_P, ctypes.POINTER(vc_user_info), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_list_user_streams(vc_client *c, uint32_t user_id, vc_user_stream *out, size_t cap, size_t *count);
+    ("vc_list_user_streams", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_user_stream), ctypes.c_size_t,
+                                            ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *count);
+    ("vc_list_channels", ctypes.c_int, [_P, ctypes.POINTER(vc_channel_info), ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
+    ("vc_set_stream_state", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]),
+    # int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);
+    ("vc_admin_set_server_mute", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int, ctypes.c_int, ctypes.c_char_p]),
+    # int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char *admin_password);
+    ("vc_admin_kick", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]),
+    # int vc_set_jitter_bounds(vc_client *c, uint32_t ssrc, uint32_t min_ms, uint32_t max_ms);
+    ("vc_set_jitter_bounds", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
     # int vc_list_remote_streams(vc_client *c, vc_remote_stream_info *out, size_t cap, size_t *count);
     ("vc_list_remote_streams", ctypes.c_int, [_P, ctypes.POINTER(vc_remote_stream_info), ctypes.c_size_t,
                                               ctypes.POINTER(ctypes.c_size_t)]),
