@@ -8,8 +8,11 @@
 // pending change (so a burst of changes, a login storm, costs each subscriber one
 // message per interval, not one per change), at once when the list passes `flushBytes`,
 // and before anything else the server sends a subscriber (so a reply such as
-// JoinChannelResult is never ahead of the roster change it caused). Sessions that did
-// not ask cost nothing; the relay path is not involved.
+// JoinChannelResult is never ahead of the roster change it caused). A pass over the
+// subscribers seals at most `ServerConfig.presenceBytesPerTurn` per loop turn and goes
+// on in the next turns, so telling thousands of subscribers does not hold up the relay
+// for a long turn. Sessions that did not ask cost nothing; the relay path is not
+// involved.
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -21,12 +24,16 @@ struct PresenceState {
     static let flushBytes = 32 * 1024
 
     var subscribers: [Session] = []
-    /// Encoded changes: user records (field 1), channels added (5) and retired (6).
+    /// Encoded changes not yet told to every subscriber: user records (field 1), channels
+    /// added (5) and retired (6).
     var pending = EntryList()
-    /// Bumped each time the pending changes have been told to every subscriber.
-    var generation: UInt64 = 0
-    /// When the pending changes go out to everyone (nil: none pending).
+    /// The number of changes ever dropped from the front of `pending` (all subscribers had
+    /// them): a subscriber's position is counted from the first change ever.
+    var base = 0
+    /// When the pending changes go out to everyone (nil: nothing is waiting).
     var flushAtMs: UInt64?
+    /// The next subscriber of the pass under way (0: none is).
+    var passIndex = 0
     /// `PresenceUpdate` with no entries: every part starts with it.
     static let head = ControlMessage.presenceUpdate(PresenceUpdate()).encode()
 }
@@ -63,33 +70,49 @@ extension Server {
 
     // MARK: telling
 
-    /// Tells `s` the pending changes it has not been told yet (if it subscribed).
-    func deliverPresence(to s: Session) {
-        guard s.presence, let untold = s.presenceCursor.untold(count: presence.pending.count, generation: presence.generation) else {
-            return
-        }
+    /// Tells `s` the pending changes it has not been told yet (if it subscribed); returns
+    /// the bytes of changes that took.
+    @discardableResult
+    func deliverPresence(to s: Session) -> Int {
+        guard s.presence else { return 0 }
+        let from = max(s.presenceSeen, presence.base) - presence.base, count = presence.pending.count
+        guard from < count else { return 0 }
+        s.presenceSeen = presence.base + count
         let c = s.connection
-        guard !c.closed, c.phase == .active else { return }
+        guard !c.closed, c.phase == .active else { return 0 }
         let before = counters.controlFramesOut
         let head = PresenceState.head
-        sendEntries(c, presence.pending, untold, first: { _ in head }, next: { _ in head })
+        sendEntries(c, presence.pending, from..<count, first: { _ in head }, next: { _ in head })
         counters.presenceUpdatesSent += counters.controlFramesOut - before
+        return presence.pending.size(from..<count)
     }
 
-    /// Tells every subscriber everything pending and starts a new generation. A send that
-    /// fails can close a session (whose departure is then pending too): passes repeat
-    /// until one adds nothing.
+    /// A pass over the subscribers telling each what it has not been told, within this
+    /// turn's budget (`presenceBytesPerTurn`); it goes on next turn where it stopped.
+    /// When a pass is done, the changes every subscriber has are dropped; what came in
+    /// meanwhile (a send that fails can close a session, whose departure is then pending
+    /// too) waits for the next pass.
     func flushPresence() {
-        presence.flushAtMs = nil
-        while true {
-            let end = presence.pending.count
-            let list = presence.subscribers
-            var i = 0
-            while i < list.count { deliverPresence(to: list[i]); i += 1 }
-            if presence.pending.count == end { break }
+        var budget = live.presenceBytesPerTurn
+        while presence.passIndex < presence.subscribers.count && budget > 0 {
+            let s = presence.subscribers[presence.passIndex]
+            presence.passIndex += 1
+            budget -= max(1, deliverPresence(to: s))
         }
-        presence.pending.removeAll()
-        presence.generation &+= 1
+        if presence.passIndex < presence.subscribers.count {
+            presence.flushAtMs = now   // the rest of the pass in the next turn
+            return
+        }
+        presence.passIndex = 0
+        var told = presence.base + presence.pending.count
+        var i = 0
+        while i < presence.subscribers.count { told = min(told, presence.subscribers[i].presenceSeen); i += 1 }
+        let drop = told - presence.base
+        if drop > 0 {
+            presence.pending.removeFirst(drop)
+            presence.base += drop
+        }
+        presence.flushAtMs = presence.pending.count == 0 ? nil : now + PresenceState.intervalMs
     }
 
     // MARK: subscribers
@@ -105,7 +128,7 @@ extension Server {
         s.presenceIndex = presence.subscribers.count
         presence.subscribers.append(s)
         // The roster already holds every change made so far.
-        s.presenceCursor.skip(count: presence.pending.count, generation: presence.generation)
+        s.presenceSeen = presence.base + presence.pending.count
     }
 
     func unsubscribePresence(_ s: Session) {
@@ -118,9 +141,10 @@ extension Server {
             last.presenceIndex = i
         }
         if presence.subscribers.isEmpty {
+            presence.base += presence.pending.count
             presence.pending.removeAll()
-            presence.generation &+= 1
             presence.flushAtMs = nil
+            presence.passIndex = 0
         }
     }
 }

@@ -57,6 +57,10 @@ public struct ServerConfig {
     public var maxAuthFailures = 3
     /// Print counters this often (0 = never).
     public var statsIntervalSeconds = 0.0
+    /// Roster changes sealed for subscribers per loop turn (the rest go out in the next
+    /// turns): bounds how long a turn that tells thousands of subscribers takes. Not in
+    /// the config file; tests lower it.
+    public var presenceBytesPerTurn = 2 << 20
 
     public init() {}
 
@@ -225,6 +229,7 @@ extension ServerConfig {
         try check("auth_backoff_max_seconds", authBackoffMaxSeconds, authBackoffBaseSeconds, 3_600)
         try check("max_auth_failures", maxAuthFailures, 1, 1_000)
         try check("stats_interval_seconds", statsIntervalSeconds, 0, 86_400)
+        try check("presence_bytes_per_turn", presenceBytesPerTurn, 1, 1 << 30)
         try check("name (bytes)", serverName.utf8.count, 0, ServerMessageLimits.maxServerNameBytes)
         try check("password (bytes)", password?.utf8.count ?? 0, 0, 1024)
         try check("admin_password (bytes)", adminPassword?.utf8.count ?? 0, 0, 1024)

@@ -106,6 +106,16 @@ struct EntryList {
         offsets.append(0)
     }
 
+    /// Drops the first `n` entries.
+    mutating func removeFirst(_ n: Int) {
+        guard n > 0 else { return }
+        guard n < count else { return removeAll() }
+        let shift = offsets[n]
+        bytes.removeFirst(shift)
+        offsets.removeFirst(n)
+        for i in offsets.indices { offsets[i] -= shift }
+    }
+
     /// Bytes of entries `r`.
     func size(_ r: Range<Int>) -> Int { offsets[r.upperBound] - offsets[r.lowerBound] }
 
@@ -240,10 +250,10 @@ final class Session {
     /// How far into its channel's pending notice this member has been told.
     var noticeCursor = TellCursor()
     /// Receives the roster (asked for in Hello): its place among the subscribers, and how
-    /// far into the pending presence changes it has been told.
+    /// many roster changes it has been told (counted from the first ever, PresenceState.base).
     var presence = false
     var presenceIndex = 0
-    var presenceCursor = TellCursor()
+    var presenceSeen = 0
     /// This session as a roster record (`UserList.usersField`), rebuilt when it changes.
     private(set) var presenceEntry: [UInt8] = []
 

@@ -91,6 +91,38 @@ final class PresenceTests: XCTestCase {
         for u in users { u.close() }
     }
 
+    /// With a budget of one byte a turn, a pass tells one subscriber per turn: a pass spans
+    /// many turns, changes keep coming during it, and still every subscriber ends up with
+    /// every change exactly as the server has it.
+    func testAPassOverManySubscribersSpreadOverTurnsLosesNothing() throws {
+        let ts = try TestServer { $0.maxUsers = 100; $0.presenceBytesPerTurn = 1 }
+        defer { ts.stop() }
+        var watchers: [TestClient] = []
+        for i in 0..<30 { watchers.append(try TestClient.login(port: ts.port, username: "w\(i)", openUDP: false, presence: true)) }
+        let mover = try TestClient.login(port: ts.port, username: "mover", openUDP: false)
+        let channels = watchers[0].hello.channels.map(\.id)
+        for k in 0..<20 {
+            mover.send(.joinChannel(JoinChannel(name: k % 2 == 0 ? "Lobby" : "Music", requestID: UInt32(k + 1))))
+        }
+        for k in 0..<20 {
+            _ = try mover.expect("JoinChannelResult \(k + 1)") { m -> Bool? in
+                if case .joinChannelResult(let r) = m, r.requestID == UInt32(k + 1) { return true }
+                return nil
+            }
+        }
+        let ssrc = try mover.announce(streamID: 1).ssrc   // the last change: only reached at the end
+        let last = mover.hello.userID
+        for w in watchers {
+            try follow(w) { $0.roster[last]?.streams.map(\.ssrc) == [ssrc] }
+            XCTAssertEqual(w.roster[last]?.channelID, channels[1])
+            XCTAssertEqual(w.roster.count, 31)
+        }
+        // Later changes still reach everyone (nothing is stuck behind an unfinished pass).
+        mover.close()
+        for w in watchers { try follow(w) { $0.roster[last] == nil } }
+        for w in watchers { w.close() }
+    }
+
     func testALongRosterIsSplitAtTheFrameLimit() throws {
         ResourceLimits.raiseOpenFiles(to: 8192)
         let total = 1200
