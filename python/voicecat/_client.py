@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, NotFound, StateError, error_for
+from ._errors import InvalidArgument, NotFound, StateError, Unsupported, error_for
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings,
                      SendProcessing, StreamStats, User, UserStream)
 
@@ -618,7 +618,11 @@ class Client:
         user ids of the users in it (CHANNELS_CHANGED when a server reload changes them).
         StateError when not connected."""
         members: Dict[int, List[int]] = {}
-        for u in self.users():
+        try:
+            everyone = self.users()
+        except Unsupported:  # a server that sends no user list: channels without members
+            everyone = []
+        for u in everyone:
             if u.channel_id is not None:
                 members.setdefault(u.channel_id, []).append(u.user_id)
         return [Channel._from_c(c, tuple(members.get(c.channel_id, ())))
