@@ -331,10 +331,10 @@ extension VoiceClient {
             let own = cond.withLock { r.userID == hello?.userID }
             var removedKind: UInt32 = 0
             if own {
-                removedKind = (try? streams.withStream(r.streamID) { s, _ in s.kind.rawValue }) ?? 0
-                guard (try? streams.withStream(r.streamID) { _, _ in true }) == true else {
+                guard let kind = try? streams.withStream(r.streamID, { s, _ in s.kind.rawValue }) else {
                     return refuse(m, "names no stream of this session (\(r.streamID))")
                 }
+                removedKind = kind
                 retire(r.streamID)
             } else {
                 guard let who = remoteIdentity(ssrc: r.ssrc) else { return refuse(m, "ssrc \(r.ssrc) is not received") }
