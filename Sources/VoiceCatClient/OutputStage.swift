@@ -200,7 +200,7 @@ final class OutputStage {
     /// Sets or clears the per-speaker sink (the same rules as the mixed sink).
     func setSpeakerSink(_ box: SpeakerSinkBox?) throws {
         try reconcileLock.withLock {
-            if box != nil { try prepareSpeakerConverters(for: readFormat(), wanted: true) }
+            if box != nil { try prepareSpeakerConverters(wanted: true) }
             speakerSink.set(box)
             _ = reconcile(openNow: false)
         }
@@ -249,55 +249,62 @@ final class OutputStage {
                 throw ClientError.state("a recording is running; stop it before changing the output format")
             }
             if f == readFormat() { return }
-            // Everything is built here, on the caller's thread, then swapped in while
-            // no driver runs and no pull renders.
+            // Everything is built here, on the caller's thread, then swapped in at once
+            // while no driver runs (a pull waits for the render lock).
             let conv = try OutputStage.mixConverter(for: f, quality: quality)
+            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet)
             let rest = UnsafeMutablePointer<Int16>.allocate(capacity: conv.maxOutFrames * f.channels)
             if let d = driver {
                 d.stopAndJoin()
                 driver = nil
                 setMode(.pull)
             }
-            let old: UnsafeMutablePointer<Int16> = renderLock.withLock {
+            var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
+            old = renderLock.withLock {
                 format = f
                 outputChannelsValue.store(f.channels, ordering: .relaxed)
+                let o = (pullRest, mixConverter, installSpeakerConverters(speakers))
                 mixConverter = conv
-                let o = pullRest
                 pullRest = rest
                 pullRestCount = 0
                 pullRestHead = 0
                 return o
             }
-            old.deallocate()
-            try prepareSpeakerConverters(for: f, wanted: speakerSink.isSet || recorders.recordsSpeakers)
+            old.0.deallocate()
+            old.2.removeAll()   // the old converters are freed here, outside the render lock
             _ = reconcile(openNow: false)
         }
     }
 
-    /// Gives every receive slot a converter to `f` when per-speaker blocks are wanted
-    /// in a format other than 48 kHz stereo (built here; swapped under the render
-    /// lock). reconcileLock held.
-    private func prepareSpeakerConverters(for f: OutputFormat, wanted: Bool) throws {
-        let slots = receive.slots
-        let fresh: [FormatConverter?]
-        if wanted && !f.isNative {
-            fresh = try slots.map { s in
-                let current = renderLock.withLock { s.tapConverter }
-                if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
-                return try OutputStage.mixConverter(for: f, quality: quality)
-            }
-        } else {
-            fresh = Array(repeating: nil, count: slots.count)
+    /// Makes sure every receive slot converts its tap to the output format when
+    /// per-speaker blocks are wanted (reconcileLock held).
+    private func prepareSpeakerConverters(wanted: Bool) throws {
+        let f = readFormat()
+        let fresh = try speakerConverters(for: f, wanted: wanted)
+        var old = renderLock.withLock { installSpeakerConverters(fresh) }
+        old.removeAll()   // freed outside the render lock
+    }
+
+    /// A converter to `f` for each receive slot (kept where one exists), or none when
+    /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo).
+    private func speakerConverters(for f: OutputFormat, wanted: Bool) throws -> [FormatConverter?] {
+        guard wanted && !f.isNative else { return Array(repeating: nil, count: receive.slots.count) }
+        return try receive.slots.map { s in
+            let current = renderLock.withLock { s.tapConverter }
+            if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
+            return try OutputStage.mixConverter(for: f, quality: quality)
         }
-        var released: [FormatConverter?] = []
-        renderLock.withLock {
-            for (s, c) in zip(slots, fresh) {
-                if s.tapConverter !== c { released.append(s.tapConverter) }
-                s.tapConverter = c
-                s.tapConvertedSSRC = 0
-            }
+    }
+
+    /// Swaps the slots' converters (renderLock held); returns the ones replaced.
+    private func installSpeakerConverters(_ fresh: [FormatConverter?]) -> [FormatConverter?] {
+        var replaced: [FormatConverter?] = []
+        for (s, c) in zip(receive.slots, fresh) {
+            if s.tapConverter !== c { replaced.append(s.tapConverter) }
+            s.tapConverter = c
+            s.tapConvertedSSRC = 0
         }
-        released.removeAll()   // freed here, outside the render lock
+        return replaced
     }
 
     // MARK: recordings
@@ -308,7 +315,7 @@ final class OutputStage {
         try reconcileLock.withLock {
             if ssrc != 0 { _ = try receive.withSlot(ssrc: ssrc) { $0.ssrc } }
             let f = readFormat()
-            if ssrc != 0 { try prepareSpeakerConverters(for: f, wanted: true) }
+            if ssrc != 0 { try prepareSpeakerConverters(wanted: true) }
             let r = try Recorder(ssrc: ssrc, path: path, sampleRate: f.sampleRate, channels: f.channels)
             do { try recorders.add(r) } catch {
                 r.finish()
