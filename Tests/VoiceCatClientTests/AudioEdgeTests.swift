@@ -165,9 +165,9 @@ final class AudioEdgeTests: XCTestCase {
         }
     }
 
-    // MARK: per-speaker PCM
-
-    func testPerSpeakerSinkGetsEachTalkerAloneBeforeGainAndMuteWithAndWithoutAMixConsumer() throws {
+    /// Alex and Kim with a fed MIC stream each (always transmitting), and Sam who
+    /// receives both.
+    func twoTalkersAndAListener() throws -> (VoiceClient, UInt32, UInt32, VoiceClient, UInt32, UInt32, VoiceClient) {
         let alex = try client("alex"), kim = try client("kim"), sam = try client("sam")
         alex.setInputMode(.continuous)
         kim.setInputMode(.continuous)
@@ -176,6 +176,13 @@ final class AudioEdgeTests: XCTestCase {
         let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: a)), kSSRC = try XCTUnwrap(kim.ssrc(ofStream: k))
         try sam.waitForRemote(ssrc: aSSRC)
         try sam.waitForRemote(ssrc: kSSRC)
+        return (alex, a, aSSRC, kim, k, kSSRC, sam)
+    }
+
+    // MARK: per-speaker PCM
+
+    func testPerSpeakerSinkGetsEachTalkerAloneBeforeGainAndMuteWithAndWithoutAMixConsumer() throws {
+        let (alex, a, aSSRC, kim, k, kSSRC, sam) = try twoTalkersAndAListener()
         // What the listener does to the mix must not reach the per-speaker PCM.
         try sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 0.25))
         try sam.setRemote(ssrc: kSSRC, RemoteSettings(muted: true))
@@ -414,14 +421,7 @@ final class AudioEdgeTests: XCTestCase {
     // MARK: recordings
 
     func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
-        let alex = try client("alex"), kim = try client("kim"), sam = try client("sam")
-        alex.setInputMode(.continuous)
-        kim.setInputMode(.continuous)
-        let a = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let k = try kim.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: a)), kSSRC = try XCTUnwrap(kim.ssrc(ofStream: k))
-        try sam.waitForRemote(ssrc: aSSRC)
-        try sam.waitForRemote(ssrc: kSSRC)
+        let (alex, a, aSSRC, kim, k, _, sam) = try twoTalkersAndAListener()
         XCTAssertThrowsError(try sam.startRecording(path: dir + "/x.wav", ssrc: 424_242)) { e in
             guard case .notFound? = e as? ClientError else { return XCTFail("\(e)") }
         }
