@@ -9,14 +9,17 @@
 //   send path    (SendPath.swift, LocalStream.swift) the stream table; a sent frame
 //                takes only its own slot's lock.
 //   receive set  (ReceiveSet.swift, RemoteSlot.swift) slots and the ssrc map.
-//   output stage (OutputStage.swift) the mode and the one render driver.
+//   output stage (OutputStage.swift, Recording.swift) the mode, the one render
+//                driver, the output format, the sinks and recordings.
 //   devices      (Devices.swift) capture threads through the AudioBackend.
 //   events       (Events.swift) raised anywhere, delivered by the network thread.
 //
 // Lock order (a thread holding one may take those below it, never above):
 //   deviceLock → output reconcile lock → session cond → stream slot lock
-//   → receive slot lock → render lock; EventQueue, EventHub and ClientLog locks are
-//   leaves. No lock is held while a host callback runs.
+//   → receive slot lock, and output reconcile lock → render lock → receive slot
+//   lock; EventQueue, EventHub and ClientLog locks are leaves. No lock is held while
+//   a host callback runs, except the render lock around the per-speaker sink (see
+//   OutputStage.swift).
 import Glibc
 import Synchronization
 import VoiceCatABI
