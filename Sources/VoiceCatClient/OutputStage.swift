@@ -462,7 +462,7 @@ final class OutputStage {
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode) -> (UnsafePointer<Int16>, Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
-        if mode == .background && MonotonicClock.nanoseconds() - lastPullNs < 2 * 20_000_000 { return nil }
+        if mode == .background && lastPullNs &+ 2 * 20_000_000 > MonotonicClock.nanoseconds() { return nil }
         renderBlock(into: buf, frames: frames)
         return handOutMix(buf, frames: frames)
     }

@@ -109,7 +109,7 @@ final class ReceiveSet {
                     var info = RemoteStreamInfo(ssrc: s.ssrc, userID: s.userID, streamID: s.streamID, kind: s.kind, channels: s.channels,
                                                 talking: s.talking, settings: s.settings, username: s.username)
                     // A level older than 250 ms: nothing renders the stream now.
-                    if s.levelAtNs != 0 && now - s.levelAtNs <= 250_000_000 {
+                    if s.levelAtNs != 0 && s.levelAtNs &+ 250_000_000 >= now {
                         info.levelRMSDBFS = BlockLevel.dbfs(s.level.rms)
                         info.levelPeakDBFS = BlockLevel.dbfs(s.level.peak)
                     }

@@ -639,7 +639,7 @@ public final class VoiceClient {
     /// processing, before the gate (the floor when no frame went through for 250 ms).
     public func inputLevel(streamID: UInt32) throws -> Level {
         let (l, at) = try failing { try streams.withStream(streamID) { s, _ in (s.level, s.levelAtNs) } }
-        if at == 0 || MonotonicClock.nanoseconds() - at > 250_000_000 {
+        if at == 0 || at &+ 250_000_000 < MonotonicClock.nanoseconds() {
             return Level(rmsDBFS: BlockLevel.floorDBFS, peakDBFS: BlockLevel.floorDBFS)
         }
         return Level(rmsDBFS: BlockLevel.dbfs(l.rms), peakDBFS: BlockLevel.dbfs(l.peak))
