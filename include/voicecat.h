@@ -743,6 +743,8 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  *                                         every 20 ms for the per-speaker sink (and
  *                                         recordings); vc_read_mixed_pcm is served, and
  *                                         while the host pulls, its pulls render instead
+ *                                         (the thread stays away while a pull came within
+ *                                         40 ms, or 1.5 of the host's pull intervals)
  * So it works with and without a consumer of the mix. The sink must not block; it
  * runs under the client's render lock, which none of the callback-safe functions
  * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones

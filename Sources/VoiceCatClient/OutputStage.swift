@@ -15,9 +15,10 @@
 //               every 20 ms and hands the block to the sinks and recordings.
 //   background  otherwise, a per-speaker sink is set or a recording runs: a driver
 //               thread renders every 20 ms for them, except while the host pulls
-//               (vc_read_mixed_pcm is served, and a pull within the last two
-//               periods makes the driver skip its block), so the host's pulls and
-//               the driver never both advance the clock for long.
+//               (vc_read_mixed_pcm is served, and a pull within the last 40 ms, or
+//               one and a half of the host's pull intervals, makes the driver skip
+//               its block), so the host's pulls and the driver never both advance
+//               the clock for long.
 //   pull        otherwise: nothing renders by itself; vc_read_mixed_pcm renders on
 //               the caller's thread.
 //
@@ -121,6 +122,10 @@ final class OutputStage {
     private var pullRestCount = 0
     private var pullRestHead = 0
     private var lastPullNs: UInt64 = 0
+    /// The time between the host's last two pulls (at most a second): a background
+    /// driver stays away for one and a half of them, so a host that pulls 100 ms at a
+    /// time is not mistaken for one that stopped.
+    private var pullGapNs: UInt64 = 0
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
     /// (read before pulling, without a lock, and again under renderLock).
@@ -419,7 +424,9 @@ final class OutputStage {
         renderLock.lock()
         defer { renderLock.unlock() }
         if let e = refusal() { throw e }
-        lastPullNs = MonotonicClock.nanoseconds()
+        let now = MonotonicClock.nanoseconds()
+        if lastPullNs != 0 { pullGapNs = min(now &- lastPullNs, 1_000_000_000) }
+        lastPullNs = now
         let ch = format.channels
         var done = 0
         while done < frames {
@@ -462,7 +469,9 @@ final class OutputStage {
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode) -> (UnsafePointer<Int16>, Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
-        if mode == .background && lastPullNs &+ 2 * 20_000_000 > MonotonicClock.nanoseconds() { return nil }
+        if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
+            return nil
+        }
         renderBlock(into: buf, frames: frames)
         return handOutMix(buf, frames: frames)
     }

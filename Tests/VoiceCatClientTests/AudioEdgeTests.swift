@@ -313,6 +313,34 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertEqual(sam.output.mode, .pull, "without a per-speaker sink, nothing renders by itself")
     }
 
+    func testAHostPullingAHundredMillisecondsAtATimeKeepsTheClockAtRealTime() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let log = SpeakerLog()
+        try sam.setSpeakerSink { log.take($0) }   // background mode: a thread renders until the host pulls
+        usleep(200_000)
+        let me = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+        var buf = [Int16](repeating: 0, count: 4800 * 2)
+        let before = log.stream(ssrc).pcm.count
+        let t0 = MonotonicClock.nanoseconds()
+        var cadenceKnown: UInt64 = 0   // from the second pull on, the host's cadence is known
+        for n in 1...12 {
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 4800) }
+            if n == 2 { cadenceKnown = MonotonicClock.nanoseconds() }
+            let due = t0 + UInt64(n) * 100_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        try sam.setSpeakerSink(nil)
+        let after = log.stream(ssrc).pcm.count
+        let others = log.lock.withLock { log.blocks.filter { $0.t > cadenceKnown && $0.thread != me }.count }
+        print("pulling 100 ms at a time: \(after - before) frames of the stream for \(12 * 4800) pulled; "
+              + "\(others) blocks rendered by another thread once the cadence was known")
+        XCTAssertEqual(Double(after - before), Double(12 * 4800), accuracy: 2 * 4800, "one clock: the pulls'")
+        XCTAssertEqual(others, 0, "the background thread stays away while the host pulls")
+    }
+
     // MARK: formats at the edge
 
     func testA441FloatFeedComesOutOfA16kMonoPullCorrelatedWithTheSameResampling() throws {
