@@ -25,7 +25,9 @@
  *  - Thread safety. Unless a function says otherwise it may be called from any
  *    thread, concurrently with any other function on the same client.
  *  - Callback safety. Callbacks (events, mixed output sink, log) run on threads
- *    of the library, never under a lock of the library. From inside a callback
+ *    of the library, never under a lock of the library; the per-speaker sink runs
+ *    on the thread that renders (possibly a host thread inside vc_read_mixed_pcm)
+ *    under the render lock, which no function it may call takes. From inside a callback
  *    only functions marked "callback-safe: yes" may be called; the others return
  *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
  *    returns only after a call of it that is running has returned (so `user` may
@@ -494,8 +496,8 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
  * 2) interleaved int16 at the stream's sample_rate (vc_stream_desc; 48 kHz by
  * default), any amount, at any time. PCM at another rate is first resampled to
- * 48 kHz (in preallocated blocks; the resampler keeps a few ms between calls, so a
- * stream should be fed at one rate). The PCM is reframed to
+ * 48 kHz (in preallocated blocks; the resampler carries its state from call to
+ * call, so blocks of any size join seamlessly). The PCM is reframed to
  * the channel's frame size, converted to the channel's mode (mono upmixed L = R,
  * stereo averaged for mono) and queued; frames are Opus-encoded, sealed and sent
  * in talkspurts paced at real time: frame k of a talkspurt goes out at the later of
@@ -715,11 +717,12 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * `channels` 1 (stereo averaged; a mono stream as it is) or 2 (mono streams L = R).
  * Default 48000 Hz, 2 channels. The client still renders at 48 kHz and converts
  * each block (SpeexDSP resampler, vc_client_config.resampler_quality), in buffers
- * built here on the calling thread. A running mixed-sink or device thread is
- * restarted around the change (a block may be skipped). The playback device is not
- * affected (it is fed at the rate it runs at). Only the mixed sink and pulls use
- * float variants (vc_read_mixed_pcm_f32): the sinks stay int16, since the decoder's
- * output is 16-bit and a callback converts in a loop of its own at no loss.
+ * built here on the calling thread and swapped in between two blocks (nothing is
+ * restarted). The playback device is not affected (it is fed at the rate it runs
+ * at). Float output exists for pulls only
+ * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
+ * int16: the decoder's output is 16-bit, so a callback converts in a loop of its own
+ * at no loss, and one sink type per kind keeps the API small.
  * Returns VC_ERR_INVALID_ARG (rate or channels out of range), VC_ERR_STATE (a
  * recording is running: its file has the format of its start; or from inside a
  * callback). Callback-safe: no.

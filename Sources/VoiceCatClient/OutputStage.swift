@@ -84,6 +84,9 @@ final class OutputStage {
 
     /// The render block: 20 ms at 48 kHz (every render is at most this long).
     static let block = 960
+    /// The most frames a block gives in any output format (192 kHz, plus the
+    /// resampler's rounding).
+    static let maxOutFrames = FormatConverter.rates.upperBound * block / 48000 + 2
 
     /// The client whose threads these are (set right after creation).
     weak var owner: AnyObject?
@@ -130,8 +133,6 @@ final class OutputStage {
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
     /// (read before pulling, without a lock, and again under renderLock).
     private let modeValue = Atomic<Int>(0)
-    /// format.channels, for the driver's mixed sink (written under renderLock).
-    private let outputChannelsValue = Atomic<Int>(2)
 
     init(receive: ReceiveSet, streams: StreamTable, events: EventHub, backend: AudioBackend, external: Bool, playbackDevice: String,
          resamplerQuality: Int) throws {
@@ -255,19 +256,14 @@ final class OutputStage {
             }
             if f == readFormat() { return }
             // Everything is built here, on the caller's thread, then swapped in at once
-            // while no driver runs (a pull waits for the render lock).
+            // between two renders (a driver keeps running: it copies each converted
+            // block out under the render lock).
             let conv = try OutputStage.mixConverter(for: f, quality: quality)
             let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet)
             let rest = UnsafeMutablePointer<Int16>.allocate(capacity: conv.maxOutFrames * f.channels)
-            if let d = driver {
-                d.stopAndJoin()
-                driver = nil
-                setMode(.pull)
-            }
             var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
             old = renderLock.withLock {
                 format = f
-                outputChannelsValue.store(f.channels, ordering: .relaxed)
                 let o = (pullRest, mixConverter, installSpeakerConverters(speakers))
                 mixConverter = conv
                 pullRest = rest
@@ -277,7 +273,6 @@ final class OutputStage {
             }
             old.0.deallocate()
             old.2.removeAll()   // the old converters are freed here, outside the render lock
-            _ = reconcile(openNow: false)
         }
     }
 
@@ -341,9 +336,6 @@ final class OutputStage {
         }
         r.finish()
     }
-
-    /// Frames written and dropped so far by the recording of `ssrc`.
-    var recordingSources: [UInt32] { recorders.sources }
 
     // MARK: modes
 
@@ -463,17 +455,21 @@ final class OutputStage {
         }
     }
 
-    /// The driver's render of one block into `buf` (48 kHz stereo). Returns the block
-    /// in the output format for the mixed sink (valid until the next render of this
-    /// driver), or nil when a background driver yields to the host's pulls.
-    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode) -> (UnsafePointer<Int16>, Int)? {
+    /// The driver's render of one block into `buf` (48 kHz stereo), and the block in
+    /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
+    /// which runs after the render lock is released. Returns its frames and channels,
+    /// or nil when a background driver yields to the host's pulls.
+    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
+                                     out: UnsafeMutablePointer<Int16>) -> (frames: Int, channels: Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
         if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
             return nil
         }
         renderBlock(into: buf, frames: frames)
-        return handOutMix(buf, frames: frames)
+        let (p, n) = handOutMix(buf, frames: frames)
+        if mode != .background { out.update(from: p, count: n * format.channels) }
+        return (n, format.channels)
     }
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
@@ -525,8 +521,6 @@ final class OutputStage {
 
     fileprivate func raise(_ e: ClientEvent) { events.raise(e) }
     fileprivate var deviceBackend: AudioBackend { backend }
-    /// The output format's channel count; the format changes only while no driver runs.
-    fileprivate var outputChannels: Int { outputChannelsValue.load(ordering: .relaxed) }
     fileprivate var resamplerQuality: Int { quality }
 }
 
@@ -594,7 +588,9 @@ final class RenderDriver {
         let frames = OutputStage.block
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
         buf.initialize(repeating: 0, count: frames * 2)
-        defer { buf.deallocate() }
+        let out = UnsafeMutablePointer<Int16>.allocate(capacity: OutputStage.maxOutFrames * 2)
+        out.initialize(repeating: 0, count: OutputStage.maxOutFrames * 2)
+        defer { buf.deallocate(); out.deallocate() }
         var device = first
         var down = startsDown
         var backoffMs: UInt64 = 250
@@ -624,10 +620,10 @@ final class RenderDriver {
                     continue
                 }
             }
-            if let (p, n) = stage.renderForDriver(into: buf, frames: frames, mode: mode) {
+            if let (n, channels) = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out) {
                 // The background driver has no mixed sink to feed (reconcile would have
                 // chosen the sink mode); the device and sink drivers do.
-                if mode != .background && n > 0 { stage.sink.call { $0.deliver(p, n, stage.outputChannels) } }
+                if mode != .background && n > 0 { stage.sink.call { $0.deliver(out, n, channels) } }
                 if let d = device {
                     do { try d.write(buf, frames: frames) } catch {
                         d.device.close()
