@@ -11,26 +11,36 @@ import VoiceCatSystem
 import VoiceCatTestSupport
 import XCTest
 
-/// Everything a per-speaker sink got: each stream's first channel, the time of its
-/// first block, and the threads and block sizes it came with.
+/// Everything a per-speaker sink got: each stream's first channel, when each block
+/// came and where it starts, and the threads and formats it came with.
 final class SpeakerLog: @unchecked Sendable {
     let lock = NSLock()
     var pcm: [UInt32: [Int16]] = [:]
-    var firstNs: [UInt32: UInt64] = [:]
     var meta: [UInt32: (user: UInt32, kind: StreamKind, channels: Int)] = [:]
-    var blocks: [(ssrc: UInt32, thread: UInt, t: UInt64)] = []
+    var blocks: [(ssrc: UInt32, thread: UInt, t: UInt64, at: Int)] = []
 
     func take(_ b: SpeakerBlock) {
         let now = MonotonicClock.nanoseconds()
         let thread = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
         lock.lock(); defer { lock.unlock() }
-        if firstNs[b.ssrc] == nil { firstNs[b.ssrc] = now }
         meta[b.ssrc] = (b.userID, b.kind, b.channels)
+        blocks.append((b.ssrc, thread, now, pcm[b.ssrc]?.count ?? 0))
         for i in 0..<b.frames { pcm[b.ssrc, default: []].append(b.pcm[i * b.channels]) }
-        blocks.append((b.ssrc, thread, now))
     }
 
-    func stream(_ ssrc: UInt32) -> (pcm: [Int16], t0: UInt64) { lock.lock(); defer { lock.unlock() }; return (pcm[ssrc] ?? [], firstNs[ssrc] ?? 0) }
+    func stream(_ ssrc: UInt32) -> (pcm: [Int16], t0: UInt64) {
+        lock.lock(); defer { lock.unlock() }
+        return (pcm[ssrc] ?? [], blocks.first { $0.ssrc == ssrc }?.t ?? 0)
+    }
+
+    /// A stream's PCM from the first block handed over at or after `ns` on (by the
+    /// blocks' own times, so renders the machine skipped under load do not shift it).
+    func stream(_ ssrc: UInt32, from ns: UInt64) -> [Int16] {
+        lock.lock(); defer { lock.unlock() }
+        let all = pcm[ssrc] ?? []
+        guard let b = blocks.first(where: { $0.ssrc == ssrc && $0.t >= ns }) else { return [] }
+        return Array(all[b.at...])
+    }
 }
 
 /// A value written by one thread and read by another after a join or a semaphore.
@@ -265,13 +275,11 @@ final class AudioEdgeTests: XCTestCase {
         try sam.setSpeakerSink(nil)
         let kimStart = kimStartBox.value, pullThread = pullThreadBox.value, firstPullNs = firstPullBox.value
 
-        let (aOut, aT0) = log.stream(aSSRC), (kOut, kT0) = log.stream(kSSRC)
-        let aShift = Measure.from(aOut, t0Ns: aT0, startNs: alexStart)
-        let kShift = Measure.from(kOut, t0Ns: kT0, startNs: kimStart)
-        let own = Measure.windows(input: alexVoice, output: aShift, from: 0.3, to: 2.9, maxLagMs: 150)
-        let kimOwn = Measure.windows(input: kimVoice, output: kShift, from: 0.3, to: 1.9, maxLagMs: 150, everyMs: 200)
+        let aShift = log.stream(aSSRC, from: alexStart), kShift = log.stream(kSSRC, from: kimStart)
+        let own = Measure.windows(input: alexVoice, output: aShift, from: 0.3, to: 2.9, maxLagMs: 250)
+        let kimOwn = Measure.windows(input: kimVoice, output: kShift, from: 0.3, to: 1.9, maxLagMs: 250)
         // Kim's PCM while only Alex talked (Kim's stream is live but silent).
-        let kBeforeStart = Measure.from(kOut, t0Ns: kT0, startNs: alexStart)
+        let kBeforeStart = log.stream(kSSRC, from: alexStart)
         let kimQuiet = Signal.rms(kBeforeStart.prefix(48000)[...])
         let alexLoud = Signal.rms(aShift[24000..<72000])
         // Kim's voice in Alex's PCM, where it would be (at the path's delay, ±20 ms),
@@ -395,13 +403,14 @@ final class AudioEdgeTests: XCTestCase {
         let feedStart = feedStartBox.value
         let pcm = out.map { int16Sample($0) }
         let shifted = Measure.from(pcm, t0Ns: t0, startNs: feedStart, rate: 16000)
-        let m = Measure.windows(input: reference, output: shifted, from: 0.3, to: 2.8, rate: 16000)
+        // Lags searched up to a second: a machine that stalls may grow the jitter buffer.
+        let m = Measure.windows(input: reference, output: shifted, from: 0.3, to: 2.8, rate: 16000, maxLagMs: 1000)
         let stats = try sam.streamStats(ssrc: ssrc)
         print("44.1 kHz float feed → 16 kHz mono pull: median NCC \(String(format: "%.3f", m.ncc)), latency \(m.lagMs) ms; "
-              + "\(out.count) frames pulled, \(stats.jitter.packetsReceived) packets")
+              + "\(out.count) frames pulled, \(stats.jitter.packetsReceived) packets, jitter target \(stats.targetDepthMs) ms")
         XCTAssertEqual(out.count, 190 * 320)
         XCTAssertGreaterThanOrEqual(m.ncc, 0.9, "the speech survives both conversions and the codec")
-        XCTAssertLessThan(m.lagMs, 300, "latency bounded: resamplers add a few ms, not more")
+        XCTAssertLessThan(m.lagMs, 400, "latency bounded: the jitter buffer's, plus a few ms for the resamplers")
         XCTAssertGreaterThan(stats.jitter.packetsReceived, 120, "3 s of 20 ms frames (44.1 kHz in, 48 kHz on the wire)")
         XCTAssertEqual(stats.jitter.packetsLost, 0)
     }
@@ -414,23 +423,25 @@ final class AudioEdgeTests: XCTestCase {
             let thread = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
             lock.lock(); calls.append((frames, channels, thread)); lock.unlock()
         }
-        usleep(200_000)
+        usleep(300_000)
         try sam.setOutputFormat(sampleRate: 16000, channels: 1)
-        let switched = lock.withLock { calls.count }
-        usleep(200_000)
+        usleep(300_000)
         try sam.setOutputFormat(sampleRate: 44100, channels: 2)
-        usleep(200_000)
+        usleep(300_000)
         try sam.setMixedSink(nil)
         let all = lock.withLock { calls }
-        let at16k = all[switched...].prefix { $0.channels == 1 }
-        let at441 = all[(switched + at16k.count)...]
-        print("mixed sink across format changes: \(switched) blocks at 48 kHz stereo, \(at16k.count) at 16 kHz mono, "
-              + "\(at441.count) at 44.1 kHz stereo, \(Set(all.map(\.thread)).count) thread(s)")
-        XCTAssertTrue(all[..<switched].allSatisfy { $0.frames == 960 && $0.channels == 2 })
-        XCTAssertGreaterThan(at16k.count, 3)
-        XCTAssertTrue(at16k.dropFirst().allSatisfy { $0.frames == 320 }, "20 ms at 16 kHz (the first block is shorter by the filter delay)")
-        XCTAssertGreaterThan(at441.count, 3)
-        XCTAssertTrue(at441.dropFirst().allSatisfy { $0.frames == 882 && $0.channels == 2 })
+        // Which format each block came in: 48 kHz stereo (960 frames), 16 kHz mono,
+        // 44.1 kHz stereo; the first block of a format is shorter by the filter delay.
+        let phases = all.map { $0.channels == 1 ? 1 : ($0.frames == 960 ? 0 : 2) }
+        let counts = (0...2).map { p in phases.filter { $0 == p }.count }
+        print("mixed sink across format changes: \(counts[0]) blocks at 48 kHz stereo, \(counts[1]) at 16 kHz mono, "
+              + "\(counts[2]) at 44.1 kHz stereo, \(Set(all.map(\.thread)).count) thread(s)")
+        XCTAssertEqual(phases, phases.sorted(), "each block in the format of its time")
+        XCTAssertGreaterThan(counts[0], 3)
+        XCTAssertGreaterThan(counts[1], 3)
+        XCTAssertGreaterThan(counts[2], 3)
+        XCTAssertTrue(zip(all, phases).filter { $0.1 == 1 }.dropFirst().allSatisfy { $0.0.frames == 320 }, "20 ms at 16 kHz")
+        XCTAssertTrue(zip(all, phases).filter { $0.1 == 2 }.dropFirst().allSatisfy { $0.0.frames == 882 }, "20 ms at 44.1 kHz")
         XCTAssertEqual(Set(all.map(\.thread)).count, 1, "the mixer thread keeps running through the changes")
     }
 
@@ -464,7 +475,8 @@ final class AudioEdgeTests: XCTestCase {
     // MARK: levels and the gate
 
     func testInputLevelTracksAKnownToneWithinOneDBAndTheListenerSeesTheStreamsLevel() throws {
-        let alex = try client("alex"), sam = try client("sam")
+        // No DTX on this channel: a quiet tone is coded as it is, not as comfort noise.
+        let alex = try client("alex", channel: "Music"), sam = try client("sam", channel: "Music")
         alex.setInputMode(.continuous)
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
