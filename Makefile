@@ -58,9 +58,9 @@ install: lib server
 examples:
 	@test -f $(PREFIX)/lib/pkgconfig/voicecat.pc || { echo "run 'make install PREFIX=$(PREFIX)' first"; exit 1; }
 	mkdir -p $(EXAMPLES)
-	for ex in speak_wav record_mix; do \
+	for ex in speak_wav record_mix record_speakers pull_16k; do \
 	    PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O2 \
-	        examples/c/$$ex.c -o $(EXAMPLES)/$$ex $$(PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat); \
+	        examples/c/$$ex.c -o $(EXAMPLES)/$$ex $$(PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lm; \
 	done
 
 ## demo: server on loopback, one host speaks an espeak-ng recording, another records the mix.

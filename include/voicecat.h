@@ -16,12 +16,19 @@
  *    failure), argument checks included.
  *  - Config structs come from a `*_default()` function and are then edited by field
  *    name, so new fields never break old callers (see the ABI policy below).
- *  - Audio at the API is always 48 kHz, interleaved int16_t; `frames` counts
- *    sample frames (one sample per channel).
+ *  - Audio at the API is interleaved int16_t (or float, full scale ±1.0, in the
+ *    *_f32 variants); `frames` counts sample frames (one sample per channel).
+ *    Audio in is 48 kHz unless a stream says otherwise (vc_stream_desc.sample_rate);
+ *    audio out (sinks, pulls, recordings) is 48 kHz stereo unless the host asks for
+ *    another format (vc_set_output_format). The engine runs at 48 kHz inside and
+ *    converts at the edges with SpeexDSP's resampler (quality:
+ *    vc_client_config.resampler_quality), from buffers allocated beforehand.
  *  - Thread safety. Unless a function says otherwise it may be called from any
  *    thread, concurrently with any other function on the same client.
  *  - Callback safety. Callbacks (events, mixed output sink, log) run on threads
- *    of the library, never under a lock of the library. From inside a callback
+ *    of the library, never under a lock of the library; the per-speaker sink runs
+ *    on the thread that renders (possibly a host thread inside vc_read_mixed_pcm)
+ *    under the render lock, which no function it may call takes. From inside a callback
  *    only functions marked "callback-safe: yes" may be called; the others return
  *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
  *    returns only after a call of it that is running has returned (so `user` may
@@ -163,7 +170,13 @@ typedef enum vc_event_type {
                                             streams re-announced under the same stream ids (new ssrcs);
                                             user_id = the new session's user id, text = server name. The user
                                             and channel lists are the new session's (no USER_* events for it) */
-    /* 18, 19: the input gate's events. */
+    VC_EVENT_GATE_OPENED = 18,         /**< local: a MIC stream's input gate opened (stream_id, ssrc, kind):
+                                            its next frame goes out with the marker, starting a talkspurt */
+    VC_EVENT_GATE_CLOSED = 19,         /**< local: a MIC stream's input gate closed (stream_id, ssrc, kind):
+                                            the frame flagged last went out (the VAD's hang time ran out, the
+                                            push-to-talk key was released, or the fed audio ran dry, was
+                                            flushed or the stream stopped). On a channel with DTX the encoder
+                                            may also pause sending while the gate is open. */
     VC_EVENT_USER_CONNECTED = 20,      /**< user_id, channel_id (0 = none), muted, deafened (server mute),
                                             text = username: a user logged in to the server (vc_list_users) */
     VC_EVENT_USER_UPDATED = 21,        /**< user_id, channel_id, muted, deafened, text = username: a user's
@@ -221,6 +234,10 @@ typedef struct vc_client_config {
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */
+    int32_t resampler_quality;     /**< SpeexDSP resampler quality 0..10 for every sample-rate conversion
+                                        of this client (fed or captured audio at another rate, the output
+                                        format, devices that do not run at 48 kHz); default 4. Higher is
+                                        cleaner and costs more CPU per converted block. */
 } vc_client_config;
 
 /** Where and how to connect. */
@@ -262,6 +279,11 @@ typedef struct vc_stream_desc {
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
     uint32_t max_queue_ms;         /**< external feed: the most audio the stream queues ahead of sending
                                         (0..600000); 0 = the default, 10000 (10 s) */
+    uint32_t sample_rate;          /**< the rate of the PCM: external feed, what vc_stream_feed_pcm(_f32)
+                                        gives; a device, the rate asked of it (a device that runs at
+                                        another rate is converted from that one). 0 = 48000, else
+                                        8000..192000. Anything but 48000 is resampled to 48 kHz before
+                                        reframing (adds the resampler's few ms of delay). */
 } vc_stream_desc;
 
 /** Talker-side processing of a MIC stream (SpeexDSP). Get defaults from vc_send_processing_default(). */
@@ -289,6 +311,11 @@ typedef struct vc_remote_stream_info {
     int32_t talking;
     vc_remote_stream settings;
     char username[65];
+    float level_rms_dbfs;          /**< the stream's decoded audio (after the listener's noise reduction,
+                                        before gain and mute) over the last block rendered: RMS in dBFS
+                                        (a full-scale sine reads -3.01); -120 for silence, and while
+                                        nothing renders the mix (then nothing is decoded) */
+    float level_peak_dbfs;         /**< the same block's peak sample in dBFS (a full-scale sine: 0) */
 } vc_remote_stream_info;
 
 /** Receive statistics of one remote stream. */
@@ -355,6 +382,9 @@ typedef struct vc_channel_info {
 typedef struct vc_device_info {
     char name[128];
     char description[256];
+    int32_t is_monitor;            /**< capture only: 1 when the device records what the system plays (a
+                                        PulseAudio / PipeWire monitor source, as ALSA lists it, or a PCM
+                                        named "...monitor..."): usable for VC_STREAM_SCREEN_AUDIO */
 } vc_device_info;
 
 /** One event. Text fields are NUL-terminated copies. */
@@ -382,8 +412,15 @@ typedef void (*vc_event_fn)(void *user, const vc_event *event);
  *  the call. Runs on whichever thread logs (a library thread, or a host thread
  *  inside a failing call), possibly on several at once. */
 typedef void (*vc_log_fn)(void *user, int level, const char *message);
-/** Mixed output sink: the FINAL stereo 48 kHz mix, `frames` sample frames, `channels` = 2. */
+/** Mixed output sink: the FINAL mix in the output format (48 kHz stereo unless set with
+ *  vc_set_output_format), `frames` sample frames of `channels` interleaved channels. */
 typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
+/** Per-speaker sink: one block of one remote stream (`ssrc`, published by `user_id`, of
+ *  `kind`): its decoded audio after the listener's noise reduction, before gain, mute
+ *  and mixing, in the output format: `frames` sample frames of `channels` interleaved
+ *  channels (a mono stream in a stereo format has L = R). `pcm` is valid during the call. */
+typedef void (*vc_remote_stream_sink_fn)(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind,
+                                         const int16_t *pcm, uint32_t frames, uint32_t channels);
 
 #ifndef VC_TYPES_ONLY
 
@@ -434,7 +471,10 @@ int vc_set_alsa_config(const char *config_text);
 /**
  * Lists capture or playback devices: ALSA's name hints plus the PCMs defined with
  * vc_set_alsa_config. Fills up to `cap` entries (out may be NULL when cap is 0) and
- * sets *count to the total. Thread-safe; callback-safe: yes.
+ * sets *count to the total. Capture devices that record what the system plays
+ * (monitor sources) have is_monitor = 1: name one of them as the device of a
+ * VC_STREAM_SCREEN_AUDIO stream to share the desktop's sound. Thread-safe;
+ * callback-safe: yes.
  */
 int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t *count);
 
@@ -527,8 +567,9 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * Announces a stream in the joined channel and waits for its ssrc. The stream is
  * encoded with the channel's AudioConfig (mode, bitrate, frame size, ...).
  * external_feed = 1: the host feeds PCM with vc_stream_feed_pcm.
- * external_feed = 0: a capture thread reads `device` (NULL = "default") at 48 kHz
- * in 20 ms periods with `channels` channels; the send path reframes to the
+ * external_feed = 0: a capture thread reads `device` (NULL = "default") in 20 ms
+ * periods with `channels` channels, at `sample_rate` or the rate the device offers
+ * instead (resampled to 48 kHz); the send path reframes to the
  * channel's frame size and converts to its mode (mono upmixed L = R). For
  * SCREEN_AUDIO name a monitor or loopback capture device (for example a PulseAudio
  * or PipeWire monitor through ALSA's pulse plugin). MIC streams pass the input gate
@@ -536,7 +577,8 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * On success *out_stream_id names it in later calls. Returns VC_ERR_STATE (no
  * channel), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
  * VC_ERR_REJECTED (stream limit), VC_ERR_DEVICE (the capture device cannot be
- * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC.
+ * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC,
+ * VC_ERR_INVALID_ARG (sample_rate not 0 and outside 8000..192000).
  * Callback-safe: no.
  */
 int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
@@ -550,7 +592,10 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
 
 /**
  * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
- * 2) interleaved int16 at 48 kHz, any amount, at any time. The PCM is reframed to
+ * 2) interleaved int16 at the stream's sample_rate (vc_stream_desc; 48 kHz by
+ * default), any amount, at any time. PCM at another rate is first resampled to
+ * 48 kHz (in preallocated blocks; the resampler carries its state from call to
+ * call, so blocks of any size join seamlessly). The PCM is reframed to
  * the channel's frame size, converted to the channel's mode (mono upmixed L = R,
  * stereo averaged for mono) and queued; frames are Opus-encoded, sealed and sent
  * in talkspurts paced at real time: frame k of a talkspurt goes out at the later of
@@ -565,11 +610,34 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
- * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls).
+ * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls; with
+ * a resampled stream the check counts the resampler's bound, a frame or two more).
  * Thread safety: calls for one stream must not overlap (one feeding thread per
  * stream). Callback-safe: yes.
  */
 int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * vc_stream_feed_pcm for float PCM: `frames` sample frames of `channels` interleaved
+ * floats, full scale ±1.0 (values beyond are clipped, NaN is silence), at the
+ * stream's sample_rate. Converted to int16 a block at a time into a buffer of the
+ * stream (no allocation), then exactly as vc_stream_feed_pcm (same returns, same
+ * queue, same pacing; the two may be mixed on one stream). Thread safety: as
+ * vc_stream_feed_pcm. Callback-safe: yes.
+ */
+int vc_stream_feed_pcm_f32(vc_client *c, uint32_t stream_id, const float *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * The input level of a published stream: the last frame (the channel's frame size,
+ * 20 ms by default) after send processing (NS / AGC / AEC), before the input gate, as
+ * it went through the send path (paced at real time, so audio fed ahead is measured
+ * when it is sent). *rms_dbfs is its RMS, *peak_dbfs its largest sample, in dBFS
+ * (full scale 32768; a full-scale sine reads -3.01 and 0). -120 for silence and when
+ * no frame went through in the last 250 ms. Works for every kind (the gate applies
+ * to MIC streams only). Either pointer may be NULL, not both. Returns
+ * VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG. Callback-safe: yes.
+ */
+int vc_get_input_level(vc_client *c, uint32_t stream_id, float *rms_dbfs, float *peak_dbfs);
 
 /**
  * How much audio fed to a stream is waiting to be sent, in ms (queued frames plus
@@ -762,13 +830,18 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
  * any time, so every remote stream is played once, in real time:
  *  - device: external playback 0 (the default, vc_client_config.external_playback),
  *    connected and not suspended. A playback thread renders the mix, hands each
- *    block to the sink if one is set (a tap) and plays it on the configured device
+ *    block to the sinks and recordings (taps) and plays it on the configured device
  *    (opened at vc_connect; a failure there is reported as a VC_EVENT_ERROR with
  *    VC_ERR_DEVICE and the session continues). A device that fails is reopened on
  *    a backoff: VC_EVENT_ERROR when it fails, VC_EVENT_DEVICE_RESTORED when it is
- *    back; meanwhile a sink tap still gets the mix every 20 ms.
- *  - sink: external playback 1 and a sink set: a mixer thread of the client renders
- *    every 20 ms and calls the sink.
+ *    back; meanwhile the taps still get their blocks every 20 ms. A device that
+ *    offers no 48 kHz is played at its rate through a resampler.
+ *  - sink: external playback 1 and a mixed sink set: a mixer thread of the client
+ *    renders every 20 ms and calls the sinks.
+ *  - background: otherwise, when a per-speaker sink is set or a recording runs
+ *    (vc_set_remote_stream_sink, vc_start_recording): a thread of the client
+ *    renders every 20 ms for them; vc_read_mixed_pcm() is served too, and while the
+ *    host pulls, its pulls render instead of that thread.
  *  - pull: every other case (external playback 1 without a sink; or external 0
  *    while not connected or suspended): nothing renders by itself and
  *    vc_read_mixed_pcm() renders on the caller's thread.
@@ -780,7 +853,9 @@ int vc_set_external_playback(vc_client *c, int enabled);
 
 /**
  * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
- * 960 frames (20 ms) per call, channels = 2, from one thread at a time, once per
+ * 20 ms of audio per call in the output format (960 frames and channels = 2 unless
+ * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz
+ * the count varies by a frame from block to block), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
  * blocks it plays (a tap); in pull mode it is not called. The sink runs on an audio
@@ -792,13 +867,126 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 
 /**
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
- * `frames` stereo frames now into `out` (2 * frames int16). Silence when nothing
- * plays. Call it at the rate the audio is consumed (48 kHz): each call advances the
- * playout clock of every remote stream. Does not allocate. Served only in pull mode
- * (vc_set_external_playback); returns VC_ERR_STATE while a thread of the client
- * renders the mix (sink mode, or device mode). Callback-safe: yes.
+ * `frames` frames of the output format now into `out` (frames × channels int16;
+ * 48 kHz stereo unless vc_set_output_format says otherwise). Silence when nothing
+ * plays. Call it at the rate the audio is consumed: each call advances the playout
+ * clock of every remote stream by what it rendered (at another output rate, the
+ * frames a conversion gave beyond `frames` are kept for the next call, so over
+ * time the clock follows what was pulled). A per-speaker sink set on the client is
+ * called on this thread, inside this call, for the blocks it renders. Does not
+ * allocate. Served in pull mode and in the background mode of a per-speaker sink or
+ * recording (vc_set_external_playback; the client's own thread then pauses while
+ * the host pulls); returns VC_ERR_STATE while a thread of the client renders the
+ * mix for a mixed sink or a device, and from inside the per-speaker sink.
+ * Thread safety: concurrent calls on one client are served one after the other.
+ * Callback-safe: yes (except from the per-speaker sink).
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
+
+/**
+ * vc_read_mixed_pcm as float (full scale ±1.0): the same mix, clock and rules, for
+ * hosts whose audio callback is float (JACK, PortAudio paFloat32, Web Audio, numpy);
+ * it saves them a conversion loop and a buffer in their callback. The mix itself
+ * comes from the same int16 render, so it adds no resolution. Callback-safe: as
+ * vc_read_mixed_pcm.
+ */
+int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
+
+/**
+ * The format of every PCM the client hands out: the mixed sink, vc_read_mixed_pcm(_f32),
+ * the per-speaker sink and recordings started afterwards. `sample_rate` 8000..192000,
+ * `channels` 1 (stereo averaged; a mono stream as it is) or 2 (mono streams L = R).
+ * Default 48000 Hz, 2 channels. The client still renders at 48 kHz and converts
+ * each block (SpeexDSP resampler, vc_client_config.resampler_quality), in buffers
+ * built here on the calling thread and swapped in between two blocks (nothing is
+ * restarted). The playback device is not affected (it is fed at the rate it runs
+ * at). Float output exists for pulls only
+ * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
+ * int16: the decoder's output is 16-bit, so a callback converts in a loop of its own
+ * at no loss, and one sink type per kind keeps the API small.
+ * Returns VC_ERR_INVALID_ARG (rate or channels out of range), VC_ERR_STATE (a
+ * recording is running: its file has the format of its start; or from inside a
+ * callback). Callback-safe: no.
+ */
+int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
+
+/**
+ * Sets (fn non-NULL) or clears (NULL) the per-speaker sink: for every rendered block
+ * (20 ms, or the size a pull renders), one call per remote stream with its ssrc,
+ * user id, kind and its decoded PCM after this listener's noise reduction, before
+ * gain, mute and mixing (a stream muted with vc_set_remote_stream still comes here),
+ * in the output format. It runs on the thread that renders the mix (the device's
+ * playback thread, the mixed sink's thread, or a vc_read_mixed_pcm caller), one
+ * thread at a time and never faster than real time, after the mix of that block is
+ * made; a stream that is silent (between talkspurts, or concealed) still delivers
+ * its blocks, so each stream's PCM keeps its own timeline.
+ * Modes (vc_set_external_playback), with a per-speaker sink set:
+ *   external 0, connected, not suspended  the playback thread renders: device, taps
+ *   external 1, a mixed sink set          the mixer thread renders for both sinks
+ *   any other case                        "background": a thread of the client renders
+ *                                         every 20 ms for the per-speaker sink (and
+ *                                         recordings); vc_read_mixed_pcm is served, and
+ *                                         while the host pulls, its pulls render instead
+ *                                         (the thread stays away while a pull came within
+ *                                         40 ms, or 1.5 of the host's pull intervals)
+ * So it works with and without a consumer of the mix. The sink must not block; it
+ * runs under the client's render lock, which none of the callback-safe functions
+ * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones
+ * return VC_ERR_STATE there, on whatever thread it runs. Setting, replacing or
+ * clearing returns only after a running call of the previous sink has returned.
+ * Returns VC_ERR_STATE from inside any callback of the client. Callback-safe: no.
+ */
+int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *user);
+
+/**
+ * Starts recording to a WAV file (16-bit PCM, in the output format of now): the final
+ * mix when `ssrc` is 0, else the remote stream `ssrc` as the per-speaker sink gets it
+ * (decoded, before gain, mute and mixing). The render thread copies each block into a
+ * lock-free ring; a writer thread of the recording writes the file (every 20 ms; the
+ * header's sizes are rewritten every second and at the end, so a crash leaves a
+ * readable file). The render thread never waits for the disk: when the writer falls
+ * more than 2 s behind, blocks are dropped (and logged at the end). While a recording
+ * runs, the client renders by itself if nothing else does (see
+ * vc_set_remote_stream_sink, "background"). A recording is named by its source: at
+ * most one per ssrc (0 = the mix), at most 8 at once. A speaker's recording gets
+ * nothing more once its stream is removed; stop it to close the file. An existing
+ * file is replaced. Returns VC_ERR_INVALID_ARG (path NULL, or the file cannot be
+ * created: vc_last_error says why), VC_ERR_NOT_FOUND (no remote stream `ssrc`),
+ * VC_ERR_STATE (that source is already being recorded; inside a callback),
+ * VC_ERR_NO_MEMORY (8 recordings run). Callback-safe: no.
+ */
+int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
+
+/**
+ * Stops the recording of `ssrc` (0 = the mix): writes what is still buffered,
+ * completes the WAV header, closes the file, then returns. Destroying the client
+ * stops every recording the same way. Returns VC_ERR_NOT_FOUND (no such recording),
+ * VC_ERR_STATE (inside a callback). Callback-safe: no.
+ */
+int vc_stop_recording(vc_client *c, uint32_t ssrc);
+
+/**
+ * Plays on another device (an ALSA PCM name) from now on, without leaving the
+ * channel. When the device plays the mix now (external playback 0, connected, not
+ * suspended) the new device is opened at once: on failure the previous device keeps
+ * playing and VC_ERR_DEVICE is returned with the reason in vc_last_error. Otherwise
+ * the name is kept for when the device next opens. A device that offers no 48 kHz is
+ * opened at the rate it offers and fed through a resampler. Returns
+ * VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_DEVICE. Callback-safe: no.
+ */
+int vc_set_playback_device(vc_client *c, const char *name);
+
+/**
+ * Moves a device stream's capture to another device (an ALSA PCM name), keeping the
+ * stream: its id, ssrc and channel stay and listeners see no change but the sound.
+ * The previous device is closed first, then the new one opened (at the stream's
+ * sample_rate, or the rate it offers); when it cannot be opened, the previous
+ * device is reopened and VC_ERR_DEVICE returned (reason in vc_last_error). While
+ * audio is suspended the name is kept for vc_audio_restart. Returns
+ * VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_STATE (a stream fed
+ * by the host), VC_ERR_DEVICE. Callback-safe: no.
+ */
+int vc_set_capture_device(vc_client *c, uint32_t stream_id, const char *name);
 
 /**
  * Closes every audio device (playback and all captures) without touching the

@@ -207,7 +207,8 @@ let eventTypeNames: [UInt32: UnsafePointer<CChar>] = {
         (VC_EVENT_VOICE_RECONNECTED, "VC_EVENT_VOICE_RECONNECTED"), (VC_EVENT_SERVER_MUTE_STATE, "VC_EVENT_SERVER_MUTE_STATE"),
         (VC_EVENT_STREAM_STATE_UPDATE, "VC_EVENT_STREAM_STATE_UPDATE"), (VC_EVENT_ERROR, "VC_EVENT_ERROR"),
         (VC_EVENT_DEVICE_RESTORED, "VC_EVENT_DEVICE_RESTORED"), (VC_EVENT_RECONNECTING, "VC_EVENT_RECONNECTING"),
-        (VC_EVENT_RECONNECTED, "VC_EVENT_RECONNECTED"), (VC_EVENT_USER_CONNECTED, "VC_EVENT_USER_CONNECTED"),
+        (VC_EVENT_RECONNECTED, "VC_EVENT_RECONNECTED"), (VC_EVENT_GATE_OPENED, "VC_EVENT_GATE_OPENED"),
+        (VC_EVENT_GATE_CLOSED, "VC_EVENT_GATE_CLOSED"), (VC_EVENT_USER_CONNECTED, "VC_EVENT_USER_CONNECTED"),
         (VC_EVENT_USER_UPDATED, "VC_EVENT_USER_UPDATED"), (VC_EVENT_USER_DISCONNECTED, "VC_EVENT_USER_DISCONNECTED"),
         (VC_EVENT_CHANNELS_CHANGED, "VC_EVENT_CHANNELS_CHANGED"),
     ]
@@ -243,7 +244,7 @@ public func vc_client_config_default() -> vc_client_config {
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
                             playback_device: nil, talk_hangover_ms: d.talkHangoverMs, known_servers_path: nil,
-                            auto_reconnect: d.autoReconnect ? 1 : 0)
+                            auto_reconnect: d.autoReconnect ? 1 : 0, resampler_quality: Int32(d.resamplerQuality))
 }
 
 @_cdecl("vc_connect_params_default")
@@ -253,7 +254,7 @@ public func vc_connect_params_default() -> vc_connect_params {
 
 @_cdecl("vc_stream_desc_default")
 public func vc_stream_desc_default() -> vc_stream_desc {
-    vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1, max_queue_ms: 0)
+    vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1, max_queue_ms: 0, sample_rate: 0)
 }
 
 @_cdecl("vc_client_create")
@@ -277,6 +278,7 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
             c.knownServersPath = path
         }
         c.autoReconnect = cfg.pointee.auto_reconnect != 0
+        c.resamplerQuality = Int(cfg.pointee.resampler_quality)
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -381,7 +383,7 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
         }
         outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
                                                  device: d.pointee.device.map { String(cString: $0) },
-                                                 maxQueueMs: Int(d.pointee.max_queue_ms))
+                                                 maxQueueMs: Int(d.pointee.max_queue_ms), sampleRate: Int(d.pointee.sample_rate))
         return VC_OK
     }
 }
@@ -413,13 +415,40 @@ public func vc_stream_stop(_ p: OpaquePointer?, _ id: UInt32) -> Int32 {
     withClient(p) { b in try b.client.stopStream(id); return VC_OK }
 }
 
+/// The checks both feeds share: PCM present, 1 or 2 channels; nothing to do for 0 frames.
+func feedArguments<T>(_ pcm: UnsafePointer<T>?, _ frames: UInt32, _ channels: UInt32, _ function: String) throws -> UnsafePointer<T>? {
+    guard let pcm else { throw invalid("\(function): pcm is NULL") }
+    guard channels == 1 || channels == 2 else { throw invalid("\(function): channels must be 1 or 2 (got \(channels))") }
+    return frames == 0 ? nil : pcm
+}
+
 @_cdecl("vc_stream_feed_pcm")
 public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Int16>?, _ frames: UInt32, _ channels: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let pcm else { throw invalid("vc_stream_feed_pcm: pcm is NULL") }
-        guard channels == 1 || channels == 2 else { throw invalid("vc_stream_feed_pcm: channels must be 1 or 2 (got \(channels))") }
-        if frames == 0 { return VC_OK }
+        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm") else { return VC_OK }
         try b.client.feed(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stream_feed_pcm_f32")
+public func vc_stream_feed_pcm_f32(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Float>?, _ frames: UInt32,
+                                   _ channels: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm_f32") else { return VC_OK }
+        try b.client.feedFloat(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_get_input_level")
+public func vc_get_input_level(_ p: OpaquePointer?, _ id: UInt32, _ rms: UnsafeMutablePointer<Float>?,
+                               _ peak: UnsafeMutablePointer<Float>?) -> Int32 {
+    withClient(p) { b in
+        guard rms != nil || peak != nil else { throw invalid("vc_get_input_level: rms_dbfs and peak_dbfs are both NULL") }
+        let l = try b.client.inputLevel(streamID: id)
+        rms?.pointee = l.rmsDBFS
+        peak?.pointee = l.peakDBFS
         return VC_OK
     }
 }
@@ -463,6 +492,8 @@ public func vc_list_remote_streams(_ p: OpaquePointer?, _ out: UnsafeMutablePoin
             info.settings = vc_remote_stream(gain: r.settings.gain, muted: r.settings.muted ? 1 : 0,
                                              noise_reduction: r.settings.noiseReduction ? 1 : 0)
             copyStringTuple(r.username, into: &info.username)
+            info.level_rms_dbfs = r.levelRMSDBFS
+            info.level_peak_dbfs = r.levelPeakDBFS
             out![i] = info
         }
         return VC_OK
@@ -638,12 +669,60 @@ public func vc_set_mixed_output_sink(_ p: OpaquePointer?, _ fn: vc_pcm_sink_fn?,
     withClient(p) { b in
         try b.client.refuseInCallback("vc_set_mixed_output_sink")
         if let fn {
-            try b.client.setSink { pcm, frames in fn(user, pcm, UInt32(frames), 2) }
+            try b.client.setMixedSink { pcm, frames, channels in fn(user, pcm, UInt32(frames), UInt32(channels)) }
         } else {
-            try b.client.setSink(nil)
+            try b.client.setMixedSink(nil)
         }
         return VC_OK
     }
+}
+
+@_cdecl("vc_set_remote_stream_sink")
+public func vc_set_remote_stream_sink(_ p: OpaquePointer?, _ fn: vc_remote_stream_sink_fn?, _ user: UnsafeMutableRawPointer?) -> Int32 {
+    withClient(p) { b in
+        if let fn {
+            try b.client.setSpeakerSink { blk in
+                fn(user, blk.ssrc, blk.userID, vc_stream_kind(rawValue: blk.kind.rawValue), blk.pcm, UInt32(blk.frames), UInt32(blk.channels))
+            }
+        } else {
+            try b.client.setSpeakerSink(nil)
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_output_format")
+public func vc_set_output_format(_ p: OpaquePointer?, _ sampleRate: UInt32, _ channels: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard sampleRate >= 8000 && sampleRate <= 192_000 else {
+            throw invalid("vc_set_output_format: sample_rate must be within 8000..192000 (got \(sampleRate))")
+        }
+        guard channels == 1 || channels == 2 else { throw invalid("vc_set_output_format: channels must be 1 or 2 (got \(channels))") }
+        try b.client.setOutputFormat(sampleRate: Int(sampleRate), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_read_mixed_pcm_f32")
+public func vc_read_mixed_pcm_f32(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Float>?, _ frames: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_read_mixed_pcm_f32: out is NULL") }
+        try b.client.readMixedFloat(into: out, frames: Int(frames))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_start_recording")
+public func vc_start_recording(_ p: OpaquePointer?, _ path: UnsafePointer<CChar>?, _ ssrc: UInt32) -> Int32 {
+    withClient(p) { b in
+        try b.client.startRecording(path: try nonEmptyString(path, "vc_start_recording", "path"), ssrc: ssrc)
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stop_recording")
+public func vc_stop_recording(_ p: OpaquePointer?, _ ssrc: UInt32) -> Int32 {
+    withClient(p) { b in try b.client.stopRecording(ssrc: ssrc); return VC_OK }
 }
 
 @_cdecl("vc_read_mixed_pcm")
@@ -730,9 +809,33 @@ public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<
         var info = vc_device_info()
         copyStringTuple(d.name, into: &info.name)
         copyStringTuple(d.description, into: &info.description)
+        info.is_monitor = d.isMonitor ? 1 : 0
         out![i] = info
     }
     return VC_OK
+}
+
+/// A string argument that must be non-NULL, non-empty UTF-8 (a device name, a path).
+func nonEmptyString(_ p: UnsafePointer<CChar>?, _ function: String, _ what: String) throws -> String {
+    guard let p else { throw invalid("\(function): \(what) is NULL") }
+    guard let s = String(validatingCString: p), !s.isEmpty else { throw invalid("\(function): \(what) is empty or not UTF-8") }
+    return s
+}
+
+@_cdecl("vc_set_playback_device")
+public func vc_set_playback_device(_ p: OpaquePointer?, _ name: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        try b.client.setPlaybackDevice(try nonEmptyString(name, "vc_set_playback_device", "name"))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_capture_device")
+public func vc_set_capture_device(_ p: OpaquePointer?, _ id: UInt32, _ name: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        try b.client.setCaptureDevice(streamID: id, device: try nonEmptyString(name, "vc_set_capture_device", "name"))
+        return VC_OK
+    }
 }
 
 @_cdecl("vc_set_capture_channels")

@@ -130,6 +130,10 @@ class EventType(_OpenIntEnum):
     RECONNECTED = 17
     """auto_reconnect: the session is back (channel re-joined, streams re-announced with
     new ssrcs); user_id is the new session's, text the server name."""
+    GATE_OPENED = 18
+    """Local: a MIC stream's input gate opened (stream_id, ssrc, kind); a talkspurt starts."""
+    GATE_CLOSED = 19
+    """Local: a MIC stream's input gate closed (stream_id, ssrc, kind); its last frame went out."""
     USER_CONNECTED = 20
     """user_id, channel_id, muted, deafened, text = username: a user logged in to the
     server (:meth:`Client.users`)."""

@@ -69,7 +69,7 @@ class Event:
 
 
 _STREAM_EVENTS = (EventType.REMOTE_STREAM_ADDED, EventType.REMOTE_STREAM_REMOVED, EventType.TALK_START,
-                  EventType.TALK_STOP, EventType.STREAM_STATE_UPDATE)
+                  EventType.TALK_STOP, EventType.STREAM_STATE_UPDATE, EventType.GATE_OPENED, EventType.GATE_CLOSED)
 
 
 @dataclass(frozen=True)
@@ -158,12 +158,17 @@ class RemoteStreamInfo:
     talking: bool
     settings: RemoteStreamSettings
     username: str
+    level_rms_dbfs: float = -120.0
+    """The decoded audio's RMS over the last rendered block, in dBFS (-120: silent, or
+    nothing renders the mix)."""
+    level_peak_dbfs: float = -120.0
+    """That block's peak sample, in dBFS."""
 
     @classmethod
     def _from_c(cls, i: Any) -> "RemoteStreamInfo":
         return cls(ssrc=i.ssrc, user_id=i.user_id, stream_id=i.stream_id, kind=StreamKind(i.kind),
                    channels=i.channels, talking=bool(i.talking), settings=RemoteStreamSettings._from_c(i.settings),
-                   username=_text(i.username))
+                   username=_text(i.username), level_rms_dbfs=i.level_rms_dbfs, level_peak_dbfs=i.level_peak_dbfs)
 
 
 @dataclass(frozen=True)
@@ -225,10 +230,12 @@ class DeviceInfo:
     kind: DeviceKind
     name: str
     description: str
+    is_monitor: bool = False
+    """A capture device that records what the system plays (for SCREEN_AUDIO streams)."""
 
     @classmethod
     def _from_c(cls, kind: DeviceKind, d: Any) -> "DeviceInfo":
-        return cls(kind=kind, name=_text(d.name), description=_text(d.description))
+        return cls(kind=kind, name=_text(d.name), description=_text(d.description), is_monitor=bool(d.is_monitor))
 
 
 @dataclass(frozen=True)
