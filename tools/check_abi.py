@@ -11,9 +11,10 @@ release's layouts and prototypes (tools/abi-baseline.json):
   * every struct of the release keeps its fields where they were (fields are only
     appended); the layouts are the Python binding's, which the binding checks
     against the library's vc_struct_size when it loads;
-  * a struct that grew has, for every function that takes or fills it, a version of
-    the function for the release's layout (`name@VOICECAT_0`) beside the new default
-    one (read from the library's dynamic symbols, VOICECAT_LIBRARY);
+  * a struct that grew (a field appended, even into former padding) has, for every
+    function that takes or fills it, a version of the function for the release's
+    layout (`name@VOICECAT_0`) beside the new default one (read from the library's
+    dynamic symbols, VOICECAT_LIBRARY);
   * every function added since is exported under a newer version node than the
     release's, so a program that uses it fails to load on an older library with a
     clear message instead of failing at the call.
@@ -216,19 +217,21 @@ def check_policy(baseline_path, h, py_parent, problems):
         verdict(new["fields"][:n] == old["fields"],
                 f"{name}: fields of release {base['release']} {old['fields']} are now {new['fields'][:n]} "
                 "(fields are only appended)")
-        if new["size"] == old["size"]:
+        # A field appended in what was padding grows no size, but an old program's padding
+        # holds anything: it is growth all the same.
+        if len(new["fields"]) == n:
             continue
+        grown = f"{name} grew ({', '.join(f[0] for f in new['fields'][n:])} appended)"
         users = [f for f, proto in sorted(h.items()) if f in base["functions"] and mentions(proto, name)]
         if versions is None:
-            problems.append(f"{name} grew ({old['size']} -> {new['size']} bytes): set VOICECAT_LIBRARY to check "
-                            "the versions of " + ", ".join(users))
+            problems.append(f"{grown}: set VOICECAT_LIBRARY to check the versions of " + ", ".join(users))
             failed += 1
             continue
         for f in users:
             have = versions.get(f, {})
             verdict(node in have and not have[node] and any(d for v, d in have.items() if v != node),
-                    f"{f}: {name} grew ({old['size']} -> {new['size']} bytes), so {f} needs {f}@{node} for the "
-                    f"release's layout beside a newer default version; the library has {have or 'none'}")
+                    f"{f}: {grown}, so {f} needs {f}@{node} for the release's layout beside a newer default "
+                    f"version; the library has {have or 'none'}")
     if versions is not None:
         for f in sorted(set(h) - set(base["functions"])):
             have = versions.get(f, {})
