@@ -35,7 +35,7 @@ build: deps
 ## Linked with lld (tools/lib-toolset.json): gold leaves local Swift symbols in .dynsym.
 lib:
 	$(SWIFT) build -c release --product voicecat --build-path .build/lib --toolset tools/lib-toolset.json \
-	    -Xlinker --version-script=$(CURDIR)/tools/libvoicecat.map -Xlinker -soname=libvoicecat.so.0
+	    -Xcc -DVOICECAT_SYMVER -Xlinker --version-script=$(CURDIR)/tools/libvoicecat.map -Xlinker -soname=libvoicecat.so.0
 
 ## server: voicecat-server with the Swift runtime linked in (runs on a host without the toolchain).
 server:
@@ -95,10 +95,11 @@ c-test:
 	    PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g Tests/c/$$t.c -o $(EXAMPLES)/$$t \
 	        $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lpthread -lm; \
 	done
+	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -g -Iinclude Tests/c/abi_compat.c -o $(EXAMPLES)/abi_compat -ldl
 	$(SWIFT) build --product voicecat-server
 	@echo "voicecat-server links:"; readelf -d .build/debug/voicecat-server | grep NEEDED; \
 	    ! readelf -d .build/debug/voicecat-server | grep NEEDED | grep -E 'asound|opus|speexdsp'
-	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server
+	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server $(TEST_PREFIX)/lib/libvoicecat.so.0
 
 ## wheel: dist/voicecat-VERSION-py3-none-PLATFORM.whl, the Python package with a stripped
 ## libvoicecat.so inside (it then needs only Debian's libopus, libsodium, SpeexDSP and ALSA).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the C API checks and the C examples against a live voicecat-server on loopback.
-#   c-test.sh EXAMPLES_DIR SERVER_BINARY
+#   c-test.sh EXAMPLES_DIR SERVER_BINARY LIBRARY
 set -euo pipefail
-ex=$1 server=$2
+ex=$1 server=$2 lib=$3
 work=$(mktemp -d)
 # Trust on first use records each server in the per-user known-servers file: keep
 # this run's (a fresh server identity on a random port) out of the user's.
@@ -14,6 +14,8 @@ for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.05; done
 port=$(cat "$work/port")
 
 "$ex/api_check" "$port"
+# A program built against release 0.2, emulated: the old layouts through the old symbol versions.
+"$ex/abi_compat" "$lib" "$port"
 
 # Allocations in the whole host process, steady state, in each output mode.
 for mode in sink pull device; do
