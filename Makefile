@@ -35,7 +35,7 @@ build: deps
 ## Linked with lld (tools/lib-toolset.json): gold leaves local Swift symbols in .dynsym.
 lib:
 	$(SWIFT) build -c release --product voicecat --build-path .build/lib --toolset tools/lib-toolset.json \
-	    -Xlinker --version-script=$(CURDIR)/tools/libvoicecat.map -Xlinker -soname=libvoicecat.so.0
+	    -Xcc -DVOICECAT_SYMVER -Xlinker --version-script=$(CURDIR)/tools/libvoicecat.map -Xlinker -soname=libvoicecat.so.0
 
 ## server: voicecat-server with the Swift runtime linked in (runs on a host without the toolchain).
 server:
@@ -58,9 +58,9 @@ install: lib server
 examples:
 	@test -f $(PREFIX)/lib/pkgconfig/voicecat.pc || { echo "run 'make install PREFIX=$(PREFIX)' first"; exit 1; }
 	mkdir -p $(EXAMPLES)
-	for ex in speak_wav record_mix; do \
+	for ex in speak_wav record_mix record_speakers pull_16k; do \
 	    PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig $(CC) -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -O2 \
-	        examples/c/$$ex.c -o $(EXAMPLES)/$$ex $$(PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat); \
+	        examples/c/$$ex.c -o $(EXAMPLES)/$$ex $$(PKG_CONFIG_PATH=$(PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lm; \
 	done
 
 ## demo: server on loopback, one host speaks an espeak-ng recording, another records the mix.
@@ -88,16 +88,18 @@ c-test:
 	$(MAKE) install PREFIX=$(TEST_PREFIX)
 	$(MAKE) examples PREFIX=$(TEST_PREFIX)
 	@echo "exported symbols other than vc_*:"; \
-	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -e '^vc_' -e '^VOICECAT_0$$'
-	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl python
+	    ! nm -D --defined-only $(TEST_PREFIX)/lib/libvoicecat.so.0 | awk '{print $$NF}' | grep -v -E -e '^vc_' -e '^VOICECAT_0(\.[0-9]+)?$$'
+	VOICECAT_LIBRARY=$(TEST_PREFIX)/lib/libvoicecat.so.0 python3 tools/check_abi.py include/voicecat.h Sources/VoiceCatImpl python \
+	    tools/abi-baseline.json
 	for t in api_check alloc_host; do \
 	    PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig $(CC) -std=c11 -Wall -Wextra -Werror -O2 -g Tests/c/$$t.c -o $(EXAMPLES)/$$t \
 	        $$(PKG_CONFIG_PATH=$(TEST_PREFIX)/lib/pkgconfig pkg-config --cflags --libs voicecat) -lpthread -lm; \
 	done
+	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -g -Iinclude Tests/c/abi_compat.c -o $(EXAMPLES)/abi_compat -ldl
 	$(SWIFT) build --product voicecat-server
 	@echo "voicecat-server links:"; readelf -d .build/debug/voicecat-server | grep NEEDED; \
 	    ! readelf -d .build/debug/voicecat-server | grep NEEDED | grep -E 'asound|opus|speexdsp'
-	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server
+	bash scripts/c-test.sh $(EXAMPLES) .build/debug/voicecat-server $(TEST_PREFIX)/lib/libvoicecat.so.0
 
 ## wheel: dist/voicecat-VERSION-py3-none-PLATFORM.whl, the Python package with a stripped
 ## libvoicecat.so inside (it then needs only Debian's libopus, libsodium, SpeexDSP and ALSA).

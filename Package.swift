@@ -13,6 +13,7 @@
 //   VoiceCatSystem       system edge: syscalls (EINTR/EAGAIN handling), sockets, poll, clocks.
 //   VoiceCatDevices      system edge: ALSA capture and playback PCMs, device lists.
 //   VoiceCatABI          the public header's types (include/voicecat.h) for Swift.
+//   VoiceCatCompat       C entry points for earlier releases' struct layouts (symbol versions).
 //   VoiceCatClient       the client engine: session, send and receive paths, mixer threads.
 //   VoiceCatImpl         the C ABI: @_cdecl vc_* exports over VoiceCatClient (libvoicecat.so).
 //   VoiceCatServerCore   the relay server (event loop over VoiceCatSystem + VoiceCatProtocol).
@@ -47,9 +48,11 @@ let package = Package(
         .target(name: "VoiceCatSystem", dependencies: ["CLinux"]),
         .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"]),
         .target(name: "VoiceCatABI"),
+        // Entry points for the struct layouts of earlier releases (symbol versions, the ABI policy).
+        .target(name: "VoiceCatCompat"),
         .target(name: "VoiceCatDevices", dependencies: ["CAlsa", "VoiceCatSystem"]),
         .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
-        .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI"]),
+        .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI", "VoiceCatCompat"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
         .executableTarget(name: "voicecat-fuzz", dependencies: ["VoiceCatProtocol", "CFuzzerDriver"]),

@@ -12,15 +12,23 @@
  *    clients, without a process-wide lock), never a crash.
  *  - Results. Every call that can fail returns `int`: VC_OK (0) or a negative
  *    VC_ERR_* code; vc_strerror() gives static text. Every call that fails on a
- *    client records why in vc_last_error().
- *  - Config structs come from a `*_default()` function and are then edited, so new
- *    fields never break old callers.
- *  - Audio at the API is always 48 kHz, interleaved int16_t; `frames` counts
- *    sample frames (one sample per channel).
+ *    client records why in vc_last_error() (replacing the reason of any earlier
+ *    failure), argument checks included.
+ *  - Config structs come from a `*_default()` function and are then edited by field
+ *    name, so new fields never break old callers (see the ABI policy below).
+ *  - Audio at the API is interleaved int16_t (or float, full scale ±1.0, in the
+ *    *_f32 variants); `frames` counts sample frames (one sample per channel).
+ *    Audio in is 48 kHz unless a stream says otherwise (vc_stream_desc.sample_rate);
+ *    audio out (sinks, pulls, recordings) is 48 kHz stereo unless the host asks for
+ *    another format (vc_set_output_format). The engine runs at 48 kHz inside and
+ *    converts at the edges with SpeexDSP's resampler (quality:
+ *    vc_client_config.resampler_quality), from buffers allocated beforehand.
  *  - Thread safety. Unless a function says otherwise it may be called from any
  *    thread, concurrently with any other function on the same client.
  *  - Callback safety. Callbacks (events, mixed output sink, log) run on threads
- *    of the library, never under a lock of the library. From inside a callback
+ *    of the library, never under a lock of the library; the per-speaker sink runs
+ *    on the thread that renders (possibly a host thread inside vc_read_mixed_pcm)
+ *    under the render lock, which no function it may call takes. From inside a callback
  *    only functions marked "callback-safe: yes" may be called; the others return
  *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
  *    returns only after a call of it that is running has returned (so `user` may
@@ -29,6 +37,44 @@
  *    callback function pointers and their `user` pointers, which must stay valid
  *    until replaced or the client is destroyed. Strings it returns are static or
  *    copied into caller buffers.
+ *
+ * ABI policy: how the library grows without breaking programs already built.
+ *
+ *  libvoicecat.so.0 keeps running programs built against the header of an earlier
+ *  0.x release, unchanged and without a rebuild. The rules that make it so:
+ *  - Functions are only added. A function's prototype and meaning never change; a
+ *    new behaviour comes as a new function (or a new field whose default keeps the
+ *    old behaviour).
+ *  - Enumerations, event types and result codes only gain values.
+ *  - Struct fields are only appended at the end. A field is never removed, moved,
+ *    resized, retyped or given another meaning.
+ *  - When a release appends fields to a struct the host passes in or the library
+ *    fills (config structs, vc_*_info arrays, stats), the library learns which
+ *    layout a program was built with from symbol versions: every function that reads
+ *    or writes that struct, its *_default() included, gets a new version
+ *    (VOICECAT_0.<minor> in the library's version script), and the previous version
+ *    stays, working on the previous layout (fields it lacks take their defaults;
+ *    nothing is read or written past its end). The linker binds a program to the
+ *    versions it was built against. Structs the library hands to a callback through
+ *    a const pointer (vc_event) may grow without that: the host reads the fields it
+ *    knows. tools/check_abi.py (run by `make c-test`) keeps the layouts of the last
+ *    release and fails a build whose structs changed in any other way, or grew
+ *    without the versioned entry points.
+ *  What hosts do:
+ *  - Make every config struct with its *_default() function and set fields by name.
+ *    Never initialise one positionally (a rebuild against a newer header would shift
+ *    values into other fields) or by zeroing, except vc_connect_params, whose
+ *    defaults are all zero.
+ *  - Ignore event types they do not know (vc_event_type_name() gives
+ *    "VC_EVENT_UNKNOWN"), and treat any negative result as a failure, known code or
+ *    not.
+ *  - Size arrays for the vc_list_* functions with sizeof() of this header's structs.
+ *  - Bindings that look symbols up by name at run time (dlsym, ctypes, cffi, JNA) get
+ *    the newest versions: compare every struct they declare with vc_struct_size(name)
+ *    and refuse a library whose sizes differ (the Python package does so when it
+ *    loads the library), or ask for the version they were written for with dlvsym().
+ *  - Check vc_version_number() (or look the symbol up) before using a function newer
+ *    than the oldest release they support.
  */
 #ifndef VOICECAT_H
 #define VOICECAT_H
@@ -43,7 +89,7 @@ extern "C" {
 /* ---- Version --------------------------------------------------------------- */
 
 #define VC_VERSION_MAJOR 0
-#define VC_VERSION_MINOR 2
+#define VC_VERSION_MINOR 3
 #define VC_VERSION_PATCH 0
 /** (major << 16) | (minor << 8) | patch of this header. */
 #define VC_VERSION_NUMBER ((VC_VERSION_MAJOR << 16) | (VC_VERSION_MINOR << 8) | VC_VERSION_PATCH)
@@ -96,16 +142,19 @@ typedef enum vc_event_type {
     VC_EVENT_CHANNEL_JOINED = 3,       /**< channel_id; text = channel name */
     VC_EVENT_USER_JOINED = 4,          /**< user_id; text = username */
     VC_EVENT_USER_LEFT = 5,            /**< user_id */
-    VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind, channels */
-    VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc */
-    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, text = username: the first frame of a talkspurt
-                                            was played (while nothing renders the mix: frames arrive) */
-    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, text = username: the talkspurt's last frame was
-                                            played talk_hangover_ms ago (or no frame arrived for that long) */
+    VC_EVENT_REMOTE_STREAM_ADDED = 6,  /**< user_id, stream_id, ssrc, kind (vc_stream_kind), channels,
+                                            text = username */
+    VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc, kind, text = username (also for one of
+                                            this client's own streams the server withdrew) */
+    VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, kind, text = username: the first frame of a
+                                            talkspurt was played (while nothing renders the mix: frames arrive) */
+    VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, kind, text = username: the talkspurt's last frame
+                                            was played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding */
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
-    VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, muted, hold: a remote publisher's UI state */
+    VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, user_id, stream_id, kind, muted, hold, text = username:
+                                            a remote publisher's own state of the stream (vc_set_stream_state) */
     VC_EVENT_ERROR = 14,               /**< code, text: an asynchronous error (VC_ERR_DEVICE: a device failed;
                                             kind = vc_device_kind, stream_id for a capture; it is reopened
                                             on a backoff. VC_ERR_PROTOCOL: a message from the server broke
@@ -117,10 +166,36 @@ typedef enum vc_event_type {
     VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
                                             reason, text = detail); reconnecting with backoff. The session's
                                             remote streams are removed; local streams keep their ids */
-    VC_EVENT_RECONNECTED = 17          /**< auto_reconnect: the session is back: channel re-joined, local
+    VC_EVENT_RECONNECTED = 17,         /**< auto_reconnect: the session is back: channel re-joined, local
                                             streams re-announced under the same stream ids (new ssrcs);
-                                            user_id = the new session's user id, text = server name */
+                                            user_id = the new session's user id, text = server name. The user
+                                            and channel lists are the new session's (no USER_* events for it) */
+    VC_EVENT_GATE_OPENED = 18,         /**< local: a MIC stream's input gate opened (stream_id, ssrc, kind):
+                                            its next frame goes out with the marker, starting a talkspurt */
+    VC_EVENT_GATE_CLOSED = 19,         /**< local: a MIC stream's input gate closed (stream_id, ssrc, kind):
+                                            the frame flagged last went out (the VAD's hang time ran out, the
+                                            push-to-talk key was released, or the fed audio ran dry, was
+                                            flushed or the stream stopped). On a channel with DTX the encoder
+                                            may also pause sending while the gate is open. */
+    VC_EVENT_USER_CONNECTED = 20,      /**< user_id, channel_id (0 = none), muted, deafened (server mute),
+                                            text = username: a user logged in to the server (vc_list_users) */
+    VC_EVENT_USER_UPDATED = 21,        /**< user_id, channel_id, muted, deafened, text = username: a user's
+                                            entry in vc_list_users changed; code = what changed, VC_USER_CHANGED_*
+                                            bits (the channel, the server mute state, the published streams or
+                                            their state) */
+    VC_EVENT_USER_DISCONNECTED = 22,   /**< user_id, channel_id (the last one), text = username: a user left
+                                            the server (or was kicked) */
+    VC_EVENT_CHANNELS_CHANGED = 23     /**< the server's channel list changed (the server reloaded its
+                                            configuration): vc_list_channels has the new one */
 } vc_event_type;
+
+/** Bits of the code of VC_EVENT_USER_UPDATED. */
+#define VC_USER_CHANGED_CHANNEL     1  /**< moved to another channel (or to none) */
+#define VC_USER_CHANGED_SERVER_MUTE 2  /**< server mute or deafen */
+#define VC_USER_CHANGED_STREAMS     4  /**< published a stream, stopped one, or changed one's mute / hold */
+
+/** The port a server listens on when none is named (0 means this port, to client and server alike). */
+#define VC_DEFAULT_PORT 47800
 
 /* ---- Structures ------------------------------------------------------------ */
 
@@ -159,12 +234,16 @@ typedef struct vc_client_config {
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */
+    int32_t resampler_quality;     /**< SpeexDSP resampler quality 0..10 for every sample-rate conversion
+                                        of this client (fed or captured audio at another rate, the output
+                                        format, devices that do not run at 48 kHz); default 4. Higher is
+                                        cleaner and costs more CPU per converted block. */
 } vc_client_config;
 
 /** Where and how to connect. */
 typedef struct vc_connect_params {
     const char *host;               /**< name or address of the server */
-    uint16_t port;                  /**< 0 = 47800 */
+    uint16_t port;                  /**< 0 = VC_DEFAULT_PORT (47800), as for voicecat-server */
     const char *username;           /**< 1..64 bytes of UTF-8 without control characters, unique on the
                                          server (VC_ERR_INVALID_ARG otherwise) */
     const char *password;           /**< server password, NULL = none */
@@ -200,6 +279,11 @@ typedef struct vc_stream_desc {
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
     uint32_t max_queue_ms;         /**< external feed: the most audio the stream queues ahead of sending
                                         (0..600000); 0 = the default, 10000 (10 s) */
+    uint32_t sample_rate;          /**< the rate of the PCM: external feed, what vc_stream_feed_pcm(_f32)
+                                        gives; a device, the rate asked of it (a device that runs at
+                                        another rate is converted from that one). 0 = 48000, else
+                                        8000..192000. Anything but 48000 is resampled to 48 kHz before
+                                        reframing (adds the resampler's few ms of delay). */
 } vc_stream_desc;
 
 /** Talker-side processing of a MIC stream (SpeexDSP). Get defaults from vc_send_processing_default(). */
@@ -227,6 +311,11 @@ typedef struct vc_remote_stream_info {
     int32_t talking;
     vc_remote_stream settings;
     char username[65];
+    float level_rms_dbfs;          /**< the stream's decoded audio (after the listener's noise reduction,
+                                        before gain and mute) over the last block rendered: RMS in dBFS
+                                        (a full-scale sine reads -3.01); -120 for silence, and while
+                                        nothing renders the mix (then nothing is decoded) */
+    float level_peak_dbfs;         /**< the same block's peak sample in dBFS (a full-scale sine: 0) */
 } vc_remote_stream_info;
 
 /** Receive statistics of one remote stream. */
@@ -258,10 +347,44 @@ typedef struct vc_connection_stats {
                                         path's loss is keepalives_lost / keepalives_sent */
 } vc_connection_stats;
 
+/** A user on the server (vc_list_users). */
+typedef struct vc_user_info {
+    uint32_t user_id;
+    uint32_t channel_id;           /**< the channel the user is in; 0 = none */
+    int32_t server_muted;          /**< server mute: the server drops the user's audio */
+    int32_t server_deafened;       /**< server deafen: the server sends the user no audio */
+    uint32_t stream_count;         /**< streams the user publishes (vc_list_user_streams lists them) */
+    uint32_t stream_kinds;         /**< bit (1 << kind) set for each vc_stream_kind among them */
+    int32_t is_self;               /**< 1 for this client's own session */
+    char username[65];
+} vc_user_info;
+
+/** A stream a user publishes (vc_list_user_streams), whichever channel it is in. */
+typedef struct vc_user_stream {
+    uint32_t user_id;
+    uint32_t stream_id;            /**< the publisher's stream id */
+    uint32_t ssrc;                 /**< the stream's ssrc (vc_remote_stream_info's, where it is received) */
+    vc_stream_kind kind;
+    int32_t muted;                 /**< the publisher's own state of it (vc_set_stream_state) */
+    int32_t hold;
+} vc_user_stream;
+
+/** A channel on the server (vc_list_channels). */
+typedef struct vc_channel_info {
+    uint32_t channel_id;
+    uint32_t member_count;         /**< users in it */
+    int32_t is_current;            /**< 1 for the channel this client is in */
+    vc_audio_config audio;         /**< its AudioConfig: what streams published there are encoded with */
+    char name[65];
+} vc_channel_info;
+
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
 typedef struct vc_device_info {
     char name[128];
     char description[256];
+    int32_t is_monitor;            /**< capture only: 1 when the device records what the system plays (a
+                                        PulseAudio / PipeWire monitor source, as ALSA lists it, or a PCM
+                                        named "...monitor..."): usable for VC_STREAM_SCREEN_AUDIO */
 } vc_device_info;
 
 /** One event. Text fields are NUL-terminated copies. */
@@ -289,8 +412,15 @@ typedef void (*vc_event_fn)(void *user, const vc_event *event);
  *  the call. Runs on whichever thread logs (a library thread, or a host thread
  *  inside a failing call), possibly on several at once. */
 typedef void (*vc_log_fn)(void *user, int level, const char *message);
-/** Mixed output sink: the FINAL stereo 48 kHz mix, `frames` sample frames, `channels` = 2. */
+/** Mixed output sink: the FINAL mix in the output format (48 kHz stereo unless set with
+ *  vc_set_output_format), `frames` sample frames of `channels` interleaved channels. */
 typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
+/** Per-speaker sink: one block of one remote stream (`ssrc`, published by `user_id`, of
+ *  `kind`): its decoded audio after the listener's noise reduction, before gain, mute
+ *  and mixing, in the output format: `frames` sample frames of `channels` interleaved
+ *  channels (a mono stream in a stereo format has L = R). `pcm` is valid during the call. */
+typedef void (*vc_remote_stream_sink_fn)(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind,
+                                         const int16_t *pcm, uint32_t frames, uint32_t channels);
 
 #ifndef VC_TYPES_ONLY
 
@@ -302,6 +432,12 @@ uint32_t vc_version_number(void);
 const char *vc_version_string(void);
 /** Static text for a result code; unknown codes give "unknown error". Callback-safe: yes. */
 const char *vc_strerror(int code);
+/**
+ * The name of an event type as this header spells it, e.g. "VC_EVENT_TALK_START"
+ * (static text); a value this library does not know gives "VC_EVENT_UNKNOWN".
+ * Thread-safe; callback-safe: yes.
+ */
+const char *vc_event_type_name(vc_event_type type);
 /**
  * sizeof() of a public struct as the library was built, e.g. "vc_stream_stats", so
  * FFI callers can check their layouts. Returns 0 for an unknown name or NULL.
@@ -335,7 +471,10 @@ int vc_set_alsa_config(const char *config_text);
 /**
  * Lists capture or playback devices: ALSA's name hints plus the PCMs defined with
  * vc_set_alsa_config. Fills up to `cap` entries (out may be NULL when cap is 0) and
- * sets *count to the total. Thread-safe; callback-safe: yes.
+ * sets *count to the total. Capture devices that record what the system plays
+ * (monitor sources) have is_monitor = 1: name one of them as the device of a
+ * VC_STREAM_SCREEN_AUDIO stream to share the desktop's sound. Thread-safe;
+ * callback-safe: yes.
  */
 int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t *count);
 
@@ -428,8 +567,9 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * Announces a stream in the joined channel and waits for its ssrc. The stream is
  * encoded with the channel's AudioConfig (mode, bitrate, frame size, ...).
  * external_feed = 1: the host feeds PCM with vc_stream_feed_pcm.
- * external_feed = 0: a capture thread reads `device` (NULL = "default") at 48 kHz
- * in 20 ms periods with `channels` channels; the send path reframes to the
+ * external_feed = 0: a capture thread reads `device` (NULL = "default") in 20 ms
+ * periods with `channels` channels, at `sample_rate` or the rate the device offers
+ * instead (resampled to 48 kHz); the send path reframes to the
  * channel's frame size and converts to its mode (mono upmixed L = R). For
  * SCREEN_AUDIO name a monitor or loopback capture device (for example a PulseAudio
  * or PipeWire monitor through ALSA's pulse plugin). MIC streams pass the input gate
@@ -437,7 +577,8 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * On success *out_stream_id names it in later calls. Returns VC_ERR_STATE (no
  * channel), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
  * VC_ERR_REJECTED (stream limit), VC_ERR_DEVICE (the capture device cannot be
- * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC.
+ * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC,
+ * VC_ERR_INVALID_ARG (sample_rate not 0 and outside 8000..192000).
  * Callback-safe: no.
  */
 int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
@@ -451,7 +592,10 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
 
 /**
  * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
- * 2) interleaved int16 at 48 kHz, any amount, at any time. The PCM is reframed to
+ * 2) interleaved int16 at the stream's sample_rate (vc_stream_desc; 48 kHz by
+ * default), any amount, at any time. PCM at another rate is first resampled to
+ * 48 kHz (in preallocated blocks; the resampler carries its state from call to
+ * call, so blocks of any size join seamlessly). The PCM is reframed to
  * the channel's frame size, converted to the channel's mode (mono upmixed L = R,
  * stereo averaged for mono) and queued; frames are Opus-encoded, sealed and sent
  * in talkspurts paced at real time: frame k of a talkspurt goes out at the later of
@@ -466,11 +610,34 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
- * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls).
+ * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls; with
+ * a resampled stream the check counts the resampler's bound, a frame or two more).
  * Thread safety: calls for one stream must not overlap (one feeding thread per
  * stream). Callback-safe: yes.
  */
 int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * vc_stream_feed_pcm for float PCM: `frames` sample frames of `channels` interleaved
+ * floats, full scale ±1.0 (values beyond are clipped, NaN is silence), at the
+ * stream's sample_rate. Converted to int16 a block at a time into a buffer of the
+ * stream (no allocation), then exactly as vc_stream_feed_pcm (same returns, same
+ * queue, same pacing; the two may be mixed on one stream). Thread safety: as
+ * vc_stream_feed_pcm. Callback-safe: yes.
+ */
+int vc_stream_feed_pcm_f32(vc_client *c, uint32_t stream_id, const float *pcm, uint32_t frames, uint32_t channels);
+
+/**
+ * The input level of a published stream: the last frame (the channel's frame size,
+ * 20 ms by default) after send processing (NS / AGC / AEC), before the input gate, as
+ * it went through the send path (paced at real time, so audio fed ahead is measured
+ * when it is sent). *rms_dbfs is its RMS, *peak_dbfs its largest sample, in dBFS
+ * (full scale 32768; a full-scale sine reads -3.01 and 0). -120 for silence and when
+ * no frame went through in the last 250 ms. Works for every kind (the gate applies
+ * to MIC streams only). Either pointer may be NULL, not both. Returns
+ * VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG. Callback-safe: yes.
+ */
+int vc_get_input_level(vc_client *c, uint32_t stream_id, float *rms_dbfs, float *peak_dbfs);
 
 /**
  * How much audio fed to a stream is waiting to be sent, in ms (queued frames plus
@@ -545,6 +712,75 @@ int vc_set_vad(vc_client *c, float threshold, uint32_t hang_ms);
 /** Push-to-talk key state (used in VC_INPUT_PTT mode). Callback-safe: yes. */
 int vc_set_push_to_talk(vc_client *c, int active);
 
+/* ---- Users, channels and administration -------------------------------------- */
+
+/**
+ * Lists every user on the server, by user id, this client included (is_self): fills
+ * up to `cap` entries of `out` (may be NULL when cap is 0) and sets *count to the
+ * total. The list is the server's roster, received at connect and kept up to date
+ * by the server's presence updates (VC_EVENT_USER_CONNECTED / _UPDATED /
+ * _DISCONNECTED): the server tells a client the change its own request caused before
+ * the reply, so after vc_join_channel, vc_stream_start or an admin call returns the
+ * list shows its effect; others' changes arrive within about 0.1 s. Returns
+ * VC_ERR_STATE when not connected (or reconnecting), VC_ERR_UNSUPPORTED when the
+ * server sends no roster. Callback-safe: yes.
+ */
+int vc_list_users(vc_client *c, vc_user_info *out, size_t cap, size_t *count);
+
+/**
+ * Lists the streams published by `user_id` (0 = by every user, ordered by user id),
+ * in any channel, as vc_list_users; same rules for out, cap and *count. A user id
+ * not in the list gives VC_ERR_NOT_FOUND. Callback-safe: yes.
+ */
+int vc_list_user_streams(vc_client *c, uint32_t user_id, vc_user_stream *out, size_t cap, size_t *count);
+
+/**
+ * Lists the server's channels in the server's order with their AudioConfig and how
+ * many users are in each (from the roster); same rules for out, cap and *count. The
+ * list is the one the server gave at connect, changed when the server reloads its
+ * configuration (VC_EVENT_CHANNELS_CHANGED). A user may be in a channel a reload
+ * retired (no longer listed) until it leaves. Returns VC_ERR_STATE when not
+ * connected. Callback-safe: yes.
+ */
+int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *count);
+
+/**
+ * Publishes the state of one of this client's streams: `muted`, `hold` (0 or 1). The
+ * server keeps it and tells the channel (VC_EVENT_STREAM_STATE_UPDATE to each
+ * listener, and to those who join later) and the roster (vc_list_user_streams,
+ * VC_EVENT_USER_UPDATED). It is information for the others' user interfaces only:
+ * the stream's audio is not touched (stop feeding it, or use push-to-talk, to stop
+ * sending). After an automatic reconnect it is published again. Does not wait for
+ * the server. Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0
+ * or 1), VC_ERR_STATE (not connected). Callback-safe: yes.
+ */
+int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
+
+/**
+ * Server-mutes (the server drops the user's audio) and / or deafens (it sends the
+ * user none) any user, with the server's admin password (its `admin_password`), and
+ * waits until the server has done it: the user's channel gets
+ * VC_EVENT_SERVER_MUTE_STATE, every client VC_EVENT_USER_UPDATED, and the lists show
+ * it when this returns. 0, 0 lifts both. Returns VC_ERR_AUTH for a wrong admin
+ * password or a server without one (the server then answers this client's next admin
+ * requests only after a growing delay, and closes the session after
+ * max_auth_failures wrong ones), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
+ * connected), VC_ERR_TIMEOUT, VC_ERR_INVALID_ARG (admin_password NULL, muted or
+ * deafened not 0 or 1). Callback-safe: no.
+ */
+int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);
+
+/**
+ * Removes a user from the server with the admin password, and waits until the
+ * server has done it. The user's session ends with VC_EVENT_DISCONNECTED (code
+ * VC_ERR_REJECTED, text "server: kicked by <admin>: <reason>", and no automatic
+ * reconnect); the others see it leave (VC_EVENT_USER_LEFT in its channel,
+ * VC_EVENT_USER_DISCONNECTED everywhere). `reason` may be NULL or up to 256 bytes.
+ * Returns as vc_admin_set_server_mute, and VC_ERR_REJECTED for this client's own
+ * user id. Callback-safe: no.
+ */
+int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char *admin_password);
+
 /* ---- Receiving (per remote stream, local to this listener) ------------------- */
 
 /**
@@ -560,6 +796,20 @@ int vc_set_remote_stream(vc_client *c, uint32_t ssrc, const vc_remote_stream *s)
 
 /** Reads the settings back (defaults: gain 1.0, unmuted, NR off). Callback-safe: yes. */
 int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
+
+/**
+ * Bounds the jitter buffer of the remote stream `ssrc`, or with ssrc 0 of every
+ * stream received now and later (replacing the bounds set on single streams): its
+ * target depth (vc_stream_stats.target_depth_ms, the frame being played plus the
+ * cushion the buffer adapts to the network's jitter) stays within [min_ms, max_ms],
+ * in whole frames (min rounded up, max down, never below one frame) and within what
+ * the buffer holds (one frame plus 500 ms). A low max_ms favours delay over late
+ * frames; a min_ms keeps a cushion for a network known to be bursty. 0 means no
+ * bound (0, 0 lifts both). A stream added later gets the ssrc-0 bounds. Returns
+ * VC_ERR_NOT_FOUND (ssrc not received), VC_ERR_INVALID_ARG (min_ms above a non-zero
+ * max_ms, either above 10000). Callback-safe: yes.
+ */
+int vc_set_jitter_bounds(vc_client *c, uint32_t ssrc, uint32_t min_ms, uint32_t max_ms);
 
 /**
  * Lists the remote streams being received: fills up to `cap` entries of `out` (may
@@ -580,13 +830,18 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
  * any time, so every remote stream is played once, in real time:
  *  - device: external playback 0 (the default, vc_client_config.external_playback),
  *    connected and not suspended. A playback thread renders the mix, hands each
- *    block to the sink if one is set (a tap) and plays it on the configured device
+ *    block to the sinks and recordings (taps) and plays it on the configured device
  *    (opened at vc_connect; a failure there is reported as a VC_EVENT_ERROR with
  *    VC_ERR_DEVICE and the session continues). A device that fails is reopened on
  *    a backoff: VC_EVENT_ERROR when it fails, VC_EVENT_DEVICE_RESTORED when it is
- *    back; meanwhile a sink tap still gets the mix every 20 ms.
- *  - sink: external playback 1 and a sink set: a mixer thread of the client renders
- *    every 20 ms and calls the sink.
+ *    back; meanwhile the taps still get their blocks every 20 ms. A device that
+ *    offers no 48 kHz is played at its rate through a resampler.
+ *  - sink: external playback 1 and a mixed sink set: a mixer thread of the client
+ *    renders every 20 ms and calls the sinks.
+ *  - background: otherwise, when a per-speaker sink is set or a recording runs
+ *    (vc_set_remote_stream_sink, vc_start_recording): a thread of the client
+ *    renders every 20 ms for them; vc_read_mixed_pcm() is served too, and while the
+ *    host pulls, its pulls render instead of that thread.
  *  - pull: every other case (external playback 1 without a sink; or external 0
  *    while not connected or suspended): nothing renders by itself and
  *    vc_read_mixed_pcm() renders on the caller's thread.
@@ -598,7 +853,9 @@ int vc_set_external_playback(vc_client *c, int enabled);
 
 /**
  * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
- * 960 frames (20 ms) per call, channels = 2, from one thread at a time, once per
+ * 20 ms of audio per call in the output format (960 frames and channels = 2 unless
+ * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz
+ * the count varies by a frame from block to block), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
  * blocks it plays (a tap); in pull mode it is not called. The sink runs on an audio
@@ -610,13 +867,126 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 
 /**
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
- * `frames` stereo frames now into `out` (2 * frames int16). Silence when nothing
- * plays. Call it at the rate the audio is consumed (48 kHz): each call advances the
- * playout clock of every remote stream. Does not allocate. Served only in pull mode
- * (vc_set_external_playback); returns VC_ERR_STATE while a thread of the client
- * renders the mix (sink mode, or device mode). Callback-safe: yes.
+ * `frames` frames of the output format now into `out` (frames × channels int16;
+ * 48 kHz stereo unless vc_set_output_format says otherwise). Silence when nothing
+ * plays. Call it at the rate the audio is consumed: each call advances the playout
+ * clock of every remote stream by what it rendered (at another output rate, the
+ * frames a conversion gave beyond `frames` are kept for the next call, so over
+ * time the clock follows what was pulled). A per-speaker sink set on the client is
+ * called on this thread, inside this call, for the blocks it renders. Does not
+ * allocate. Served in pull mode and in the background mode of a per-speaker sink or
+ * recording (vc_set_external_playback; the client's own thread then pauses while
+ * the host pulls); returns VC_ERR_STATE while a thread of the client renders the
+ * mix for a mixed sink or a device, and from inside the per-speaker sink.
+ * Thread safety: concurrent calls on one client are served one after the other.
+ * Callback-safe: yes (except from the per-speaker sink).
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
+
+/**
+ * vc_read_mixed_pcm as float (full scale ±1.0): the same mix, clock and rules, for
+ * hosts whose audio callback is float (JACK, PortAudio paFloat32, Web Audio, numpy);
+ * it saves them a conversion loop and a buffer in their callback. The mix itself
+ * comes from the same int16 render, so it adds no resolution. Callback-safe: as
+ * vc_read_mixed_pcm.
+ */
+int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
+
+/**
+ * The format of every PCM the client hands out: the mixed sink, vc_read_mixed_pcm(_f32),
+ * the per-speaker sink and recordings started afterwards. `sample_rate` 8000..192000,
+ * `channels` 1 (stereo averaged; a mono stream as it is) or 2 (mono streams L = R).
+ * Default 48000 Hz, 2 channels. The client still renders at 48 kHz and converts
+ * each block (SpeexDSP resampler, vc_client_config.resampler_quality), in buffers
+ * built here on the calling thread and swapped in between two blocks (nothing is
+ * restarted). The playback device is not affected (it is fed at the rate it runs
+ * at). Float output exists for pulls only
+ * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
+ * int16: the decoder's output is 16-bit, so a callback converts in a loop of its own
+ * at no loss, and one sink type per kind keeps the API small.
+ * Returns VC_ERR_INVALID_ARG (rate or channels out of range), VC_ERR_STATE (a
+ * recording is running: its file has the format of its start; or from inside a
+ * callback). Callback-safe: no.
+ */
+int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
+
+/**
+ * Sets (fn non-NULL) or clears (NULL) the per-speaker sink: for every rendered block
+ * (20 ms, or the size a pull renders), one call per remote stream with its ssrc,
+ * user id, kind and its decoded PCM after this listener's noise reduction, before
+ * gain, mute and mixing (a stream muted with vc_set_remote_stream still comes here),
+ * in the output format. It runs on the thread that renders the mix (the device's
+ * playback thread, the mixed sink's thread, or a vc_read_mixed_pcm caller), one
+ * thread at a time and never faster than real time, after the mix of that block is
+ * made; a stream that is silent (between talkspurts, or concealed) still delivers
+ * its blocks, so each stream's PCM keeps its own timeline.
+ * Modes (vc_set_external_playback), with a per-speaker sink set:
+ *   external 0, connected, not suspended  the playback thread renders: device, taps
+ *   external 1, a mixed sink set          the mixer thread renders for both sinks
+ *   any other case                        "background": a thread of the client renders
+ *                                         every 20 ms for the per-speaker sink (and
+ *                                         recordings); vc_read_mixed_pcm is served, and
+ *                                         while the host pulls, its pulls render instead
+ *                                         (the thread stays away while a pull came within
+ *                                         40 ms, or 1.5 of the host's pull intervals)
+ * So it works with and without a consumer of the mix. The sink must not block; it
+ * runs under the client's render lock, which none of the callback-safe functions
+ * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones
+ * return VC_ERR_STATE there, on whatever thread it runs. Setting, replacing or
+ * clearing returns only after a running call of the previous sink has returned.
+ * Returns VC_ERR_STATE from inside any callback of the client. Callback-safe: no.
+ */
+int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *user);
+
+/**
+ * Starts recording to a WAV file (16-bit PCM, in the output format of now): the final
+ * mix when `ssrc` is 0, else the remote stream `ssrc` as the per-speaker sink gets it
+ * (decoded, before gain, mute and mixing). The render thread copies each block into a
+ * lock-free ring; a writer thread of the recording writes the file (every 20 ms; the
+ * header's sizes are rewritten every second and at the end, so a crash leaves a
+ * readable file). The render thread never waits for the disk: when the writer falls
+ * more than 2 s behind, blocks are dropped (and logged at the end). While a recording
+ * runs, the client renders by itself if nothing else does (see
+ * vc_set_remote_stream_sink, "background"). A recording is named by its source: at
+ * most one per ssrc (0 = the mix), at most 8 at once. A speaker's recording gets
+ * nothing more once its stream is removed; stop it to close the file. An existing
+ * file is replaced. Returns VC_ERR_INVALID_ARG (path NULL, or the file cannot be
+ * created: vc_last_error says why), VC_ERR_NOT_FOUND (no remote stream `ssrc`),
+ * VC_ERR_STATE (that source is already being recorded; inside a callback),
+ * VC_ERR_NO_MEMORY (8 recordings run). Callback-safe: no.
+ */
+int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
+
+/**
+ * Stops the recording of `ssrc` (0 = the mix): writes what is still buffered,
+ * completes the WAV header, closes the file, then returns. Destroying the client
+ * stops every recording the same way. Returns VC_ERR_NOT_FOUND (no such recording),
+ * VC_ERR_STATE (inside a callback). Callback-safe: no.
+ */
+int vc_stop_recording(vc_client *c, uint32_t ssrc);
+
+/**
+ * Plays on another device (an ALSA PCM name) from now on, without leaving the
+ * channel. When the device plays the mix now (external playback 0, connected, not
+ * suspended) the new device is opened at once: on failure the previous device keeps
+ * playing and VC_ERR_DEVICE is returned with the reason in vc_last_error. Otherwise
+ * the name is kept for when the device next opens. A device that offers no 48 kHz is
+ * opened at the rate it offers and fed through a resampler. Returns
+ * VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_DEVICE. Callback-safe: no.
+ */
+int vc_set_playback_device(vc_client *c, const char *name);
+
+/**
+ * Moves a device stream's capture to another device (an ALSA PCM name), keeping the
+ * stream: its id, ssrc and channel stay and listeners see no change but the sound.
+ * The previous device is closed first, then the new one opened (at the stream's
+ * sample_rate, or the rate it offers); when it cannot be opened, the previous
+ * device is reopened and VC_ERR_DEVICE returned (reason in vc_last_error). While
+ * audio is suspended the name is kept for vc_audio_restart. Returns
+ * VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_STATE (a stream fed
+ * by the host), VC_ERR_DEVICE. Callback-safe: no.
+ */
+int vc_set_capture_device(vc_client *c, uint32_t stream_id, const char *name);
 
 /**
  * Closes every audio device (playback and all captures) without touching the
@@ -656,8 +1026,12 @@ int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 
 /**
  * Why the last failed call on this client failed (for example the server's refusal
- * text, or which argument was wrong), copied into buf. Every failing call records
- * its own reason, so the text never describes an older failure. Callback-safe: yes.
+ * text, or which argument was wrong: "vc_set_jitter_bounds: min_ms 300 is above
+ * max_ms 100"), copied into buf (cut to len - 1 bytes). Every call that fails on a
+ * client records its own reason, argument checks included, so the text always
+ * describes the last failure and never an older one; successful calls leave it as it
+ * is. Returns VC_ERR_INVALID_ARG for a bad handle, a NULL buf or len 0 (recording
+ * nothing: that would overwrite the text being asked for). Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);
 

@@ -21,7 +21,7 @@ seconds=$(sox --i -D "$out/speech.wav")
 echo "demo: speech recording $out/speech.wav (${seconds} s)"
 
 rm -f "$out/port"
-"$server" --port 0 --port-file "$out/port" --identity "$out/identity.key" --stats-interval 5 \
+"$server" --port any --port-file "$out/port" --identity "$out/identity.key" --stats-interval 5 \
     >"$out/server.log" 2>&1 &
 spid=$!
 trap 'kill $spid 2>/dev/null || true' EXIT

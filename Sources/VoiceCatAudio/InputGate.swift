@@ -33,6 +33,12 @@ public struct InputGate: Sendable {
 
     public init() {}
 
+    /// Closes the gate without a decision (the talkspurt ended for lack of input).
+    public mutating func reset() {
+        isOpen = false
+        hangLeft = 0
+    }
+
     /// RMS of a frame as a fraction of full scale.
     public static func rms(_ pcm: UnsafePointer<Int16>, count: Int) -> Float {
         var acc: Float = 0

@@ -48,6 +48,7 @@ public final class ControlHarness {
                                        channels: [ChannelInfo(id: 1, name: "Lobby", audio: .speech),
                                                   ChannelInfo(id: 2, name: "Music", audio: .music)])
             client.usernames = [1: "fuzz"]
+            client.roster = [1: UserPresence(userID: 1, username: "fuzz")]
             client.phase = .connected
         }
         media = MediaPathState(nowMs: 0)

@@ -9,92 +9,137 @@ import VoiceCatAudio
 import VoiceCatDevices
 import VoiceCatSystem
 
+extension ClientEvent {
+    /// A device failed and is reopened on a backoff (logged too).
+    static func deviceFailed(_ kind: vc_device_kind, reason: String, streamID: UInt32 = 0) -> ClientEvent {
+        ClientLog.log(1, "\(reason); reopening")
+        var e = ClientEvent(type: VC_EVENT_ERROR)
+        e.code = VC_ERR_DEVICE
+        e.kind = UInt32(kind.rawValue)
+        e.streamID = streamID
+        e.text = "\(reason); reopening"
+        return e
+    }
+
+    /// A failed device is back (logged too).
+    static func deviceRestored(_ kind: vc_device_kind, name: String, streamID: UInt32 = 0) -> ClientEvent {
+        ClientLog.log(2, "\(kind == VC_DEVICE_CAPTURE ? "capture" : "playback") device \"\(name)\" is back")
+        var e = ClientEvent(type: VC_EVENT_DEVICE_RESTORED)
+        e.kind = UInt32(kind.rawValue)
+        e.streamID = streamID
+        e.text = name
+        return e
+    }
+}
+
 /// Captures from a device into one stream slot.
 final class CaptureWorker {
     let device: String
     let channels: Int
+    /// The rate asked of the device (it may give another: then it is resampled).
+    let sampleRate: Int
     private let stop = StopFlag()
     private let wakeup = Condition()
     private var thread: SystemThread?
 
     /// Opens the device now (so the caller gets VC_ERR_DEVICE at once) and starts the thread.
-    init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, slot: StreamSlot, streamID: UInt32,
-         pacer: SendPacer, raise: @escaping (ClientEvent) -> Void) throws {
+    init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int, slot: StreamSlot,
+         streamID: UInt32, pacer: SendPacer, raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
-        let first: AudioDevice
+        self.sampleRate = sampleRate
+        let first: Capture
         do {
-            first = try backend.open(device, direction: .capture, channels: channels, sampleRate: 48000, periodFrames: 960)
-        } catch {
+            first = try Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality)
+        } catch let e as ClientError { throw e } catch {
             throw ClientError.device("\(error)")
-        }
-        guard first.sampleRate == 48000 else {
-            first.close()
-            throw ClientError.device("capture device \"\(device)\" does not offer 48000 Hz (it offers \(first.sampleRate))")
         }
         let stop = self.stop, wakeup = self.wakeup
         thread = SystemThread(name: "vc-capture") { [unowned owner] in
             ThreadIdentity.mark(owner: owner, role: ThreadRole.capture.rawValue)
-            CaptureWorker.run(first: first, backend: backend, device: device, channels: channels, slot: slot, streamID: streamID,
-                              sendPacer: pacer, stop: stop, wakeup: wakeup, raise: raise)
+            CaptureWorker.run(first: first, backend: backend, device: device, channels: channels, sampleRate: sampleRate,
+                              quality: quality, slot: slot, streamID: streamID, sendPacer: pacer, stop: stop, wakeup: wakeup, raise: raise)
         }
     }
 
-    private static func run(first: AudioDevice, backend: AudioBackend, device: String, channels: Int, slot: StreamSlot,
-                            streamID: UInt32, sendPacer: SendPacer, stop: StopFlag, wakeup: Condition, raise: (ClientEvent) -> Void) {
-        let period = 960
-        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: period * channels)
+    /// An open capture device, its 20 ms period at the rate it runs at, and the
+    /// converter to 48 kHz when that rate is another.
+    struct Capture {
+        let device: AudioDevice
+        let period: Int
+        let converter: FormatConverter?
+
+        static func open(backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int) throws -> Capture {
+            let d = try backend.open(device, direction: .capture, channels: channels, sampleRate: sampleRate,
+                                     periodFrames: sampleRate / 50)
+            guard FormatConverter.rates.contains(d.sampleRate) else {
+                d.close()
+                throw ClientError.device("capture device \"\(device)\" runs at \(d.sampleRate) Hz, outside 8000..192000")
+            }
+            let period = d.sampleRate / 50
+            var conv: FormatConverter? = nil
+            if d.sampleRate != 48000 {
+                do {
+                    conv = try FormatConverter(inRate: d.sampleRate, outRate: 48000, inChannels: channels, outChannels: channels,
+                                               maxInFrames: period, quality: quality)
+                } catch {
+                    d.close()
+                    throw ClientError.device("capture device \"\(device)\": \(error)")
+                }
+            }
+            return Capture(device: d, period: period, converter: conv)
+        }
+    }
+
+    private static func run(first: Capture, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
+                            slot: StreamSlot, streamID: UInt32, sendPacer: SendPacer, stop: StopFlag, wakeup: Condition,
+                            raise: (ClientEvent) -> Void) {
+        // Room for 20 ms at the highest rate a device may run at.
+        let capacity = FormatConverter.rates.upperBound / 50
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: capacity * channels)
+        buf.initialize(repeating: 0, count: capacity * channels)
         defer { buf.deallocate() }
-        var pcm: AudioDevice? = first
-        var pacer = PeriodPacer(periodFrames: period)
+        var cap: Capture? = first
+        var pacer = PeriodPacer(periodFrames: first.period, sampleRate: first.device.sampleRate)
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = 0
         while !stop.isSet {
-            guard let p = pcm else {
+            guard let c = cap else {
                 let now = MonotonicClock.milliseconds()
                 if now < retryAtMs {
                     wakeup.withLock { if !stop.isSet { wakeup.wait(untilMs: retryAtMs) } }
                     continue
                 }
-                if let d = try? backend.open(device, direction: .capture, channels: channels, sampleRate: 48000, periodFrames: period),
-                   d.sampleRate == 48000 {
-                    pcm = d
+                // Reopened at whatever rate the device offers now (a converter is
+                // built here when it is not 48 kHz: recovery, not the steady state).
+                if let c = try? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality) {
+                    cap = c
                     backoffMs = 250
-                    pacer = PeriodPacer(periodFrames: period)
-                    ClientLog.log(2, "capture device \"\(device)\" is back")
-                    var e = ClientEvent(type: VC_EVENT_DEVICE_RESTORED)
-                    e.kind = UInt32(VC_DEVICE_CAPTURE.rawValue)
-                    e.streamID = streamID
-                    e.text = device
-                    raise(e)
+                    pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate)
+                    raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: streamID))
                 } else {
                     retryAtMs = now + backoffMs
                     backoffMs = min(backoffMs * 2, 5000)
                 }
                 continue
             }
-            do { try p.read(buf, frames: period) } catch {
-                p.close()
-                pcm = nil
+            do { try c.device.read(buf, frames: c.period) } catch {
+                c.device.close()
+                cap = nil
                 retryAtMs = MonotonicClock.milliseconds() + backoffMs
-                ClientLog.log(1, "\(error); reopening")
-                var e = ClientEvent(type: VC_EVENT_ERROR)
-                e.code = VC_ERR_DEVICE
-                e.kind = UInt32(VC_DEVICE_CAPTURE.rawValue)
-                e.streamID = streamID
-                e.text = "\(error); reopening"
-                raise(e)
+                raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "\(error)", streamID: streamID))
                 continue
             }
+            let (pcm, frames) = c.converter?.convert(buf, frames: c.period) ?? (UnsafePointer(buf), c.period)
             let due = slot.lock.withLock { () -> UInt64? in
                 guard let s = slot.stream, s.streamID == streamID else { return nil }
-                try? s.feed(buf, frames: period, channels: channels, now: MonotonicClock.nanoseconds())
+                try? s.feed(pcm, frames: frames, channels: channels, now: MonotonicClock.nanoseconds())
                 return s.deadline
             }
             if let due { sendPacer.kick(due) }
-            if !p.pacesItself { pacer.wait() }
+            if !c.device.pacesItself { pacer.wait() }
         }
-        pcm?.close()
+        cap?.device.close()
     }
 
     /// Stops the thread and closes the device.
@@ -124,8 +169,9 @@ extension VoiceClient {
 
     /// Starts device capture for a stream (deviceLock held).
     func startCapture(_ s: LocalStream, device: String, channels: Int) throws {
-        let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, slot: s.slot,
-                                  streamID: s.streamID, pacer: streams.pacer) { [unowned self] e in self.events.raise(e) }
+        let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, sampleRate: s.inputRate,
+                                  quality: config.resamplerQuality, slot: s.slot, streamID: s.streamID,
+                                  pacer: streams.pacer) { [unowned self] e in self.events.raise(e) }
         s.capture = w
         s.device = device
         s.inputChannels = channels
@@ -152,6 +198,32 @@ extension VoiceClient {
         }
     }
 
+    /// vc_set_capture_device: moves a device stream to another capture device; the
+    /// stream (its id, ssrc and talkspurt state) stays. When the new device cannot be
+    /// opened the previous one is reopened and the error thrown.
+    public func setCaptureDevice(streamID: UInt32, device: String) throws {
+        try refuseInCallback("vc_set_capture_device")
+        let s = try failing { try streams.withStream(streamID) { s, _ in s } }
+        guard !s.externalFeed else { throw fail(.state("stream \(streamID) is fed by the host (external_feed); it has no capture device")) }
+        try deviceLock.withLock {
+            // The old capture stops first: a device may be opened only once at a time.
+            let old = s.capture
+            old?.stopAndJoin()
+            s.capture = nil
+            if audioSuspended { s.device = device; return }
+            do { try startCapture(s, device: device, channels: s.inputChannels) } catch let e as ClientError {
+                if let old { try? startCapture(s, device: old.device, channels: old.channels) }
+                throw fail(e)
+            }
+        }
+    }
+
+    /// The capture device a device stream reads (nil for a fed stream).
+    public func captureDevice(streamID: UInt32) throws -> String? {
+        let s = try failing { try streams.withStream(streamID) { s, _ in s } }
+        return deviceLock.withLock { s.externalFeed ? nil : s.device }
+    }
+
     /// Stops a stream's capture thread (deviceLock taken here).
     func stopCapture(_ s: LocalStream) {
         deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
@@ -166,6 +238,16 @@ extension VoiceClient {
     }
 
     public var isExternalPlayback: Bool { output.isExternal }
+
+    /// vc_set_playback_device: plays on `name` from now on (opened at once when the
+    /// device plays the mix now; the previous one stays when it cannot be).
+    public func setPlaybackDevice(_ name: String) throws {
+        try refuseInCallback("vc_set_playback_device")
+        guard !name.isEmpty else { throw fail(.invalidArgument("the playback device name is empty")) }
+        do { try output.setPlaybackDevice(name) } catch let e as ClientError { throw fail(e) }
+    }
+
+    public var playbackDevice: String { output.currentPlaybackDevice }
 
     // MARK: suspend / restart
 

@@ -22,10 +22,14 @@
 //     within a few ms and a jittery host's talkspurts are not cut. The next audio starts a new talkspurt with the marker, and
 //     its timestamp advances by the wall-clock time that passed, so receivers see a
 //     pause, not jitter.
+//   * Fed PCM at another rate than 48 kHz (vc_stream_desc.sample_rate) is resampled
+//     before the reframer, by a converter per input channel count built with the
+//     stream; float PCM is converted to int16 in a preallocated chunk first.
 //   * DTX: the encoder's comfort-noise updates during silence are sent (flagged
 //     DTX), its empty frames are not. SCREEN_AUDIO and AUX_DEVICE streams on a
 //     channel without DTX stop sending after `zeroGateMs` of digital silence (a
 //     zero gate) and resume with the marker.
+import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSystem
@@ -46,6 +50,16 @@ final class LocalStream {
     let externalFeed: Bool
     let audio: AudioConfig
     var inputChannels: Int
+    /// Fed streams: the rate of the PCM the host feeds. Device streams: the rate asked
+    /// of the capture device (the capture worker converts what the device gives).
+    let inputRate: Int
+    /// Fed streams at another rate than 48 kHz: converters to 48 kHz in the channel's
+    /// layout, for mono and for stereo input.
+    private let fromMono: FormatConverter?
+    private let fromStereo: FormatConverter?
+    /// Float feeds are converted to int16 here first, a chunk at a time.
+    static let floatChunk = 960
+    private let floatScratch: UnsafeMutablePointer<Int16>
     let reframer: Reframer
     let encoder: OpusEncoderBox
     private let opusBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes, alignment: 16)
@@ -64,6 +78,9 @@ final class LocalStream {
     unowned let table: StreamTable
     /// MIC streams only: VAD / push-to-talk.
     private var gate = InputGate()
+    /// The level of the last frame after send processing, before the gate, and when.
+    private(set) var level = BlockLevel()
+    private(set) var levelAtNs: UInt64 = 0
     /// The device capture feeding this stream (nil for external feed).
     var capture: CaptureWorker?
     var device: String?
@@ -106,12 +123,27 @@ final class LocalStream {
     private var zeroGated = false
 
     init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, externalFeed: Bool, inputChannels: Int, audio: AudioConfig,
-         maxQueueMs: Int = LocalStream.defaultMaxQueueMs, slot: StreamSlot, table: StreamTable) throws {
+         maxQueueMs: Int = LocalStream.defaultMaxQueueMs, inputRate: Int = 48000, resamplerQuality: Int = FormatConverter.defaultQuality,
+         slot: StreamSlot, table: StreamTable) throws {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.externalFeed = externalFeed
         self.slot = slot; self.table = table
         self.inputChannels = inputChannels
+        self.inputRate = inputRate
         self.audio = audio
         do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
+        if externalFeed && inputRate != 48000 {
+            do {
+                fromMono = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 1, outChannels: audio.channels,
+                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+                fromStereo = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 2, outChannels: audio.channels,
+                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+            } catch { throw ClientError.invalidArgument("\(error)") }
+        } else {
+            fromMono = nil
+            fromStereo = nil
+        }
+        floatScratch = .allocate(capacity: LocalStream.floatChunk * 2)
+        floatScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
         reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
         let frameLength = audio.frameSamples * audio.channels
         silence = .allocate(capacity: frameLength)
@@ -127,7 +159,7 @@ final class LocalStream {
 
     deinit {
         opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
-        queue.deallocate()
+        queue.deallocate(); floatScratch.deallocate()
     }
 
     // MARK: feeding and pacing (slot lock held by the caller)
@@ -140,20 +172,56 @@ final class LocalStream {
     /// True when everything fed has been sent (the partial frame too).
     var isDrained: Bool { queuedFrames == 0 && reframer.pending == 0 }
 
-    /// Queues `frames` of PCM and sends what is due. Refused whole (nothing queued)
-    /// when the queue cannot take it.
+    /// Queues `frames` of PCM (at inputRate) and sends what is due. Refused whole
+    /// (nothing queued) when the queue cannot take it.
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, now: UInt64) throws {
-        let completes = (reframer.pending + frames) / audio.frameSamples
+        try admit(frames: frames)
+        push(pcm, frames: frames, channels: channels)
+        pump(now: now)
+    }
+
+    /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
+    /// int16 a chunk at a time, then as `feed`.
+    func feedFloat(_ pcm: UnsafePointer<Float>, frames: Int, channels: Int, now: UInt64) throws {
+        try admit(frames: frames)
+        var done = 0
+        while done < frames {
+            let n = min(LocalStream.floatChunk, frames - done)
+            let src = pcm + done * channels
+            for i in 0..<(n * channels) { floatScratch[i] = int16Sample(src[i]) }
+            push(UnsafePointer(floatScratch), frames: n, channels: channels)
+            done += n
+        }
+        pump(now: now)
+    }
+
+    /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
+    /// with the resampler's bound, so a feed is refused whole or taken whole).
+    private func admit(frames: Int) throws {
+        let at48 = fromMono?.outputBound(forInput: frames) ?? frames
+        let completes = (reframer.pending + at48) / audio.frameSamples
         guard queuedFrames + completes <= maxQueueFrames else {
             throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queuedMs) ms queued of at most "
                                        + "\(maxQueueFrames * Int(audio.frameMicros) / 1000) ms (max_queue_ms); "
                                        + "nothing of this call was queued")
         }
+    }
+
+    /// Resamples (when the stream's rate is not 48 kHz) and reframes into the queue.
+    private func push(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) {
+        if let conv = channels == 1 ? fromMono : fromStereo {
+            conv.convertAll(pcm, frames: frames) { p, n in reframe(p, frames: n, channels: conv.outChannels) }
+        } else {
+            reframe(pcm, frames: frames, channels: channels)
+        }
+    }
+
+    private func reframe(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) {
         reframer.push(pcm, frames: frames, inChannels: channels) { frame in
+            guard queuedFrames < maxQueueFrames else { return }   // admit() bounded it; never overwrite
             (queue + ((queueHead + queuedFrames) % maxQueueFrames) * frameLength).update(from: frame, count: frameLength)
             queuedFrames += 1
         }
-        pump(now: now)
     }
 
     /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
@@ -229,6 +297,22 @@ final class LocalStream {
         resumeTimestamp = ts
         resumeNs = anchorNs &+ spurtFrames &* frameNs
         inSpurt = false
+        // The talkspurt's last frame went out: an open gate closes with it (the next
+        // audio opens it again, with the marker), so the gate events follow the wire.
+        if kind == .mic && gate.isOpen {
+            gate.reset()
+            raiseGate(VC_EVENT_GATE_CLOSED)
+        }
+    }
+
+    /// A MIC stream's gate opened or closed: a local event (any thread that drives the
+    /// stream; the event hub's lock is a leaf and nothing here allocates in steady state).
+    private func raiseGate(_ type: vc_event_type) {
+        var e = ClientEvent(type: type)
+        e.streamID = streamID
+        e.ssrc = ssrc
+        e.kind = UInt32(kind.rawValue)
+        table.events?.raise(e)
     }
 
     /// vc_stream_flush: drops what is queued (barge-in) and ends the talkspurt.
@@ -269,12 +353,18 @@ final class LocalStream {
         } else {
             frame = input
         }
+        level = BlockLevel.measure(frame, count: frameLength)
+        levelAtNs = MonotonicClock.nanoseconds()
         if kind == .mic {
-            switch gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings) {
+            let wasOpen = gate.isOpen
+            let decision = gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings)
+            if !wasOpen && gate.isOpen { raiseGate(VC_EVENT_GATE_OPENED) }
+            switch decision {
             case .open:
                 encodeAndSend(frame, timestamp: timestamp, last: last)
             case .closing:
                 encodeAndSend(frame, timestamp: timestamp, last: true)
+                raiseGate(VC_EVENT_GATE_CLOSED)
             case .closed:
                 needMarker = true   // gated frames are not encoded; time still passes
             }

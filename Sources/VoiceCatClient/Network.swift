@@ -40,6 +40,8 @@ struct MediaPathState {
     var nextBindMs: UInt64 = 0
     /// A JoinChannelResult whose member list is still arriving in MemberList parts.
     var pendingJoin: JoinChannelResult?
+    /// The server ended the session for good (an admin kicked it): why; no reconnect.
+    var finalEnd: (code: Int32, text: String)?
     /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
     var pendingSeq = [UInt64](repeating: .max, count: 16)
     var pendingSentMs = [UInt64](repeating: 0, count: 16)
@@ -116,6 +118,8 @@ enum LinkEnd {
     case host(Int32, String)
     /// The connection was lost or failed.
     case lost(Int32, String)
+    /// The server ended the session in a way a reconnect would not change (a kick).
+    case final(Int32, String)
 }
 
 extension VoiceClient {
@@ -167,7 +171,7 @@ extension VoiceClient {
         let (code, text): (Int32, String)
         switch end {
         case .host(let c, let t): (code, text) = (c, t)
-        case .lost(let c, let t): (code, text) = (c, t)
+        case .lost(let c, let t), .final(let c, let t): (code, text) = (c, t)
         }
         if code != VC_OK { ClientLog.log(1, "disconnected: \(text)") }
         teardown(reason: code, text: text)
@@ -212,6 +216,10 @@ extension VoiceClient {
                 do {
                     let open = try conn.readAvailable()
                     try dispatchBuffered(conn, media: &media, control: &control)
+                    if let f = media.finalEnd {
+                        events.deliver()
+                        return .final(f.code, f.text)
+                    }
                     if !open {
                         events.deliver()
                         return .lost(VC_ERR_NETWORK, "the server closed the connection")
@@ -298,6 +306,10 @@ extension VoiceClient {
             // A stream whose request timed out is one the host does not know: withdraw it.
             if !reply(r.requestID, m) { try? sender.send(.streamStop(StreamStop(streamID: r.streamID))) }
         case .error(let e):
+            if e.code == ProtocolErrorCode.kicked.rawValue && e.requestID == 0 {
+                media.finalEnd = (VoiceClient.mapServerError(e).code, "server: \(ServerMessageLimits.sanitized(e.message))")
+                return
+            }
             if !reply(e.requestID, m) {
                 var ev = ClientEvent(type: .error)
                 ev.code = VoiceClient.mapServerError(e).code
@@ -330,23 +342,28 @@ extension VoiceClient {
             addRemote(r)
         case .remoteStreamRemoved(let r):
             let own = cond.withLock { r.userID == hello?.userID }
+            var removedKind: UInt32 = 0
             if own {
-                guard (try? streams.withStream(r.streamID) { _, _ in true }) == true else {
+                guard let kind = try? streams.withStream(r.streamID, { s, _ in s.kind.rawValue }) else {
                     return refuse(m, "names no stream of this session (\(r.streamID))")
                 }
+                removedKind = kind
                 retire(r.streamID)
             } else {
-                guard receive.slotIndex(ssrc: r.ssrc) != nil else { return refuse(m, "ssrc \(r.ssrc) is not received") }
+                guard let who = remoteIdentity(ssrc: r.ssrc) else { return refuse(m, "ssrc \(r.ssrc) is not received") }
+                removedKind = who.kind.rawValue
                 removeRemote(ssrc: r.ssrc)
             }
             var e = ClientEvent(type: .remoteStreamRemoved)
             e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc
+            e.text = cond.withLock { usernames[r.userID] } ?? ""
+            e.kind = removedKind
             events.raise(e)
         case .streamStateUpdate(let u):
-            guard receive.slotIndex(ssrc: u.ssrc) != nil else { return refuse(m, "ssrc \(u.ssrc) is not received") }
+            guard let who = remoteIdentity(ssrc: u.ssrc) else { return refuse(m, "ssrc \(u.ssrc) is not received") }
             var e = ClientEvent(type: .streamStateUpdate)
             e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
-            e.userID = (try? receive.withSlot(ssrc: u.ssrc) { $0.userID }) ?? 0
+            e.userID = who.userID; e.streamID = who.streamID; e.kind = who.kind.rawValue; e.text = who.username
             events.raise(e)
         case .serverMuteState(let s):
             if s.userID == cond.withLock({ hello?.userID }), let snap = streams.snapshot, snap.serverMuted != s.muted {
@@ -367,7 +384,13 @@ extension VoiceClient {
             media.rebindRequestedMs = nil
             media.nextBindMs = now
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+        case .userList:
+            refuse(m, "out of order: the session has started already")
+        case .presenceUpdate(let u):
+            applyPresence(m, u)
+        case .adminResult(let r):
+            reply(r.requestID, m)
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser:
             break   // refused above (serverMessageProblem)
         }
     }
@@ -455,14 +478,17 @@ extension VoiceClient {
     /// Removes every received stream, raising TALK_STOP / REMOTE_STREAM_REMOVED.
     func removeAllRemote() {
         for ssrc in receive.ssrcs {
+            let who = remoteIdentity(ssrc: ssrc)
             let gone = receive.remove(ssrc: ssrc)
             if gone?.wasTalking == true {
                 var e = ClientEvent(type: .talkStop)
                 e.ssrc = ssrc; e.userID = gone!.userID; e.text = gone!.username
+                e.kind = who?.kind.rawValue ?? 0
                 events.raise(e)
             }
             var e = ClientEvent(type: .remoteStreamRemoved)
             e.ssrc = ssrc; e.userID = gone?.userID ?? 0; e.text = gone?.username ?? ""
+            e.streamID = who?.streamID ?? 0; e.kind = who?.kind.rawValue ?? 0
             events.raise(e)
         }
     }
@@ -520,9 +546,10 @@ extension VoiceClient {
     }
 
     func removeRemote(ssrc: UInt32) {
+        let kind = remoteIdentity(ssrc: ssrc)?.kind.rawValue ?? 0
         guard let gone = receive.remove(ssrc: ssrc), gone.wasTalking else { return }
         var e = ClientEvent(type: .talkStop)
-        e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username
+        e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username; e.kind = kind
         events.raise(e)
     }
 
@@ -701,7 +728,7 @@ extension VoiceClient {
             if let type = change {
                 var e = ClientEvent(type: type)
                 e.ssrc = ssrc; e.userID = s.userID
-                e.text = s.username
+                e.text = s.username; e.kind = s.kind.rawValue
                 events.raise(e)
             }
         }

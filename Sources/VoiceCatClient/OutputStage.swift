@@ -1,30 +1,74 @@
 // The output stage: who takes the final mix, and the one thread that renders it.
 //
-// Three modes, decided from four inputs (external playback, a sink set, connected,
-// audio suspended) by `reconcile`, the only place that starts or stops a render
-// driver; every change (sink set or cleared, external playback on or off, connect,
-// disconnect, suspend, restart, destroy) goes through it, in any order:
+// Four modes, decided from the inputs (external playback, a mixed sink set, a
+// per-speaker sink set or a recording running, connected, audio suspended) by
+// `reconcile`, the only place that starts or stops a render driver; every change
+// (a sink set or cleared, a recording started or stopped, external playback on or
+// off, connect, disconnect, suspend, restart, the playback device or the output
+// format changed, destroy) goes through it, in any order:
 //
-//   device   !external && connected && !suspended: a driver thread renders, hands
-//            the block to the sink if one is set (a tap) and writes it to the
-//            playback device; a device that fails is reopened on a backoff.
-//   sink     external && a sink is set: a driver thread renders every 20 ms and
-//            hands the block to the sink.
-//   pull     otherwise: nothing renders by itself; vc_read_mixed_pcm renders on the
-//            caller's thread.
+//   device      !external && connected && !suspended: a driver thread renders, hands
+//               the block to the sinks and recordings (taps) and writes it to the
+//               playback device (resampled when the device does not run at 48 kHz);
+//               a device that fails is reopened on a backoff.
+//   sink        otherwise, external && a mixed sink is set: a driver thread renders
+//               every 20 ms and hands the block to the sinks and recordings.
+//   background  otherwise, a per-speaker sink is set or a recording runs: a driver
+//               thread renders every 20 ms for them, except while the host pulls
+//               (vc_read_mixed_pcm is served, and a pull within the last 40 ms, or
+//               one and a half of the host's pull intervals, makes the driver skip
+//               its block), so the host's pulls and the driver never both advance
+//               the clock for long.
+//   pull        otherwise: nothing renders by itself; vc_read_mixed_pcm renders on
+//               the caller's thread.
 //
 // At most one driver exists, so every stream's playout clock advances once per
 // rendered block. The driver thread knows itself by its thread role (render).
+//
+// Rendering is 48 kHz stereo in blocks of at most 20 ms (the jitter buffers, the
+// mixer and the echo canceller's far end work there). What goes out to the host —
+// the mixed sink, vc_read_mixed_pcm and the per-speaker sink — is converted to the
+// output format (vc_set_output_format) by converters only the renderer touches: the
+// mix's here, each speaker's in its receive slot. The per-speaker sink and the
+// recordings are handed their blocks under the render lock (so pull callers and the
+// background driver take turns; nothing a callback may call takes that lock); the
+// mixed sink runs outside it, on the driver thread only.
 import Synchronization
 import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatDevices
+import VoiceCatProtocol
 import VoiceCatSystem
 
-/// The host's mixed-output sink.
+/// The host's mixed-output sink: interleaved PCM, frames, channels.
 public final class SinkBox {
-    let deliver: (UnsafePointer<Int16>, Int) -> Void
-    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int) -> Void) { self.deliver = deliver }
+    let deliver: (UnsafePointer<Int16>, Int, Int) -> Void
+    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int, Int) -> Void) { self.deliver = deliver }
+}
+
+/// One block of one remote stream for the per-speaker sink: decoded, after the
+/// listener's noise reduction, before gain, mute and mixing, in the output format.
+public struct SpeakerBlock {
+    public let ssrc: UInt32
+    public let userID: UInt32
+    public let kind: StreamKind
+    public let pcm: UnsafePointer<Int16>
+    public let frames: Int
+    public let channels: Int
+}
+
+/// The host's per-speaker sink.
+public final class SpeakerSinkBox {
+    let deliver: (SpeakerBlock) -> Void
+    public init(_ deliver: @escaping (SpeakerBlock) -> Void) { self.deliver = deliver }
+}
+
+/// The format of the PCM handed to the host (sinks, pulls, recordings).
+public struct OutputFormat: Equatable, Sendable {
+    public var sampleRate: Int
+    public var channels: Int
+    public init(sampleRate: Int = 48000, channels: Int = 2) { self.sampleRate = sampleRate; self.channels = channels }
+    public var isNative: Bool { sampleRate == 48000 && channels == 2 }
 }
 
 /// Roles of a client's threads (ThreadIdentity).
@@ -36,10 +80,13 @@ enum ThreadRole: Int {
 }
 
 final class OutputStage {
-    enum Mode: Equatable { case pull, sink, device }
+    enum Mode: Equatable { case pull, sink, device, background }
 
+    /// The render block: 20 ms at 48 kHz (every render is at most this long).
     static let block = 960
-    static let mixChunk = 4800
+    /// The most frames a block gives in any output format (192 kHz, plus the
+    /// resampler's rounding).
+    static let maxOutFrames = FormatConverter.rates.upperBound * block / 48000 + 2
 
     /// The client whose threads these are (set right after creation).
     weak var owner: AnyObject?
@@ -47,10 +94,14 @@ final class OutputStage {
     private let streams: StreamTable
     private let events: EventHub
     private let backend: AudioBackend
+    private let quality: Int
     let sink = CallbackCell<SinkBox>()
-    private let bus = MixBus(capacityFrames: OutputStage.mixChunk)
+    let speakerSink = CallbackCell<SpeakerSinkBox>()
+    let recorders = RecorderSet()
+    private let bus = MixBus(capacityFrames: OutputStage.block)
 
-    /// Serializes reconcile (and so driver start/stop). Never taken by the render path.
+    /// Serializes reconcile (and so driver start/stop), format changes and recording
+    /// start/stop. Never taken by the render path.
     private let reconcileLock = Lock()
     // The inputs, guarded by reconcileLock.
     private var external: Bool
@@ -59,52 +110,106 @@ final class OutputStage {
     private var playbackDevice: String
     private var driver: RenderDriver?
 
-    /// Serializes renders (a driver's, or vc_read_mixed_pcm callers').
+    /// Serializes renders (a driver's, or vc_read_mixed_pcm callers') and guards the
+    /// renderer's state below.
     private let renderLock = Lock()
     /// When the mix was last rendered (ms, monotonic): talk state follows playout
     /// while someone renders.
     let lastRenderMs = Atomic<UInt64>(0)
+    // The renderer's state (renderLock).
+    private var format = OutputFormat()
+    private var mixConverter: FormatConverter
+    private let pullMix: UnsafeMutablePointer<Int16>        // one 48 kHz block
+    /// Converted frames a pull rendered beyond what it was asked for.
+    private var pullRest: UnsafeMutablePointer<Int16>
+    private var pullRestCount = 0
+    private var pullRestHead = 0
+    private var lastPullNs: UInt64 = 0
+    /// The time between the host's last two pulls (at most a second): a background
+    /// driver stays away for one and a half of them, so a host that pulls 100 ms at a
+    /// time is not mistaken for one that stopped.
+    private var pullGapNs: UInt64 = 0
 
-    /// The mode in effect: a driver owns the mix unless it is `pull` (read before
-    /// pulling, without a lock, and again under renderLock).
+    /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
+    /// (read before pulling, without a lock, and again under renderLock).
     private let modeValue = Atomic<Int>(0)
 
-    init(receive: ReceiveSet, streams: StreamTable, events: EventHub, backend: AudioBackend, external: Bool, playbackDevice: String) {
+    init(receive: ReceiveSet, streams: StreamTable, events: EventHub, backend: AudioBackend, external: Bool, playbackDevice: String,
+         resamplerQuality: Int) throws {
         self.receive = receive; self.streams = streams; self.events = events
         self.backend = backend; self.external = external; self.playbackDevice = playbackDevice
+        quality = resamplerQuality
+        mixConverter = try OutputStage.mixConverter(for: OutputFormat(), quality: resamplerQuality)
+        pullMix = .allocate(capacity: OutputStage.block * 2)
+        pullMix.initialize(repeating: 0, count: OutputStage.block * 2)
+        pullRest = .allocate(capacity: mixConverter.maxOutFrames * 2)
+    }
+
+    deinit { pullMix.deallocate(); pullRest.deallocate() }
+
+    static func mixConverter(for f: OutputFormat, quality: Int) throws -> FormatConverter {
+        do {
+            return try FormatConverter(inRate: 48000, outRate: f.sampleRate, inChannels: 2, outChannels: f.channels,
+                                       maxInFrames: OutputStage.block, quality: quality)
+        } catch { throw ClientError.invalidArgument("\(error)") }
     }
 
     var mode: Mode {
         switch modeValue.load(ordering: .acquiring) {
         case 1: return .sink
         case 2: return .device
+        case 3: return .background
         default: return .pull
         }
     }
 
     var isExternal: Bool { reconcileLock.withLock { external } }
 
+    /// True on a thread inside the per-speaker sink (a pull caller's thread there is
+    /// a host thread, yet it is inside a callback of the client).
+    var callingThreadIsInsideSpeakerSink: Bool { speakerSink.callingThreadIsInside }
+
     // MARK: inputs
 
     /// vc_set_external_playback. Turning it off opens the device now; when it cannot,
     /// the previous mode stays and the device's error is thrown.
-    func setExternal(_ on: Bool) throws {
+    func setExternal(_ on: Bool) throws { try change(\.external, to: on) }
+
+    /// vc_set_playback_device: plays on `name` from now on. When the device plays the
+    /// mix now, the new one is opened at once; when it cannot be, the previous one
+    /// stays and the error is thrown. Otherwise the name is kept for later.
+    func setPlaybackDevice(_ name: String) throws { try change(\.playbackDevice, to: name) }
+
+    /// Changes an input and reconciles, opening a device now; on failure the input
+    /// goes back (and with it the previous mode) and the device's error is thrown.
+    private func change<T>(_ input: ReferenceWritableKeyPath<OutputStage, T>, to value: T) throws {
         try reconcileLock.withLock {
-            let old = external
-            external = on
+            let old = self[keyPath: input]
+            self[keyPath: input] = value
             if let e = reconcile(openNow: true) {
-                external = old
+                self[keyPath: input] = old
                 _ = reconcile(openNow: true)
                 throw e
             }
         }
     }
 
-    /// Sets or clears the sink. Returns once a running call of the previous sink has
-    /// returned (never call it from the render thread).
+    var currentPlaybackDevice: String { reconcileLock.withLock { playbackDevice } }
+
+    /// Sets or clears the mixed sink. Returns once a running call of the previous sink
+    /// has returned (never call it from the render thread).
     func setSink(_ box: SinkBox?) {
         sink.set(box)
         reconcileLock.withLock { _ = reconcile(openNow: false) }
+    }
+
+    /// Sets or clears the per-speaker sink (the same rules as the mixed sink).
+    func setSpeakerSink(_ box: SpeakerSinkBox?) throws {
+        try reconcileLock.withLock {
+            if box != nil { try prepareSpeakerConverters(wanted: true) }
+            speakerSink.set(box)
+            _ = reconcile(openNow: false)
+        }
     }
 
     /// The session came up or went away. Returns the device error when the playback
@@ -120,21 +225,133 @@ final class OutputStage {
     /// (the driver keeps trying on a backoff).
     func restart() -> ClientError? { reconcileLock.withLock { suspended = false; return reconcile(openNow: false) } }
 
-    /// Destroy: no driver, no sink.
+    /// Destroy: no driver, no sink, every recording finished.
     func shutdown() {
         sink.set(nil)
+        speakerSink.set(nil)
         reconcileLock.withLock {
             connected = false
             external = true
             _ = reconcile(openNow: false)
         }
+        for ssrc in recorders.sources { try? stopRecording(ssrc: ssrc) }
     }
+
+    // MARK: format
+
+    private func readFormat() -> OutputFormat { renderLock.withLock { format } }
+
+    var outputFormat: OutputFormat { readFormat() }
+
+    /// vc_set_output_format: what the sinks, pulls and recordings get from now on.
+    /// Refused while a recording runs (its file has the format of its start).
+    func setOutputFormat(_ f: OutputFormat) throws {
+        guard FormatConverter.rates.contains(f.sampleRate) else {
+            throw ClientError.invalidArgument("sample_rate must be within 8000..192000 (got \(f.sampleRate))")
+        }
+        guard f.channels == 1 || f.channels == 2 else { throw ClientError.invalidArgument("channels must be 1 or 2 (got \(f.channels))") }
+        try reconcileLock.withLock {
+            guard recorders.isEmpty else {
+                throw ClientError.state("a recording is running; stop it before changing the output format")
+            }
+            if f == readFormat() { return }
+            // Everything is built here, on the caller's thread, then swapped in at once
+            // between two renders (a driver keeps running: it copies each converted
+            // block out under the render lock).
+            let conv = try OutputStage.mixConverter(for: f, quality: quality)
+            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet)
+            let rest = UnsafeMutablePointer<Int16>.allocate(capacity: conv.maxOutFrames * f.channels)
+            var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
+            old = renderLock.withLock {
+                format = f
+                let o = (pullRest, mixConverter, installSpeakerConverters(speakers))
+                mixConverter = conv
+                pullRest = rest
+                pullRestCount = 0
+                pullRestHead = 0
+                return o
+            }
+            old.0.deallocate()
+            old.2.removeAll()   // the old converters are freed here, outside the render lock
+        }
+    }
+
+    /// Makes sure every receive slot converts its tap to the output format when
+    /// per-speaker blocks are wanted (reconcileLock held).
+    private func prepareSpeakerConverters(wanted: Bool) throws {
+        let f = readFormat()
+        let fresh = try speakerConverters(for: f, wanted: wanted)
+        var old = renderLock.withLock { installSpeakerConverters(fresh) }
+        old.removeAll()   // freed outside the render lock
+    }
+
+    /// A converter to `f` for each receive slot (kept where one exists), or none when
+    /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo).
+    private func speakerConverters(for f: OutputFormat, wanted: Bool) throws -> [FormatConverter?] {
+        guard wanted && !f.isNative else { return Array(repeating: nil, count: receive.slots.count) }
+        return try receive.slots.map { s in
+            let current = renderLock.withLock { s.tapConverter }
+            if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
+            return try OutputStage.mixConverter(for: f, quality: quality)
+        }
+    }
+
+    /// Swaps the slots' converters (renderLock held); returns the ones replaced.
+    private func installSpeakerConverters(_ fresh: [FormatConverter?]) -> [FormatConverter?] {
+        var replaced: [FormatConverter?] = []
+        for (s, c) in zip(receive.slots, fresh) {
+            if s.tapConverter !== c { replaced.append(s.tapConverter) }
+            s.tapConverter = c
+            s.tapConvertedSSRC = 0
+        }
+        return replaced
+    }
+
+    // MARK: recordings
+
+    /// vc_start_recording: records the mix (ssrc 0) or a remote stream to a WAV file
+    /// in the output format.
+    func startRecording(path: String, ssrc: UInt32) throws {
+        try reconcileLock.withLock {
+            if ssrc != 0 { _ = try receive.withSlot(ssrc: ssrc) { $0.ssrc } }
+            let f = readFormat()
+            if ssrc != 0 { try prepareSpeakerConverters(wanted: true) }
+            let r = try Recorder(ssrc: ssrc, path: path, sampleRate: f.sampleRate, channels: f.channels)
+            do { try recorders.add(r) } catch {
+                r.finish()
+                throw error
+            }
+            _ = reconcile(openNow: false)
+        }
+    }
+
+    /// vc_stop_recording: finishes the recording of `ssrc` (0: the mix).
+    func stopRecording(ssrc: UInt32) throws {
+        let r: Recorder = try reconcileLock.withLock {
+            guard let r = recorders.remove(ssrc: ssrc) else {
+                throw ClientError.notFound(ssrc == 0 ? "the mix is not being recorded" : "ssrc \(ssrc) is not being recorded")
+            }
+            _ = reconcile(openNow: false)
+            return r
+        }
+        r.finish()
+    }
+
+    // MARK: modes
 
     /// Computes the mode the inputs ask for and makes it so (reconcileLock held).
     /// `openNow`: a device that cannot be opened is an error and nothing starts.
     private func reconcile(openNow: Bool) -> ClientError? {
         let want: Mode
-        if !external && connected && !suspended { want = .device } else if external && sink.isSet { want = .sink } else { want = .pull }
+        if !external && connected && !suspended {
+            want = .device
+        } else if external && sink.isSet {
+            want = .sink
+        } else if speakerSink.isSet || !recorders.isEmpty {
+            want = .background
+        } else {
+            want = .pull
+        }
         if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice { return nil }
         if driver == nil && want == .pull { return nil }
         // Stop what runs; the mix is the pull callers' until the next driver starts.
@@ -144,17 +361,12 @@ final class OutputStage {
             setMode(.pull)
         }
         guard want != .pull else { return nil }
-        var first: AudioDevice? = nil
+        var first: PlaybackDevice? = nil
         var failure: ClientError? = nil
         if want == .device {
-            do {
-                first = try backend.open(playbackDevice, direction: .playback, channels: 2, sampleRate: 48000,
-                                         periodFrames: OutputStage.block)
-                if first!.sampleRate != 48000 {
-                    first!.close()
-                    first = nil
-                    throw DeviceError("playback device \"\(playbackDevice)\" does not offer 48000 Hz")
-                }
+            do { first = try PlaybackDevice.open(backend: backend, name: playbackDevice, quality: quality) } catch let e as ClientError {
+                failure = e
+                if openNow { return failure }
             } catch {
                 failure = .device("\(error)")
                 if openNow { return failure }
@@ -166,57 +378,186 @@ final class OutputStage {
     }
 
     private func setMode(_ m: Mode) {
-        renderLock.withLock { modeValue.store(m == .pull ? 0 : (m == .sink ? 1 : 2), ordering: .releasing) }
+        let v: Int
+        switch m {
+        case .pull: v = 0
+        case .sink: v = 1
+        case .device: v = 2
+        case .background: v = 3
+        }
+        renderLock.withLock { modeValue.store(v, ordering: .releasing) }
     }
+
+    /// Something takes the rendered blocks besides the device: a sink, or a recording.
+    fileprivate var hasTaps: Bool { sink.isSet || speakerSink.isSet || !recorders.isEmpty }
 
     // MARK: rendering
 
-    /// vc_read_mixed_pcm: renders on the caller's thread, only in pull mode.
+    /// vc_read_mixed_pcm: renders `frames` in the output format on the caller's
+    /// thread, in pull and background modes.
     func pull(into out: UnsafeMutablePointer<Int16>, frames: Int) throws {
+        try pull(frames: frames) { src, n, at, ch in (out + at * ch).update(from: src, count: n * ch) }
+    }
+
+    /// vc_read_mixed_pcm_f32: the same, as float (full scale ±1.0).
+    func pullFloat(into out: UnsafeMutablePointer<Float>, frames: Int) throws {
+        try pull(frames: frames) { src, n, at, ch in
+            let dst = out + at * ch
+            for i in 0..<(n * ch) { dst[i] = floatSample(src[i]) }
+        }
+    }
+
+    /// Renders until `frames` output frames were emitted: `emit(pcm, frames, at, channels)`.
+    private func pull(frames: Int, emit: (UnsafePointer<Int16>, Int, Int, Int) -> Void) throws {
+        if callingThreadIsInsideSpeakerSink {
+            throw ClientError.state("vc_read_mixed_pcm cannot be called from inside the per-speaker sink")
+        }
         if let e = refusal() { throw e }
         renderLock.lock()
         defer { renderLock.unlock() }
         if let e = refusal() { throw e }
-        renderMix(into: out, frames: frames)
+        let now = MonotonicClock.nanoseconds()
+        if lastPullNs != 0 { pullGapNs = min(now &- lastPullNs, 1_000_000_000) }
+        lastPullNs = now
+        let ch = format.channels
+        var done = 0
+        while done < frames {
+            if pullRestCount > 0 {
+                let n = min(pullRestCount, frames - done)
+                emit(pullRest + pullRestHead * ch, n, done, ch)
+                pullRestHead += n
+                pullRestCount -= n
+                done += n
+                continue
+            }
+            // Enough 48 kHz frames for what is still missing, at most one block.
+            let need = frames - done
+            let rate = format.sampleRate
+            let chunk = rate == 48000 ? min(OutputStage.block, need) : max(1, min(OutputStage.block, (need * 48000 + rate - 1) / rate))
+            renderBlock(into: pullMix, frames: chunk)
+            let (p, n) = handOutMix(pullMix, frames: chunk)
+            let take = min(n, need)
+            if take > 0 { emit(p, take, done, ch) }
+            if n > take {
+                (pullRest).update(from: p + take * ch, count: (n - take) * ch)
+                pullRestHead = 0
+                pullRestCount = n - take
+            }
+            done += take
+        }
     }
 
     private func refusal() -> ClientError? {
         switch mode {
-        case .pull: return nil
+        case .pull, .background: return nil
         case .sink: return .state("a mixed-output sink is set: the client's mixer thread owns the mix (clear the sink to pull)")
         case .device: return .state("the playback device plays the mix (use external playback to pull it)")
         }
     }
 
-    /// The driver's render of one block.
-    fileprivate func renderForDriver(into out: UnsafeMutablePointer<Int16>, frames: Int) {
+    /// The driver's render of one block into `buf` (48 kHz stereo), and the block in
+    /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
+    /// which runs after the render lock is released. Returns its frames and channels,
+    /// or nil when a background driver yields to the host's pulls.
+    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
+                                     out: UnsafeMutablePointer<Int16>) -> (frames: Int, channels: Int)? {
         renderLock.lock()
-        renderMix(into: out, frames: frames)
-        renderLock.unlock()
+        defer { renderLock.unlock() }
+        if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
+            return nil
+        }
+        renderBlock(into: buf, frames: frames)
+        let (p, n) = handOutMix(buf, frames: frames)
+        if mode != .background { out.update(from: p, count: n * format.channels) }
+        return (n, format.channels)
     }
 
-    /// Renders `frames` of the final stereo mix (renderLock held).
-    private func renderMix(into out: UnsafeMutablePointer<Int16>, frames: Int) {
+    /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
+    /// speaker's block to the per-speaker sink and its recording (renderLock held).
+    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
-        let nowMs = Double(nowNs) / 1e6
-        var done = 0
-        while done < frames {
-            let n = min(OutputStage.mixChunk, frames - done)
-            bus.clear(frames: n)
-            receive.render(into: bus, frames: n, nowMs: nowMs)
-            bus.render(into: out + done * 2, frames: n)
-            // The echo canceller's far-end reference: what is being played.
-            if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out + done * 2, frames: n) }
-            done += n
+        let tapping = speakerSink.isSet || recorders.recordsSpeakers
+        bus.clear(frames: frames)
+        receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping)
+        bus.render(into: out, frames: frames)
+        // The echo canceller's far-end reference: what is being played.
+        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
+        if tapping { handOutSpeakers() }
+    }
+
+    /// Each tapped slot's block, converted, to the per-speaker sink and its recording.
+    private func handOutSpeakers() {
+        let slots = receive.slots
+        let recordSpeakers = recorders.recordsSpeakers
+        for i in 0..<slots.count {
+            let s = slots[i]
+            guard s.tapFrames > 0 else { continue }
+            var pcm = UnsafePointer(s.tap)
+            var frames = s.tapFrames
+            var channels = 2
+            if let conv = s.tapConverter {
+                if s.tapConvertedSSRC != s.tapSSRC {
+                    conv.reset()
+                    s.tapConvertedSSRC = s.tapSSRC
+                }
+                (pcm, frames) = conv.convert(pcm, frames: frames)
+                channels = conv.outChannels
+            }
+            s.tapFrames = 0
+            guard frames > 0 else { continue }
+            let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
+            speakerSink.call { $0.deliver(block) }
+            if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
         }
+    }
+
+    /// The mix block in the output format, recorded if the mix is (renderLock held).
+    private func handOutMix(_ mix: UnsafeMutablePointer<Int16>, frames: Int) -> (UnsafePointer<Int16>, Int) {
+        let (p, n) = mixConverter.convert(mix, frames: frames)
+        if recorders.recordsMix && n > 0 { recorders.push(ssrc: 0, p, frames: n) }
+        return (p, n)
     }
 
     fileprivate func raise(_ e: ClientEvent) { events.raise(e) }
     fileprivate var deviceBackend: AudioBackend { backend }
+    fileprivate var resamplerQuality: Int { quality }
 }
 
-/// The one thread that renders the mix in sink or device mode, paced to the clock.
+/// An open playback device and the converter from the mix's 48 kHz to its rate.
+struct PlaybackDevice {
+    let device: AudioDevice
+    let converter: FormatConverter?
+
+    static func open(backend: AudioBackend, name: String, quality: Int) throws -> PlaybackDevice {
+        let d: AudioDevice
+        do {
+            d = try backend.open(name, direction: .playback, channels: 2, sampleRate: 48000, periodFrames: OutputStage.block)
+        } catch { throw ClientError.device("\(error)") }
+        guard d.sampleRate != 48000 else { return PlaybackDevice(device: d, converter: nil) }
+        do {
+            let c = try FormatConverter(inRate: 48000, outRate: d.sampleRate, inChannels: 2, outChannels: 2, maxInFrames: OutputStage.block,
+                                        quality: quality)
+            return PlaybackDevice(device: d, converter: c)
+        } catch {
+            d.close()
+            throw ClientError.device("playback device \"\(name)\" runs at \(d.sampleRate) Hz: \(error)")
+        }
+    }
+
+    /// Plays one 48 kHz stereo block.
+    func write(_ pcm: UnsafePointer<Int16>, frames: Int) throws {
+        if let c = converter {
+            let (p, n) = c.convert(pcm, frames: frames)
+            if n > 0 { try device.write(p, frames: n) }
+        } else {
+            try device.write(pcm, frames: frames)
+        }
+    }
+}
+
+/// The one thread that renders the mix in device, sink or background mode, paced to
+/// the clock.
 final class RenderDriver {
     let mode: OutputStage.Mode
     let deviceName: String
@@ -224,7 +565,7 @@ final class RenderDriver {
     private let wakeup = Condition()
     private var thread: SystemThread?
 
-    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: AudioDevice?, startsDown: Bool) {
+    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: PlaybackDevice?, startsDown: Bool) {
         self.mode = mode
         self.deviceName = deviceName
         let stop = self.stop, wakeup = self.wakeup
@@ -240,14 +581,16 @@ final class RenderDriver {
         thread = nil
     }
 
-    private static func run(stage: OutputStage, mode: OutputStage.Mode, deviceName: String, first: AudioDevice?, startsDown: Bool,
+    private static func run(stage: OutputStage, mode: OutputStage.Mode, deviceName: String, first: PlaybackDevice?, startsDown: Bool,
                             stop: StopFlag, wakeup: Condition) {
         if let owner = stage.owner { ThreadIdentity.mark(owner: owner, role: ThreadRole.render.rawValue) }
         defer { ThreadIdentity.clear() }
         let frames = OutputStage.block
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
         buf.initialize(repeating: 0, count: frames * 2)
-        defer { buf.deallocate() }
+        let out = UnsafeMutablePointer<Int16>.allocate(capacity: OutputStage.maxOutFrames * 2)
+        out.initialize(repeating: 0, count: OutputStage.maxOutFrames * 2)
+        defer { buf.deallocate(); out.deallocate() }
         var device = first
         var down = startsDown
         var backoffMs: UInt64 = 250
@@ -257,49 +600,42 @@ final class RenderDriver {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
                 if now >= retryAtMs {
-                    if let d = try? stage.deviceBackend.open(deviceName, direction: .playback, channels: 2, sampleRate: 48000,
-                                                             periodFrames: frames), d.sampleRate == 48000 {
+                    if let d = try? PlaybackDevice.open(backend: stage.deviceBackend, name: deviceName, quality: stage.resamplerQuality) {
                         device = d
                         backoffMs = 250
                         pacer = PeriodPacer(periodFrames: frames)
                         if down {
                             down = false
-                            ClientLog.log(2, "playback device \"\(deviceName)\" is back")
-                            var e = ClientEvent(type: VC_EVENT_DEVICE_RESTORED)
-                            e.kind = UInt32(VC_DEVICE_PLAYBACK.rawValue)
-                            e.text = deviceName
-                            stage.raise(e)
+                            stage.raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: deviceName))
                         }
                     } else {
                         retryAtMs = now + backoffMs
                         backoffMs = min(backoffMs * 2, 5000)
                     }
                 }
-                // Nothing consumes the mix while the device is away and no sink taps
+                // Nothing consumes the mix while the device is away and nothing taps
                 // it: render nothing (the streams' clocks wait) until the next try.
-                if device == nil && !stage.sink.isSet {
+                if device == nil && !stage.hasTaps {
                     wakeup.withLock { if !stop.isSet { wakeup.wait(untilMs: retryAtMs) } }
                     continue
                 }
             }
-            stage.renderForDriver(into: buf, frames: frames)
-            stage.sink.call { $0.deliver(buf, frames) }
-            if let d = device {
-                do { try d.write(buf, frames: frames) } catch {
-                    d.close()
-                    device = nil
-                    down = true
-                    retryAtMs = MonotonicClock.milliseconds() + backoffMs
-                    ClientLog.log(1, "\(error); reopening")
-                    var e = ClientEvent(type: VC_EVENT_ERROR)
-                    e.code = VC_ERR_DEVICE
-                    e.kind = UInt32(VC_DEVICE_PLAYBACK.rawValue)
-                    e.text = "\(error); reopening"
-                    stage.raise(e)
+            if let (n, channels) = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out) {
+                // The background driver has no mixed sink to feed (reconcile would have
+                // chosen the sink mode); the device and sink drivers do.
+                if mode != .background && n > 0 { stage.sink.call { $0.deliver(out, n, channels) } }
+                if let d = device {
+                    do { try d.write(buf, frames: frames) } catch {
+                        d.device.close()
+                        device = nil
+                        down = true
+                        retryAtMs = MonotonicClock.milliseconds() + backoffMs
+                        stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "\(error)"))
+                    }
                 }
             }
-            if device?.pacesItself != true { pacer.wait() }
+            if device?.device.pacesItself != true { pacer.wait() }
         }
-        device?.close()
+        device?.device.close()
     }
 }

@@ -11,6 +11,10 @@ final class ReceiveSet {
     let slots: [RemoteSlot]
     /// ssrc → slot index. Network thread only.
     private var bySSRC: [UInt32: Int] = [:]
+    /// Jitter bounds for streams without their own (ControlPlane.swift). The lock is taken
+    /// before a slot's lock, never after: a stream added while the bounds change gets them.
+    let boundsLock = Lock()
+    var defaultBounds = JitterBounds.none
 
     init(capacity: Int) throws {
         var s: [RemoteSlot] = []
@@ -33,8 +37,10 @@ final class ReceiveSet {
         guard bySSRC[r.ssrc] == nil else { return true }
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
-        s.lock.withLock { s.configure(r, username: username) }
-        s.live.store(true, ordering: .releasing)
+        boundsLock.withLock {
+            s.lock.withLock { s.configure(r, username: username); s.applyJitterBounds(defaultBounds) }
+            s.live.store(true, ordering: .releasing)
+        }
         bySSRC[r.ssrc] = idx
         return true
     }
@@ -105,11 +111,18 @@ final class ReceiveSet {
 
     func infos() -> [RemoteStreamInfo] {
         var out: [RemoteStreamInfo] = []
+        let now = MonotonicClock.nanoseconds()
         for s in slots where s.live.load(ordering: .acquiring) {
             s.lock.withLock {
                 if s.active {
-                    out.append(RemoteStreamInfo(ssrc: s.ssrc, userID: s.userID, streamID: s.streamID, kind: s.kind, channels: s.channels,
-                                                talking: s.talking, settings: s.settings, username: s.username))
+                    var info = RemoteStreamInfo(ssrc: s.ssrc, userID: s.userID, streamID: s.streamID, kind: s.kind, channels: s.channels,
+                                                talking: s.talking, settings: s.settings, username: s.username)
+                    // A level older than 250 ms: nothing renders the stream now.
+                    if s.levelAtNs != 0 && s.levelAtNs &+ 250_000_000 >= now {
+                        info.levelRMSDBFS = BlockLevel.dbfs(s.level.rms)
+                        info.levelPeakDBFS = BlockLevel.dbfs(s.level.peak)
+                    }
+                    out.append(info)
                 }
             }
         }
@@ -132,11 +145,15 @@ final class ReceiveSet {
 
     // MARK: render thread
 
-    /// Adds `frames` of every live stream to `bus` (the caller serializes renders).
-    func render(into bus: MixBus, frames: Int, nowMs: Double) {
-        for s in slots where s.live.load(ordering: .acquiring) {
+    /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
+    /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false) {
+        // Indices, not `for s in slots`: a debug build allocates an iterator there.
+        for i in 0..<slots.count {
+            let s = slots[i]
+            guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
-            if s.active { s.render(into: bus, frames: frames, nowMs: nowMs) }
+            if s.active { s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap) }
             s.lock.unlock()
         }
     }

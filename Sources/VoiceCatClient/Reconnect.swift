@@ -142,6 +142,7 @@ extension VoiceClient {
                 } else {
                     let limit = MediaLimits.maxOpusBytes(serverLimit: link.hello.maxDatagramBytes)
                     s.slot.lock.withLock { s.ssrc = r.ssrc; s.maxOpusBytes = limit }
+                    republishStreamState(link.conn, streamID: s.streamID, ssrc: r.ssrc)
                     ClientLog.log(2, "stream \(s.streamID) announced again with ssrc \(r.ssrc)")
                 }
             case .error(let e): why = "the server refused it: \(ServerMessageLimits.sanitized(e.message))"

@@ -58,6 +58,27 @@ final class RemoteSlot {
     var replay = ReplayWindow()
     var lastPacketMs: UInt64 = 0
 
+    /// The level of the decoded audio (after NR, before gain and mute) over the last
+    /// block rendered, and when (render thread writes, host threads read; under `lock`).
+    var level = BlockLevel()
+    var levelAtNs: UInt64 = 0
+
+    // The per-speaker tap: the last rendered block of this stream before gain and
+    // mute (48 kHz stereo), with the identity it was rendered under. Written and read
+    // only by whoever renders, under the output stage's render lock (not `lock`: the
+    // network thread may give the slot another stream in between, the tap keeps the
+    // block's own identity).
+    static let tapCapacity = OutputStage.block
+    let tap: UnsafeMutablePointer<Int16>
+    var tapFrames = 0
+    var tapSSRC: UInt32 = 0
+    var tapUserID: UInt32 = 0
+    var tapKind: StreamKind = .mic
+    /// Converts the tap to the output format (nil: 48 kHz stereo, nothing to convert),
+    /// and the stream it last converted (a new one starts from a clean state).
+    var tapConverter: FormatConverter?
+    var tapConvertedSSRC: UInt32 = 0
+
     init() throws {
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
@@ -65,9 +86,11 @@ final class RemoteSlot {
         decoded.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
         fifo = .allocate(capacity: RemoteSlot.fifoCapacity * 2)
         fifo.initialize(repeating: 0, count: RemoteSlot.fifoCapacity * 2)
+        tap = .allocate(capacity: RemoteSlot.tapCapacity * 2)
+        tap.initialize(repeating: 0, count: RemoteSlot.tapCapacity * 2)
     }
 
-    deinit { decoded.deallocate(); fifo.deallocate() }
+    deinit { decoded.deallocate(); fifo.deallocate(); tap.deallocate() }
 
     /// Prepares the slot for a new stream (network thread, lock held by caller).
     func configure(_ r: RemoteStream, username: String) {
@@ -91,6 +114,8 @@ final class RemoteSlot {
         lastPacketMs = 0
         talking = false
         spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
+        level = BlockLevel()
+        levelAtNs = 0
     }
 
     /// Moves the frames the network thread handed over into the jitter buffer (lock
@@ -102,8 +127,10 @@ final class RemoteSlot {
     }
 
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
-    /// `nowMs`: the monotonic time of this render. Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double) {
+    /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
+    /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
+    /// the render lock). Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false) {
         drainInbox()
         while fifoCount < frames {
             let n = frameSamples
@@ -138,16 +165,34 @@ final class RemoteSlot {
             pushFIFO(decoded, frames: n)
         }
         let gain: Float = settings.muted ? 0 : settings.gain
+        let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
         // Up to two contiguous pieces of the ring.
         var left = frames
+        var sum: Float = 0
+        var peak: Int32 = 0
         while left > 0 {
             let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
+            let piece = fifo + fifoRead * 2
             if gain != 0 {
-                bus.add(fifo + fifoRead * 2, frames: run, gain: gain, at: frames - left)
+                bus.add(piece, frames: run, gain: gain, at: frames - left)
+            }
+            if tapping { (tap + (frames - left) * 2).update(from: piece, count: run * 2) }
+            for i in 0..<(run * 2) {
+                let v = Int32(piece[i])
+                sum += Float(v * v)
+                if abs(v) > peak { peak = abs(v) }
             }
             fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
             fifoCount -= run
             left -= run
+        }
+        level = BlockLevel(rms: frames > 0 ? (sum / Float(frames * 2)).squareRoot() / 32768 : 0, peak: Float(peak) / 32768)
+        levelAtNs = MonotonicClock.nanoseconds()
+        if tapping {
+            tapFrames = frames
+            tapSSRC = ssrc
+            tapUserID = userID
+            tapKind = kind
         }
     }
 

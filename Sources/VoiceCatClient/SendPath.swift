@@ -87,6 +87,9 @@ final class StreamTable {
     /// renderer feeds the ring only while someone reads it.
     let farEnd = FarEndRing(blockSize: 480, blocks: 64)
     let aecStreams = AtomicCounter()
+    /// Where streams raise their local events (gate open / close). Set once by the
+    /// client before any stream exists.
+    var events: EventHub?
     /// The snapshot new streams start with (guarded by `publishLock`).
     private let publishLock = Lock()
     private var current: SendSnapshot?

@@ -71,6 +71,11 @@ public struct ClientConfig {
     public var knownServersPath: String? = nil
     /// Reconnect by itself after the control connection is lost (re-join, re-announce).
     public var autoReconnect = false
+    /// SpeexDSP resampler quality (0..10) for every rate conversion of the client.
+    public var resamplerQuality = FormatConverter.defaultQuality
+    /// Ask the server for its roster (every user and channel, and the changes): the
+    /// user and channel lists. Off, the server spends nothing on this client for it.
+    public var presence = true
     public init() {}
 }
 
@@ -94,6 +99,8 @@ extension vc_event_type {
     public static let error = VC_EVENT_ERROR
     public static let reconnecting = VC_EVENT_RECONNECTING
     public static let reconnected = VC_EVENT_RECONNECTED
+    public static let gateOpened = VC_EVENT_GATE_OPENED
+    public static let gateClosed = VC_EVENT_GATE_CLOSED
 }
 
 public struct ClientEvent: Equatable {
@@ -131,6 +138,16 @@ public struct RemoteStreamInfo: Equatable {
     public var talking: Bool
     public var settings: RemoteSettings
     public var username: String
+    /// The decoded audio's level (after the listener's NR, before gain and mute) over
+    /// the last block rendered, in dBFS; the floor (-120) while nothing renders.
+    public var levelRMSDBFS: Float = BlockLevel.floorDBFS
+    public var levelPeakDBFS: Float = BlockLevel.floorDBFS
+}
+
+/// A level reading in dBFS (RMS and peak; a full-scale sine reads -3.01 / 0).
+public struct Level: Equatable {
+    public var rmsDBFS: Float
+    public var peakDBFS: Float
 }
 
 public struct StreamStats: Equatable {

@@ -9,14 +9,17 @@
 //   send path    (SendPath.swift, LocalStream.swift) the stream table; a sent frame
 //                takes only its own slot's lock.
 //   receive set  (ReceiveSet.swift, RemoteSlot.swift) slots and the ssrc map.
-//   output stage (OutputStage.swift) the mode and the one render driver.
+//   output stage (OutputStage.swift, Recording.swift) the mode, the one render
+//                driver, the output format, the sinks and recordings.
 //   devices      (Devices.swift) capture threads through the AudioBackend.
 //   events       (Events.swift) raised anywhere, delivered by the network thread.
 //
 // Lock order (a thread holding one may take those below it, never above):
 //   deviceLock → output reconcile lock → session cond → stream slot lock
-//   → receive slot lock → render lock; EventQueue, EventHub and ClientLog locks are
-//   leaves. No lock is held while a host callback runs.
+//   → receive slot lock, and output reconcile lock → render lock → receive slot
+//   lock; EventQueue, EventHub and ClientLog locks are leaves. No lock is held while
+//   a host callback runs, except the render lock around the per-speaker sink (see
+//   OutputStage.swift).
 import Glibc
 import Synchronization
 import VoiceCatABI
@@ -44,6 +47,10 @@ public final class VoiceClient {
     var channelName = ""
     var channelAudio: AudioConfig?
     var usernames: [UInt32: String] = [:]
+    /// The server's roster by user id (ControlPlane.swift); nil when the server sends none.
+    var roster: [UInt32: UserPresence]?
+    /// The state each local stream published (stream id → muted, hold), told again after a reconnect.
+    var streamStates: [UInt32: (muted: Bool, hold: Bool)] = [:]
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]
@@ -108,8 +115,8 @@ public final class VoiceClient {
             throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
         }
         guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50 (got \(config.keepaliveMs))") }
-        guard config.talkHangoverMs <= 5000 else {
-            throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
+        guard FormatConverter.qualities.contains(config.resamplerQuality) else {
+            throw ClientError.invalidArgument("resampler_quality must be within 0..10 (got \(config.resamplerQuality))")
         }
         self.config = config
         Sodium.ensureInitialized()
@@ -119,8 +126,10 @@ public final class VoiceClient {
             cancel = try Canceller()
         } catch { throw ClientError.noMemory("\(error)") }
         events = EventHub(capacity: config.eventQueueSize, wake: wake)
-        output = OutputStage(receive: receive, streams: streams, events: events, backend: config.backend,
-                             external: config.externalPlayback, playbackDevice: config.playbackDevice)
+        streams.events = events
+        output = try OutputStage(receive: receive, streams: streams, events: events, backend: config.backend,
+                                 external: config.externalPlayback, playbackDevice: config.playbackDevice,
+                                 resamplerQuality: config.resamplerQuality)
         output.owner = self
     }
 
@@ -148,8 +157,9 @@ public final class VoiceClient {
     /// The role the calling thread plays for this client, if it is one of its threads.
     var callerRole: ThreadRole? { ThreadIdentity.role(for: self).flatMap(ThreadRole.init(rawValue:)) }
 
-    /// True on one of this client's own threads (inside a callback).
-    public var onOwnThread: Bool { callerRole != nil }
+    /// True on one of this client's own threads, or inside one of its callbacks (the
+    /// per-speaker sink also runs on a host thread that pulls the mix).
+    public var onOwnThread: Bool { callerRole != nil || output.callingThreadIsInsideSpeakerSink }
 
     public func refuseInCallback(_ what: String) throws {
         if onOwnThread { throw fail(.state("\(what) cannot be called from inside a callback")) }
@@ -206,8 +216,10 @@ public final class VoiceClient {
         let udp: Socket
         let address: SocketAddress
         let hello: HelloResult
-        /// Channel entries of the HelloResult that were left out, and why.
+        /// Channel entries of the HelloResult (and roster records) that were left out, and why.
         let refused: [String]
+        /// The roster the server sent after the HelloResult (nil: it sent none).
+        var roster: [UInt32: UserPresence]? = nil
     }
 
     /// The known-servers file in force: nil when the host chose none ("") or no home
@@ -264,6 +276,7 @@ public final class VoiceClient {
                 channelName = ""
                 channelAudio = nil
                 usernames = [l.hello.userID: username]
+                streamStates = [:]
                 replies = [:]
                 stopNetwork = false
                 phase = .connected
@@ -300,6 +313,7 @@ public final class VoiceClient {
         mediaSendKey = media.send
         epoch = 0
         refusedAtHello = l.refused
+        roster = l.roster
     }
 
     /// TCP, handshake, the server's identity checked (pin or known-servers file)
@@ -309,7 +323,7 @@ public final class VoiceClient {
     func establish(_ t: ConnectTarget, deadlineMs deadline: UInt64) throws -> Link {
         let address: SocketAddress
         do { address = try SocketAddress(host: t.host, port: t.port) } catch {
-            throw ClientError.network("cannot resolve \(t.host): \(error)")
+            throw ClientError.network("\(error)")   // "cannot resolve HOST: the resolver's reason"
         }
         var seen: String? = nil
         let c: ControlConnection
@@ -325,7 +339,8 @@ public final class VoiceClient {
             if t.pinned == nil, let path = t.storePath {
                 try KnownServers.verify(path: path, host: t.host, port: t.port, fingerprint: c.fingerprint)
             }
-            try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName)))
+            try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName,
+                                    presence: config.presence)))
             var result: HelloResult
             switch try c.receiveDecoded(deadlineMs: deadline) {
             case .helloResult(let r): result = r
@@ -352,6 +367,22 @@ public final class VoiceClient {
                 return false
             }
             result.serverName = ServerMessageLimits.sanitized(result.serverName, maxBytes: ServerMessageLimits.maxServerNameBytes)
+            // The roster (asked for in Hello) follows in UserList parts; built whole before use.
+            var roster: [UInt32: UserPresence]? = nil
+            if result.presence {
+                var users: [UserPresence] = []
+                while true {
+                    guard case .userList(let part) = try c.receiveDecoded(deadlineMs: deadline) else {
+                        throw ClientError.protocolError("expected the server's user list after its HelloResult")
+                    }
+                    users += part.users
+                    guard users.count <= ServerMessageLimits.maxUsers else {
+                        throw ClientError.protocolError("refused the server's user list: over \(ServerMessageLimits.maxUsers) users")
+                    }
+                    if !part.more { break }
+                }
+                roster = VoiceClient.checkedRoster(users, refused: &refused)
+            }
             do {
                 sock = try Socket.udp(familyOf: address)
                 try sock!.setNonBlocking()
@@ -362,7 +393,7 @@ public final class VoiceClient {
             }
             var binder = UDPBinder(sessionID: result.sessionID, bindingID: result.bindingID, epoch: 0, keys: c.keys.bind(epoch: 0))
             try bindUDP(sock!, to: address, binder: &binder, deadlineMs: deadline)
-            return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused)
+            return Link(conn: c, udp: sock!, address: address, hello: result, refused: refused, roster: roster)
         } catch {
             c.close()
             sock?.close()
@@ -373,9 +404,9 @@ public final class VoiceClient {
     static func mapServerError(_ e: ErrorMessage) -> ClientError {
         let text = "server: \(ServerMessageLimits.sanitized(e.message))"
         switch ProtocolErrorCode(rawValue: e.code) {
-        case .authFailed: return .auth(text)
+        case .authFailed, .forbidden: return .auth(text)   // forbidden: a wrong admin password
         case .versionMismatch: return .version(text)
-        case .usernameTaken, .serverFull, .limitReached, .forbidden: return .rejected(text)
+        case .usernameTaken, .serverFull, .limitReached, .kicked: return .rejected(text)
         case .notFound: return .notFound(text)
         case .wrongState: return .state(text)
         default: return .rejected(text)
@@ -477,6 +508,7 @@ public final class VoiceClient {
     /// session ended): its capture stops, later feeds are refused.
     func retire(_ id: UInt32) {
         guard let s = streams.remove(id) else { return }
+        cond.withLock { _ = streamStates.removeValue(forKey: id) }
         localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)
         let hadAEC = s.slot.lock.withLock { () -> Bool in
@@ -541,9 +573,13 @@ public final class VoiceClient {
     // MARK: streams
 
     public func startStream(kind: StreamKind, externalFeed: Bool, channels: Int, device: String? = nil,
-                            maxQueueMs: Int = 0) throws -> UInt32 {
+                            maxQueueMs: Int = 0, sampleRate: Int = 0) throws -> UInt32 {
         try refuseInCallback("vc_stream_start")
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
+        let rate = sampleRate == 0 ? 48000 : sampleRate
+        guard FormatConverter.rates.contains(rate) else {
+            throw fail(.invalidArgument("sample_rate must be 0 (48000) or within 8000..192000 (got \(sampleRate))"))
+        }
         guard maxQueueMs >= 0 && maxQueueMs <= 600_000 else {
             throw fail(.invalidArgument("max_queue_ms must be at most 600000 (got \(maxQueueMs))"))
         }
@@ -564,7 +600,7 @@ public final class VoiceClient {
                 let s = try LocalStream(streamID: sid, ssrc: r.ssrc, kind: kind, externalFeed: externalFeed,
                                         inputChannels: channels, audio: r.effectiveAudio,
                                         maxQueueMs: maxQueueMs == 0 ? LocalStream.defaultMaxQueueMs : maxQueueMs,
-                                        slot: slot, table: streams)
+                                        inputRate: rate, resamplerQuality: config.resamplerQuality, slot: slot, table: streams)
                 if !externalFeed {
                     do {
                         try deviceLock.withLock {
@@ -604,17 +640,38 @@ public final class VoiceClient {
     /// vc_stream_feed_pcm: queues the PCM and sends what is due now; the pacer sends
     /// the rest at its time.
     public func feed(streamID: UInt32, pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
+        try feeding(streamID, channels: channels) { s, now in try s.feed(pcm, frames: frames, channels: channels, now: now) }
+    }
+
+    /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0), otherwise as `feed`.
+    public func feedFloat(streamID: UInt32, pcm: UnsafePointer<Float>, frames: Int, channels: Int) throws {
+        try feeding(streamID, channels: channels) { s, now in try s.feedFloat(pcm, frames: frames, channels: channels, now: now) }
+    }
+
+    /// Runs a feed on a fed stream under its slot lock, then wakes the pacer and drain
+    /// waiters as needed.
+    private func feeding(_ streamID: UInt32, channels: Int, _ body: (LocalStream, UInt64) throws -> Void) throws {
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
         let now = MonotonicClock.nanoseconds()
         let due = try failing {
             try streams.withStream(streamID) { s, _ -> UInt64? in
                 guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device; it cannot be fed") }
-                try s.feed(pcm, frames: frames, channels: channels, now: now)
+                try body(s, now)
                 return s.deadline
             }
         }
         if let due { streams.pacer.kick(due) }
         streams.signalDrainWaiters()
+    }
+
+    /// vc_get_input_level: the level of a published stream's last frame after send
+    /// processing, before the gate (the floor when no frame went through for 250 ms).
+    public func inputLevel(streamID: UInt32) throws -> Level {
+        let (l, at) = try failing { try streams.withStream(streamID) { s, _ in (s.level, s.levelAtNs) } }
+        if at == 0 || at &+ 250_000_000 < MonotonicClock.nanoseconds() {
+            return Level(rmsDBFS: BlockLevel.floorDBFS, peakDBFS: BlockLevel.floorDBFS)
+        }
+        return Level(rmsDBFS: BlockLevel.dbfs(l.rms), peakDBFS: BlockLevel.dbfs(l.peak))
     }
 
     /// vc_stream_queued_ms: audio fed to the stream and not sent yet.
@@ -665,16 +722,56 @@ public final class VoiceClient {
 
     // MARK: output
 
-    /// Pull mode (vc_read_mixed_pcm).
+    /// Pull mode (vc_read_mixed_pcm): `frames` in the output format.
     public func readMixed(into out: UnsafeMutablePointer<Int16>, frames: Int) throws {
         try failing { try output.pull(into: out, frames: frames) }
     }
 
-    /// Sets or clears the mixed-output sink. Returns once a running call of the
-    /// previous sink has returned. Refused from inside the sink.
+    /// vc_read_mixed_pcm_f32.
+    public func readMixedFloat(into out: UnsafeMutablePointer<Float>, frames: Int) throws {
+        try failing { try output.pullFloat(into: out, frames: frames) }
+    }
+
+    /// Sets or clears the mixed-output sink (pcm, frames; channels as the output
+    /// format). Returns once a running call of the previous sink has returned.
+    /// Refused from inside a callback of the client's render thread.
     public func setSink(_ fn: ((UnsafePointer<Int16>, Int) -> Void)?) throws {
-        if callerRole == .render { throw fail(.state("the sink cannot be set or cleared from inside the sink")) }
+        try setMixedSink(fn.map { f in { pcm, frames, _ in f(pcm, frames) } })
+    }
+
+    /// The same with the channel count (vc_set_mixed_output_sink).
+    public func setMixedSink(_ fn: ((UnsafePointer<Int16>, Int, Int) -> Void)?) throws {
+        if callerRole == .render || output.callingThreadIsInsideSpeakerSink {
+            throw fail(.state("the sink cannot be set or cleared from inside a sink"))
+        }
         output.setSink(fn.map(SinkBox.init))
+    }
+
+    /// vc_set_remote_stream_sink: each remote stream's decoded blocks (after the
+    /// listener's NR, before gain, mute and mixing) in the output format.
+    public func setSpeakerSink(_ fn: ((SpeakerBlock) -> Void)?) throws {
+        try refuseInCallback("vc_set_remote_stream_sink")
+        try failing { try output.setSpeakerSink(fn.map(SpeakerSinkBox.init)) }
+    }
+
+    /// vc_set_output_format.
+    public func setOutputFormat(sampleRate: Int, channels: Int) throws {
+        try refuseInCallback("vc_set_output_format")
+        try failing { try output.setOutputFormat(OutputFormat(sampleRate: sampleRate, channels: channels)) }
+    }
+
+    public var outputFormat: OutputFormat { output.outputFormat }
+
+    /// vc_start_recording: the mix (ssrc 0) or one remote stream to a WAV file.
+    public func startRecording(path: String, ssrc: UInt32) throws {
+        try refuseInCallback("vc_start_recording")
+        try failing { try output.startRecording(path: path, ssrc: ssrc) }
+    }
+
+    /// vc_stop_recording.
+    public func stopRecording(ssrc: UInt32) throws {
+        try refuseInCallback("vc_stop_recording")
+        try failing { try output.stopRecording(ssrc: ssrc) }
     }
 
     /// An asynchronous device problem, as an error event.

@@ -97,10 +97,16 @@ public final class AlsaBackend: AudioBackend {
 
 /// Lists PCMs for a direction: ALSA's name hints plus the extra configuration's PCMs.
 /// Capture PCMs whose name or description says "monitor" record what the system
-/// plays (PulseAudio / PipeWire monitor sources through ALSA's pulse plugin).
+/// plays (PulseAudio / PipeWire monitor sources through ALSA's pulse plugin, or a
+/// PCM a host defines for one): usable for SCREEN_AUDIO.
 func listAlsaDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
     AlsaConfig.silenceOnce()
-    var out: [DeviceInfo] = AlsaConfig.pcmNames().map { DeviceInfo(name: $0, description: "defined by vc_set_alsa_config") }
+    func isMonitor(_ name: String, _ desc: String) -> Bool {
+        dir == .capture && (name.lowercased().contains("monitor") || desc.lowercased().contains("monitor"))
+    }
+    var out: [DeviceInfo] = AlsaConfig.pcmNames().map {
+        DeviceInfo(name: $0, description: "defined by vc_set_alsa_config", isMonitor: isMonitor($0, ""))
+    }
     var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>? = nil
     if snd_device_name_hint(-1, "pcm", &hints) >= 0, let hints {
         var i = 0
@@ -114,8 +120,7 @@ func listAlsaDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
             let wanted = ioid == nil || (dir == .capture && ioid == "Input") || (dir == .playback && ioid == "Output")
             if wanted, let name = get("NAME"), !out.contains(where: { $0.name == name }) {
                 let desc = (get("DESC") ?? "").split(separator: "\n").joined(separator: " — ")
-                let monitor = dir == .capture && (name.lowercased().contains("monitor") || desc.lowercased().contains("monitor"))
-                out.append(DeviceInfo(name: name, description: desc, isMonitor: monitor))
+                out.append(DeviceInfo(name: name, description: desc, isMonitor: isMonitor(name, desc)))
             }
             i += 1
         }
@@ -222,8 +227,9 @@ public struct PeriodPacer {
     let periodNs: UInt64
     var next: UInt64
 
-    public init(periodFrames: Int) {
-        periodNs = UInt64(periodFrames) * 1_000_000_000 / 48000
+    /// Periods of `periodFrames` at `sampleRate`.
+    public init(periodFrames: Int, sampleRate: Int = 48000) {
+        periodNs = UInt64(periodFrames) * 1_000_000_000 / UInt64(sampleRate)
         next = MonotonicClock.nanoseconds() + periodNs
     }
 

@@ -11,6 +11,8 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         public let direction: DeviceDirection
         public let channels: Int
         public let sampleRate: Int
+        /// A capture device that records what the system plays (listed as a monitor).
+        public let isMonitor: Bool
         let lock = Lock()
         var input: [Int16] = []
         var readPos = 0
@@ -20,8 +22,9 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         var refuseOpen = false
         var opens = 0
 
-        init(name: String, direction: DeviceDirection, channels: Int, sampleRate: Int) {
+        init(name: String, direction: DeviceDirection, channels: Int, sampleRate: Int, isMonitor: Bool) {
             self.name = name; self.direction = direction; self.channels = channels; self.sampleRate = sampleRate
+            self.isMonitor = isMonitor
         }
 
         /// Capture: the interleaved PCM reads return (silence after the end, or the
@@ -48,8 +51,9 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
 
     /// Adds (or replaces) a device. `sampleRate` is the only rate it offers.
     @discardableResult
-    public func addDevice(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int = 48000) -> Device {
-        let d = Device(name: name, direction: direction, channels: channels, sampleRate: sampleRate)
+    public func addDevice(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int = 48000,
+                          isMonitor: Bool = false) -> Device {
+        let d = Device(name: name, direction: direction, channels: channels, sampleRate: sampleRate, isMonitor: isMonitor)
         lock.withLock { devices[name] = d }
         return d
     }
@@ -58,7 +62,7 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
 
     public func listDevices(_ direction: DeviceDirection) -> [DeviceInfo] {
         lock.withLock {
-            devices.values.filter { $0.direction == direction }.map { DeviceInfo(name: $0.name, description: "memory device") }
+            devices.values.filter { $0.direction == direction }.map { DeviceInfo(name: $0.name, description: "memory device", isMonitor: $0.isMonitor) }
                 .sorted { $0.name < $1.name }
         }
     }

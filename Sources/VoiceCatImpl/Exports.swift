@@ -142,15 +142,10 @@ public func vc_version_number() -> UInt32 {
 }
 
 /// "major.minor.patch" of the header the library was built with, made once.
-let versionCString: UnsafeMutablePointer<CChar> = {
-    let s = "\(VC_VERSION_MAJOR).\(VC_VERSION_MINOR).\(VC_VERSION_PATCH)"
-    let p = UnsafeMutablePointer<CChar>.allocate(capacity: s.utf8.count + 1)
-    copyString(s, into: p, capacity: s.utf8.count + 1)
-    return p
-}()
+let versionCString = makeStaticCString("\(VC_VERSION_MAJOR).\(VC_VERSION_MINOR).\(VC_VERSION_PATCH)")
 
 @_cdecl("vc_version_string")
-public func vc_version_string() -> UnsafePointer<CChar> { UnsafePointer(versionCString) }
+public func vc_version_string() -> UnsafePointer<CChar> { versionCString }
 
 /// The one table of result texts (the codes are the header's).
 let errorTexts: [Int32: StaticString] = [
@@ -193,8 +188,46 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
     case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
+    case "vc_user_info": return MemoryLayout<vc_user_info>.size
+    case "vc_user_stream": return MemoryLayout<vc_user_stream>.size
+    case "vc_channel_info": return MemoryLayout<vc_channel_info>.size
     default: return 0
     }
+}
+
+/// The header's names of the event types, made once (static C strings).
+let eventTypeNames: [UInt32: UnsafePointer<CChar>] = {
+    let names: [(vc_event_type, String)] = [
+        (VC_EVENT_NONE, "VC_EVENT_NONE"), (VC_EVENT_CONNECTED, "VC_EVENT_CONNECTED"),
+        (VC_EVENT_DISCONNECTED, "VC_EVENT_DISCONNECTED"), (VC_EVENT_CHANNEL_JOINED, "VC_EVENT_CHANNEL_JOINED"),
+        (VC_EVENT_USER_JOINED, "VC_EVENT_USER_JOINED"), (VC_EVENT_USER_LEFT, "VC_EVENT_USER_LEFT"),
+        (VC_EVENT_REMOTE_STREAM_ADDED, "VC_EVENT_REMOTE_STREAM_ADDED"),
+        (VC_EVENT_REMOTE_STREAM_REMOVED, "VC_EVENT_REMOTE_STREAM_REMOVED"), (VC_EVENT_TALK_START, "VC_EVENT_TALK_START"),
+        (VC_EVENT_TALK_STOP, "VC_EVENT_TALK_STOP"), (VC_EVENT_VOICE_DISCONNECTED, "VC_EVENT_VOICE_DISCONNECTED"),
+        (VC_EVENT_VOICE_RECONNECTED, "VC_EVENT_VOICE_RECONNECTED"), (VC_EVENT_SERVER_MUTE_STATE, "VC_EVENT_SERVER_MUTE_STATE"),
+        (VC_EVENT_STREAM_STATE_UPDATE, "VC_EVENT_STREAM_STATE_UPDATE"), (VC_EVENT_ERROR, "VC_EVENT_ERROR"),
+        (VC_EVENT_DEVICE_RESTORED, "VC_EVENT_DEVICE_RESTORED"), (VC_EVENT_RECONNECTING, "VC_EVENT_RECONNECTING"),
+        (VC_EVENT_RECONNECTED, "VC_EVENT_RECONNECTED"), (VC_EVENT_GATE_OPENED, "VC_EVENT_GATE_OPENED"),
+        (VC_EVENT_GATE_CLOSED, "VC_EVENT_GATE_CLOSED"), (VC_EVENT_USER_CONNECTED, "VC_EVENT_USER_CONNECTED"),
+        (VC_EVENT_USER_UPDATED, "VC_EVENT_USER_UPDATED"), (VC_EVENT_USER_DISCONNECTED, "VC_EVENT_USER_DISCONNECTED"),
+        (VC_EVENT_CHANNELS_CHANGED, "VC_EVENT_CHANNELS_CHANGED"),
+    ]
+    var table: [UInt32: UnsafePointer<CChar>] = [:]
+    for (t, name) in names { table[t.rawValue] = makeStaticCString(name) }
+    return table
+}()
+let unknownEventTypeName = makeStaticCString("VC_EVENT_UNKNOWN")
+
+/// A C string that lives as long as the process.
+func makeStaticCString(_ s: String) -> UnsafePointer<CChar> {
+    let p = UnsafeMutablePointer<CChar>.allocate(capacity: s.utf8.count + 1)
+    copyString(s, into: p, capacity: s.utf8.count + 1)
+    return UnsafePointer(p)
+}
+
+@_cdecl("vc_event_type_name")
+public func vc_event_type_name(_ type: vc_event_type) -> UnsafePointer<CChar> {
+    eventTypeNames[type.rawValue] ?? unknownEventTypeName
 }
 
 @_cdecl("vc_set_log_callback")
@@ -211,7 +244,7 @@ public func vc_client_config_default() -> vc_client_config {
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
                             playback_device: nil, talk_hangover_ms: d.talkHangoverMs, known_servers_path: nil,
-                            auto_reconnect: d.autoReconnect ? 1 : 0)
+                            auto_reconnect: d.autoReconnect ? 1 : 0, resampler_quality: Int32(d.resamplerQuality))
 }
 
 @_cdecl("vc_connect_params_default")
@@ -221,7 +254,7 @@ public func vc_connect_params_default() -> vc_connect_params {
 
 @_cdecl("vc_stream_desc_default")
 public func vc_stream_desc_default() -> vc_stream_desc {
-    vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1, max_queue_ms: 0)
+    vc_stream_desc(kind: VC_STREAM_MIC, external_feed: 1, device: nil, channels: 1, max_queue_ms: 0, sample_rate: 0)
 }
 
 @_cdecl("vc_client_create")
@@ -245,6 +278,7 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
             c.knownServersPath = path
         }
         c.autoReconnect = cfg.pointee.auto_reconnect != 0
+        c.resamplerQuality = Int(cfg.pointee.resampler_quality)
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -349,7 +383,7 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
         }
         outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
                                                  device: d.pointee.device.map { String(cString: $0) },
-                                                 maxQueueMs: Int(d.pointee.max_queue_ms))
+                                                 maxQueueMs: Int(d.pointee.max_queue_ms), sampleRate: Int(d.pointee.sample_rate))
         return VC_OK
     }
 }
@@ -381,13 +415,40 @@ public func vc_stream_stop(_ p: OpaquePointer?, _ id: UInt32) -> Int32 {
     withClient(p) { b in try b.client.stopStream(id); return VC_OK }
 }
 
+/// The checks both feeds share: PCM present, 1 or 2 channels; nothing to do for 0 frames.
+func feedArguments<T>(_ pcm: UnsafePointer<T>?, _ frames: UInt32, _ channels: UInt32, _ function: String) throws -> UnsafePointer<T>? {
+    guard let pcm else { throw invalid("\(function): pcm is NULL") }
+    guard channels == 1 || channels == 2 else { throw invalid("\(function): channels must be 1 or 2 (got \(channels))") }
+    return frames == 0 ? nil : pcm
+}
+
 @_cdecl("vc_stream_feed_pcm")
 public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Int16>?, _ frames: UInt32, _ channels: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let pcm else { throw invalid("vc_stream_feed_pcm: pcm is NULL") }
-        guard channels == 1 || channels == 2 else { throw invalid("vc_stream_feed_pcm: channels must be 1 or 2 (got \(channels))") }
-        if frames == 0 { return VC_OK }
+        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm") else { return VC_OK }
         try b.client.feed(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stream_feed_pcm_f32")
+public func vc_stream_feed_pcm_f32(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Float>?, _ frames: UInt32,
+                                   _ channels: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm_f32") else { return VC_OK }
+        try b.client.feedFloat(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_get_input_level")
+public func vc_get_input_level(_ p: OpaquePointer?, _ id: UInt32, _ rms: UnsafeMutablePointer<Float>?,
+                               _ peak: UnsafeMutablePointer<Float>?) -> Int32 {
+    withClient(p) { b in
+        guard rms != nil || peak != nil else { throw invalid("vc_get_input_level: rms_dbfs and peak_dbfs are both NULL") }
+        let l = try b.client.inputLevel(streamID: id)
+        rms?.pointee = l.rmsDBFS
+        peak?.pointee = l.peakDBFS
         return VC_OK
     }
 }
@@ -431,8 +492,22 @@ public func vc_list_remote_streams(_ p: OpaquePointer?, _ out: UnsafeMutablePoin
             info.settings = vc_remote_stream(gain: r.settings.gain, muted: r.settings.muted ? 1 : 0,
                                              noise_reduction: r.settings.noiseReduction ? 1 : 0)
             copyStringTuple(r.username, into: &info.username)
+            info.level_rms_dbfs = r.levelRMSDBFS
+            info.level_peak_dbfs = r.levelPeakDBFS
             out![i] = info
         }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_jitter_bounds")
+public func vc_set_jitter_bounds(_ p: OpaquePointer?, _ ssrc: UInt32, _ minMs: UInt32, _ maxMs: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard minMs <= JitterBounds.limitMs, maxMs <= JitterBounds.limitMs else {
+            throw invalid("vc_set_jitter_bounds: bounds must be at most \(JitterBounds.limitMs) ms (got min_ms \(minMs), max_ms \(maxMs))")
+        }
+        guard maxMs == 0 || minMs <= maxMs else { throw invalid("vc_set_jitter_bounds: min_ms \(minMs) is above max_ms \(maxMs)") }
+        try b.client.setJitterBounds(ssrc: ssrc, JitterBounds(minMs: minMs, maxMs: maxMs))
         return VC_OK
     }
 }
@@ -464,6 +539,124 @@ public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePoi
     }
 }
 
+// MARK: - users, channels and administration
+
+/// Checks the out / cap / count triple of a vc_list_* call.
+func checkList<T>(_ fn: String, _ out: UnsafeMutablePointer<T>?, _ cap: Int, _ count: UnsafeMutablePointer<Int>?) throws
+    -> UnsafeMutablePointer<Int> {
+    guard let count else { throw invalid("\(fn): count is NULL") }
+    guard cap == 0 || out != nil else { throw invalid("\(fn): out is NULL with cap \(cap)") }
+    return count
+}
+
+/// A C int flag that must be 0 or 1.
+func flag(_ fn: String, _ name: String, _ v: Int32) throws -> Bool {
+    guard v == 0 || v == 1 else { throw invalid("\(fn): \(name) must be 0 or 1 (got \(v))") }
+    return v == 1
+}
+
+@_cdecl("vc_list_users")
+public func vc_list_users(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_user_info>?, _ cap: Int,
+                          _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_users", out, cap, count)
+        let list = try b.client.users()
+        count.pointee = list.count
+        for (i, u) in list.prefix(cap).enumerated() {
+            var info = vc_user_info()
+            info.user_id = u.userID; info.channel_id = u.channelID
+            info.server_muted = u.serverMuted ? 1 : 0; info.server_deafened = u.serverDeafened ? 1 : 0
+            info.stream_count = UInt32(u.streams.count)
+            info.stream_kinds = u.streams.reduce(0) { $0 | (1 << $1.kind.rawValue) }
+            info.is_self = u.isSelf ? 1 : 0
+            copyStringTuple(u.username, into: &info.username)
+            out![i] = info
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_list_user_streams")
+public func vc_list_user_streams(_ p: OpaquePointer?, _ userID: UInt32, _ out: UnsafeMutablePointer<vc_user_stream>?, _ cap: Int,
+                                 _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_user_streams", out, cap, count)
+        let users = try b.client.users()
+        if userID != 0 && !users.contains(where: { $0.userID == userID }) {
+            throw ClientError.notFound("vc_list_user_streams: no user \(userID) on the server")
+        }
+        let list = users.filter { userID == 0 || $0.userID == userID }.flatMap { u in u.streams.map { (u.userID, $0) } }
+        count.pointee = list.count
+        for (i, (uid, st)) in list.prefix(cap).enumerated() {
+            out![i] = vc_user_stream(user_id: uid, stream_id: st.streamID, ssrc: st.ssrc, kind: vc_stream_kind(rawValue: st.kind.rawValue),
+                                     muted: st.muted ? 1 : 0, hold: st.hold ? 1 : 0)
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_list_channels")
+public func vc_list_channels(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_channel_info>?, _ cap: Int,
+                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
+    withClient(p) { b in
+        let count = try checkList("vc_list_channels", out, cap, count)
+        let list = try b.client.channels()
+        count.pointee = list.count
+        for (i, ch) in list.prefix(cap).enumerated() {
+            var info = vc_channel_info()
+            info.channel_id = ch.id
+            info.member_count = UInt32(ch.memberCount)
+            info.is_current = ch.isCurrent ? 1 : 0
+            info.audio = toC(ch.audio)
+            copyStringTuple(ch.name, into: &info.name)
+            out![i] = info
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_stream_state")
+public func vc_set_stream_state(_ p: OpaquePointer?, _ id: UInt32, _ muted: Int32, _ hold: Int32) -> Int32 {
+    withClient(p) { b in
+        let m = try flag("vc_set_stream_state", "muted", muted), h = try flag("vc_set_stream_state", "hold", hold)
+        try b.client.setStreamState(streamID: id, muted: m, hold: h)
+        return VC_OK
+    }
+}
+
+/// The admin password argument of the vc_admin_* calls.
+func adminPassword(_ fn: String, _ pw: UnsafePointer<CChar>?) throws -> String {
+    guard let pw else { throw invalid("\(fn): admin_password is NULL") }
+    guard let s = String(validatingCString: pw) else { throw invalid("\(fn): admin_password is not valid UTF-8") }
+    return s
+}
+
+@_cdecl("vc_admin_set_server_mute")
+public func vc_admin_set_server_mute(_ p: OpaquePointer?, _ userID: UInt32, _ muted: Int32, _ deafened: Int32,
+                                     _ pw: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        let fn = "vc_admin_set_server_mute"
+        let m = try flag(fn, "muted", muted), d = try flag(fn, "deafened", deafened)
+        try b.client.adminSetServerMute(userID: userID, muted: m, deafened: d, adminPassword: try adminPassword(fn, pw))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_admin_kick")
+public func vc_admin_kick(_ p: OpaquePointer?, _ userID: UInt32, _ reason: UnsafePointer<CChar>?, _ pw: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        let fn = "vc_admin_kick"
+        var why = ""
+        if let reason {
+            guard let r = String(validatingCString: reason) else { throw invalid("\(fn): reason is not valid UTF-8") }
+            guard r.utf8.count <= 256 else { throw invalid("\(fn): reason is \(r.utf8.count) bytes (at most 256)") }
+            why = r
+        }
+        try b.client.adminKick(userID: userID, reason: why, adminPassword: try adminPassword(fn, pw))
+        return VC_OK
+    }
+}
+
 // MARK: - output
 
 @_cdecl("vc_set_external_playback")
@@ -476,12 +669,60 @@ public func vc_set_mixed_output_sink(_ p: OpaquePointer?, _ fn: vc_pcm_sink_fn?,
     withClient(p) { b in
         try b.client.refuseInCallback("vc_set_mixed_output_sink")
         if let fn {
-            try b.client.setSink { pcm, frames in fn(user, pcm, UInt32(frames), 2) }
+            try b.client.setMixedSink { pcm, frames, channels in fn(user, pcm, UInt32(frames), UInt32(channels)) }
         } else {
-            try b.client.setSink(nil)
+            try b.client.setMixedSink(nil)
         }
         return VC_OK
     }
+}
+
+@_cdecl("vc_set_remote_stream_sink")
+public func vc_set_remote_stream_sink(_ p: OpaquePointer?, _ fn: vc_remote_stream_sink_fn?, _ user: UnsafeMutableRawPointer?) -> Int32 {
+    withClient(p) { b in
+        if let fn {
+            try b.client.setSpeakerSink { blk in
+                fn(user, blk.ssrc, blk.userID, vc_stream_kind(rawValue: blk.kind.rawValue), blk.pcm, UInt32(blk.frames), UInt32(blk.channels))
+            }
+        } else {
+            try b.client.setSpeakerSink(nil)
+        }
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_output_format")
+public func vc_set_output_format(_ p: OpaquePointer?, _ sampleRate: UInt32, _ channels: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard sampleRate >= 8000 && sampleRate <= 192_000 else {
+            throw invalid("vc_set_output_format: sample_rate must be within 8000..192000 (got \(sampleRate))")
+        }
+        guard channels == 1 || channels == 2 else { throw invalid("vc_set_output_format: channels must be 1 or 2 (got \(channels))") }
+        try b.client.setOutputFormat(sampleRate: Int(sampleRate), channels: Int(channels))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_read_mixed_pcm_f32")
+public func vc_read_mixed_pcm_f32(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Float>?, _ frames: UInt32) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_read_mixed_pcm_f32: out is NULL") }
+        try b.client.readMixedFloat(into: out, frames: Int(frames))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_start_recording")
+public func vc_start_recording(_ p: OpaquePointer?, _ path: UnsafePointer<CChar>?, _ ssrc: UInt32) -> Int32 {
+    withClient(p) { b in
+        try b.client.startRecording(path: try nonEmptyString(path, "vc_start_recording", "path"), ssrc: ssrc)
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_stop_recording")
+public func vc_stop_recording(_ p: OpaquePointer?, _ ssrc: UInt32) -> Int32 {
+    withClient(p) { b in try b.client.stopRecording(ssrc: ssrc); return VC_OK }
 }
 
 @_cdecl("vc_read_mixed_pcm")
@@ -568,9 +809,33 @@ public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<
         var info = vc_device_info()
         copyStringTuple(d.name, into: &info.name)
         copyStringTuple(d.description, into: &info.description)
+        info.is_monitor = d.isMonitor ? 1 : 0
         out![i] = info
     }
     return VC_OK
+}
+
+/// A string argument that must be non-NULL, non-empty UTF-8 (a device name, a path).
+func nonEmptyString(_ p: UnsafePointer<CChar>?, _ function: String, _ what: String) throws -> String {
+    guard let p else { throw invalid("\(function): \(what) is NULL") }
+    guard let s = String(validatingCString: p), !s.isEmpty else { throw invalid("\(function): \(what) is empty or not UTF-8") }
+    return s
+}
+
+@_cdecl("vc_set_playback_device")
+public func vc_set_playback_device(_ p: OpaquePointer?, _ name: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        try b.client.setPlaybackDevice(try nonEmptyString(name, "vc_set_playback_device", "name"))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_set_capture_device")
+public func vc_set_capture_device(_ p: OpaquePointer?, _ id: UInt32, _ name: UnsafePointer<CChar>?) -> Int32 {
+    withClient(p) { b in
+        try b.client.setCaptureDevice(streamID: id, device: try nonEmptyString(name, "vc_set_capture_device", "name"))
+        return VC_OK
+    }
 }
 
 @_cdecl("vc_set_capture_channels")

@@ -23,6 +23,8 @@ public enum ProtocolErrorCode: UInt32, Sendable {
     case limitReached = 8
     case wrongState = 9
     case forbidden = 10
+    /// Sent to a session an admin removed (`KickUser`), just before the server closes it.
+    case kicked = 11
 }
 
 /// A protobuf message: writes its fields and reads them back. Unknown fields are
@@ -105,6 +107,11 @@ public enum MessageType: UInt16, Sendable, CaseIterable {
     case memberList = 21
     case usersJoined = 22
     case usersLeft = 23
+    // 24–29 are left for the media feedback messages; presence and admin start at 30.
+    case userList = 30
+    case presenceUpdate = 31
+    case kickUser = 32
+    case adminResult = 33
 }
 
 extension ProtoReader {
@@ -185,12 +192,16 @@ public struct Hello: ControlBody {
     public var username: String = ""
     public var password: String = ""
     public var clientName: String = ""
-    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "") {
+    /// Asks for the server's roster: every session and the channel it is in, then the
+    /// changes (`UserList`, `PresenceUpdate`).
+    public var presence: Bool = false
+    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "", presence: Bool = false) {
         self.protoVersion = protoVersion; self.username = username; self.password = password; self.clientName = clientName
+        self.presence = presence
     }
 
     public func encode(into w: inout ProtoWriter) {
-        w.uint(1, protoVersion); w.string(2, username); w.string(3, password); w.string(4, clientName)
+        w.uint(1, protoVersion); w.string(2, username); w.string(3, password); w.string(4, clientName); w.bool(5, presence)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Hello {
         var m = Hello(protoVersion: 0, username: "")
@@ -200,6 +211,7 @@ public struct Hello: ControlBody {
             case 2: m.username = try r.string(f)
             case 3: m.password = try r.string(f)
             case 4: m.clientName = try r.string(f)
+            case 5: m.presence = try r.bool(f)
             default: break
             }
         }
@@ -220,15 +232,18 @@ public struct HelloResult: ControlBody {
     /// More of the channel list follows in `ChannelList` messages (a list that does not
     /// fit one control frame is split).
     public var moreChannels: Bool
+    /// The roster follows the channel list in `UserList` messages (the client asked for it
+    /// in `Hello.presence`), and `PresenceUpdate`s follow as things change.
+    public var presence: Bool
     /// Field number of `channels`, here and in `ChannelList`.
     public static let channelsField = 5
     /// Field number of `more_channels`, here and (as `more`) in `ChannelList`.
     public static let moreField = 7
     public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo],
-                maxDatagramBytes: UInt32 = 0, moreChannels: Bool = false) {
+                maxDatagramBytes: UInt32 = 0, moreChannels: Bool = false, presence: Bool = false) {
         self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
         self.serverName = serverName; self.channels = channels; self.maxDatagramBytes = maxDatagramBytes
-        self.moreChannels = moreChannels
+        self.moreChannels = moreChannels; self.presence = presence
     }
 
     public func encode(into w: inout ProtoWriter) {
@@ -236,6 +251,7 @@ public struct HelloResult: ControlBody {
         for c in channels { w.message(HelloResult.channelsField, c) }
         w.uint(6, maxDatagramBytes)
         w.bool(HelloResult.moreField, moreChannels)
+        w.bool(8, presence)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> HelloResult {
         var m = HelloResult(sessionID: 0, userID: 0, bindingID: 0, serverName: "", channels: [])
@@ -248,6 +264,7 @@ public struct HelloResult: ControlBody {
             case HelloResult.channelsField: m.channels.append(try ChannelInfo.decode(r.nested(f)))
             case 6: m.maxDatagramBytes = try r.uint32(f)
             case HelloResult.moreField: m.moreChannels = try r.bool(f)
+            case 8: m.presence = try r.bool(f)
             default: break
             }
         }
@@ -776,6 +793,202 @@ public struct UsersLeft: ControlBody {
     }
 }
 
+// MARK: - presence and admin requests (project)
+
+/// One published stream in the roster.
+public struct StreamPresence: ProtoMessage {
+    public var streamID: UInt32
+    public var ssrc: UInt32
+    public var kind: StreamKind
+    /// The publisher's own state of the stream (its last `StreamStateUpdate`).
+    public var muted: Bool
+    public var hold: Bool
+    public init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, muted: Bool = false, hold: Bool = false) {
+        self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.muted = muted; self.hold = hold
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, streamID); w.uint(2, ssrc); w.uint(3, kind.rawValue); w.bool(4, muted); w.bool(5, hold)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> StreamPresence {
+        var m = StreamPresence(streamID: 0, ssrc: 0, kind: .mic)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.streamID = try r.uint32(f)
+            case 2: m.ssrc = try r.uint32(f)
+            case 3: m.kind = try StreamKind.decode(r.uint32(f), field: 3)
+            case 4: m.muted = try r.bool(f)
+            case 5: m.hold = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// One session in the roster: the whole record (a change sends it again, whole), or
+/// `gone` with only the user id when the session ended.
+public struct UserPresence: ProtoMessage {
+    public var userID: UInt32
+    public var username: String
+    /// The channel the user is in; 0 = none.
+    public var channelID: UInt32
+    public var muted: Bool
+    public var deafened: Bool
+    public var streams: [StreamPresence]
+    public var gone: Bool
+    public init(userID: UInt32, username: String, channelID: UInt32 = 0, muted: Bool = false, deafened: Bool = false,
+                streams: [StreamPresence] = [], gone: Bool = false) {
+        self.userID = userID; self.username = username; self.channelID = channelID; self.muted = muted
+        self.deafened = deafened; self.streams = streams; self.gone = gone
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, userID); w.string(2, username); w.uint(3, channelID); w.bool(4, muted); w.bool(5, deafened)
+        for st in streams { w.message(6, st) }
+        w.bool(7, gone)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UserPresence {
+        var m = UserPresence(userID: 0, username: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.username = try r.string(f)
+            case 3: m.channelID = try r.uint32(f)
+            case 4: m.muted = try r.bool(f)
+            case 5: m.deafened = try r.bool(f)
+            case 6: m.streams.append(try StreamPresence.decode(r.nested(f)))
+            case 7: m.gone = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// The roster at login, after the channel list, for a client that asked
+/// (`Hello.presence`): split over several messages like the other lists.
+public struct UserList: ControlBody {
+    public static let messageType = MessageType.userList
+    public var users: [UserPresence]
+    /// Another `UserList` follows.
+    public var more: Bool
+    /// Field number of the user records, here and in `PresenceUpdate`.
+    public static let usersField = 1
+    public static let moreField = 2
+    public init(users: [UserPresence], more: Bool) { self.users = users; self.more = more }
+
+    public func encode(into w: inout ProtoWriter) {
+        for u in users { w.message(UserList.usersField, u) }
+        w.bool(UserList.moreField, more)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> UserList {
+        var m = UserList(users: [], more: false)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case UserList.usersField: m.users.append(try UserPresence.decode(r.nested(f)))
+            case UserList.moreField: m.more = try r.bool(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Changes of the roster, coalesced: user records (whole, in the order they changed;
+/// `gone` for a session that ended), channels added by a reload (field 5, as in
+/// `HelloResult`) and channels a reload retired (field 6). A long one is split over
+/// several messages, each standing alone.
+public struct PresenceUpdate: ControlBody {
+    public static let messageType = MessageType.presenceUpdate
+    public var users: [UserPresence]
+    public var channels: [ChannelInfo]
+    public var removedChannelIDs: [UInt32]
+    public static let removedChannelsField = 6
+    public init(users: [UserPresence] = [], channels: [ChannelInfo] = [], removedChannelIDs: [UInt32] = []) {
+        self.users = users; self.channels = channels; self.removedChannelIDs = removedChannelIDs
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        for u in users { w.message(UserList.usersField, u) }
+        for c in channels { w.message(HelloResult.channelsField, c) }
+        for id in removedChannelIDs { w.repeatedUint(PresenceUpdate.removedChannelsField, id) }
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> PresenceUpdate {
+        var m = PresenceUpdate()
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case UserList.usersField: m.users.append(try UserPresence.decode(r.nested(f)))
+            case HelloResult.channelsField: m.channels.append(try ChannelInfo.decode(r.nested(f)))
+            case PresenceUpdate.removedChannelsField: try r.appendUInt32s(f, to: &m.removedChannelIDs)
+            default: break
+            }
+        }
+        return m
+    }
+
+    /// A retired channel id as an element of `removed_channel_ids`.
+    public static func removedChannelEntry(_ id: UInt32) -> [UInt8] {
+        var w = ProtoWriter()
+        w.repeatedUint(removedChannelsField, id)
+        return w.bytes
+    }
+}
+
+/// An admin removes a session from the server (client → server), with the admin
+/// password as `SetServerMute`. The target gets `Error{kicked}` and is closed.
+public struct KickUser: ControlBody {
+    public static let messageType = MessageType.kickUser
+    public var userID: UInt32
+    public var adminPassword: String
+    /// Shown to the one removed.
+    public var reason: String
+    public var requestID: UInt32
+    public init(userID: UInt32, adminPassword: String, reason: String = "", requestID: UInt32 = 0) {
+        self.userID = userID; self.adminPassword = adminPassword; self.reason = reason; self.requestID = requestID
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, userID); w.string(2, adminPassword); w.string(3, reason); w.uint(4, requestID)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> KickUser {
+        var m = KickUser(userID: 0, adminPassword: "")
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.userID = try r.uint32(f)
+            case 2: m.adminPassword = try r.string(f)
+            case 3: m.reason = try r.string(f)
+            case 4: m.requestID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// An admin request (`SetServerMute`, `KickUser`) was carried out (server → client);
+/// a refused one is answered with `Error` instead.
+public struct AdminResult: ControlBody {
+    public static let messageType = MessageType.adminResult
+    public var requestID: UInt32
+    /// The user the request named.
+    public var userID: UInt32
+    public init(requestID: UInt32, userID: UInt32) { self.requestID = requestID; self.userID = userID }
+
+    public func encode(into w: inout ProtoWriter) { w.uint(1, requestID); w.uint(2, userID) }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> AdminResult {
+        var m = AdminResult(requestID: 0, userID: 0)
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.requestID = try r.uint32(f)
+            case 2: m.userID = try r.uint32(f)
+            default: break
+            }
+        }
+        return m
+    }
+}
+
 // MARK: - the sum of all messages
 
 /// Why a control plaintext could not be decoded.
@@ -817,6 +1030,10 @@ public enum ControlMessage: Equatable, Sendable {
     case memberList(MemberList)
     case usersJoined(UsersJoined)
     case usersLeft(UsersLeft)
+    case userList(UserList)
+    case presenceUpdate(PresenceUpdate)
+    case kickUser(KickUser)
+    case adminResult(AdminResult)
 
     /// The message inside.
     public var body: any ControlBody {
@@ -844,6 +1061,10 @@ public enum ControlMessage: Equatable, Sendable {
         case .memberList(let m): return m
         case .usersJoined(let m): return m
         case .usersLeft(let m): return m
+        case .userList(let m): return m
+        case .presenceUpdate(let m): return m
+        case .kickUser(let m): return m
+        case .adminResult(let m): return m
         }
     }
 
@@ -897,6 +1118,10 @@ public enum ControlMessage: Equatable, Sendable {
             case .memberList: return .memberList(try MemberList.decode(r))
             case .usersJoined: return .usersJoined(try UsersJoined.decode(r))
             case .usersLeft: return .usersLeft(try UsersLeft.decode(r))
+            case .userList: return .userList(try UserList.decode(r))
+            case .presenceUpdate: return .presenceUpdate(try PresenceUpdate.decode(r))
+            case .kickUser: return .kickUser(try KickUser.decode(r))
+            case .adminResult: return .adminResult(try AdminResult.decode(r))
             }
         } catch {
             throw .body(t, error)

@@ -36,6 +36,10 @@ public enum ServerMessageLimits {
     public static let maxChannels = 4096
     /// Members of one channel (a split list counts whole): 64-byte names make ~6 MB.
     public static let maxMembers = 65_536
+    /// Sessions in the roster (a split UserList counts whole), and streams of one session
+    /// (the server's `max_streams_per_user` goes up to 64).
+    public static let maxUsers = 65_536
+    public static let maxStreamsPerUser = 64
 
     /// `text` with control characters replaced (U+FFFD) and cut to `maxBytes` on a
     /// character boundary: server text shown to a host as it is, but harmless.
@@ -83,11 +87,25 @@ extension ControlMessage {
         case .remoteStreamAdded(let m):
             if m.ssrc == 0 { return "ssrc 0" }
             return audio(m.audio, "ssrc \(m.ssrc) audio")
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+        case .userList(let m):
+            return usersProblem(m.users)
+        case .presenceUpdate(let m):
+            if let p = usersProblem(m.users) { return p }
+            if m.channels.count > ServerMessageLimits.maxChannels { return "\(m.channels.count) channels (at most \(ServerMessageLimits.maxChannels))" }
+            for ch in m.channels { if let p = ch.problem { return p } }
+            return nil
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser:
             return "\(type) is a message only a client sends"
-        case .error, .ping, .pong, .userLeft, .usersLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult:
+        case .error, .ping, .pong, .userLeft, .usersLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult,
+             .adminResult:
             return nil
         }
+    }
+
+    private func usersProblem(_ users: [UserPresence]) -> String? {
+        if users.count > ServerMessageLimits.maxUsers { return "\(users.count) users (at most \(ServerMessageLimits.maxUsers))" }
+        for u in users { if let p = u.problem { return p } }
+        return nil
     }
 
     private func membersProblem(_ members: [MemberInfo]) -> String? {
@@ -95,6 +113,20 @@ extension ControlMessage {
         for member in members {
             if let p = NameRules.problem(member.username, what: "member \(member.userID)'s username") { return p }
         }
+        return nil
+    }
+}
+
+extension UserPresence {
+    /// What makes this roster record unusable, or nil.
+    public var problem: String? {
+        if userID == 0 { return "a roster record names user 0" }
+        if gone { return nil }
+        if let p = NameRules.problem(username, what: "user \(userID)'s username") { return p }
+        if streams.count > ServerMessageLimits.maxStreamsPerUser {
+            return "user \(userID) has \(streams.count) streams (at most \(ServerMessageLimits.maxStreamsPerUser))"
+        }
+        if streams.contains(where: { $0.ssrc == 0 }) { return "user \(userID) has a stream with ssrc 0" }
         return nil
     }
 }

@@ -31,11 +31,16 @@ extension Server {
                 return
             }
             removeStream(st)
+            notePresence(s)
         case .streamStateUpdate(let u):
             guard let st = streamsBySSRC[u.ssrc], st.owner === s else {
                 send(c, .error(ErrorMessage(code: .notFound, message: "ssrc \(u.ssrc) is not one of your streams")))
                 return
             }
+            // Kept for members who join later and for the roster.
+            st.muted = u.muted
+            st.hold = u.hold
+            notePresence(s)
             broadcast(s.channel, except: s, .streamStateUpdate(u))
         case .rebind(let r):
             let epoch = r.epoch
@@ -52,6 +57,8 @@ extension Server {
             send(c, .rebindResult(RebindResult(epoch: epoch)))
         case .setServerMute(let m):
             setServerMute(s, m, held: false)
+        case .kickUser(let k):
+            kick(s, k, held: false)
         case .hello:
             send(c, .error(ErrorMessage(code: .wrongState, message: "already authenticated")))
         default:
@@ -97,14 +104,18 @@ extension Server {
         counters.sessionsOpened += 1
         counters.sessionsActive += 1
         log("session \(name) (user \(s.userID)) from \(c.peer)")
+        notePresence(s)
         let serverName = live.serverName
         let limit = UInt32(clamping: live.maxDatagramBytes)
+        let roster = h.presence
         sendList(c, channelList, 0..<channelList.count,
                  first: { more in
                      ControlMessage.helloResult(HelloResult(sessionID: sid, userID: s.userID, bindingID: binding, serverName: serverName,
-                                                            channels: [], maxDatagramBytes: limit, moreChannels: more)).encode()
+                                                            channels: [], maxDatagramBytes: limit, moreChannels: more,
+                                                            presence: roster)).encode()
                  },
                  next: { more in ControlMessage.channelList(ChannelList(channels: [], more: more)).encode() })
+        if roster { subscribePresence(s) }
         schedule(c)
     }
 
@@ -166,13 +177,12 @@ extension Server {
     // MARK: membership changes, coalesced per turn
 
     /// Tells `s` the pending membership changes of its channel it has not been told yet.
+    /// Roster changes pending for `s` go first.
     func deliverNotices(to s: Session) {
-        guard let ch = s.channel, let n = ch.notice else { return }
-        let from = s.noticeGeneration == ch.noticeGeneration ? s.noticeSeen : 0
-        let count = n.entries.count
-        guard from < count else { return }
-        s.noticeGeneration = ch.noticeGeneration
-        s.noticeSeen = count
+        deliverPresence(to: s)
+        guard let ch = s.channel, let n = ch.notice,
+              let untold = s.noticeCursor.untold(count: n.entries.count, generation: ch.noticeGeneration) else { return }
+        let from = untold.lowerBound, count = untold.upperBound
         let c = s.connection
         guard !c.closed, c.phase == .active else { return }
         if count - from == 1 {
@@ -210,8 +220,7 @@ extension Server {
         pendingNotice(ch, .joined)
         ch.notice!.entries.append(s.memberEntry)
         ch.notice!.members.append(s.memberInfo)
-        s.noticeGeneration = ch.noticeGeneration
-        s.noticeSeen = ch.notice!.entries.count
+        s.noticeCursor.skip(count: ch.notice!.entries.count, generation: ch.noticeGeneration)
     }
 
     /// `s` has left `ch` (already removed from the members).
@@ -273,6 +282,7 @@ extension Server {
             }
             ensureMemberList(ch)
             s.channel = ch
+            notePresence(s)
             noteJoined(ch, s)
             sendMemberList(s, ch, ch.memberList, requestID: requestID)
             s.memberIndex = ch.members.count
@@ -284,7 +294,10 @@ extension Server {
             for m in ch.members where m !== s { others.append(m.memberEntry) }
             sendMemberList(s, ch, others, requestID: requestID)
         }
-        for st in ch.streams where st.owner !== s { send(s.connection, .remoteStreamAdded(remoteStream(st))) }
+        for st in ch.streams where st.owner !== s {
+            send(s.connection, .remoteStreamAdded(remoteStream(st)))
+            if st.muted || st.hold { send(s.connection, .streamStateUpdate(StreamStateUpdate(ssrc: st.ssrc, muted: st.muted, hold: st.hold))) }
+        }
         for o in ch.flagged where o !== s {
             send(s.connection, .serverMuteState(ServerMuteState(userID: o.userID, muted: o.serverMuted, deafened: o.deafened)))
         }
@@ -309,6 +322,7 @@ extension Server {
         s.streams[a.streamID] = st
         streamsBySSRC[ssrc] = st
         ch.streams.append(st)
+        notePresence(s)
         send(s.connection, .streamAnnounceResult(StreamAnnounceResult(streamID: a.streamID, ssrc: ssrc, effectiveAudio: ch.audio,
                                                                       requestID: rid)))
         broadcast(ch, except: s, .remoteStreamAdded(remoteStream(st)))
@@ -322,20 +336,32 @@ extension Server {
         broadcast(s.channel, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
     }
 
+    /// The session an admin request (`msg`) names, once its address's backoff hold is over
+    /// (`held`: it was) and its admin password checked out; nil when the request was held,
+    /// or refused and answered (a wrong password, remembered for the backoff; a server
+    /// without an admin password; no such user).
+    func adminTarget(_ s: Session, _ msg: ControlMessage, userID: UInt32, password: String, requestID: UInt32,
+                     held: Bool, what: String) -> Session? {
+        let c = s.connection
+        if !held && holdForBackoff(c, msg, adminPasswordFailures) { return nil }
+        guard let admin = live.adminPassword, !admin.isEmpty, Sodium.equal(Array(password.utf8), Array(admin.utf8)) else {
+            wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: "\(what) needs the admin password",
+                                                              requestID: requestID))
+            return nil
+        }
+        adminPasswordFailures.clear(c.peer.host)
+        guard let target = sessionsByUserID[userID] else {
+            send(c, .error(ErrorMessage(code: .notFound, message: "no user \(userID)", requestID: requestID)))
+            return nil
+        }
+        return target
+    }
+
     /// `held`: the request already waited out its address's backoff.
     func setServerMute(_ s: Session, _ m: SetServerMute, held: Bool) {
         let c = s.connection
-        if !held && holdForBackoff(c, .setServerMute(m), adminPasswordFailures) { return }
-        guard let admin = live.adminPassword, !admin.isEmpty,
-              Sodium.equal(Array(m.adminPassword.utf8), Array(admin.utf8)) else {
-            return wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: "server mute needs the admin password",
-                                                                     requestID: m.requestID))
-        }
-        adminPasswordFailures.clear(c.peer.host)
-        guard let target = sessionsByUserID[m.userID] else {
-            send(c, .error(ErrorMessage(code: .notFound, message: "no user \(m.userID)", requestID: m.requestID)))
-            return
-        }
+        guard let target = adminTarget(s, .setServerMute(m), userID: m.userID, password: m.adminPassword, requestID: m.requestID,
+                                       held: held, what: "server mute") else { return }
         let wasFlagged = target.serverMuted || target.deafened
         target.serverMuted = m.muted
         target.deafened = m.deafened
@@ -346,8 +372,28 @@ extension Server {
             if flagged && !wasFlagged { ch.flagged.append(target) }
             if !flagged && wasFlagged { ch.flagged.removeAll { $0 === target } }
         }
+        notePresence(target)
         let state = ControlMessage.serverMuteState(ServerMuteState(userID: target.userID, muted: m.muted, deafened: m.deafened))
         if let ch = target.channel { broadcast(ch, except: nil, state) } else { send(target.connection, state) }
         if target.channel == nil || target.channel !== s.channel, target !== s { send(c, state) }
+        send(c, .adminResult(AdminResult(requestID: m.requestID, userID: target.userID)))
+    }
+
+    /// Removes a session (KickUser): it is told why, then closed; the admin gets AdminResult.
+    /// `held`: the request already waited out its address's backoff.
+    func kick(_ s: Session, _ k: KickUser, held: Bool) {
+        let c = s.connection
+        guard let target = adminTarget(s, .kickUser(k), userID: k.userID, password: k.adminPassword, requestID: k.requestID,
+                                       held: held, what: "kicking a user") else { return }
+        guard target !== s else {
+            send(c, .error(ErrorMessage(code: .badRequest, message: "a session cannot kick itself", requestID: k.requestID)))
+            return
+        }
+        let reason = ServerMessageLimits.sanitized(k.reason, maxBytes: 256)
+        let text = "kicked by \(s.username)" + (reason.isEmpty ? "" : ": \(reason)")
+        counters.kicks += 1
+        send(target.connection, .error(ErrorMessage(code: .kicked, message: text)))
+        closeAfterFlush(target.connection, reason: text)
+        send(c, .adminResult(AdminResult(requestID: k.requestID, userID: k.userID)))
     }
 }

@@ -70,7 +70,7 @@ extension Server {
         return UInt64(seconds * 1000)
     }
 
-    /// Holds `msg` (a Hello or SetServerMute) when its address has recent wrong passwords:
+    /// Holds `msg` (a Hello, SetServerMute or KickUser) when its address has recent wrong passwords:
     /// every such request waits, right or wrong, so the wait says nothing about the
     /// password. The connection is not read meanwhile. True when held.
     func holdForBackoff(_ c: Connection, _ msg: ControlMessage, _ failures: AuthFailures) -> Bool {
@@ -94,6 +94,7 @@ extension Server {
         switch m {
         case .hello(let h)?: hello(c, h, held: true)
         case .setServerMute(let x)?: if let s = c.session { setServerMute(s, x, held: true) }
+        case .kickUser(let k)?: if let s = c.session { kick(s, k, held: true) }
         default: break
         }
     }

@@ -68,6 +68,7 @@ public final class Server {
     var backlog: [Connection] = []
     var dirty: [Connection] = []
     var noticeChannels: [Channel] = []
+    var presence = PresenceState()
     var turn: UInt64 = 0
     private var lastStatsMs: UInt64 = 0
     private var lastSweepMs: UInt64 = 0
@@ -103,10 +104,10 @@ public final class Server {
         self.config = config
         live = config
         (identity, identityCreated) = try IdentityStore.loadOrCreate(path: config.identityPath)
-        var addr = try SocketAddress(host: config.bindHost, port: config.port)
+        var addr = try SocketAddress(host: config.bindHost, port: config.listenPort)
         var tcp: Socket? = nil
         var udpSock: Socket? = nil
-        // With port 0 the kernel picks a TCP port; UDP must get the same number, so retry
+        // With `anyPort` the kernel picks a TCP port; UDP must get the same number, so retry
         // on the rare collision.
         for attempt in 0..<32 {
             let t = try Socket.listenTCP(addr, backlog: 1024)
@@ -117,7 +118,7 @@ public final class Server {
                 addr = a
                 break
             } catch let e {
-                if config.port != 0 || attempt == 31 { throw e }
+                if !config.anyPort || attempt == 31 { throw e }
             }
         }
         listener = tcp!
@@ -217,6 +218,7 @@ public final class Server {
         if let d = deadlines.next { next = min(next, d) }
         if live.statsIntervalSeconds > 0 { next = min(next, lastStatsMs + UInt64(live.statsIntervalSeconds * 1000)) }
         if let a = acceptPausedUntilMs { next = min(next, a) }
+        if let p = presence.flushAtMs { next = min(next, p) }
         let current = MonotonicClock.milliseconds()
         return next <= current ? 0 : Int32(min(next - current, 60_000))
     }
@@ -372,6 +374,7 @@ public final class Server {
 
     /// Tells pending membership changes and writes what each connection has queued.
     func endTurn() {
+        if let p = presence.flushAtMs, p <= now { flushPresence() }
         if !noticeChannels.isEmpty {
             let list = noticeChannels
             noticeChannels.removeAll(keepingCapacity: true)
@@ -677,6 +680,7 @@ public final class Server {
     func detachSession(_ c: Connection, reason: String) {
         guard let s = c.session else { return }
         c.session = nil
+        unsubscribePresence(s)
         leaveChannel(s)
         for st in s.streams.values { streamsBySSRC[st.ssrc] = nil }
         s.streams = [:]
@@ -685,6 +689,7 @@ public final class Server {
         sessionsByBinding[s.bindingID] = nil
         if let a = s.udpAddress, sessionsByAddress[a] === s { sessionsByAddress[a] = nil }
         counters.sessionsActive -= 1
+        notePresenceGone(s)
         if !stopping { log("session \(s.username) (user \(s.userID)) closed: \(reason)") }
     }
 
@@ -718,10 +723,15 @@ public final class Server {
         var cfg = new
         var fixed: [String] = []
         if cfg.bindHost != live.bindHost { fixed.append("bind"); cfg.bindHost = live.bindHost }
-        if cfg.port != live.port { fixed.append("port"); cfg.port = live.port }
+        if cfg.listenPort != live.listenPort || cfg.anyPort != live.anyPort {
+            fixed.append("port"); cfg.port = live.port; cfg.anyPort = live.anyPort
+        }
         if cfg.identityPath != live.identityPath { fixed.append("identity"); cfg.identityPath = live.identityPath }
         let before = Set(channels.map(\.name))
+        let oldChannels = channels
         installChannels(cfg.channels)
+        noteChannelsChanged(added: channels.filter { ch in !oldChannels.contains { $0 === ch } },
+                            retired: oldChannels.filter { ch in !channels.contains { $0 === ch } }.map(\.id))
         live = cfg
         counters.reloads += 1
         let after = Set(channels.map(\.name))

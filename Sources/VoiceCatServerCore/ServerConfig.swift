@@ -11,8 +11,15 @@ public struct ChannelConfig: Equatable {
 public struct ServerConfig {
     /// Address to bind TCP and UDP on.
     public var bindHost = "127.0.0.1"
-    /// TCP and UDP port; 0 picks a free port (the same number for both).
+    /// TCP and UDP port; 0 means the default port, 47800 (as it does for clients).
     public var port: UInt16 = ProtocolVersion.defaultPort
+    /// Listen on a free port the kernel picks (the same number for TCP and UDP) instead
+    /// of `port`: `port = any` in the file, `--port any` (tests and scripts; `Server.port`
+    /// says which one it got).
+    public var anyPort = false
+
+    /// The port to bind: the kernel's choice (0) for `anyPort`, else `port` with 0 as the default.
+    public var listenPort: UInt16 { anyPort ? 0 : (port == 0 ? ProtocolVersion.defaultPort : port) }
     /// Where the Ed25519 identity seed lives (created 0600 on first start).
     public var identityPath = "voicecat-identity.key"
     public var serverName = "VoiceCat"
@@ -50,6 +57,10 @@ public struct ServerConfig {
     public var maxAuthFailures = 3
     /// Print counters this often (0 = never).
     public var statsIntervalSeconds = 0.0
+    /// Roster changes sealed for subscribers per loop turn (the rest go out in the next
+    /// turns): bounds how long a turn that tells thousands of subscribers takes. Not in
+    /// the config file; tests lower it.
+    public var presenceBytesPerTurn = 2 << 20
 
     public init() {}
 
@@ -144,9 +155,11 @@ public struct ServerConfig {
                 case "name": serverName = value
                 case "bind": bindHost = value
                 case "port":
+                    if value == "any" { anyPort = true; break }
                     let p = try int()
                     guard p <= 65535 else { throw ParseError(line: lineNo, message: "port out of range") }
                     port = UInt16(p)
+                    anyPort = false
                 case "identity": identityPath = value
                 case "password": password = value
                 case "admin_password": adminPassword = value
@@ -216,6 +229,7 @@ extension ServerConfig {
         try check("auth_backoff_max_seconds", authBackoffMaxSeconds, authBackoffBaseSeconds, 3_600)
         try check("max_auth_failures", maxAuthFailures, 1, 1_000)
         try check("stats_interval_seconds", statsIntervalSeconds, 0, 86_400)
+        try check("presence_bytes_per_turn", presenceBytesPerTurn, 1, 1 << 30)
         try check("name (bytes)", serverName.utf8.count, 0, ServerMessageLimits.maxServerNameBytes)
         try check("password (bytes)", password?.utf8.count ?? 0, 0, 1024)
         try check("admin_password (bytes)", adminPassword?.utf8.count ?? 0, 0, 1024)

@@ -35,8 +35,12 @@ public struct ServerCounters: Equatable, Sendable {
     public var authDelayed: UInt64 = 0
     /// Connections closed after `max_auth_failures` wrong passwords.
     public var authDisconnected: UInt64 = 0
-    /// SetServerMute requests with a wrong admin password.
+    /// SetServerMute and KickUser requests with a wrong admin password.
     public var adminRejected: UInt64 = 0
+    /// Sessions removed by an admin (KickUser).
+    public var kicks: UInt64 = 0
+    /// PresenceUpdate messages sent (all subscribers, all parts).
+    public var presenceUpdatesSent: UInt64 = 0
     public var reloads: UInt64 = 0
     public var udpIn: UInt64 = 0
     public var udpOut: UInt64 = 0
@@ -72,7 +76,7 @@ public struct ServerCounters: Equatable, Sendable {
             + "ctrl_in=\(controlFramesIn) ctrl_out=\(controlFramesOut) ctrl_errors=\(controlProtocolErrors) "
             + "ctrl_throttled=\(controlThrottled) ctrl_oversize=\(controlOversize) list_parts=\(listPartsSent) "
             + "auth_rejected=\(authRejected) auth_delayed=\(authDelayed) auth_disconnected=\(authDisconnected) "
-            + "admin_rejected=\(adminRejected) reloads=\(reloads) "
+            + "admin_rejected=\(adminRejected) kicks=\(kicks) presence_updates=\(presenceUpdatesSent) reloads=\(reloads) "
             + "udp_in=\(udpIn) udp_out=\(udpOut) voice_in=\(voiceRelayedIn) voice_out=\(voiceRelayedOut) "
             + "keepalives=\(keepalivesEchoed) bindings=\(bindingsAccepted) binding_challenges=\(bindingChallenges) "
             + "drop_malformed=\(dropMalformed) drop_oversize=\(dropOversize) drop_unbound=\(dropUnbound) "
@@ -102,6 +106,16 @@ struct EntryList {
         offsets.append(0)
     }
 
+    /// Drops the first `n` entries.
+    mutating func removeFirst(_ n: Int) {
+        guard n > 0 else { return }
+        guard n < count else { return removeAll() }
+        let shift = offsets[n]
+        bytes.removeFirst(shift)
+        offsets.removeFirst(n)
+        for i in offsets.indices { offsets[i] -= shift }
+    }
+
     /// Bytes of entries `r`.
     func size(_ r: Range<Int>) -> Int { offsets[r.upperBound] - offsets[r.lowerBound] }
 
@@ -121,6 +135,24 @@ struct EntryList {
         let lo = offsets[r.lowerBound], hi = offsets[r.upperBound]
         return bytes.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[lo..<hi])) }
     }
+}
+
+/// How far one session has been told a list of pending changes that is shared by many
+/// sessions and emptied when everyone has been told (a new generation starts).
+struct TellCursor {
+    var seen = 0
+    var generation: UInt64 = .max
+
+    /// The entries of `count` pending ones (of `generation`) not yet told; afterwards all are.
+    mutating func untold(count: Int, generation g: UInt64) -> Range<Int>? {
+        let from = generation == g ? seen : 0
+        generation = g
+        seen = count
+        return from < count ? from..<count : nil
+    }
+
+    /// Counts everything pending now as told (the session caused it, or got it another way).
+    mutating func skip(count: Int, generation g: UInt64) { generation = g; seen = count }
 }
 
 /// Membership changes of one channel not yet told to its members: joins or leaves (never
@@ -166,6 +198,9 @@ final class Stream {
     let channels: UInt32
     // Strong: the cycle with Session.streams is broken when the stream or session goes.
     let owner: Session
+    /// The publisher's own state of the stream (its last StreamStateUpdate).
+    var muted = false
+    var hold = false
     var replay = ReplayWindow()
     // Token bucket: refilled at `rate` per second, capacity `rate`.
     var tokens: Double
@@ -212,9 +247,15 @@ final class Session {
     var oversizeNoticeMs: UInt64?
     /// This member as an entry of a member list (`JoinChannelResult.membersField`).
     private(set) var memberEntry: [UInt8] = []
-    /// How far into its channel's pending notice this member has been told, and of which generation.
-    var noticeSeen = 0
-    var noticeGeneration: UInt64 = .max
+    /// How far into its channel's pending notice this member has been told.
+    var noticeCursor = TellCursor()
+    /// Receives the roster (asked for in Hello): its place among the subscribers, and how
+    /// many roster changes it has been told (counted from the first ever, PresenceState.base).
+    var presence = false
+    var presenceIndex = 0
+    var presenceSeen = 0
+    /// This session as a roster record (`UserList.usersField`), rebuilt when it changes.
+    private(set) var presenceEntry: [UInt8] = []
 
     init(id: UInt64, userID: UInt32, bindingID: UInt32, username: String, keys: SessionKeys, connection: Connection, now: UInt64) {
         self.id = id; self.userID = userID; self.bindingID = bindingID; self.username = username
@@ -223,11 +264,21 @@ final class Session {
         bind = keys.bind(epoch: 0)
         lastSeenMs = now
         refreshMemberEntry()
+        refreshPresenceEntry()
     }
 
     var memberInfo: MemberInfo { MemberInfo(userID: userID, username: username, muted: serverMuted, deafened: deafened) }
 
     func refreshMemberEntry() { memberEntry = memberInfo.encoded(asField: JoinChannelResult.membersField) }
+
+    var presenceRecord: UserPresence {
+        UserPresence(userID: userID, username: username, channelID: channel?.id ?? 0, muted: serverMuted, deafened: deafened,
+                     streams: streams.values.sorted { $0.streamID < $1.streamID }.map {
+                         StreamPresence(streamID: $0.streamID, ssrc: $0.ssrc, kind: $0.kind, muted: $0.muted, hold: $0.hold)
+                     })
+    }
+
+    func refreshPresenceEntry() { presenceEntry = presenceRecord.encoded(asField: UserList.usersField) }
 }
 
 /// Bytes queued for a socket: written at the tail, consumed from the head. Grows as

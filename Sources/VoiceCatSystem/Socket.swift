@@ -18,7 +18,9 @@ public struct SocketAddress: Hashable, Sendable, CustomStringConvertible {
         var res: UnsafeMutablePointer<addrinfo>? = nil
         let rc = getaddrinfo(host, String(port), &hints, &res)
         guard rc == 0, let first = res else {
-            throw SystemError("getaddrinfo(\(host)): \(String(cString: gai_strerror(rc)))", errno: EINVAL)
+            // The resolver's own words ("Name or service not known"), not an errno's.
+            let why = rc == EAI_SYSTEM ? String(cString: strerror(Glibc.errno)) : String(cString: gai_strerror(rc))
+            throw SystemError("cannot resolve \(host)", detail: rc == 0 ? "no address" : why)
         }
         defer { freeaddrinfo(res) }
         // Prefer IPv4 when a name resolves to both (loopback servers bind 127.0.0.1 by default).

@@ -8,10 +8,17 @@ import CLinux
 public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     public let call: String
     public let errno: Int32
+    /// What failed, when errno does not say it (a resolver's own error text).
+    public let detail: String?
 
-    public init(_ call: String, errno: Int32) { self.call = call; self.errno = errno }
+    public init(_ call: String, errno: Int32) { self.call = call; self.errno = errno; detail = nil }
+    /// A failure errno does not describe: `description` is "call: detail".
+    public init(_ call: String, detail: String) { self.call = call; errno = 0; self.detail = detail }
 
-    public var description: String { "\(call): \(String(cString: strerror(errno))) (errno \(errno))" }
+    public var description: String {
+        if let detail { return "\(call): \(detail)" }
+        return "\(call): \(String(cString: strerror(errno))) (errno \(errno))"
+    }
 }
 
 /// Runs `body` until it does not fail with EINTR. A result of -1 throws

@@ -85,9 +85,13 @@ public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
             return false
         }
         let me = UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+        // A call may run inside another cell's call on the same thread (a pull from
+        // inside the event callback hands blocks to the per-speaker sink): put the
+        // outer one back afterwards.
+        let outer = pthread_getspecific(insideCallbackKey)
         pthread_setspecific(insideCallbackKey, me)
         Unmanaged<Box>.fromOpaque(p)._withUnsafeGuaranteedRef { body($0) }
-        pthread_setspecific(insideCallbackKey, nil)
+        pthread_setspecific(insideCallbackKey, outer)
         busy.store(false, ordering: .sequentiallyConsistent)
         if let d = deferredRelease {
             deferredRelease = nil

@@ -67,6 +67,11 @@ public final class ImpairmentProxy {
         lock.withLock { upstream = up; downstream = down }
     }
 
+    /// Sees every client → server datagram as it arrives (on the proxy's thread),
+    /// before the impairment: what the clients put on the wire.
+    public func observeUpstream(_ body: (([UInt8]) -> Void)?) { lock.withLock { upstreamObserver = body } }
+    private var upstreamObserver: (([UInt8]) -> Void)?
+
     /// Stalls TCP (both directions, and new connections) until called with false.
     public func setTCPStalled(_ on: Bool) { lock.withLock { tcpStalled = on } }
 
@@ -120,7 +125,8 @@ public final class ImpairmentProxy {
                     clients[from] = s
                     via = s
                 }
-                let m = lock.withLock { upstream }
+                let (m, observer) = lock.withLock { (upstream, upstreamObserver) }
+                observer?(Array(buf[0..<n]))
                 schedule(Array(buf[0..<n]), via: via, to: target, delays: impair(m, bad: &badUp))
             }
             // Server → client datagrams.

@@ -36,12 +36,12 @@ public final class TestServer {
     public var port: UInt16 { server.port }
 
     /// `freshIdentity`: a new identity of its own (else the process's shared one).
-    /// `port` 0: an ephemeral port. `identityPath`: a given identity file (a restart).
-    public init(freshIdentity: Bool = false, port: UInt16 = 0, identityPath: String? = nil,
+    /// `port` nil: a free port the kernel picks. `identityPath`: a given identity file (a restart).
+    public init(freshIdentity: Bool = false, port: UInt16? = nil, identityPath: String? = nil,
                 _ tweak: (inout ServerConfig) -> Void = { _ in }) throws {
         dir = TestEnvironment.makeDirectory()
         var c = ServerConfig()
-        c.port = port
+        if let port { c.port = port } else { c.anyPort = true }
         c.identityPath = identityPath ?? (freshIdentity ? dir + "/identity.key" : TestEnvironment.sharedIdentityPath)
         self.identityPath = c.identityPath
         tweak(&c)
@@ -49,7 +49,7 @@ public final class TestServer {
         // A restart on the same port may find it in TIME_WAIT for a moment.
         for attempt in 0..<50 {
             do { made = try Server(config: c); break } catch {
-                if port == 0 || attempt == 49 { throw error }
+                if port == nil || attempt == 49 { throw error }
                 sleepMilliseconds(100)
             }
         }

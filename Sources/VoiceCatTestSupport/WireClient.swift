@@ -27,6 +27,10 @@ public final class WireClient {
     public var binder: UDPBinder?
     public var queued: [ControlMessage] = []
     public var nextRequestID: UInt32 = 1
+    /// The roster as the server told it (`login(presence: true)`, then `apply`), by user id,
+    /// and how many UserList messages carried it.
+    public var roster: [UInt32: UserPresence] = [:]
+    public var rosterParts = 0
 
     /// Connects and completes the handshake only. `openUDP: false` makes a control-only
     /// client (one descriptor instead of two, for tests with thousands of sessions).
@@ -51,11 +55,12 @@ public final class WireClient {
         bindKeys = keys.bind(epoch: 0)
     }
 
-    /// Connects, says Hello and waits for HelloResult (and the rest of a split channel list).
+    /// Connects, says Hello and waits for HelloResult (and the rest of a split channel list,
+    /// and with `presence` the roster).
     public static func login(port: UInt16, username: String, password: String = "", timeoutMs: Int = 5000,
-                             openUDP: Bool = true) throws -> WireClient {
+                             openUDP: Bool = true, presence: Bool = false) throws -> WireClient {
         let c = try WireClient(port: port, openUDP: openUDP)
-        c.send(.hello(Hello(username: username, password: password, clientName: "tests")))
+        c.send(.hello(Hello(username: username, password: password, clientName: "tests", presence: presence)))
         let m = try c.receive(timeoutMs: timeoutMs)
         guard case .helloResult(var r) = m else { throw TestFailure("expected HelloResult, got \(m)") }
         var more = r.moreChannels
@@ -66,7 +71,23 @@ public final class WireClient {
             more = l.more
         }
         c.hello = r
+        if r.presence {
+            while true {
+                let part = try c.receive(timeoutMs: timeoutMs)
+                guard case .userList(let l) = part else { throw TestFailure("expected UserList, got \(part.type)") }
+                c.rosterParts += 1
+                for u in l.users { c.roster[u.userID] = u }
+                if !l.more { break }
+            }
+        }
         return c
+    }
+
+    /// Applies a PresenceUpdate's user records to `roster`.
+    public func apply(_ u: PresenceUpdate) {
+        for rec in u.users {
+            if rec.gone { roster[rec.userID] = nil } else { roster[rec.userID] = rec }
+        }
     }
 
     public static func writeAll(_ s: Socket, _ bytes: [UInt8]) throws {

@@ -24,7 +24,7 @@ func runServer(_ args: Arguments) throws {
     guard let d = mkdtemp(&tmpl) else { fail("mkdtemp: \(errno)") }
     let dir = String(cString: d)
     var config = ServerConfig()
-    config.port = 0
+    config.anyPort = true
     config.identityPath = dir + "/identity.key"
     config.channels = BenchChannels.all
     config.maxStreamsPerUser = 64

@@ -16,7 +16,7 @@ final class ServerUnderTest {
     init(binary: String, config: String) throws {
         dir = try ChildProcess.temporaryDirectory()
         try Files.createExclusive(dir + "/server.conf", bytes: Array(config.utf8), mode: 0o600)
-        process = try ChildProcess(binary, ["--config", dir + "/server.conf", "--port", "0", "--port-file", dir + "/port",
+        process = try ChildProcess(binary, ["--config", dir + "/server.conf", "--port", "any", "--port-file", dir + "/port",
                                             "--identity", dir + "/identity.key"], outputPath: dir + "/server.log")
         children.append(process)
         guard let p = process.waitForFile(dir + "/port", timeoutMs: 10_000).flatMap({ UInt16($0) }) else {

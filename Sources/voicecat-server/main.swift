@@ -8,7 +8,7 @@ usage: voicecat-server [options]
   --config FILE            settings and channels (docs/server.md); options below override it.
                            SIGHUP reads it again: channels and limits change, sessions stay.
   --bind HOST              address to listen on (default 127.0.0.1)
-  --port N                 TCP and UDP port (default 47800; 0 = any free port)
+  --port N                 TCP and UDP port (default 47800, as is 0); `any`: a free port (see --port-file)
   --identity FILE          identity key file, created 0600 on first start (default voicecat-identity.key)
   --password PW            server password required in Hello
   --admin-password PW      credential for server mute/deafen requests
@@ -43,8 +43,12 @@ while let a = args.popFirst() {
     case "--bind": let v = value(); overrides.append { $0.bindHost = v }
     case "--port":
         let v = value()
-        guard let p = UInt16(v) else { fail("--port needs 0..65535, got \(v)") }
-        overrides.append { $0.port = p }
+        if v == "any" {
+            overrides.append { $0.anyPort = true }
+        } else {
+            guard let p = UInt16(v) else { fail("--port needs 0..65535 (0 = 47800) or any, got \(v)") }
+            overrides.append { $0.port = p; $0.anyPort = false }
+        }
     case "--identity": let v = value(); overrides.append { $0.identityPath = v }
     case "--password": let v = value(); overrides.append { $0.password = v }
     case "--admin-password": let v = value(); overrides.append { $0.adminPassword = v }

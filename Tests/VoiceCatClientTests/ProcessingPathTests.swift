@@ -160,6 +160,61 @@ final class ProcessingPathTests: XCTestCase {
         XCTAssertEqual(st.plcFrames, 0, "rebuilt in its own period, not waited for")
     }
 
+    /// The audio edge with conversion everywhere: a stream fed float PCM at 44.1 kHz,
+    /// a 16 kHz mono output format pulled (int16 and float), the per-speaker sink and
+    /// a recording of one speaker, with a background render thread alongside.
+    func testResampledFeedAndConvertedOutputDoNotAllocatePerBlock() throws {
+        try XCTSkipIf(vc_alloc_counter_active() == 0, "the allocation counter is off under sanitizers")
+        let pa = try Self.packets(Self.noisySpeech(seconds: 6, snrDB: 10, seed: 7, f0: 170))
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        let c = try VoiceClient(config: cfg)
+        defer { c.shutdown() }
+        XCTAssertTrue(c.receive.add(RemoteStream(userID: 1, streamID: 1, ssrc: 2001, kind: .mic, audio: .speech), username: "a"))
+        let a = c.receive.slots[0]
+        try c.setRemote(ssrc: 2001, RemoteSettings(noiseReduction: true))
+        try c.setOutputFormat(sampleRate: 16000, channels: 1)
+        let delivered = ManagedAtomicInt()
+        try c.setSpeakerSink { _ in _ = delivered.increment() }
+        let dir = TestEnvironment.makeDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try c.startRecording(path: dir + "/a.wav", ssrc: 2001)
+        // A 44.1 kHz stream fed float, as vc_stream_start builds it, sending to a sink address.
+        let slot = c.streams.slots[0]
+        let s = try LocalStream(streamID: 1, ssrc: 5001, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
+                                inputRate: 44100, slot: slot, table: c.streams)
+        let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
+        try sock.setNonBlocking()
+        slot.path = SendSnapshot(key: SymmetricKey.random(), socket: sock, address: try SocketAddress(host: "127.0.0.1", port: 9),
+                                 serverMuted: false)
+        c.setInputMode(.continuous)
+        let mic = (0..<(6 * 44100)).map { Float(0.3 * sin(2 * Double.pi * 220 * Double($0) / 44100)) }
+        var out = [Int16](repeating: 0, count: 320)
+        var outF = [Float](repeating: 0, count: 320)
+        func step(_ k: Int) throws {
+            let arrival = Double(MonotonicClock.nanoseconds()) / 1e6
+            pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: arrival) }
+            if k % 2 == 0 {
+                try out.withUnsafeMutableBufferPointer { try c.readMixed(into: $0.baseAddress!, frames: 320) }
+            } else {
+                try outF.withUnsafeMutableBufferPointer { try c.readMixedFloat(into: $0.baseAddress!, frames: 320) }
+            }
+            try mic.withUnsafeBufferPointer { p in
+                try slot.lock.withLock { try s.feedFloat(p.baseAddress! + k * 882, frames: 882, channels: 1, now: UInt64(k) * 20_000_000) }
+            }
+        }
+        for k in 0..<50 { try step(k) }
+        let before = vc_alloc_count()
+        for k in 50..<pa.count { try step(k) }
+        let n = vc_alloc_count() - before
+        let blocks = delivered.increment() - 1
+        print("resampled feed + 16 kHz mono output + per-speaker sink + recording: \(n) allocations over \(pa.count - 50) blocks "
+              + "(\(blocks) per-speaker blocks, \(s.seq) packets sent)")
+        XCTAssertEqual(n, 0)
+        XCTAssertGreaterThan(blocks, pa.count / 2)
+        try c.stopRecording(ssrc: 2001)
+    }
+
     func testSendProcessingIsRefusedWhereItCannotApply() throws {
         let c = try VoiceClient()
         XCTAssertThrowsError(try c.setSendProcessing(streamID: 9, SendProcessing(noiseSuppression: true))) { e in

@@ -56,6 +56,16 @@ final class ProtobufTests: XCTestCase {
             .usersLeft(UsersLeft(channelID: 1, userIDs: [5, 6, 0])),
             .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], moreChannels: true)),
             .joinChannelResult(JoinChannelResult(channelID: 1, audio: .speech, members: [], requestID: 0, moreMembers: true)),
+            .hello(Hello(username: "p", presence: true)),
+            .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], presence: true)),
+            .userList(UserList(users: [UserPresence(userID: 2, username: "me", channelID: 1, muted: true, deafened: true,
+                                                    streams: [StreamPresence(streamID: 1, ssrc: 1001, kind: .screenAudio, muted: true, hold: true),
+                                                              StreamPresence(streamID: 2, ssrc: 1002, kind: .mic)])],
+                               more: true)),
+            .presenceUpdate(PresenceUpdate(users: [UserPresence(userID: 9, username: "", gone: true), UserPresence(userID: 3, username: "n")],
+                                           channels: [ChannelInfo(id: 7, name: "New", audio: a)], removedChannelIDs: [1, 0, 4])),
+            .kickUser(KickUser(userID: 3, adminPassword: "a", reason: "spam", requestID: 11)),
+            .adminResult(AdminResult(requestID: 11, userID: 3)),
         ]
         XCTAssertEqual(Set(messages.map(\.type)).count, MessageType.allCases.count, "every message type is covered")
         for m in messages {

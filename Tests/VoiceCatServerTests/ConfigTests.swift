@@ -42,6 +42,26 @@ final class ConfigTests: XCTestCase {
         XCTAssertTrue(low.dred)
     }
 
+    /// Port 0 means the default port, 47800, as it does for clients (vc_connect_params);
+    /// a free port the kernel picks is asked for with `any`.
+    func testPortZeroIsTheDefaultPortAndAnyPicksAFreeOne() throws {
+        var c = ServerConfig()
+        XCTAssertEqual(c.listenPort, ProtocolVersion.defaultPort)
+        try c.apply(configText: "port = 0\n")
+        XCTAssertEqual(c.listenPort, 47800)
+        try c.apply(configText: "port = any\n")
+        XCTAssertTrue(c.anyPort)
+        XCTAssertEqual(c.listenPort, 0, "bind asks the kernel")
+        try c.apply(configText: "port = 5000\n")
+        XCTAssertEqual(c.listenPort, 5000)
+        XCTAssertFalse(c.anyPort)
+        c.anyPort = true
+        c.identityPath = TestEnvironment.sharedIdentityPath
+        let s = try Server(config: c)
+        XCTAssertNotEqual(s.port, 0)
+        XCTAssertNotEqual(s.port, 5000)
+    }
+
     func testAFileWithoutChannelsKeepsTheDefaults() throws {
         var c = ServerConfig()
         try c.apply(configText: "name = x\n")
@@ -87,7 +107,7 @@ final class ConfigRangeTests: XCTestCase {
         ]
         for (what, tweak, words) in bad {
             var c = ServerConfig()
-            c.port = 0
+            c.anyPort = true
             tweak(&c)
             XCTAssertThrowsError(try c.validate(), what) { e in
                 XCTAssertTrue("\(e)".contains(words), "\(what): \(e)")
@@ -109,7 +129,7 @@ final class ConfigRangeTests: XCTestCase {
         let binary = try XCTUnwrap(ChildProcess.siblingExecutable("voicecat-server"), "build voicecat-server first (swift build)")
         let dir = try ChildProcess.temporaryDirectory()
         defer { unlink(dir + "/out"); rmdir(dir) }
-        let p = try ChildProcess(binary, ["--port", "0", "--identity", dir + "/id.key", "--reap-seconds", "1e30"], outputPath: dir + "/out")
+        let p = try ChildProcess(binary, ["--port", "any", "--identity", dir + "/id.key", "--reap-seconds", "1e30"], outputPath: dir + "/out")
         XCTAssertEqual(p.wait(), 2)
         XCTAssertTrue(p.output.contains("invalid setting reap_seconds: must be between 0.1 and 86400.0, got 1e+30"), p.output)
         XCTAssertEqual(access(dir + "/id.key", F_OK), -1, "nothing created before the check")

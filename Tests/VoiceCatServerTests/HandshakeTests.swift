@@ -44,7 +44,7 @@ final class HandshakeTests: XCTestCase {
         XCTAssertTrue(ts.server.identityCreated)
         XCTAssertEqual(try Files.mode(path), 0o600)
         var cfg = ts.server.config
-        cfg.port = 0
+        cfg.anyPort = true
         let again = try Server(config: cfg)
         XCTAssertFalse(again.identityCreated)
         XCTAssertEqual(again.fingerprint, ts.server.fingerprint)

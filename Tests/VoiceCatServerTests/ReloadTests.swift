@@ -66,7 +66,7 @@ final class ReloadTests: XCTestCase {
             try Files.createExclusive(conf, bytes: Array(text.utf8), mode: 0o600)
         }
         try write("max_users = 2\n[channel Lobby]\n[channel Music]\nmode = stereo\n")
-        let server = try ChildProcess(binary, ["--config", conf, "--port", "0", "--port-file", dir + "/port", "--identity", dir + "/id.key"],
+        let server = try ChildProcess(binary, ["--config", conf, "--port", "any", "--port-file", dir + "/port", "--identity", dir + "/id.key"],
                                       outputPath: dir + "/out")
         let port = try XCTUnwrap(server.waitForFile(dir + "/port", timeoutMs: 10_000).flatMap { UInt16($0) }, server.output)
         let a = try TestClient.login(port: port, username: "alex")

@@ -4,10 +4,14 @@
  * library's Swift runtime, libopus, ALSA and libc all land in the count) while two
  * clients talk and listen through a live server in steady state.
  *
- *   alloc_host PORT MODE SECONDS
+ *   alloc_host PORT MODE SECONDS [resample]
  *     MODE: sink   - external playback, a mixed-output sink (the client's mixer thread)
  *           pull   - external playback, a host thread calls vc_read_mixed_pcm every 20 ms
  *           device - playback on a file-backed ALSA PCM, with a sink tapping it
+ *     resample: conversion everywhere: the talker's stream runs at 44.1 kHz and is fed
+ *           float (vc_stream_feed_pcm_f32), the listener's output format is 16 kHz mono
+ *           (the sink, the pulls as float), a per-speaker sink is set and the mix is
+ *           recorded to a WAV file (the recorder's writer thread counts too).
  *
  * A talker feeds a tone from its own thread every 20 ms; the listener renders in the
  * chosen mode. After a warm-up, allocations are counted for SECONDS. Prints the
@@ -75,7 +79,8 @@ static int passed, failed;
 static atomic_int running = 1;
 static vc_client *talker, *listener;
 static uint32_t talker_stream;
-static atomic_long sink_calls, pulls, feeds;
+static atomic_long sink_calls, pulls, feeds, speaker_blocks;
+static int resample;
 
 static void sleep_until(struct timespec *t, long add_ns) {
     t->tv_nsec += add_ns;
@@ -86,12 +91,20 @@ static void sleep_until(struct timespec *t, long add_ns) {
 static void *feeder(void *arg) {
     (void)arg;
     int16_t pcm[960];
+    float fpcm[882];
     long k = 0;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     while (atomic_load(&running)) {
-        for (int i = 0; i < 960; i++) pcm[i] = (int16_t)(8000 * sin(2 * M_PI * 440.0 * (double)(k * 960 + i) / 48000.0));
-        if (vc_stream_feed_pcm(talker, talker_stream, pcm, 960, 1) == VC_OK) atomic_fetch_add(&feeds, 1);
+        int ok;
+        if (resample) {   /* 20 ms at 44.1 kHz, float */
+            for (int i = 0; i < 882; i++) fpcm[i] = (float)(0.25 * sin(2 * M_PI * 440.0 * (double)(k * 882 + i) / 44100.0));
+            ok = vc_stream_feed_pcm_f32(talker, talker_stream, fpcm, 882, 1) == VC_OK;
+        } else {
+            for (int i = 0; i < 960; i++) pcm[i] = (int16_t)(8000 * sin(2 * M_PI * 440.0 * (double)(k * 960 + i) / 48000.0));
+            ok = vc_stream_feed_pcm(talker, talker_stream, pcm, 960, 1) == VC_OK;
+        }
+        if (ok) atomic_fetch_add(&feeds, 1);
         k++;
         sleep_until(&t, 20000000L);
     }
@@ -101,13 +114,21 @@ static void *feeder(void *arg) {
 static void *puller(void *arg) {
     (void)arg;
     int16_t out[960 * 2];
+    float fout[320];
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     while (atomic_load(&running)) {
-        if (vc_read_mixed_pcm(listener, out, 960) == VC_OK) atomic_fetch_add(&pulls, 1);
+        int ok = resample ? vc_read_mixed_pcm_f32(listener, fout, 320) == VC_OK : vc_read_mixed_pcm(listener, out, 960) == VC_OK;
+        if (ok) atomic_fetch_add(&pulls, 1);
         sleep_until(&t, 20000000L);
     }
     return NULL;
+}
+
+static void on_speaker(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind, const int16_t *pcm, uint32_t frames,
+                       uint32_t channels) {
+    (void)user; (void)ssrc; (void)user_id; (void)kind; (void)pcm; (void)frames; (void)channels;
+    atomic_fetch_add(&speaker_blocks, 1);
 }
 
 static void on_sink(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels) {
@@ -137,10 +158,13 @@ static vc_client *connect_client(int port, const char *name, int external, const
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) { fprintf(stderr, "usage: alloc_host PORT sink|pull|device SECONDS\n"); return 2; }
+    if (argc < 4) { fprintf(stderr, "usage: alloc_host PORT sink|pull|device SECONDS [resample]\n"); return 2; }
     int port = atoi(argv[1]);
     const char *mode = argv[2];
     int seconds = atoi(argv[3]);
+    resample = argc > 4 && strcmp(argv[4], "resample") == 0;
+    char wav[128];
+    snprintf(wav, sizeof wav, "/tmp/vc-alloc-host-%d.wav", (int)getpid());
     void *prime[4];
     backtrace(prime, 4);  /* loads the unwinder now, not while counting */
 
@@ -153,7 +177,15 @@ int main(int argc, char **argv) {
     listener = connect_client(port, "alloc-listener", device ? 0 : 1, device ? "vc_alloc_play" : NULL);
     vc_set_input_mode(talker, VC_INPUT_CONTINUOUS);
     vc_stream_desc d = vc_stream_desc_default();
+    if (resample) d.sample_rate = 44100;
     if (vc_stream_start(talker, &d, &talker_stream) != VC_OK) { fprintf(stderr, "stream start failed\n"); return 2; }
+    if (resample) {
+        if (vc_set_output_format(listener, 16000, 1) != VC_OK || vc_set_remote_stream_sink(listener, on_speaker, NULL) != VC_OK) {
+            fprintf(stderr, "output format or per-speaker sink failed\n");
+            return 2;
+        }
+        if (vc_start_recording(listener, wav, 0) != VC_OK) { fprintf(stderr, "recording failed\n"); return 2; }
+    }
 
     pthread_t feed_thread, pull_thread;
     pthread_create(&feed_thread, NULL, feeder, NULL);
@@ -172,6 +204,12 @@ int main(int argc, char **argv) {
     pthread_join(feed_thread, NULL);
     if (strcmp(mode, "pull") == 0) pthread_join(pull_thread, NULL);
     else vc_set_mixed_output_sink(listener, NULL, NULL);
+    long speakers = atomic_load(&speaker_blocks);
+    if (resample) {
+        vc_set_remote_stream_sink(listener, NULL, NULL);
+        vc_stop_recording(listener, 0);
+        unlink(wav);
+    }
 
     vc_stream_stats st;
     uint32_t ssrc = 0;
@@ -181,8 +219,9 @@ int main(int argc, char **argv) {
     if (count > 0) ssrc = info[0].ssrc;
     int have_stats = count > 0 && vc_get_stream_stats(listener, ssrc, &st) == VC_OK;
 
-    printf("alloc_host %s: %ld allocations in %d s of steady state (%ld frames fed, %ld blocks rendered, %llu received)\n",
-           mode, n, seconds, fed, calls, have_stats ? (unsigned long long)st.packets_received : 0ULL);
+    printf("alloc_host %s%s: %ld allocations in %d s of steady state (%ld frames fed, %ld blocks rendered, %llu received, "
+           "%ld per-speaker blocks)\n", mode, resample ? " resample" : "", n, seconds, fed, calls,
+           have_stats ? (unsigned long long)st.packets_received : 0ULL, speakers);
     int shown = n < MAX_TRACES ? (int)n : MAX_TRACES;
     for (int i = 0; i < shown; i++) {
         fprintf(stderr, "-- allocation %d:\n", i + 1);
@@ -192,6 +231,7 @@ int main(int argc, char **argv) {
     CHECK(fed >= seconds * 50 / 2, "%s mode: only %ld frames fed", mode, fed);
     CHECK(calls >= seconds * 50 / 2, "%s mode: only %ld blocks rendered", mode, calls);
     CHECK(have_stats && st.packets_received >= (unsigned long long)seconds * 50 / 2, "%s mode: the listener received too little", mode);
+    if (resample) CHECK(speakers >= seconds * 50 / 2, "%s mode: only %ld per-speaker blocks", mode, speakers);
 
     vc_client_destroy(talker);
     vc_client_destroy(listener);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +37,9 @@ static void null_and_bad_handles(void) {
     uint32_t id;
     vc_stream_desc d = vc_stream_desc_default();
     vc_connect_params p = {0};
+    vc_user_info users[2];
+    vc_user_stream ustreams[2];
+    vc_channel_info chans[2];
     vc_client *bad = (vc_client *)(uintptr_t)0x1234;  /* never a live handle */
     vc_client *handles[2] = {NULL, bad};
 
@@ -71,6 +75,23 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_audio_restart(c), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
         EXPECT(vc_get_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_users(c, users, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_user_streams(c, 0, ustreams, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_list_channels(c, chans, 2, &count), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_stream_state(c, 1, 1, 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_admin_set_server_mute(c, 1, 1, 0, "pw"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_admin_kick(c, 1, "why", "pw"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_jitter_bounds(c, 0, 0, 100), VC_ERR_INVALID_ARG);
+        float level, fpcm[1920] = {0};
+        EXPECT(vc_stream_feed_pcm_f32(c, 1, fpcm, 960, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_input_level(c, 1, &level, &level), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_output_format(c, 16000, 1), VC_ERR_INVALID_ARG);
+        EXPECT(vc_read_mixed_pcm_f32(c, fpcm, 960), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_remote_stream_sink(c, NULL, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_start_recording(c, "/tmp/x.wav", 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_stop_recording(c, 0), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_playback_device(c, "default"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_capture_device(c, 1, "default"), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -82,16 +103,29 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_client_config"), (int)sizeof(vc_client_config));
     EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
     EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
+    EXPECT((int)vc_struct_size("vc_user_info"), (int)sizeof(vc_user_info));
+    EXPECT((int)vc_struct_size("vc_user_stream"), (int)sizeof(vc_user_stream));
+    EXPECT((int)vc_struct_size("vc_channel_info"), (int)sizeof(vc_channel_info));
+    EXPECT(strcmp(vc_event_type_name(VC_EVENT_USER_UPDATED), "VC_EVENT_USER_UPDATED"), 0);
+    EXPECT(strcmp(vc_event_type_name(VC_EVENT_NONE), "VC_EVENT_NONE"), 0);
+    EXPECT(strcmp(vc_event_type_name((vc_event_type)-5), "VC_EVENT_UNKNOWN"), 0);
+    EXPECT(strcmp(vc_event_type_name((vc_event_type)1000), "VC_EVENT_UNKNOWN"), 0);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
     vc_stream_desc dd = vc_stream_desc_default();
-    EXPECT(dd.kind == VC_STREAM_MIC && dd.external_feed == 1 && dd.channels == 1 && dd.max_queue_ms == 0, 1);
+    EXPECT(dd.kind == VC_STREAM_MIC && dd.external_feed == 1 && dd.channels == 1 && dd.max_queue_ms == 0 && dd.sample_rate == 0, 1);
     vc_connect_params pd = vc_connect_params_default();
     EXPECT(pd.host == NULL && pd.port == 0 && pd.timeout_ms == 0, 1);
     vc_client_config cd = vc_client_config_default();
     EXPECT((int)cd.talk_hangover_ms, 300);
     cd.talk_hangover_ms = 9000;
     vc_client *bad_cfg = NULL;
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    cd = vc_client_config_default();
+    EXPECT((int)cd.resampler_quality, 4);
+    cd.resampler_quality = 11;
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    cd.resampler_quality = -1;
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
 }
 
@@ -137,6 +171,15 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_STATE);
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_STATE);
     EXPECT(vc_set_external_playback(c, 1), VC_OK);
+    vc_user_info users[8];
+    vc_user_stream ustreams[8];
+    vc_channel_info chans[8];
+    EXPECT(vc_list_users(c, users, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_list_channels(c, chans, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_list_user_streams(c, 0, ustreams, 8, &count), VC_ERR_STATE);
+    EXPECT(vc_admin_set_server_mute(c, 1, 1, 0, "pw"), VC_ERR_STATE);
+    EXPECT(vc_admin_kick(c, 1, NULL, "pw"), VC_ERR_STATE);
+    EXPECT(vc_set_jitter_bounds(c, 0, 20, 200), VC_OK);         /* remembered for streams to come */
 
     p.host = "127.0.0.1";
     p.port = (uint16_t)port;
@@ -175,6 +218,47 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_join_channel(c, "No such channel"), VC_ERR_NOT_FOUND);
     EXPECT(vc_join_channel(c, "Lobby"), VC_OK);
     EXPECT(vc_get_channel_audio(c, NULL), VC_ERR_INVALID_ARG);
+
+    /* Users, channels and administration. */
+    EXPECT(vc_list_users(c, NULL, 8, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_users(c, users, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_users(c, NULL, 0, &count), VC_OK);
+    EXPECT(count >= 1, 1);
+    EXPECT(vc_list_users(c, users, 8, &count), VC_OK);
+    uint32_t me = 0;
+    for (size_t i = 0; i < count && i < 8; i++) if (users[i].is_self) me = users[i].user_id;
+    EXPECT(me != 0, 1);
+    EXPECT(vc_list_channels(c, NULL, 2, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_channels(c, chans, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_channels(c, chans, 8, &count), VC_OK);
+    EXPECT(count >= 1 && strcmp(chans[0].name, "Lobby") == 0 && chans[0].is_current == 1 && chans[0].member_count >= 1, 1);
+    EXPECT(vc_list_user_streams(c, 0, NULL, 3, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_user_streams(c, me, ustreams, 8, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_list_user_streams(c, 999999, ustreams, 8, &count), VC_ERR_NOT_FOUND);
+    EXPECT(vc_list_user_streams(c, me, ustreams, 8, &count), VC_OK);
+    EXPECT((int)count, 0);
+    EXPECT(vc_set_stream_state(c, 4242, 0, 0), VC_ERR_NOT_FOUND);
+    EXPECT(vc_admin_set_server_mute(c, me, 1, 0, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_set_server_mute(c, me, 2, 0, "pw"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_set_server_mute(c, me, 0, -1, "pw"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_kick(c, me, "why", NULL), VC_ERR_INVALID_ARG);
+    {
+        char long_reason[300];
+        memset(long_reason, 'r', sizeof long_reason - 1);
+        long_reason[sizeof long_reason - 1] = 0;
+        EXPECT(vc_admin_kick(c, me, long_reason, "pw"), VC_ERR_INVALID_ARG);
+    }
+    /* This server has no admin password: every admin request is refused (one try: the
+     * server closes a session after max_auth_failures wrong admin passwords). */
+    EXPECT(vc_admin_set_server_mute(c, me, 1, 0, "pw"), VC_ERR_AUTH);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "admin password") != NULL, 1);
+    EXPECT(vc_set_jitter_bounds(c, 77777, 0, 100), VC_ERR_NOT_FOUND);
+    EXPECT(vc_set_jitter_bounds(c, 0, 300, 100), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "min_ms 300 is above max_ms 100") != NULL, 1);
+    EXPECT(vc_set_jitter_bounds(c, 0, 0, 20000), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_jitter_bounds(c, 0, 0, 0), VC_OK);
 
     /* Streams. */
     EXPECT(vc_stream_start(c, NULL, &id), VC_ERR_INVALID_ARG);
@@ -243,6 +327,9 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_get_send_processing(c, id, &back), VC_OK);
     EXPECT(back.noise_suppression == 1 && back.echo_cancellation == 1 && back.agc == 0, 1);
     EXPECT(vc_get_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 2, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 0, 7), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_stream_state(c, id, 1, 1), VC_OK);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
@@ -273,6 +360,164 @@ static void null_args_on_a_live_client(int port) {
     /* The handle is dead now: refused, not dereferenced. */
     EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_INVALID_ARG);
     vc_client_destroy(c);
+}
+
+/* ---- the audio edge: formats, levels, per-speaker sink, recordings, devices ---- */
+
+static vc_client *edge_listener;
+static atomic_int speaker_calls, inside_read, inside_set, inside_join, inside_stats, inside_format;
+
+static void edge_speaker_sink(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind, const int16_t *pcm,
+                              uint32_t frames, uint32_t channels) {
+    (void)user; (void)user_id; (void)kind; (void)pcm;
+    if (frames != 320 || channels != 1) return;   /* the 16 kHz mono output format */
+    if (atomic_fetch_add(&speaker_calls, 1) != 0) return;
+    /* From inside: callback-safe calls work, the others are refused, none deadlocks. */
+    int16_t out[640];
+    vc_stream_stats st;
+    atomic_store(&inside_read, vc_read_mixed_pcm(edge_listener, out, 320));
+    atomic_store(&inside_set, vc_set_remote_stream_sink(edge_listener, NULL, NULL));
+    atomic_store(&inside_join, vc_join_channel(edge_listener, "Lobby"));
+    atomic_store(&inside_format, vc_set_output_format(edge_listener, 8000, 1));
+    atomic_store(&inside_stats, vc_get_stream_stats(edge_listener, ssrc, &st));
+}
+
+static void audio_edge(int port) {
+    vc_client *talker = NULL, *c = NULL;
+    vc_client_config cfg = vc_client_config_default();
+    cfg.external_playback = 1;
+    EXPECT(vc_client_create(&cfg, &talker), VC_OK);
+    EXPECT(vc_client_create(&cfg, &c), VC_OK);
+    edge_listener = c;
+    vc_connect_params p = vc_connect_params_default();
+    p.host = "127.0.0.1";
+    p.port = (uint16_t)port;
+    p.username = "api-edge-talker";
+    EXPECT(vc_connect(talker, &p), VC_OK);
+    p.username = "api-edge-listener";
+    EXPECT(vc_connect(c, &p), VC_OK);
+    EXPECT(vc_join_channel(talker, "Lobby"), VC_OK);
+    EXPECT(vc_join_channel(c, "Lobby"), VC_OK);
+    EXPECT(vc_set_input_mode(talker, VC_INPUT_CONTINUOUS), VC_OK);
+
+    /* Stream sample rates. */
+    vc_stream_desc d = vc_stream_desc_default();
+    uint32_t sid = 0, sid44 = 0;
+    d.sample_rate = 7999;
+    EXPECT(vc_stream_start(talker, &d, &sid), VC_ERR_INVALID_ARG);
+    d.sample_rate = 192001;
+    EXPECT(vc_stream_start(talker, &d, &sid), VC_ERR_INVALID_ARG);
+    d.sample_rate = 44100;
+    EXPECT(vc_stream_start(talker, &d, &sid44), VC_OK);
+    d.sample_rate = 0;
+    EXPECT(vc_stream_start(talker, &d, &sid), VC_OK);
+
+    /* Float feeds and input levels. */
+    static float tone[44100];
+    for (int i = 0; i < 44100; i++) tone[i] = 0.25f * sinf(2.0f * 3.14159265f * 441.0f * (float)i / 44100.0f);
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44, NULL, 441, 1), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44, tone, 441, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44, tone, 441, 3), VC_ERR_INVALID_ARG);
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44 + 1000, tone, 441, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44, tone, 0, 1), VC_OK);
+    float rms = 0, peak = 0;
+    EXPECT(vc_get_input_level(talker, sid44, NULL, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_input_level(talker, sid44 + 1000, &rms, &peak), VC_ERR_NOT_FOUND);
+    EXPECT(vc_get_input_level(talker, sid44, &rms, &peak), VC_OK);
+    EXPECT(rms == -120.0f && peak == -120.0f, 1);                    /* nothing went through yet */
+    EXPECT(vc_stream_feed_pcm_f32(talker, sid44, tone, 44100, 1), VC_OK);   /* a second, sent paced */
+    struct timespec t300 = {0, 300 * 1000000L};
+    nanosleep(&t300, NULL);
+    EXPECT(vc_get_input_level(talker, sid44, &rms, NULL), VC_OK);
+    EXPECT(rms > -16.1f && rms < -14.0f, 1);                          /* a 0.25 sine: -15.05 dBFS RMS */
+    EXPECT(vc_get_input_level(talker, sid44, NULL, &peak), VC_OK);
+    EXPECT(peak > -13.1f && peak < -11.0f, 1);                        /* and -12.04 peak */
+
+    /* The output format. */
+    float fout[1920];
+    EXPECT(vc_set_output_format(c, 7999, 2), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_output_format(c, 192001, 2), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_output_format(c, 16000, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_output_format(c, 16000, 3), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_output_format(c, 16000, 1), VC_OK);
+    EXPECT(vc_read_mixed_pcm_f32(c, NULL, 320), VC_ERR_INVALID_ARG);
+    EXPECT(vc_read_mixed_pcm_f32(c, fout, 320), VC_OK);
+    EXPECT(vc_read_mixed_pcm_f32(c, fout, 0), VC_OK);
+
+    /* Remote levels: the listener's entry has them (floor while nothing renders). */
+    vc_remote_stream_info info[4];
+    size_t count = 0;
+    EXPECT(vc_list_remote_streams(c, info, 4, &count), VC_OK);
+    EXPECT(count >= 1 && info[0].level_rms_dbfs <= 0 && info[0].level_peak_dbfs <= 0, 1);
+
+    /* The per-speaker sink, and what it may call. */
+    EXPECT(vc_set_remote_stream_sink(c, edge_speaker_sink, NULL), VC_OK);
+    for (int i = 0; i < 300 && atomic_load(&speaker_calls) == 0; i++) { struct timespec t = {0, 10000000L}; nanosleep(&t, NULL); }
+    EXPECT(atomic_load(&speaker_calls) > 0, 1);
+    EXPECT(atomic_load(&inside_read), VC_ERR_STATE);
+    EXPECT(atomic_load(&inside_set), VC_ERR_STATE);
+    EXPECT(atomic_load(&inside_join), VC_ERR_STATE);
+    EXPECT(atomic_load(&inside_format), VC_ERR_STATE);
+    EXPECT(atomic_load(&inside_stats), VC_OK);
+    EXPECT(vc_set_remote_stream_sink(c, NULL, NULL), VC_OK);
+    EXPECT(vc_set_remote_stream_sink(c, NULL, NULL), VC_OK);
+
+    /* Recordings. */
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/vc-api-check-%d.wav", (int)getpid());
+    EXPECT(vc_start_recording(c, NULL, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_start_recording(c, "", 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_start_recording(c, "/nonexistent-dir/x.wav", 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_start_recording(c, path, 77777), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stop_recording(c, 0), VC_ERR_NOT_FOUND);
+    EXPECT(vc_start_recording(c, path, 0), VC_OK);
+    EXPECT(vc_start_recording(c, path, 0), VC_ERR_STATE);
+    EXPECT(vc_set_output_format(c, 48000, 2), VC_ERR_STATE);           /* the file's format is fixed */
+    EXPECT(vc_read_mixed_pcm(c, (int16_t *)fout, 320), VC_OK);          /* background mode still serves pulls */
+    EXPECT(vc_stop_recording(c, 0), VC_OK);
+    EXPECT(vc_stop_recording(c, 0), VC_ERR_NOT_FOUND);
+    FILE *f = fopen(path, "rb");
+    unsigned char h[44] = {0};
+    EXPECT(f != NULL && fread(h, 1, 44, f) == 44, 1);
+    EXPECT(memcmp(h, "RIFF", 4) == 0 && h[22] == 1 && (h[24] | h[25] << 8) == 16000, 1);   /* mono, 16 kHz */
+    if (f) fclose(f);
+    unlink(path);
+    EXPECT(vc_set_output_format(c, 48000, 2), VC_OK);
+
+    /* Devices mid-session. */
+    EXPECT(vc_set_alsa_config("pcm.vc_edge_cap_a { type file slave.pcm { type null } file \"/dev/null\" infile \"/dev/zero\" format \"raw\" }\n"
+                              "pcm.vc_edge_cap_b { type file slave.pcm { type null } file \"/dev/null\" infile \"/dev/zero\" format \"raw\" }\n"
+                              "pcm.vc_edge_desk_monitor { type null }\n"), VC_OK);
+    vc_device_info devs[8];
+    EXPECT(vc_list_devices(VC_DEVICE_CAPTURE, devs, 8, &count), VC_OK);
+    int monitors = 0, plain = 0;
+    for (size_t i = 0; i < count && i < 8; i++) {
+        if (strcmp(devs[i].name, "vc_edge_desk_monitor") == 0 && devs[i].is_monitor == 1) monitors++;
+        if (strcmp(devs[i].name, "vc_edge_cap_a") == 0 && devs[i].is_monitor == 0) plain++;
+    }
+    EXPECT(monitors, 1);
+    EXPECT(plain, 1);
+    EXPECT(vc_set_playback_device(c, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_playback_device(c, ""), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_playback_device(c, "vc_edge_no_such"), VC_OK);       /* external: kept for later */
+    EXPECT(vc_set_external_playback(c, 0), VC_ERR_DEVICE);              /* ... and refused when it opens */
+    EXPECT(vc_set_playback_device(c, "default"), VC_OK);
+    d = vc_stream_desc_default();
+    d.external_feed = 0;
+    d.device = "vc_edge_cap_a";
+    uint32_t dev_sid = 0;
+    EXPECT(vc_stream_start(talker, &d, &dev_sid), VC_OK);
+    EXPECT(vc_set_capture_device(talker, dev_sid, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_capture_device(talker, dev_sid, ""), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_capture_device(talker, dev_sid + 1000, "vc_edge_cap_b"), VC_ERR_NOT_FOUND);
+    EXPECT(vc_set_capture_device(talker, sid, "vc_edge_cap_b"), VC_ERR_STATE);   /* a fed stream */
+    EXPECT(vc_set_capture_device(talker, dev_sid, "vc_edge_no_such"), VC_ERR_DEVICE);
+    EXPECT(vc_set_capture_device(talker, dev_sid, "vc_edge_cap_b"), VC_OK);
+    EXPECT(vc_stream_stop(talker, dev_sid), VC_OK);
+    EXPECT(vc_set_alsa_config(NULL), VC_OK);
+
+    vc_client_destroy(c);
+    vc_client_destroy(talker);
 }
 
 /* ---- callbacks: re-entry and lifetime ------------------------------------------ */
@@ -348,6 +593,9 @@ int main(int argc, char **argv) {
     alarm(0);
     null_and_bad_handles();
     null_args_on_a_live_client(atoi(argv[1]));
+    alarm(30);
+    audio_edge(atoi(argv[1]));
+    alarm(0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

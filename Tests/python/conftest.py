@@ -47,7 +47,7 @@ def _start_server(extra: Sequence[str]) -> "tuple[subprocess.Popen[str], Server]
     binary = os.environ.get("VOICECAT_SERVER", os.path.join(ROOT, ".build/debug/voicecat-server"))
     d = tempfile.mkdtemp(prefix="vc-py-")
     port_file = os.path.join(d, "port")
-    proc = subprocess.Popen([binary, "--port", "0", "--port-file", port_file, "--identity", os.path.join(d, "id.key"),
+    proc = subprocess.Popen([binary, "--port", "any", "--port-file", port_file, "--identity", os.path.join(d, "id.key"),
                              *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     fingerprint = ""
     assert proc.stderr is not None
@@ -76,6 +76,16 @@ def server() -> Iterator[Server]:
 def password_server() -> Iterator[Server]:
     """A voicecat-server that wants a password."""
     proc, info = _start_server(["--password", "opensesame"])
+    yield info
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def admin_server() -> Iterator[Server]:
+    """A voicecat-server with an admin password ("s3cret"), fresh for each module (admin
+    tests kick and mute its users)."""
+    proc, info = _start_server(["--admin-password", "s3cret"])
     yield info
     proc.terminate()
     proc.wait(timeout=10)

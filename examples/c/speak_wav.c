@@ -5,7 +5,8 @@
  *
  *   speak_wav HOST PORT USERNAME CHANNEL FILE.wav [FINGERPRINT]
  *
- * FILE.wav: 16-bit PCM, 48 kHz, mono or stereo.
+ * FILE.wav: 16-bit PCM, mono or stereo, at any rate from 8 to 192 kHz (the stream is
+ * declared at the file's rate and the library resamples it to 48 kHz).
  */
 #include <voicecat.h>
 #include <stdio.h>
@@ -31,8 +32,8 @@ int main(int argc, char **argv) {
     }
     wav_data w;
     if (wav_read(argv[5], &w) != 0) return 1;
-    if (w.rate != 48000 || (w.channels != 1 && w.channels != 2)) {
-        fprintf(stderr, "speak_wav: %s must be 48 kHz mono or stereo (is %u Hz, %u ch)\n", argv[5], w.rate, w.channels);
+    if (w.rate < 8000 || w.rate > 192000 || (w.channels != 1 && w.channels != 2)) {
+        fprintf(stderr, "speak_wav: %s must be 8..192 kHz mono or stereo (is %u Hz, %u ch)\n", argv[5], w.rate, w.channels);
         return 1;
     }
 
@@ -56,7 +57,8 @@ int main(int argc, char **argv) {
 
     vc_stream_desc d = vc_stream_desc_default();
     d.channels = w.channels;
-    d.max_queue_ms = (uint32_t)((uint64_t)w.frames * 1000 / 48000) + 1000;  /* room for the whole file */
+    d.sample_rate = w.rate;     /* fed at the file's rate; resampled inside when it is not 48 kHz */
+    d.max_queue_ms = (uint32_t)((uint64_t)w.frames * 1000 / w.rate) + 1000;  /* room for the whole file */
     uint32_t sid;
     if ((rc = vc_stream_start(c, &d, &sid))) return fail(c, "vc_stream_start", rc);
 
@@ -65,7 +67,7 @@ int main(int argc, char **argv) {
     if ((rc = vc_stream_feed_pcm(c, sid, w.pcm, w.frames, w.channels))) return fail(c, "vc_stream_feed_pcm", rc);
     uint32_t queued = 0;
     vc_stream_queued_ms(c, sid, &queued);
-    printf("speak_wav: %.2f s fed, %u ms queued to be sent at real time\n", w.frames / 48000.0, queued);
+    printf("speak_wav: %.2f s fed at %u Hz, %u ms queued to be sent at real time\n", (double)w.frames / w.rate, w.rate, queued);
     if ((rc = vc_stream_drain(c, sid, -1))) return fail(c, "vc_stream_drain", rc);
     /* Let listeners play out what is buffered and see the talker pause before the stream goes. */
     struct timespec linger = {0, 500000000};
@@ -75,7 +77,7 @@ int main(int argc, char **argv) {
     vc_connection_stats cs;
     vc_get_connection_stats(c, &cs);
     printf("speak_wav: sent %.2f s of audio in %llu packets (%llu bytes), media rtt %u ms, control rtt %u ms\n",
-           w.frames / 48000.0, (unsigned long long)cs.packets_out, (unsigned long long)cs.bytes_out,
+           (double)w.frames / w.rate, (unsigned long long)cs.packets_out, (unsigned long long)cs.bytes_out,
            cs.media_rtt_ms, cs.control_rtt_ms);
     vc_disconnect(c);
     vc_client_destroy(c);

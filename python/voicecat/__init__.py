@@ -26,26 +26,26 @@ from . import _lib
 from ._callbacks import global_failures, route_to_logging, set_log_handler
 from ._client import (DEFAULT_PORT, SAMPLE_RATE, AsyncEvents, Client, EventHandler, MixBlock, SinkFn, Stream)
 from ._enums import (ChannelMode, DeviceKind, ErrorCode, EventType, InputMode, LogLevel, OpusApplication,
-                     StreamKind)
+                     StreamKind, UserChange)
 from ._errors import (AuthError, BufferTooSmall, CallbackError, CodecError, DeviceError, InvalidArgument,
                       NetworkError, NoMemory, NotFound, ProtocolError, Rejected, StateError, Timeout, Unsupported,
                       VersionMismatch, VoiceCatError, check, strerror)
 from ._lib import LibraryError
 from ._pcm import PcmInput, has_numpy
-from ._types import (AudioConfig, ConnectionStats, DeviceInfo, Event, RemoteStreamInfo, RemoteStreamSettings,
-                     SendProcessing, StreamStats)
+from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, RemoteStreamInfo, RemoteStreamSettings,
+                     SendProcessing, StreamStats, User, UserStream)
 
 from ._version import __version__ as __version__
 
 __all__ = [
-    "AsyncEvents", "AudioConfig", "AuthError", "BufferTooSmall", "CallbackError", "ChannelMode", "Client",
+    "AsyncEvents", "AudioConfig", "AuthError", "BufferTooSmall", "CallbackError", "Channel", "ChannelMode", "Client",
     "CodecError", "ConnectionStats", "DEFAULT_PORT", "DeviceError", "DeviceInfo", "DeviceKind", "ErrorCode",
     "Event", "EventHandler", "EventType", "InputMode", "InvalidArgument", "LibraryError", "LogLevel", "MixBlock",
     "NetworkError", "NoMemory", "NotFound", "OpusApplication", "PcmInput", "ProtocolError", "Rejected",
     "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SinkFn", "StateError", "Stream",
-    "StreamKind", "StreamStats", "Timeout", "Unsupported", "VersionMismatch", "VoiceCatError", "has_numpy",
-    "library_path", "list_devices", "load_library", "route_to_logging", "set_alsa_config", "set_log_handler",
-    "strerror", "version", "version_number",
+    "StreamKind", "StreamStats", "Timeout", "Unsupported", "User", "UserChange", "UserStream", "VersionMismatch",
+    "VoiceCatError", "event_type_name", "has_numpy", "library_path", "list_devices", "load_library",
+    "route_to_logging", "set_alsa_config", "set_log_handler", "strerror", "version", "version_number",
 ]
 
 
@@ -77,6 +77,12 @@ def version() -> str:
 def version_number() -> int:
     """The loaded library's version as (major << 16) | (minor << 8) | patch."""
     return int(_lib.get().vc_version_number())
+
+
+def event_type_name(type: Union[EventType, int]) -> str:
+    """The C header's name of an event type ("VC_EVENT_TALK_START"); "VC_EVENT_UNKNOWN"
+    for a value the loaded library does not know."""
+    return str(_lib.get().vc_event_type_name(int(type)).decode("ascii"))
 
 
 def set_alsa_config(text: Optional[str]) -> None:

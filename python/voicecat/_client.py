@@ -9,14 +9,14 @@ import operator
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Set, Type, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, NotFound, StateError, error_for
-from ._types import (AudioConfig, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings, SendProcessing,
-                     StreamStats)
+from ._errors import InvalidArgument, NotFound, StateError, Unsupported, error_for
+from ._types import (AudioConfig, Channel, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings,
+                     SendProcessing, StreamStats, User, UserStream)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -255,6 +255,13 @@ class Stream:
         out = _lib.vc_send_processing()
         self._client._call("vc_get_send_processing", self.id, ctypes.byref(out))
         return SendProcessing._from_c(out)
+
+    def set_state(self, muted: bool = False, hold: bool = False) -> None:
+        """Publishes this stream's state for the others' user interfaces: listeners in
+        the channel get STREAM_STATE_UPDATE, every client sees it in :meth:`Client.users`
+        (USER_UPDATED). The audio itself is not touched: stop feeding (or use
+        push-to-talk) to stop sending."""
+        self._client._call("vc_set_stream_state", self.id, int(bool(muted)), int(bool(hold)))
 
     def __enter__(self) -> "Stream":
         return self
@@ -577,6 +584,70 @@ class Client:
     def set_push_to_talk(self, active: bool) -> None:
         """The push-to-talk key state (used in PTT mode)."""
         self._call("vc_set_push_to_talk", int(bool(active)))
+
+    # -- users, channels and administration --
+
+    def _list(self, name: str, struct: Any, *args: Any) -> List[Any]:
+        """Calls a vc_list_* function until one call holds the whole list."""
+        count = ctypes.c_size_t()
+        while True:
+            self._call(name, *args, None, 0, ctypes.byref(count))
+            cap = count.value
+            arr = (struct * max(1, cap))()
+            self._call(name, *args, arr, cap, ctypes.byref(count))
+            if count.value <= cap:  # else the list grew between the two calls: again
+                return [arr[i] for i in range(count.value)]
+
+    def users(self) -> List[User]:
+        """Every user on the server, by user id, this client included (``is_self``), each
+        with the channel it is in, its server mute state and the streams it publishes.
+
+        The server keeps the list up to date (USER_CONNECTED / USER_UPDATED /
+        USER_DISCONNECTED events); a join, a stream or an admin call of this client
+        shows in it when the call returns. StateError when not connected, Unsupported
+        when the server sends no user list.
+        """
+        streams: Dict[int, List[UserStream]] = {}
+        for s in self._list("vc_list_user_streams", _lib.vc_user_stream, 0):
+            streams.setdefault(s.user_id, []).append(UserStream._from_c(s))
+        return [User._from_c(u, tuple(streams.get(u.user_id, ())))
+                for u in self._list("vc_list_users", _lib.vc_user_info)]
+
+    def channels(self) -> List[Channel]:
+        """The server's channels in the server's order, each with its AudioConfig and the
+        user ids of the users in it (CHANNELS_CHANGED when a server reload changes them).
+        StateError when not connected."""
+        members: Dict[int, List[int]] = {}
+        try:
+            everyone = self.users()
+        except Unsupported:  # a server that sends no user list: channels without members
+            everyone = []
+        for u in everyone:
+            if u.channel_id is not None:
+                members.setdefault(u.channel_id, []).append(u.user_id)
+        return [Channel._from_c(c, tuple(members.get(c.channel_id, ())))
+                for c in self._list("vc_list_channels", _lib.vc_channel_info)]
+
+    def admin_set_server_mute(self, user_id: int, muted: bool, deafened: bool = False, *, admin_password: str) -> None:
+        """Server-mutes (the server drops the user's audio) and / or deafens (sends it
+        none) any user, with the server's admin password; returns once the server did it
+        (everyone gets USER_UPDATED). AuthError for a wrong password (the server then
+        slows down this client's next admin requests), NotFound for an unknown user."""
+        self._call("vc_admin_set_server_mute", _uint(user_id, "user_id"), int(bool(muted)), int(bool(deafened)),
+                   _cstr(admin_password, "admin_password"))
+
+    def admin_kick(self, user_id: int, *, admin_password: str, reason: Optional[str] = None) -> None:
+        """Removes a user from the server with the admin password; ``reason`` (up to 256
+        bytes) is shown to them. Its session ends (DISCONNECTED, code REJECTED, no
+        automatic reconnect). AuthError, NotFound, Rejected for this client itself."""
+        self._call("vc_admin_kick", _uint(user_id, "user_id"), _optional_cstr(reason, "reason"),
+                   _cstr(admin_password, "admin_password"))
+
+    def set_jitter_bounds(self, ssrc: int = 0, min_ms: int = 0, max_ms: int = 0) -> None:
+        """Bounds a remote stream's target playout depth (``StreamStats.target_depth_ms``)
+        to [min_ms, max_ms] in whole frames; ``ssrc`` 0: every stream, now and later.
+        0 = no bound; (0, 0) lifts them. InvalidArgument for min above max or above 10000."""
+        self._call("vc_set_jitter_bounds", _uint(ssrc, "ssrc"), _uint(min_ms, "min_ms"), _uint(max_ms, "max_ms"))
 
     # -- receiving --
 

@@ -1,7 +1,7 @@
 """The C API's enumerations and result codes as IntEnums (values as in include/voicecat.h)."""
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, IntFlag
 from typing import Any, Optional, TypeVar
 
 _E = TypeVar("_E", bound="_OpenIntEnum")
@@ -117,7 +117,8 @@ class EventType(_OpenIntEnum):
     SERVER_MUTE_STATE = 12
     """user_id, muted, deafened as the server decided."""
     STREAM_STATE_UPDATE = 13
-    """ssrc, muted, hold: a remote publisher's UI state."""
+    """ssrc, user_id, stream_id, kind, muted, hold, text = username: a remote publisher's
+    own state of the stream (:meth:`Stream.set_state`)."""
     ERROR = 14
     """code, text: an asynchronous error (DEVICE: a device failed, kind and stream_id
     say which; PROTOCOL: a message from the server was refused, the session goes on)."""
@@ -129,6 +130,31 @@ class EventType(_OpenIntEnum):
     RECONNECTED = 17
     """auto_reconnect: the session is back (channel re-joined, streams re-announced with
     new ssrcs); user_id is the new session's, text the server name."""
+    GATE_OPENED = 18
+    """Local: a MIC stream's input gate opened (stream_id, ssrc, kind); a talkspurt starts."""
+    GATE_CLOSED = 19
+    """Local: a MIC stream's input gate closed (stream_id, ssrc, kind); its last frame went out."""
+    USER_CONNECTED = 20
+    """user_id, channel_id, muted, deafened, text = username: a user logged in to the
+    server (:meth:`Client.users`)."""
+    USER_UPDATED = 21
+    """user_id, channel_id, muted, deafened, text = username: a user's entry changed;
+    :attr:`Event.changes` says what (channel, server mute, streams)."""
+    USER_DISCONNECTED = 22
+    """user_id, channel_id (the last), text = username: a user left the server."""
+    CHANNELS_CHANGED = 23
+    """The server's channel list changed (a reload): :meth:`Client.channels` has it."""
+
+
+class UserChange(IntFlag):
+    """What changed in a USER_UPDATED event (``VC_USER_CHANGED_*``)."""
+
+    CHANNEL = 1
+    """Moved to another channel (or to none)."""
+    SERVER_MUTE = 2
+    """Server mute or deafen."""
+    STREAMS = 4
+    """Published a stream, stopped one, or changed one's mute / hold."""
 
 
 class LogLevel(_OpenIntEnum):

@@ -47,7 +47,7 @@ class vc_client_config(ctypes.Structure):
                 ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32),
                 ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p),
                 ("talk_hangover_ms", ctypes.c_uint32), ("known_servers_path", ctypes.c_char_p),
-                ("auto_reconnect", ctypes.c_int32)]
+                ("auto_reconnect", ctypes.c_int32), ("resampler_quality", ctypes.c_int32)]
 
 
 class vc_connect_params(ctypes.Structure):
@@ -65,7 +65,7 @@ class vc_audio_config(ctypes.Structure):
 
 class vc_stream_desc(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("external_feed", ctypes.c_int32), ("device", ctypes.c_char_p),
-                ("channels", ctypes.c_uint32), ("max_queue_ms", ctypes.c_uint32)]
+                ("channels", ctypes.c_uint32), ("max_queue_ms", ctypes.c_uint32), ("sample_rate", ctypes.c_uint32)]
 
 
 class vc_remote_stream(ctypes.Structure):
@@ -75,7 +75,8 @@ class vc_remote_stream(ctypes.Structure):
 class vc_remote_stream_info(ctypes.Structure):
     _fields_ = [("ssrc", ctypes.c_uint32), ("user_id", ctypes.c_uint32), ("stream_id", ctypes.c_uint32),
                 ("kind", ctypes.c_int), ("channels", ctypes.c_uint32), ("talking", ctypes.c_int32),
-                ("settings", vc_remote_stream), ("username", ctypes.c_char * 65)]
+                ("settings", vc_remote_stream), ("username", ctypes.c_char * 65),
+                ("level_rms_dbfs", ctypes.c_float), ("level_peak_dbfs", ctypes.c_float)]
 
 
 class vc_stream_stats(ctypes.Structure):
@@ -94,7 +95,7 @@ class vc_connection_stats(ctypes.Structure):
 
 
 class vc_device_info(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 128), ("description", ctypes.c_char * 256)]
+    _fields_ = [("name", ctypes.c_char * 128), ("description", ctypes.c_char * 256), ("is_monitor", ctypes.c_int32)]
 
 
 class vc_send_processing(ctypes.Structure):
@@ -109,13 +110,30 @@ class vc_event(ctypes.Structure):
                 ("deafened", ctypes.c_int32), ("hold", ctypes.c_int32), ("text", ctypes.c_char * 256)]
 
 
+class vc_user_info(ctypes.Structure):
+    _fields_ = [("user_id", ctypes.c_uint32), ("channel_id", ctypes.c_uint32), ("server_muted", ctypes.c_int32),
+                ("server_deafened", ctypes.c_int32), ("stream_count", ctypes.c_uint32), ("stream_kinds", ctypes.c_uint32),
+                ("is_self", ctypes.c_int32), ("username", ctypes.c_char * 65)]
+
+
+class vc_user_stream(ctypes.Structure):
+    _fields_ = [("user_id", ctypes.c_uint32), ("stream_id", ctypes.c_uint32), ("ssrc", ctypes.c_uint32),
+                ("kind", ctypes.c_int), ("muted", ctypes.c_int32), ("hold", ctypes.c_int32)]
+
+
+class vc_channel_info(ctypes.Structure):
+    _fields_ = [("channel_id", ctypes.c_uint32), ("member_count", ctypes.c_uint32), ("is_current", ctypes.c_int32),
+                ("audio", vc_audio_config), ("name", ctypes.c_char * 65)]
+
+
 #: Every struct whose size the library reports through vc_struct_size.
 _STRUCTS: "dict[str, Type[ctypes.Structure]]" = {
     "vc_client_config": vc_client_config, "vc_connect_params": vc_connect_params,
     "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
     "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
     "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing}
+    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
+    "vc_user_stream": vc_user_stream, "vc_channel_info": vc_channel_info}
 
 # ---- Callback types ------------------------------------------------------------------
 
@@ -125,6 +143,11 @@ EVENT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(vc_event))
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
 # typedef void (*vc_pcm_sink_fn)(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels);
 SINK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, c_int16_p, ctypes.c_uint32, ctypes.c_uint32)
+# typedef void (*vc_remote_stream_sink_fn)(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind,
+#                                          const int16_t *pcm, uint32_t frames, uint32_t channels);
+STREAM_SINK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int, c_int16_p,
+                                  ctypes.c_uint32, ctypes.c_uint32)
+c_float_p = ctypes.POINTER(ctypes.c_float)
 
 # ---- Prototypes ------------------------------------------------------------------------
 
@@ -138,6 +161,8 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_strerror", ctypes.c_char_p, [ctypes.c_int]),
     # size_t vc_struct_size(const char *name);
     ("vc_struct_size", ctypes.c_size_t, [ctypes.c_char_p]),
+    # const char *vc_event_type_name(vc_event_type type);
+    ("vc_event_type_name", ctypes.c_char_p, [ctypes.c_int]),
     # void vc_set_log_callback(vc_log_fn fn, void *user);
     ("vc_set_log_callback", None, [LOG_FN, ctypes.c_void_p]),
     # vc_client_config vc_client_config_default(void);
@@ -166,6 +191,10 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_stream_stop", ctypes.c_int, [_P, ctypes.c_uint32]),
     # int vc_stream_feed_pcm(vc_client *c, uint32_t stream_id, const int16_t *pcm, uint32_t frames, uint32_t channels);
     ("vc_stream_feed_pcm", ctypes.c_int, [_P, ctypes.c_uint32, c_int16_p, ctypes.c_uint32, ctypes.c_uint32]),
+    # int vc_stream_feed_pcm_f32(vc_client *c, uint32_t stream_id, const float *pcm, uint32_t frames, uint32_t channels);
+    ("vc_stream_feed_pcm_f32", ctypes.c_int, [_P, ctypes.c_uint32, c_float_p, ctypes.c_uint32, ctypes.c_uint32]),
+    # int vc_get_input_level(vc_client *c, uint32_t stream_id, float *rms_dbfs, float *peak_dbfs);
+    ("vc_get_input_level", ctypes.c_int, [_P, ctypes.c_uint32, c_float_p, c_float_p]),
     # int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
     ("vc_stream_queued_ms", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]),
     # int vc_stream_drain(vc_client *c, uint32_t stream_id, int timeout_ms);
@@ -176,6 +205,22 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_set_remote_stream", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_remote_stream)]),
     # int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
     ("vc_get_remote_stream", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_remote_stream)]),
+    # int vc_list_users(vc_client *c, vc_user_info *out, size_t cap, size_t *count);
+    ("vc_list_users", ctypes.c_int, [_P, ctypes.POINTER(vc_user_info), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_list_user_streams(vc_client *c, uint32_t user_id, vc_user_stream *out, size_t cap, size_t *count);
+    ("vc_list_user_streams", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_user_stream), ctypes.c_size_t,
+                                            ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *count);
+    ("vc_list_channels", ctypes.c_int, [_P, ctypes.POINTER(vc_channel_info), ctypes.c_size_t,
+                                        ctypes.POINTER(ctypes.c_size_t)]),
+    # int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
+    ("vc_set_stream_state", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]),
+    # int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);
+    ("vc_admin_set_server_mute", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_int, ctypes.c_int, ctypes.c_char_p]),
+    # int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char *admin_password);
+    ("vc_admin_kick", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_char_p]),
+    # int vc_set_jitter_bounds(vc_client *c, uint32_t ssrc, uint32_t min_ms, uint32_t max_ms);
+    ("vc_set_jitter_bounds", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32]),
     # int vc_list_remote_streams(vc_client *c, vc_remote_stream_info *out, size_t cap, size_t *count);
     ("vc_list_remote_streams", ctypes.c_int, [_P, ctypes.POINTER(vc_remote_stream_info), ctypes.c_size_t,
                                               ctypes.POINTER(ctypes.c_size_t)]),
@@ -189,6 +234,20 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_set_mixed_output_sink", ctypes.c_int, [_P, SINK_FN, ctypes.c_void_p]),
     # int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
     ("vc_read_mixed_pcm", ctypes.c_int, [_P, c_int16_p, ctypes.c_uint32]),
+    # int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
+    ("vc_read_mixed_pcm_f32", ctypes.c_int, [_P, c_float_p, ctypes.c_uint32]),
+    # int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
+    ("vc_set_output_format", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
+    # int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *user);
+    ("vc_set_remote_stream_sink", ctypes.c_int, [_P, STREAM_SINK_FN, ctypes.c_void_p]),
+    # int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
+    ("vc_start_recording", ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_uint32]),
+    # int vc_stop_recording(vc_client *c, uint32_t ssrc);
+    ("vc_stop_recording", ctypes.c_int, [_P, ctypes.c_uint32]),
+    # int vc_set_playback_device(vc_client *c, const char *name);
+    ("vc_set_playback_device", ctypes.c_int, [_P, ctypes.c_char_p]),
+    # int vc_set_capture_device(vc_client *c, uint32_t stream_id, const char *name);
+    ("vc_set_capture_device", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p]),
     # int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
     ("vc_poll_event", ctypes.c_int, [_P, ctypes.POINTER(vc_event), ctypes.c_int]),
     # int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional, Tuple
 
 from . import _lib
-from ._enums import ChannelMode, DeviceKind, ErrorCode, EventType, OpusApplication, StreamKind
+from ._enums import ChannelMode, DeviceKind, ErrorCode, EventType, OpusApplication, StreamKind, UserChange
 
 
 def _text(raw: bytes) -> str:
@@ -17,8 +17,10 @@ class Event:
     """One event of a client (``vc_event``). Which fields are set depends on ``type``
     (see :class:`EventType`); the others are zero.
 
-    ``kind`` is a :class:`StreamKind` for REMOTE_STREAM_ADDED / REMOVED, a
-    :class:`DeviceKind` for ERROR and DEVICE_RESTORED, a plain int otherwise.
+    ``kind`` is a :class:`StreamKind` for the stream and talk events (REMOTE_STREAM_ADDED
+    / REMOVED, TALK_START / STOP, STREAM_STATE_UPDATE), a :class:`DeviceKind` for ERROR
+    and DEVICE_RESTORED, a plain int otherwise. For USER_UPDATED, ``code`` holds the
+    :class:`UserChange` bits (see :attr:`changes`).
     """
 
     type: EventType
@@ -38,7 +40,7 @@ class Event:
     def _from_c(cls, e: Any) -> "Event":
         type_ = EventType(e.type)
         kind: int = e.kind
-        if type_ in (EventType.REMOTE_STREAM_ADDED, EventType.REMOTE_STREAM_REMOVED):
+        if type_ in _STREAM_EVENTS:
             kind = StreamKind(kind)
         elif type_ in (EventType.ERROR, EventType.DEVICE_RESTORED):
             kind = DeviceKind(kind)
@@ -46,17 +48,28 @@ class Event:
                    channel_id=e.channel_id, kind=kind, channels=e.channels, muted=bool(e.muted),
                    deafened=bool(e.deafened), hold=bool(e.hold), text=_text(e.text))
 
+    @property
+    def changes(self) -> UserChange:
+        """What a USER_UPDATED event reports as changed (empty for other events)."""
+        return UserChange(int(self.code)) if self.type == EventType.USER_UPDATED else UserChange(0)
+
     def __str__(self) -> str:
         parts = [self.type.name.lower()]
         for name in ("user_id", "ssrc", "stream_id", "channel_id", "channels"):
             value = getattr(self, name)
             if value:
                 parts.append(f"{name}={value}")
-        if self.code != ErrorCode.OK:
+        if self.type == EventType.USER_UPDATED:
+            parts.append(f"changes={self.changes!r}")
+        elif self.code != ErrorCode.OK:
             parts.append(f"code={self.code.name}")
         if self.text:
             parts.append(repr(self.text))
         return " ".join(parts)
+
+
+_STREAM_EVENTS = (EventType.REMOTE_STREAM_ADDED, EventType.REMOTE_STREAM_REMOVED, EventType.TALK_START,
+                  EventType.TALK_STOP, EventType.STREAM_STATE_UPDATE, EventType.GATE_OPENED, EventType.GATE_CLOSED)
 
 
 @dataclass(frozen=True)
@@ -145,12 +158,17 @@ class RemoteStreamInfo:
     talking: bool
     settings: RemoteStreamSettings
     username: str
+    level_rms_dbfs: float = -120.0
+    """The decoded audio's RMS over the last rendered block, in dBFS (-120: silent, or
+    nothing renders the mix)."""
+    level_peak_dbfs: float = -120.0
+    """That block's peak sample, in dBFS."""
 
     @classmethod
     def _from_c(cls, i: Any) -> "RemoteStreamInfo":
         return cls(ssrc=i.ssrc, user_id=i.user_id, stream_id=i.stream_id, kind=StreamKind(i.kind),
                    channels=i.channels, talking=bool(i.talking), settings=RemoteStreamSettings._from_c(i.settings),
-                   username=_text(i.username))
+                   username=_text(i.username), level_rms_dbfs=i.level_rms_dbfs, level_peak_dbfs=i.level_peak_dbfs)
 
 
 @dataclass(frozen=True)
@@ -212,7 +230,71 @@ class DeviceInfo:
     kind: DeviceKind
     name: str
     description: str
+    is_monitor: bool = False
+    """A capture device that records what the system plays (for SCREEN_AUDIO streams)."""
 
     @classmethod
     def _from_c(cls, kind: DeviceKind, d: Any) -> "DeviceInfo":
-        return cls(kind=kind, name=_text(d.name), description=_text(d.description))
+        return cls(kind=kind, name=_text(d.name), description=_text(d.description), is_monitor=bool(d.is_monitor))
+
+
+@dataclass(frozen=True)
+class UserStream:
+    """A stream a user publishes, in whichever channel (``vc_user_stream``)."""
+
+    user_id: int
+    stream_id: int
+    """The publisher's stream id."""
+    ssrc: int
+    """As in :class:`RemoteStreamInfo` where this client receives it."""
+    kind: StreamKind
+    muted: bool
+    """The publisher's own state of the stream (:meth:`Stream.set_state`)."""
+    hold: bool
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "UserStream":
+        return cls(user_id=s.user_id, stream_id=s.stream_id, ssrc=s.ssrc, kind=StreamKind(s.kind), muted=bool(s.muted),
+                   hold=bool(s.hold))
+
+
+@dataclass(frozen=True)
+class User:
+    """A user on the server (``vc_user_info``), with the streams it publishes."""
+
+    user_id: int
+    username: str
+    channel_id: Optional[int]
+    """The channel the user is in; None when in none."""
+    server_muted: bool
+    """The server drops this user's audio."""
+    server_deafened: bool
+    """The server sends this user no audio."""
+    streams: Tuple[UserStream, ...]
+    is_self: bool
+    """This client's own session."""
+
+    @classmethod
+    def _from_c(cls, u: Any, streams: Tuple[UserStream, ...]) -> "User":
+        return cls(user_id=u.user_id, username=_text(u.username), channel_id=u.channel_id or None,
+                   server_muted=bool(u.server_muted), server_deafened=bool(u.server_deafened), streams=streams,
+                   is_self=bool(u.is_self))
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A channel on the server (``vc_channel_info``), with the users in it."""
+
+    channel_id: int
+    name: str
+    audio: AudioConfig
+    """What streams published there are encoded with."""
+    members: Tuple[int, ...]
+    """User ids of the users in it, ascending."""
+    is_current: bool
+    """The channel this client is in."""
+
+    @classmethod
+    def _from_c(cls, c: Any, members: Tuple[int, ...]) -> "Channel":
+        return cls(channel_id=c.channel_id, name=_text(c.name), audio=AudioConfig._from_c(c.audio), members=members,
+                   is_current=bool(c.is_current))

@@ -1,0 +1,686 @@
+// What integrators get beyond the 48 kHz mix, through a live server on loopback:
+// each speaker's own PCM, any sample rate and float at the edges, levels and gate
+// events, recordings, and devices that run at other rates, fail, return or change.
+import Foundation
+@testable import VoiceCatClient
+import VoiceCatABI
+import VoiceCatAudio
+import VoiceCatDevices
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+/// Everything a per-speaker sink got: each stream's first channel, when each block
+/// came and where it starts, and the threads and formats it came with.
+final class SpeakerLog: @unchecked Sendable {
+    let lock = NSLock()
+    var pcm: [UInt32: [Int16]] = [:]
+    var meta: [UInt32: (user: UInt32, kind: StreamKind, channels: Int)] = [:]
+    var blocks: [(ssrc: UInt32, thread: UInt, t: UInt64, at: Int)] = []
+
+    func take(_ b: SpeakerBlock) {
+        let now = MonotonicClock.nanoseconds()
+        let thread = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+        lock.lock(); defer { lock.unlock() }
+        meta[b.ssrc] = (b.userID, b.kind, b.channels)
+        blocks.append((b.ssrc, thread, now, pcm[b.ssrc]?.count ?? 0))
+        for i in 0..<b.frames { pcm[b.ssrc, default: []].append(b.pcm[i * b.channels]) }
+    }
+
+    func stream(_ ssrc: UInt32) -> (pcm: [Int16], t0: UInt64) {
+        lock.lock(); defer { lock.unlock() }
+        return (pcm[ssrc] ?? [], blocks.first { $0.ssrc == ssrc }?.t ?? 0)
+    }
+
+    /// A stream's PCM from the first block handed over at or after `ns` on (by the
+    /// blocks' own times, so renders the machine skipped under load do not shift it).
+    func stream(_ ssrc: UInt32, from ns: UInt64) -> [Int16] {
+        lock.lock(); defer { lock.unlock() }
+        let all = pcm[ssrc] ?? []
+        guard let b = blocks.first(where: { $0.ssrc == ssrc && $0.t >= ns }) else { return [] }
+        return Array(all[b.at...])
+    }
+}
+
+/// A value written by one thread and read by another after a join or a semaphore.
+final class Shared<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var v: T
+    init(_ v: T) { self.v = v }
+    var value: T {
+        get { lock.lock(); defer { lock.unlock() }; return v }
+        set { lock.lock(); v = newValue; lock.unlock() }
+    }
+}
+
+extension VoiceClient {
+    /// The user id the server gave this session.
+    var sessionUserID: UInt32 { cond.withLock { hello?.userID ?? 0 } }
+}
+
+enum Measure {
+    /// The output from the moment `startNs` on, given that `output` began at `t0Ns`
+    /// (samples at `rate`).
+    static func from(_ output: [Int16], t0Ns: UInt64, startNs: UInt64, rate: Int = 48000) -> [Int16] {
+        let offset = Int((Int64(startNs) - Int64(t0Ns)) * Int64(rate) / 1_000_000_000)
+        return offset > 0 && offset < output.count ? Array(output[offset...]) : output
+    }
+
+    /// Median normalized cross-correlation of 100 ms windows of `input` (each aligned
+    /// on its own, so a buffer that stretches by a frame does not count), and the
+    /// median lag in ms.
+    static func windows(input: [Int16], output: [Int16], from: Double, to: Double, rate: Int = 48000,
+                        maxLagMs: Int = 400, everyMs: Int = 100) -> (ncc: Double, lagMs: Double) {
+        let x = input.map(Float.init), y = output.map(Float.init)
+        var nccs: [Double] = [], lags: [Int] = []
+        let w = rate / 10
+        var start = Int(from * Double(rate))
+        x.withUnsafeBufferPointer { xp in
+            y.withUnsafeBufferPointer { yp in
+                while start + w <= min(Int(to * Double(rate)), input.count) {
+                    let r = align(xp, yp, window: start..<(start + w), maxLag: rate * maxLagMs / 1000)
+                    nccs.append(r.ncc)
+                    lags.append(r.lag)
+                    start += rate * everyMs / 1000
+                }
+            }
+        }
+        guard !nccs.isEmpty else { return (0, 0) }
+        return (nccs.sorted()[nccs.count / 2], Double(lags.sorted()[lags.count / 2]) * 1000 / Double(rate))
+    }
+
+    /// The lag (output behind input, 0...maxLag samples) where a window of the input
+    /// best matches the output, and the normalized cross-correlation there: every 4th
+    /// lag on every 8th sample first, then every lag near the best on every sample.
+    static func align(_ x: UnsafeBufferPointer<Float>, _ y: UnsafeBufferPointer<Float>, window: Range<Int>,
+                      maxLag: Int) -> (lag: Int, ncc: Double) {
+        func ncc(_ lag: Int, _ step: Int) -> Double {
+            var sxy: Float = 0, sxx: Float = 0, syy: Float = 0
+            var i = window.lowerBound
+            let end = min(window.upperBound, x.count, y.count - lag)
+            while i < end {
+                let a = x[i], b = y[i + lag]
+                sxy += a * b; sxx += a * a; syy += b * b
+                i += step
+            }
+            return sxx > 0 && syy > 0 ? Double(sxy) / Double(sxx * syy).squareRoot() : 0
+        }
+        var coarse = (lag: 0, ncc: -2.0)
+        for lag in stride(from: 0, through: maxLag, by: 4) {
+            let v = ncc(lag, 8)
+            if v > coarse.ncc { coarse = (lag, v) }
+        }
+        var best = (lag: 0, ncc: -2.0)
+        for lag in max(0, coarse.lag - 4)...(coarse.lag + 4) {
+            let v = ncc(lag, 1)
+            if v > best.ncc { best = (lag, v) }
+        }
+        return best
+    }
+
+    /// The largest normalized cross-correlation of output against input at lags
+    /// lag±slack (samples; every other lag, every third sample: a coarse look for a
+    /// signal that should not be there at all).
+    static func nccNear(input: [Int16], output: [Int16], window: Range<Int>, lag: Int, slack: Int) -> Double {
+        var best = 0.0
+        input.withUnsafeBufferPointer { x in
+            output.withUnsafeBufferPointer { y in
+                for l in stride(from: max(0, lag - slack), through: max(0, lag + slack), by: 2) {
+                    var sxy: Float = 0, sxx: Float = 0, syy: Float = 0
+                    var i = window.lowerBound
+                    let end = min(window.upperBound, x.count, y.count - l)
+                    while i < end {
+                        let a = Float(x[i]), b = Float(y[i + l])
+                        sxy += a * b; sxx += a * a; syy += b * b
+                        i += 3
+                    }
+                    if sxx > 0 && syy > 0 { best = max(best, Double(abs(sxy)) / Double(sxx * syy).squareRoot()) }
+                }
+            }
+        }
+        return best
+    }
+
+    static func resample(_ x: [Int16], from: Int, to: Int) throws -> [Int16] {
+        let c = try FormatConverter(inRate: from, outRate: to, inChannels: 1, outChannels: 1, maxInFrames: 960)
+        var out: [Int16] = []
+        x.withUnsafeBufferPointer { p in c.convertAll(p.baseAddress!, frames: x.count) { q, n in out.append(contentsOf: UnsafeBufferPointer(start: q, count: n)) } }
+        return out
+    }
+
+    /// A WAV file's format and samples (16-bit PCM, as the recorder writes it).
+    static func readWAV(_ path: String) throws -> (rate: Int, channels: Int, pcm: [Int16]) {
+        let d = try Data(contentsOf: URL(fileURLWithPath: path))
+        func u32(_ o: Int) -> Int { Int(d[o]) | Int(d[o + 1]) << 8 | Int(d[o + 2]) << 16 | Int(d[o + 3]) << 24 }
+        func u16(_ o: Int) -> Int { Int(d[o]) | Int(d[o + 1]) << 8 }
+        guard d.count >= 44, String(data: d[0..<4], encoding: .ascii) == "RIFF", String(data: d[36..<40], encoding: .ascii) == "data" else {
+            throw ClientError.invalidArgument("\(path) is not a WAV file this test reads")
+        }
+        XCTAssertEqual(u32(4), d.count - 8, "RIFF size")
+        XCTAssertEqual(u32(40), d.count - 44, "data size")
+        let pcm = d[44...].withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+        return (u32(24), u16(22), pcm)
+    }
+}
+
+final class AudioEdgeTests: XCTestCase {
+    var server: TestServer!
+    var clients: [VoiceClient] = []
+    var dir = ""
+
+    override func setUpWithError() throws {
+        server = try TestServer()
+        dir = TestEnvironment.makeDirectory()
+    }
+
+    override func tearDown() {
+        for c in clients { c.shutdown() }
+        clients = []
+        server.stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func client(_ name: String, channel: String = "Lobby", port: UInt16? = nil, backend: AudioBackend? = nil,
+                playback: String? = nil) throws -> VoiceClient {
+        var cfg = ClientConfig.testing(knownServers: nil)
+        if let backend { cfg.backend = backend }
+        if let playback { cfg.externalPlayback = false; cfg.playbackDevice = playback }
+        let c = try VoiceClient(config: cfg)
+        clients.append(c)
+        try c.connect(host: "127.0.0.1", port: port ?? server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.joinChannel(channel)
+        return c
+    }
+
+    /// Feeds `pcm` (mono) in 20 ms blocks at real-time pace, as int16 or as float.
+    func feedRealtime(_ c: VoiceClient, _ stream: UInt32, _ pcm: [Int16], rate: Int = 48000, float: Bool = false) {
+        let block = rate / 50
+        let start = MonotonicClock.nanoseconds()
+        var i = 0
+        var f = [Float](repeating: 0, count: block)
+        while i < pcm.count {
+            let n = min(block, pcm.count - i)
+            if float {
+                for k in 0..<n { f[k] = Float(pcm[i + k]) / 32768 }
+                f.withUnsafeBufferPointer { try? c.feedFloat(streamID: stream, pcm: $0.baseAddress!, frames: n, channels: 1) }
+            } else {
+                pcm.withUnsafeBufferPointer { try? c.feed(streamID: stream, pcm: $0.baseAddress! + i, frames: n, channels: 1) }
+            }
+            i += n
+            let due = start + UInt64(i) * 1_000_000_000 / UInt64(rate)
+            let now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+    }
+
+    /// Alex and Kim with a fed MIC stream each (always transmitting), and Sam who
+    /// receives both.
+    func twoTalkersAndAListener() throws -> (VoiceClient, UInt32, UInt32, VoiceClient, UInt32, UInt32, VoiceClient) {
+        let alex = try client("alex"), kim = try client("kim"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        kim.setInputMode(.continuous)
+        let a = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let k = try kim.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: a)), kSSRC = try XCTUnwrap(kim.ssrc(ofStream: k))
+        try sam.waitForRemote(ssrc: aSSRC)
+        try sam.waitForRemote(ssrc: kSSRC)
+        return (alex, a, aSSRC, kim, k, kSSRC, sam)
+    }
+
+    // MARK: per-speaker PCM
+
+    func testPerSpeakerSinkGetsEachTalkerAloneBeforeGainAndMuteWithAndWithoutAMixConsumer() throws {
+        let (alex, a, aSSRC, kim, k, kSSRC, sam) = try twoTalkersAndAListener()
+        // What the listener does to the mix must not reach the per-speaker PCM.
+        try sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 0.25))
+        try sam.setRemote(ssrc: kSSRC, RemoteSettings(muted: true))
+        let log = SpeakerLog()
+        try sam.setSpeakerSink { log.take($0) }
+        XCTAssertEqual(sam.output.mode, .background, "no consumer of the mix: the client renders for the per-speaker sink")
+        let alexVoice = Signal.glidingVoice(seconds: 3, seed: 4)
+        let kimVoice = Signal.voiceLike(seconds: 2, amplitude: 0.3, f0: 330)
+        usleep(100_000)
+        let alexStart = MonotonicClock.nanoseconds()
+        let kimStarted = DispatchSemaphore(value: 0)
+        let kimStartBox = Shared<UInt64>(0)
+        let kimThread = Thread {
+            usleep(1_000_000)
+            kimStartBox.value = MonotonicClock.nanoseconds()
+            kimStarted.signal()
+            self.feedRealtime(kim, k, kimVoice)
+        }
+        kimThread.start()
+        // After 1.5 s the host starts pulling the mix at real time: the
+        // per-speaker blocks then come from its pulls.
+        let pulling = ManagedAtomicInt()
+        let pullThreadBox = Shared<UInt>(0), firstPullBox = Shared<UInt64>(0)
+        let puller = Thread {
+            usleep(1_500_000)
+            pullThreadBox.value = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+            firstPullBox.value = MonotonicClock.nanoseconds()
+            var buf = [Int16](repeating: 0, count: 1920)
+            let t0 = MonotonicClock.nanoseconds()
+            for n in 1...100 {
+                buf.withUnsafeMutableBufferPointer { _ = try? sam.readMixed(into: $0.baseAddress!, frames: 960) }
+                let due = t0 + UInt64(n) * 20_000_000, now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+            _ = pulling.increment()
+        }
+        puller.start()
+        feedRealtime(alex, a, alexVoice)
+        kimStarted.wait()
+        while pulling.increment() < 2 { pulling.decrement(); usleep(20_000) }
+        try sam.setSpeakerSink(nil)
+        let kimStart = kimStartBox.value, pullThread = pullThreadBox.value, firstPullNs = firstPullBox.value
+
+        let aShift = log.stream(aSSRC, from: alexStart), kShift = log.stream(kSSRC, from: kimStart)
+        let own = Measure.windows(input: alexVoice, output: aShift, from: 0.3, to: 2.9, maxLagMs: 250)
+        let kimOwn = Measure.windows(input: kimVoice, output: kShift, from: 0.3, to: 1.9, maxLagMs: 250)
+        // Kim's PCM while only Alex talked (Kim's stream is live but silent).
+        let kBeforeStart = log.stream(kSSRC, from: alexStart)
+        let kimQuiet = Signal.rms(kBeforeStart.prefix(48000)[...])
+        let alexLoud = Signal.rms(aShift[24000..<72000])
+        // Kim's voice in Alex's PCM, where it would be (at the path's delay, ±20 ms),
+        // and the other way round, both on Alex's timeline.
+        let kimOffset = Int((Int64(kimStart) - Int64(alexStart)) * 48 / 1_000_000)
+        let kimOnAlexTime = [Int16](repeating: 0, count: max(0, kimOffset)) + kimVoice
+        var cross: [Double] = [], crossBack: [Double] = []
+        for w in stride(from: kimOffset + 14400, to: min(kimOffset + 86_400, 134_400), by: 4800) {
+            cross.append(Measure.nccNear(input: kimOnAlexTime, output: aShift, window: w..<(w + 4800), lag: Int(own.lagMs * 48), slack: 480))
+            crossBack.append(Measure.nccNear(input: alexVoice, output: kBeforeStart, window: w..<(w + 4800), lag: Int(kimOwn.lagMs * 48),
+                                             slack: 480))
+        }
+        let crossMedian = cross.sorted()[cross.count / 2], crossBackMedian = crossBack.sorted()[crossBack.count / 2]
+        let kimLevel = Signal.rms(kShift[14400..<86400]) / Signal.rms(kimVoice[14400..<86400])
+        let aMeta = try XCTUnwrap(log.meta[aSSRC]), kMeta = try XCTUnwrap(log.meta[kSSRC])
+        let blocks = log.lock.withLock { log.blocks }
+        let afterPulls = blocks.filter { $0.t > firstPullNs + 100_000_000 }
+        let fromDriver = afterPulls.filter { $0.thread != pullThread }.count
+        print("per-speaker: alex NCC \(String(format: "%.3f", own.ncc)) at \(own.lagMs) ms, kim NCC \(String(format: "%.3f", kimOwn.ncc)) "
+              + "at \(kimOwn.lagMs) ms; kim in alex's PCM \(String(format: "%.3f", crossMedian)), alex in kim's \(String(format: "%.3f", crossBackMedian)); "
+              + "kim's PCM while silent RMS \(String(format: "%.1f", kimQuiet)) vs alex \(String(format: "%.0f", alexLoud)); "
+              + "kim muted, level ratio \(String(format: "%.2f", kimLevel)); blocks after pulls began: \(afterPulls.count), "
+              + "\(fromDriver) not on the pulling thread")
+        XCTAssertGreaterThanOrEqual(own.ncc, 0.9, "alex's PCM is alex's voice")
+        XCTAssertGreaterThanOrEqual(kimOwn.ncc, 0.9, "kim's PCM is kim's voice")
+        XCTAssertLessThan(own.lagMs, 300)
+        XCTAssertLessThan(crossMedian, 0.3, "none of kim in alex's PCM")
+        XCTAssertLessThan(crossBackMedian, 0.3, "none of alex in kim's PCM")
+        XCTAssertLessThan(kimQuiet, 50, "kim's PCM stays silent while only alex talks")
+        XCTAssertGreaterThan(alexLoud, 1000)
+        XCTAssertEqual(kimLevel, 1, accuracy: 0.25, "muted in the mix, yet full level in kim's own PCM")
+        XCTAssertEqual(Signal.rms(aShift[24000..<72000]) / Signal.rms(alexVoice[24000..<72000]), 1, accuracy: 0.25, "gain 0.25 does not apply")
+        XCTAssertEqual(aMeta.user, alex.sessionUserID)
+        XCTAssertEqual(kMeta.user, kim.sessionUserID)
+        XCTAssertEqual(aMeta.kind, .mic)
+        XCTAssertEqual(aMeta.channels, 2, "48 kHz stereo by default")
+        XCTAssertGreaterThan(afterPulls.count, 60)
+        XCTAssertLessThanOrEqual(fromDriver, 4, "while the host pulls, its pulls render the per-speaker blocks")
+        XCTAssertEqual(sam.output.mode, .pull, "without a per-speaker sink, nothing renders by itself")
+    }
+
+    func testAHostPullingAHundredMillisecondsAtATimeKeepsTheClockAtRealTime() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let log = SpeakerLog()
+        try sam.setSpeakerSink { log.take($0) }   // background mode: a thread renders until the host pulls
+        usleep(200_000)
+        let me = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+        var buf = [Int16](repeating: 0, count: 4800 * 2)
+        let before = log.stream(ssrc).pcm.count
+        let t0 = MonotonicClock.nanoseconds()
+        var cadenceKnown: UInt64 = 0   // from the second pull on, the host's cadence is known
+        for n in 1...12 {
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 4800) }
+            if n == 2 { cadenceKnown = MonotonicClock.nanoseconds() }
+            let due = t0 + UInt64(n) * 100_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        try sam.setSpeakerSink(nil)
+        let after = log.stream(ssrc).pcm.count
+        let others = log.lock.withLock { log.blocks.filter { $0.t > cadenceKnown && $0.thread != me }.count }
+        print("pulling 100 ms at a time: \(after - before) frames of the stream for \(12 * 4800) pulled; "
+              + "\(others) blocks rendered by another thread once the cadence was known")
+        XCTAssertEqual(Double(after - before), Double(12 * 4800), accuracy: 2 * 4800, "one clock: the pulls'")
+        XCTAssertEqual(others, 0, "the background thread stays away while the host pulls")
+    }
+
+    func testClearingThePerSpeakerSinkWaitsForARunningCall() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        try sam.waitForRemote(ssrc: try XCTUnwrap(alex.ssrc(ofStream: sid)))
+        let inside = ManagedAtomicInt(), finished = ManagedAtomicInt(), refused = ManagedAtomicInt()
+        try sam.setSpeakerSink { _ in
+            guard inside.increment() == 1 else { return }
+            if (try? sam.setSpeakerSink(nil)) == nil { _ = refused.increment() }   // it cannot wait for itself
+            usleep(300_000)
+            _ = finished.increment()
+        }
+        while inside.increment() < 3 { inside.decrement(); usleep(2000) }   // the first call is running
+        inside.decrement()
+        try sam.setSpeakerSink(nil)
+        XCTAssertEqual(finished.increment(), 2, "the per-speaker sink was cleared while its call still ran")
+        XCTAssertEqual(refused.increment(), 2, "setting the sink from inside it is refused")
+    }
+
+    // MARK: formats at the edge
+
+    func testA441FloatFeedComesOutOfA16kMonoPullCorrelatedWithTheSameResampling() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1, sampleRate: 44100)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        try sam.setOutputFormat(sampleRate: 16000, channels: 1)
+        XCTAssertEqual(sam.outputFormat, OutputFormat(sampleRate: 16000, channels: 1))
+        // The talker's voice at 44.1 kHz, fed as float.
+        let voice48 = Signal.glidingVoice(seconds: 3, seed: 2)
+        let voice441 = try Measure.resample(voice48, from: 48000, to: 44100)
+        // The reference: the same 44.1 kHz signal through the same conversions (to 48 kHz, then 16 kHz).
+        let reference = try Measure.resample(try Measure.resample(voice441, from: 44100, to: 48000), from: 48000, to: 16000)
+        var out: [Float] = []
+        let done = DispatchSemaphore(value: 0)
+        let feedStartBox = Shared<UInt64>(0)
+        let t0 = MonotonicClock.nanoseconds()
+        Thread.detachNewThread {
+            usleep(200_000)
+            feedStartBox.value = MonotonicClock.nanoseconds()
+            self.feedRealtime(alex, sid, voice441, rate: 44100, float: true)
+            done.signal()
+        }
+        var buf = [Float](repeating: 0, count: 320)
+        for n in 1...190 {
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixedFloat(into: $0.baseAddress!, frames: 320) }
+            out += buf
+            let due = t0 + UInt64(n) * 20_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        done.wait()
+        let feedStart = feedStartBox.value
+        let pcm = out.map { int16Sample($0) }
+        let shifted = Measure.from(pcm, t0Ns: t0, startNs: feedStart, rate: 16000)
+        // Lags searched up to a second: a machine that stalls may grow the jitter buffer.
+        let m = Measure.windows(input: reference, output: shifted, from: 0.3, to: 2.8, rate: 16000, maxLagMs: 1000)
+        let stats = try sam.streamStats(ssrc: ssrc)
+        print("44.1 kHz float feed → 16 kHz mono pull: median NCC \(String(format: "%.3f", m.ncc)), latency \(m.lagMs) ms; "
+              + "\(out.count) frames pulled, \(stats.jitter.packetsReceived) packets, jitter target \(stats.targetDepthMs) ms")
+        XCTAssertEqual(out.count, 190 * 320)
+        XCTAssertGreaterThanOrEqual(m.ncc, 0.9, "the speech survives both conversions and the codec")
+        XCTAssertLessThan(m.lagMs, 400, "latency bounded: the jitter buffer's, plus a few ms for the resamplers")
+        XCTAssertGreaterThan(stats.jitter.packetsReceived, 120, "3 s of 20 ms frames (44.1 kHz in, 48 kHz on the wire)")
+        XCTAssertEqual(stats.jitter.packetsLost, 0)
+    }
+
+    func testTheOutputFormatChangesUnderARunningMixedSink() throws {
+        let sam = try client("sam")
+        let lock = NSLock()
+        var calls: [(frames: Int, channels: Int, thread: UInt)] = []
+        try sam.setMixedSink { _, frames, channels in
+            let thread = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+            lock.lock(); calls.append((frames, channels, thread)); lock.unlock()
+        }
+        usleep(300_000)
+        try sam.setOutputFormat(sampleRate: 16000, channels: 1)
+        usleep(300_000)
+        try sam.setOutputFormat(sampleRate: 44100, channels: 2)
+        usleep(300_000)
+        try sam.setMixedSink(nil)
+        let all = lock.withLock { calls }
+        // Which format each block came in: 48 kHz stereo (960 frames), 16 kHz mono,
+        // 44.1 kHz stereo; the first block of a format is shorter by the filter delay.
+        let phases = all.map { $0.channels == 1 ? 1 : ($0.frames == 960 ? 0 : 2) }
+        let counts = (0...2).map { p in phases.filter { $0 == p }.count }
+        print("mixed sink across format changes: \(counts[0]) blocks at 48 kHz stereo, \(counts[1]) at 16 kHz mono, "
+              + "\(counts[2]) at 44.1 kHz stereo, \(Set(all.map(\.thread)).count) thread(s)")
+        XCTAssertEqual(phases, phases.sorted(), "each block in the format of its time")
+        XCTAssertGreaterThan(counts[0], 3)
+        XCTAssertGreaterThan(counts[1], 3)
+        XCTAssertGreaterThan(counts[2], 3)
+        XCTAssertTrue(zip(all, phases).filter { $0.1 == 1 }.dropFirst().allSatisfy { $0.0.frames == 320 }, "20 ms at 16 kHz")
+        XCTAssertTrue(zip(all, phases).filter { $0.1 == 2 }.dropFirst().allSatisfy { $0.0.frames == 882 }, "20 ms at 44.1 kHz")
+        XCTAssertEqual(Set(all.map(\.thread)).count, 1, "the mixer thread keeps running through the changes")
+    }
+
+    func testADeviceThatOffersOnly44100WorksForCaptureAndPlayback() throws {
+        let backend = MemoryAudioBackend()
+        let mic = backend.addDevice("mem-mic-441", direction: .capture, channels: 1, sampleRate: 44100)
+        let speaker = backend.addDevice("mem-play-441", direction: .playback, channels: 2, sampleRate: 44100)
+        let voice441 = try Measure.resample(Signal.glidingVoice(seconds: 2.5, seed: 3), from: 48000, to: 44100)
+        mic.setInput([Int16](repeating: 0, count: 11025) + voice441 + [Int16](repeating: 0, count: 44100))
+        let sam = try client("sam", backend: backend, playback: "mem-play-441")
+        let alex = try client("alex", backend: backend)
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "mem-mic-441")
+        try sam.waitForRemote(ssrc: try XCTUnwrap(alex.ssrc(ofStream: sid)))
+        usleep(3_300_000)
+        try alex.stopStream(sid)
+        sam.shutdown()
+        let played = speaker.written
+        let left = stride(from: 0, to: played.count, by: 2).map { played[$0] }
+        // Where the voice starts on the 44.1 kHz speaker.
+        var onset = 0
+        while onset + 441 <= left.count && Signal.rms(left[onset..<(onset + 441)]) < 0.02 * 32768 { onset += 441 }
+        XCTAssertLessThan(onset + 441, left.count, "nothing audible was played")
+        let m = Measure.windows(input: voice441, output: Array(left[max(0, onset - 4410)...]), from: 0.2, to: 2.2, rate: 44100, maxLagMs: 200)
+        print("44.1 kHz-only devices: \(left.count) frames played at 44.1 kHz, onset at \(onset / 441 * 10) ms, median NCC "
+              + "\(String(format: "%.3f", m.ncc))")
+        XCTAssertGreaterThanOrEqual(m.ncc, 0.9)
+        XCTAssertGreaterThan(mic.openCount, 0)
+    }
+
+    // MARK: levels and the gate
+
+    func testInputLevelTracksAKnownToneWithinOneDBAndTheListenerSeesTheStreamsLevel() throws {
+        // No DTX on this channel: a quiet tone is coded as it is, not as comfort noise.
+        let alex = try client("alex", channel: "Music"), sam = try client("sam", channel: "Music")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        XCTAssertEqual(try alex.inputLevel(streamID: sid).rmsDBFS, BlockLevel.floorDBFS, "nothing fed yet")
+        XCTAssertEqual(sam.remoteStreams().first?.levelRMSDBFS, BlockLevel.floorDBFS, "nothing renders: no level")
+        let log = SpeakerLog()
+        try sam.setSpeakerSink { log.take($0) }   // something renders: the stream is decoded
+        for amplitude in [0.5, 0.1, 0.01] {
+            // Read both levels while the tone plays (the talker feeds it in real time).
+            let tone = Signal.tone(1000, seconds: 1.2, amplitude: amplitude)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread { self.feedRealtime(alex, sid, tone); done.signal() }
+            usleep(400_000)
+            let l = try alex.inputLevel(streamID: sid)
+            let rmsDB = Float(20 * log10(amplitude / sqrt(2))), peakDB = Float(20 * log10(amplitude))
+            // The listener plays it a jitter buffer later: two readings in a row (two
+            // different blocks) at the tone's level while it plays there.
+            var remote: [Float] = [], matched = 0
+            for _ in 0..<50 where matched < 2 {
+                let r = try XCTUnwrap(sam.remoteStreams().first { $0.ssrc == ssrc }).levelRMSDBFS
+                remote.append(r)
+                matched = abs(r - rmsDB) <= 2 ? matched + 1 : 0
+                usleep(25_000)
+            }
+            done.wait()
+            print("tone at \(amplitude): input level \(l.rmsDBFS) / \(l.peakDBFS) dBFS (expected \(rmsDB) / \(peakDB)); "
+                  + "at the listener \(remote.suffix(2))")
+            XCTAssertEqual(l.rmsDBFS, rmsDB, accuracy: 1)
+            XCTAssertEqual(l.peakDBFS, peakDB, accuracy: 1)
+            XCTAssertEqual(matched, 2, "the decoded stream's level (through Opus) reads the tone's within 2 dB: \(remote)")
+        }
+        usleep(400_000)
+        XCTAssertEqual(try alex.inputLevel(streamID: sid).rmsDBFS, BlockLevel.floorDBFS, "no frame for 250 ms: the floor")
+        XCTAssertThrowsError(try alex.inputLevel(streamID: sid + 1000))
+        try sam.setSpeakerSink(nil)
+    }
+
+    func testGateEventsMatchThePacketsOnTheWire() throws {
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: Impairment(), seed: 5)
+        defer { proxy.stop() }
+        let wire = NSLock()
+        var markers = 0, lasts = 0, packets = 0
+        var order: [String] = []
+        var watched: UInt32 = 0
+        proxy.observeUpstream { d in
+            guard let h = try? FrameHeader.parse(d), h.type == .voice else { return }
+            wire.lock(); defer { wire.unlock() }
+            guard h.ssrc == watched else { return }
+            packets += 1
+            if h.flags.contains(.marker) { markers += 1; order.append("open") }
+            if h.flags.contains(.lastFrame) { lasts += 1; order.append("close") }
+        }
+        let alex = try client("alex", channel: "Music", port: proxy.port)   // no DTX: every open frame is on the wire
+        let events = EventLog(alex)
+        alex.setInputMode(.vad)
+        try alex.setVAD(threshold: 0.025, hangMs: 300)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        wire.withLock { watched = alex.ssrc(ofStream: sid)! }
+        let speech = Signal.tone(300, seconds: 0.5, amplitude: 0.2), speech2 = Signal.tone(300, seconds: 0.4, amplitude: 0.2)
+        let quiet = Signal.tone(300, seconds: 0.6, amplitude: 0.005)
+        // One fed block, sent paced at real time without running dry: the VAD decides.
+        let input = quiet + speech + quiet + speech2 + quiet
+        try input.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: input.count, channels: 1) }
+        try alex.drain(streamID: sid, timeoutMs: 10_000)
+        usleep(300_000)
+        let gate = events.events.filter { $0.type == .gateOpened || $0.type == .gateClosed }
+        let (m, l, p, wireOrder) = wire.withLock { (markers, lasts, packets, order) }
+        print("gate events \(gate.map { $0.type == .gateOpened ? "open" : "close" }); on the wire \(p) packets, \(m) markers, \(l) last frames")
+        XCTAssertEqual(gate.filter { $0.type == .gateOpened }.count, m, "an opened gate for every talkspurt on the wire")
+        XCTAssertEqual(gate.filter { $0.type == .gateClosed }.count, l, "a closed gate for every last frame on the wire")
+        XCTAssertEqual(gate.map { $0.type == .gateOpened ? "open" : "close" }, wireOrder)
+        XCTAssertEqual(m, 2)
+        // Each talkspurt: its speech frames, 15 frames of hang (300 ms), one flagged last.
+        XCTAssertEqual(p, (25 + 15 + 1) + (20 + 15 + 1))
+        XCTAssertTrue(gate.allSatisfy { $0.streamID == sid && $0.ssrc == watched && $0.kind == StreamKind.mic.rawValue })
+    }
+
+    // MARK: recordings
+
+    func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
+        let (alex, a, aSSRC, kim, k, _, sam) = try twoTalkersAndAListener()
+        XCTAssertThrowsError(try sam.startRecording(path: dir + "/x.wav", ssrc: 424_242)) { e in
+            guard case .notFound? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        XCTAssertThrowsError(try sam.startRecording(path: dir + "/no/such/dir/x.wav", ssrc: 0))
+        try sam.startRecording(path: dir + "/alex.wav", ssrc: aSSRC)
+        try sam.startRecording(path: dir + "/mix.wav", ssrc: 0)
+        XCTAssertThrowsError(try sam.startRecording(path: dir + "/again.wav", ssrc: 0), "one recording per source")
+        XCTAssertThrowsError(try sam.setOutputFormat(sampleRate: 16000, channels: 1), "the files' format is fixed while they record")
+        XCTAssertEqual(sam.output.mode, .background, "a recording makes the client render by itself")
+        let alexVoice = Signal.glidingVoice(seconds: 2.5, seed: 4)
+        let kimVoice = Signal.voiceLike(seconds: 2.5, amplitude: 0.3, f0: 330)
+        let kimThread = Thread { self.feedRealtime(kim, k, kimVoice) }
+        kimThread.start()
+        feedRealtime(alex, a, alexVoice)
+        usleep(400_000)
+        try sam.stopRecording(ssrc: aSSRC)
+        try sam.stopRecording(ssrc: 0)
+        XCTAssertThrowsError(try sam.stopRecording(ssrc: 0))
+        XCTAssertEqual(sam.output.mode, .pull)
+        let rec = try Measure.readWAV(dir + "/alex.wav"), mix = try Measure.readWAV(dir + "/mix.wav")
+        XCTAssertEqual(rec.rate, 48000)
+        XCTAssertEqual(rec.channels, 2)
+        let left = stride(from: 0, to: rec.pcm.count, by: 2).map { rec.pcm[$0] }
+        var onset = 0
+        while onset + 480 <= left.count && Signal.rms(left[onset..<(onset + 480)]) < 0.02 * 32768 { onset += 480 }
+        let shifted = Array(left[max(0, onset - 4800)...])
+        let own = Measure.windows(input: alexVoice, output: shifted, from: 0.2, to: 2.3, maxLagMs: 200)
+        var cross: [Double] = []
+        for w in stride(from: 9600, to: 105_600, by: 4800) {
+            cross.append(Measure.nccNear(input: kimVoice, output: shifted, window: w..<(w + 4800), lag: Int(own.lagMs * 48), slack: 480))
+        }
+        let mixLeft = stride(from: 0, to: mix.pcm.count, by: 2).map { mix.pcm[$0] }
+        let mixOwn = Measure.windows(input: alexVoice, output: Array(mixLeft[max(0, onset - 4800)...]), from: 0.2, to: 2.3, maxLagMs: 200)
+        print("recording of alex: \(left.count) frames, median NCC \(String(format: "%.3f", own.ncc)), kim in it "
+              + "\(String(format: "%.3f", cross.sorted()[cross.count / 2])); the mix recording: \(mixLeft.count) frames, "
+              + "NCC with alex \(String(format: "%.3f", mixOwn.ncc))")
+        XCTAssertGreaterThanOrEqual(own.ncc, 0.9, "the speaker's recording holds what alex fed")
+        XCTAssertLessThan(cross.sorted()[cross.count / 2], 0.3, "and none of kim")
+        XCTAssertGreaterThan(mixOwn.ncc, 0.5, "the mix holds alex (with kim on top)")
+        XCTAssertGreaterThan(left.count, 2 * 48000)
+        XCTAssertEqual(Double(mixLeft.count), Double(left.count), accuracy: 48000 * 0.2, "both recorded the same stretch")
+    }
+
+    // MARK: devices mid-session
+
+    func testDevicesFailAndReturnWithEventsAndSwitchWithoutLeavingTheChannel() throws {
+        let backend = MemoryAudioBackend()
+        let micA = backend.addDevice("mem-mic-a", direction: .capture, channels: 1)
+        let micB = backend.addDevice("mem-mic-b", direction: .capture, channels: 1)
+        let playA = backend.addDevice("mem-play-a", direction: .playback, channels: 2)
+        let playB = backend.addDevice("mem-play-b", direction: .playback, channels: 2)
+        micA.setInput(Signal.tone(500, seconds: 1), loop: true)
+        micB.setInput(Signal.tone(1500, seconds: 1), loop: true)
+        let sam = try client("sam", backend: backend, playback: "mem-play-a")
+        let samEvents = EventLog(sam)
+        let alex = try client("alex", backend: backend)
+        let alexEvents = EventLog(alex)
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "mem-mic-a")
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        func waitGrowth(_ d: MemoryAudioBackend.Device, _ label: String) {
+            let n0 = d.writtenCount
+            let deadline = MonotonicClock.milliseconds() + 3000
+            while d.writtenCount < n0 + 4800 * 2 && MonotonicClock.milliseconds() < deadline { usleep(10_000) }
+            XCTAssertGreaterThanOrEqual(d.writtenCount, n0 + 4800 * 2, label)
+        }
+        /// Which of the two tones the last 200 ms played on `d` carry.
+        func tonePlayed(_ d: MemoryAudioBackend.Device) -> Double {
+            let w = d.written.suffix(19200)
+            let left = stride(from: w.startIndex, to: w.endIndex, by: 2).map { w[$0] }
+            let p500 = Signal.tonePower(left[...], 500), p1500 = Signal.tonePower(left[...], 1500)
+            return p500 > 10 * p1500 ? 500 : (p1500 > 10 * p500 ? 1500 : 0)
+        }
+        waitGrowth(playA, "sam plays on A")
+        usleep(300_000)
+        XCTAssertEqual(tonePlayed(playA), 500)
+
+        // The playback device fails and stays away, then comes back.
+        playA.setRefuseOpen(true)
+        playA.failNextIO()
+        let failed = samEvents.wait { $0.type == .error && $0.code == VC_ERR_DEVICE && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) }
+        XCTAssertNotNil(failed, "no error event for the failed playback device")
+        usleep(300_000)
+        playA.setRefuseOpen(false)
+        let back = samEvents.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) }
+        XCTAssertEqual(back?.event.text, "mem-play-a")
+        waitGrowth(playA, "playback resumes on A")
+
+        // The capture device fails and comes back: the same stream, the same ssrc.
+        micA.setRefuseOpen(true)
+        micA.failNextIO()
+        XCTAssertNotNil(alexEvents.wait { $0.type == .error && $0.kind == UInt32(VC_DEVICE_CAPTURE.rawValue) && $0.streamID == sid })
+        usleep(300_000)
+        micA.setRefuseOpen(false)
+        XCTAssertNotNil(alexEvents.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_CAPTURE.rawValue) && $0.streamID == sid })
+        let received = try sam.streamStats(ssrc: ssrc).jitter.packetsReceived
+        usleep(400_000)
+        XCTAssertGreaterThan(try sam.streamStats(ssrc: ssrc).jitter.packetsReceived, received + 10, "capture resumed")
+
+        // Switch both devices mid-session.
+        try alex.setCaptureDevice(streamID: sid, device: "mem-mic-b")
+        try sam.setPlaybackDevice("mem-play-b")
+        XCTAssertEqual(try alex.captureDevice(streamID: sid), "mem-mic-b")
+        XCTAssertEqual(sam.playbackDevice, "mem-play-b")
+        waitGrowth(playB, "sam plays on B")
+        usleep(500_000)
+        let aAfter = playA.writtenCount
+        usleep(200_000)
+        XCTAssertEqual(playA.writtenCount, aAfter, "nothing more on A")
+        XCTAssertEqual(tonePlayed(playB), 1500, "B plays what alex's new microphone hears")
+        XCTAssertEqual(alex.ssrc(ofStream: sid), ssrc, "the stream keeps its ssrc")
+        XCTAssertEqual(sam.remoteStreams().map(\.ssrc), [ssrc])
+        // A device that cannot be opened: refused, the previous one stays.
+        XCTAssertThrowsError(try sam.setPlaybackDevice("mem-no-such")) { e in
+            guard case .device? = e as? ClientError else { return XCTFail("\(e)") }
+        }
+        XCTAssertThrowsError(try alex.setCaptureDevice(streamID: sid, device: "mem-no-such"))
+        XCTAssertEqual(sam.playbackDevice, "mem-play-b")
+        XCTAssertEqual(try alex.captureDevice(streamID: sid), "mem-mic-b")
+        waitGrowth(playB, "B still plays")
+        XCTAssertTrue(alex.isConnected && sam.isConnected)
+        XCTAssertEqual(alexEvents.count(.disconnected) + samEvents.count(.disconnected), 0)
+    }
+}

@@ -1,0 +1,425 @@
+// The control plane through the public C API against a live server: user and channel
+// lists that follow the server through joins, leaves, streams and mutes; admin mute and
+// kick; published stream state; jitter bounds; and the contracts around them (what
+// vc_last_error says after each of several failures, names in events).
+import Foundation
+import VoiceCatABI
+import VoiceCatImpl
+import VoiceCatProtocol
+import VoiceCatServerCore
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+/// One client through the C API.
+final class CHost {
+    let h: OpaquePointer
+    let name: String
+
+    init(name: String, autoReconnect: Bool = false) throws {
+        var cfg = vc_client_config_default()
+        cfg.external_playback = 1
+        cfg.keepalive_ms = 1000
+        cfg.auto_reconnect = autoReconnect ? 1 : 0
+        var handle: OpaquePointer? = nil
+        let rc = "".withCString { empty -> Int32 in
+            cfg.known_servers_path = empty
+            return vc_client_create(&cfg, &handle)
+        }
+        guard rc == VC_OK, let handle else { throw TestFailure("vc_client_create: \(rc)") }
+        h = handle
+        self.name = name
+    }
+
+    convenience init(port: UInt16, name: String, channel: String? = nil, autoReconnect: Bool = false) throws {
+        try self.init(name: name, autoReconnect: autoReconnect)
+        let rc = connect(host: "127.0.0.1", port: port)
+        guard rc == VC_OK else { throw TestFailure("vc_connect \(name): \(rc) \(lastError)") }
+        if let channel { try check(vc_join_channel(h, channel), "join \(channel)") }
+    }
+
+    deinit { vc_client_destroy(h) }
+
+    func connect(host: String, port: UInt16) -> Int32 {
+        host.withCString { hp in
+            name.withCString { up in
+                var p = vc_connect_params_default()
+                p.host = hp; p.port = port; p.username = up; p.allow_unverified = 1; p.timeout_ms = 5000
+                return vc_connect(h, &p)
+            }
+        }
+    }
+
+    func check(_ rc: Int32, _ what: String) throws {
+        guard rc == VC_OK else { throw TestFailure("\(name): \(what) failed with \(rc): \(lastError)") }
+    }
+
+    var lastError: String {
+        var buf = [CChar](repeating: 0, count: 1024)
+        _ = vc_last_error(h, &buf, buf.count)
+        return String(cString: buf)
+    }
+
+    var users: [vc_user_info] {
+        var n = 0
+        guard vc_list_users(h, nil, 0, &n) == VC_OK else { return [] }
+        var out = [vc_user_info](repeating: vc_user_info(), count: n + 4)
+        guard vc_list_users(h, &out, out.count, &n) == VC_OK else { return [] }
+        return Array(out.prefix(n))
+    }
+
+    var channels: [vc_channel_info] {
+        var n = 0
+        guard vc_list_channels(h, nil, 0, &n) == VC_OK else { return [] }
+        var out = [vc_channel_info](repeating: vc_channel_info(), count: n)
+        guard vc_list_channels(h, &out, out.count, &n) == VC_OK else { return [] }
+        return Array(out.prefix(n))
+    }
+
+    func streams(of user: UInt32) -> [vc_user_stream] {
+        var n = 0
+        guard vc_list_user_streams(h, user, nil, 0, &n) == VC_OK else { return [] }
+        var out = [vc_user_stream](repeating: vc_user_stream(), count: n)
+        guard vc_list_user_streams(h, user, &out, out.count, &n) == VC_OK else { return [] }
+        return Array(out.prefix(n))
+    }
+
+    /// The roster as (username → channel name or "", muted, deafened, stream count).
+    var view: [String: String] {
+        let names = Dictionary(uniqueKeysWithValues: channels.map { ($0.channel_id, CHost.text($0.name)) })
+        var v: [String: String] = [:]
+        for u in users {
+            v[CHost.text(u.username)] = "\(names[u.channel_id] ?? "-") muted=\(u.server_muted) deaf=\(u.server_deafened) streams=\(u.stream_count)"
+        }
+        return v
+    }
+
+    var me: UInt32 { users.first { $0.is_self == 1 }?.user_id ?? 0 }
+
+    static func text<T>(_ tuple: T) -> String {
+        withUnsafeBytes(of: tuple) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+    }
+
+    /// Events taken so far (vc_poll_event), and a wait for one that matches.
+    var seen: [vc_event] = []
+    @discardableResult
+    func wait(_ what: String, timeoutMs: Int = 5000, _ match: (vc_event) -> Bool) throws -> vc_event {
+        if let i = seen.firstIndex(where: match) { return seen.remove(at: i) }
+        let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)
+        var e = vc_event()
+        while MonotonicClock.milliseconds() < deadline {
+            guard vc_poll_event(h, &e, 50) == 1 else { continue }
+            if match(e) { return e }
+            seen.append(e)
+        }
+        throw TestFailure("\(name): no \(what) within \(timeoutMs) ms; saw \(seen.map { String(cString: vc_event_type_name($0.type)) })")
+    }
+
+    /// Polls `cond` (lists follow the server within ~0.1 s) for up to `timeoutMs`.
+    func eventually(_ timeoutMs: Int = 5000, _ cond: () -> Bool) -> Bool {
+        let deadline = MonotonicClock.milliseconds() + UInt64(timeoutMs)
+        while !cond() {
+            if MonotonicClock.milliseconds() >= deadline { return false }
+            usleep(5000)
+        }
+        return true
+    }
+
+    func startStream(kind: vc_stream_kind) throws -> UInt32 {
+        var d = vc_stream_desc_default()
+        d.kind = kind
+        var sid: UInt32 = 0
+        try check(vc_stream_start(h, &d, &sid), "stream start")
+        return sid
+    }
+}
+
+final class ControlPlaneTests: XCTestCase {
+    var server: TestServer!
+
+    override func setUpWithError() throws {
+        server = try TestServer { $0.adminPassword = "s3cret" }
+    }
+
+    override func tearDown() { server.stop() }
+
+    func testUserAndChannelListsFollowTheServerThroughJoinsLeavesStreamsAndMutes() throws {
+        let ann = try CHost(port: server.port, name: "ann", channel: "Lobby")
+        let bo = try CHost(port: server.port, name: "bo", channel: "Lobby")
+        let cy = try CHost(port: server.port, name: "cy", channel: "Music")
+        let dee = try CHost(port: server.port, name: "dee")
+        let all = [ann, bo, cy, dee]
+        var expected = ["ann": "Lobby muted=0 deaf=0 streams=0", "bo": "Lobby muted=0 deaf=0 streams=0",
+                        "cy": "Music muted=0 deaf=0 streams=0", "dee": "- muted=0 deaf=0 streams=0"]
+        for h in all { XCTAssertTrue(h.eventually { h.view == expected }, "\(h.name): \(h.view)") }
+        for h in all {
+            XCTAssertEqual(h.users.filter { $0.is_self == 1 }.map { CHost.text($0.username) }, [h.name])
+            XCTAssertEqual(h.channels.map { CHost.text($0.name) }, ["Lobby", "Music"])
+        }
+        XCTAssertEqual(ann.channels.map(\.member_count), [2, 1])
+        XCTAssertEqual(ann.channels.map(\.is_current), [1, 0])
+        XCTAssertEqual(cy.channels.map(\.is_current), [0, 1])
+        XCTAssertEqual(dee.channels.map(\.is_current), [0, 0])
+        XCTAssertEqual(cy.channels[1].audio.mode, VC_MODE_STEREO, "the channel's AudioConfig")
+
+        // A join: the joiner's own list shows it when the call returns; the others hear of it.
+        try bo.check(vc_join_channel(bo.h, "Music"), "join")
+        XCTAssertEqual(bo.view["bo"], "Music muted=0 deaf=0 streams=0")
+        expected["bo"] = "Music muted=0 deaf=0 streams=0"
+        let boID = bo.me
+        for h in [ann, cy, dee] {
+            let music = h.channels[1].channel_id
+            let e = try h.wait("bo moved") { $0.type == VC_EVENT_USER_UPDATED && $0.user_id == boID && $0.channel_id == music }
+            XCTAssertEqual(e.code, Int32(VC_USER_CHANGED_CHANNEL))
+            XCTAssertEqual(CHost.text(e.text), "bo")
+        }
+        for h in all { XCTAssertTrue(h.eventually { h.view == expected }, "\(h.name): \(h.view)") }
+        XCTAssertEqual(ann.channels.map(\.member_count), [1, 2])
+
+        // Streams: kinds and ssrcs, for listeners in other channels too.
+        let mic = try bo.startStream(kind: VC_STREAM_MIC)
+        let screen = try bo.startStream(kind: VC_STREAM_SCREEN_AUDIO)
+        expected["bo"] = "Music muted=0 deaf=0 streams=2"
+        for h in all { XCTAssertTrue(h.eventually { h.view == expected }, "\(h.name): \(h.view)") }
+        XCTAssertEqual(dee.users.first { $0.user_id == boID }?.stream_kinds, 0b11)
+        let published = dee.streams(of: boID)
+        XCTAssertEqual(published.map(\.stream_id).sorted(), [mic, screen].sorted())
+        let received = try cy.wait("bo's mic") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED && $0.kind == VC_STREAM_MIC.rawValue }
+        XCTAssertEqual(CHost.text(received.text), "bo", "stream events carry the username")
+        XCTAssertTrue(published.contains { $0.ssrc == received.ssrc && $0.kind == VC_STREAM_MIC })
+        XCTAssertEqual(dee.streams(of: 0).count, 2)
+
+        // A leave: everyone hears of it.
+        let cyID = cy.me
+        XCTAssertEqual(vc_disconnect(cy.h), VC_OK)
+        expected["cy"] = nil
+        for h in [ann, bo, dee] {
+            let e = try h.wait("cy left") { $0.type == VC_EVENT_USER_DISCONNECTED && $0.user_id == cyID }
+            XCTAssertEqual(CHost.text(e.text), "cy")
+        }
+        for h in [ann, bo, dee] { XCTAssertTrue(h.eventually { h.view == expected }, "\(h.name): \(h.view)") }
+
+        // A server mute by the admin (ann): in everyone's list when the call returns for ann.
+        try ann.check(vc_admin_set_server_mute(ann.h, dee.me, 1, 1, "s3cret"), "server mute")
+        expected["dee"] = "- muted=1 deaf=1 streams=0"
+        XCTAssertEqual(ann.view, expected)
+        for h in [bo, dee] { XCTAssertTrue(h.eventually { h.view == expected }, "\(h.name): \(h.view)") }
+        let e = try bo.wait("dee muted") { $0.type == VC_EVENT_USER_UPDATED && $0.code == Int32(VC_USER_CHANGED_SERVER_MUTE) }
+        XCTAssertEqual([e.muted, e.deafened], [1, 1])
+        var none = 0
+        XCTAssertEqual(vc_list_user_streams(ann.h, 999_999, nil, 0, &none), VC_ERR_NOT_FOUND)
+    }
+
+    func testAdminMuteReachesEveryoneAndAWrongPasswordIsRefused() throws {
+        let admin = try CHost(port: server.port, name: "boss", channel: "Lobby")
+        let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
+        let near = try CHost(port: server.port, name: "near", channel: "Lobby")
+        let far = try CHost(port: server.port, name: "far", channel: "Music")
+        let target = talker.me
+        XCTAssertEqual(vc_admin_set_server_mute(admin.h, target, 1, 0, "guess"), VC_ERR_AUTH)
+        XCTAssertTrue(admin.lastError.contains("admin password"), admin.lastError)
+        XCTAssertEqual(admin.users.first { $0.user_id == target }?.server_muted, 0, "a refused request changes nothing")
+        try admin.check(vc_admin_set_server_mute(admin.h, target, 1, 0, "s3cret"), "server mute")
+        for h in [admin, talker, near, far] {
+            let e = try h.wait("the mute") {
+                $0.type == VC_EVENT_USER_UPDATED && $0.user_id == target && $0.code & Int32(VC_USER_CHANGED_SERVER_MUTE) != 0
+            }
+            XCTAssertEqual([e.muted, e.deafened, e.code], [1, 0, Int32(VC_USER_CHANGED_SERVER_MUTE)], h.name)
+            XCTAssertTrue(h.eventually { h.users.first { $0.user_id == target }?.server_muted == 1 }, h.name)
+        }
+        for h in [admin, talker, near] {   // the target's channel also gets the authoritative state
+            let e = try h.wait("SERVER_MUTE_STATE") { $0.type == VC_EVENT_SERVER_MUTE_STATE && $0.user_id == target }
+            XCTAssertEqual(e.muted, 1)
+        }
+        // The muted client sends nothing (the server would drop it anyway).
+        let sid = try talker.startStream(kind: VC_STREAM_SCREEN_AUDIO)
+        let tone = (0..<960).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        func feed() { for _ in 0..<10 { _ = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(talker.h, sid, $0.baseAddress, 960, 1) } } }
+        feed()
+        XCTAssertEqual(vc_stream_drain(talker.h, sid, 5000), VC_OK)
+        var stats = vc_connection_stats()
+        XCTAssertEqual(vc_get_connection_stats(talker.h, &stats), VC_OK)
+        XCTAssertEqual(stats.packets_out, 0)
+        XCTAssertEqual(server.counters.voiceRelayedIn, 0)
+        // Lifted: everyone hears of it, and the talker is relayed again.
+        try admin.check(vc_admin_set_server_mute(admin.h, target, 0, 0, "s3cret"), "unmute")
+        XCTAssertTrue(far.eventually { far.users.first { $0.user_id == target }?.server_muted == 0 })
+        _ = try talker.wait("unmuted") { $0.type == VC_EVENT_SERVER_MUTE_STATE && $0.user_id == target && $0.muted == 0 }
+        feed()
+        XCTAssertNotNil(server.poll(timeoutMs: 5000) { $0.voiceRelayedOut > 0 }, "relayed once unmuted")
+        XCTAssertEqual(vc_admin_set_server_mute(admin.h, 999_999, 1, 0, "s3cret"), VC_ERR_NOT_FOUND)
+    }
+
+    func testKickEndsTheSessionForGood() throws {
+        let admin = try CHost(port: server.port, name: "boss", channel: "Lobby")
+        let troll = try CHost(port: server.port, name: "troll", channel: "Lobby", autoReconnect: true)
+        let other = try CHost(port: server.port, name: "other", channel: "Music")
+        let id = troll.me
+        XCTAssertEqual(vc_admin_kick(admin.h, id, "bye", "wrong"), VC_ERR_AUTH)
+        XCTAssertEqual(vc_admin_kick(admin.h, admin.me, nil, "s3cret"), VC_ERR_REJECTED, "not oneself")
+        XCTAssertTrue(admin.lastError.contains("cannot kick itself"), admin.lastError)
+        try admin.check(vc_admin_kick(admin.h, id, "bye", "s3cret"), "kick")
+        XCTAssertFalse(admin.users.contains { $0.user_id == id }, "gone from the list when the call returns")
+        let end = try troll.wait("DISCONNECTED") { $0.type == VC_EVENT_DISCONNECTED }
+        XCTAssertEqual(end.code, VC_ERR_REJECTED)
+        XCTAssertEqual(CHost.text(end.text), "server: kicked by boss: bye")
+        XCTAssertFalse(troll.seen.contains { $0.type == VC_EVENT_RECONNECTING }, "a kicked client does not come back by itself")
+        let left = try other.wait("USER_DISCONNECTED") { $0.type == VC_EVENT_USER_DISCONNECTED }
+        XCTAssertEqual(left.user_id, id)
+        _ = try admin.wait("USER_LEFT") { $0.type == VC_EVENT_USER_LEFT && $0.user_id == id }
+        XCTAssertEqual(server.counters.kicks, 1)
+    }
+
+    func testStreamStateAndTalkEventsNameTheUserAndKind() throws {
+        let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
+        let listener = try CHost(port: server.port, name: "listener", channel: "Lobby")
+        let sid = try talker.startStream(kind: VC_STREAM_SCREEN_AUDIO)
+        let added = try listener.wait("REMOTE_STREAM_ADDED") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED }
+        try talker.check(vc_set_stream_state(talker.h, sid, 1, 0), "stream state")
+        let st = try listener.wait("STREAM_STATE_UPDATE") { $0.type == VC_EVENT_STREAM_STATE_UPDATE }
+        XCTAssertEqual(st.ssrc, added.ssrc)
+        XCTAssertEqual(st.stream_id, sid)
+        XCTAssertEqual(st.user_id, talker.me)
+        XCTAssertEqual(st.kind, VC_STREAM_SCREEN_AUDIO.rawValue)
+        XCTAssertEqual([st.muted, st.hold], [1, 0])
+        XCTAssertEqual(CHost.text(st.text), "talker")
+        XCTAssertTrue(listener.eventually { listener.streams(of: talker.me).first?.muted == 1 })
+        XCTAssertEqual(vc_set_stream_state(talker.h, sid, 2, 0), VC_ERR_INVALID_ARG)
+        XCTAssertEqual(vc_set_stream_state(talker.h, 77, 0, 0), VC_ERR_NOT_FOUND)
+
+        // Talk events: the username and the kind (frames arrive while nothing renders).
+        let tone = (0..<960).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        for _ in 0..<25 { _ = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(talker.h, sid, $0.baseAddress, 960, 1) } }
+        let start = try listener.wait("TALK_START") { $0.type == VC_EVENT_TALK_START }
+        XCTAssertEqual(CHost.text(start.text), "talker")
+        XCTAssertEqual(start.kind, VC_STREAM_SCREEN_AUDIO.rawValue)
+        let stop = try listener.wait("TALK_STOP") { $0.type == VC_EVENT_TALK_STOP }
+        XCTAssertEqual(stop.kind, VC_STREAM_SCREEN_AUDIO.rawValue)
+        try talker.check(vc_stream_stop(talker.h, sid), "stop")
+        let removed = try listener.wait("REMOTE_STREAM_REMOVED") { $0.type == VC_EVENT_REMOTE_STREAM_REMOVED }
+        XCTAssertEqual(CHost.text(removed.text), "talker")
+        XCTAssertEqual(removed.kind, VC_STREAM_SCREEN_AUDIO.rawValue)
+
+        XCTAssertEqual(String(cString: vc_event_type_name(VC_EVENT_TALK_START)), "VC_EVENT_TALK_START")
+        XCTAssertEqual(String(cString: vc_event_type_name(VC_EVENT_CHANNELS_CHANGED)), "VC_EVENT_CHANNELS_CHANGED")
+        XCTAssertEqual(String(cString: vc_event_type_name(vc_event_type(rawValue: 999))), "VC_EVENT_UNKNOWN")
+    }
+
+    func testJitterBoundsAreHonouredInTargetDepth() throws {
+        let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
+        let listener = try CHost(port: server.port, name: "listener", channel: "Lobby")
+        let first = try talker.startStream(kind: VC_STREAM_SCREEN_AUDIO)
+        let ssrc1 = try listener.wait("stream 1") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED }.ssrc
+        // The talker feeds a tone and the listener plays (pulls) the mix, at real time.
+        let stop = Shared(false)
+        let tone = (0..<960).map { Int16(6000 * sin(Double($0) * 2 * .pi * 300 / 48000)) }
+        let streamsToFeed = Shared([first])
+        let feeder = Thread {
+            var k: UInt64 = 0
+            let t0 = MonotonicClock.nanoseconds()
+            while !stop.value {
+                for id in streamsToFeed.value { _ = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(talker.h, id, $0.baseAddress, 960, 1) } }
+                k += 1
+                let due = t0 + k * 20_000_000, now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+        let puller = Thread {
+            var buf = [Int16](repeating: 0, count: 1920)
+            var k: UInt64 = 0
+            let t0 = MonotonicClock.nanoseconds()
+            while !stop.value {
+                _ = buf.withUnsafeMutableBufferPointer { vc_read_mixed_pcm(listener.h, $0.baseAddress, 960) }
+                k += 1
+                let due = t0 + k * 20_000_000, now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+        feeder.start(); puller.start()
+        defer { stop.value = true; while feeder.isExecuting || puller.isExecuting { usleep(1000) } }
+
+        func target(_ ssrc: UInt32) -> UInt32 {
+            var s = vc_stream_stats()
+            XCTAssertEqual(vc_get_stream_stats(listener.h, ssrc, &s), VC_OK)
+            return s.target_depth_ms
+        }
+        func packets(_ ssrc: UInt32) -> UInt64 {
+            var s = vc_stream_stats()
+            _ = vc_get_stream_stats(listener.h, ssrc, &s)
+            return s.packets_received
+        }
+        XCTAssertTrue(listener.eventually { packets(ssrc1) > 10 }, "audio flows")
+
+        // A floor: the target rises to it (20 ms frames: 200 ms is the frame and 9 more).
+        try listener.check(vc_set_jitter_bounds(listener.h, ssrc1, 200, 200), "bounds")
+        for _ in 0..<5 { XCTAssertEqual(target(ssrc1), 200); usleep(100_000) }
+        // A ceiling: one frame and no cushion.
+        try listener.check(vc_set_jitter_bounds(listener.h, ssrc1, 0, 20), "bounds")
+        for _ in 0..<5 { XCTAssertEqual(target(ssrc1), 20); usleep(100_000) }
+        let before = packets(ssrc1)
+        XCTAssertTrue(listener.eventually { packets(ssrc1) > before + 10 }, "audio still flows")
+        // ssrc 0: every stream now and later.
+        try listener.check(vc_set_jitter_bounds(listener.h, 0, 100, 120), "bounds for all")
+        XCTAssertTrue((100...120).contains(target(ssrc1)), "\(target(ssrc1))")
+        let second = try talker.startStream(kind: VC_STREAM_AUX_DEVICE)
+        streamsToFeed.value.append(second)
+        let ssrc2 = try listener.wait("stream 2") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED && $0.ssrc != ssrc1 }.ssrc
+        XCTAssertTrue(listener.eventually { packets(ssrc2) > 10 })
+        for _ in 0..<5 { XCTAssertTrue((100...120).contains(target(ssrc2)), "\(target(ssrc2))"); usleep(100_000) }
+        try listener.check(vc_set_jitter_bounds(listener.h, 0, 0, 0), "no bounds")
+
+        XCTAssertEqual(vc_set_jitter_bounds(listener.h, ssrc1, 300, 100), VC_ERR_INVALID_ARG)
+        XCTAssertEqual(listener.lastError, "vc_set_jitter_bounds: min_ms 300 is above max_ms 100")
+        XCTAssertEqual(vc_set_jitter_bounds(listener.h, ssrc1, 0, 20_000), VC_ERR_INVALID_ARG)
+        XCTAssertEqual(vc_set_jitter_bounds(listener.h, 12345, 0, 100), VC_ERR_NOT_FOUND)
+    }
+
+    /// Each failing call replaces vc_last_error with its own reason, argument checks of
+    /// the C layer included; a call that succeeds leaves it alone.
+    func testLastErrorDescribesTheLastFailureAndNothingOlder() throws {
+        let c = try CHost(name: "walker")
+        var steps: [(rc: Int32, want: Int32, words: String)] = []
+        func step(_ rc: Int32, _ want: Int32, _ words: String) {
+            let text = c.lastError
+            XCTAssertEqual(rc, want, "\(words): \(text)")
+            XCTAssertTrue(text.contains(words), "expected '\(words)' in '\(text)'")
+            for old in steps where !words.contains(old.words) && !old.words.contains(words) {
+                XCTAssertFalse(text.contains(old.words), "'\(text)' still describes an older failure ('\(old.words)')")
+            }
+            steps.append((rc, want, words))
+        }
+        var n = 0
+        step(vc_join_channel(c.h, "Lobby"), VC_ERR_STATE, "not connected")
+        step(vc_list_users(c.h, nil, 3, &n), VC_ERR_INVALID_ARG, "vc_list_users: out is NULL with cap 3")
+        step(vc_list_channels(c.h, nil, 0, nil), VC_ERR_INVALID_ARG, "vc_list_channels: count is NULL")
+        step(c.connect(host: "nope.invalid", port: 1), VC_ERR_NETWORK, "cannot resolve nope.invalid: ")
+        XCTAssertFalse(c.lastError.contains("errno"), c.lastError)
+        XCTAssertFalse(c.lastError.contains("Invalid argument"), c.lastError)
+        step(vc_set_jitter_bounds(c.h, 0, 50, 10), VC_ERR_INVALID_ARG, "min_ms 50 is above max_ms 10")
+        XCTAssertEqual(c.connect(host: "127.0.0.1", port: server.port), VC_OK)
+        XCTAssertTrue(c.lastError.contains("min_ms 50 is above max_ms 10"), "a success does not clear or replace it")
+        step(vc_join_channel(c.h, "Nope"), VC_ERR_NOT_FOUND, "server: no channel named Nope")
+        let pcm = [Int16](repeating: 0, count: 960)
+        step(vc_stream_feed_pcm(c.h, 1, pcm, 960, 3), VC_ERR_INVALID_ARG, "channels must be 1 or 2 (got 3)")
+        step(vc_get_stream_stats(c.h, 4242, nil), VC_ERR_INVALID_ARG, "vc_get_stream_stats: out is NULL")
+        var stats = vc_stream_stats()
+        step(vc_get_stream_stats(c.h, 4242, &stats), VC_ERR_NOT_FOUND, "no remote stream with ssrc 4242")
+        step(vc_admin_set_server_mute(c.h, 1, 1, 0, nil), VC_ERR_INVALID_ARG, "vc_admin_set_server_mute: admin_password is NULL")
+        step(vc_admin_set_server_mute(c.h, c.me, 1, 0, "wrong"), VC_ERR_AUTH, "server mute needs the admin password")
+        step(vc_set_stream_state(c.h, 9, 0, 0), VC_ERR_NOT_FOUND, "stream 9")
+        var fp = [CChar](repeating: 0, count: 10)
+        step(vc_get_server_fingerprint(c.h, &fp, fp.count), VC_ERR_BUFFER_TOO_SMALL, "the buffer needs 65 bytes, got 10")
+        XCTAssertEqual(steps.count, 13)
+    }
+}
+
+/// A flag shared with a test thread.
+final class Shared<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var v: T
+    init(_ v: T) { self.v = v }
+    var value: T {
+        get { lock.lock(); defer { lock.unlock() }; return v }
+        set { lock.lock(); v = newValue; lock.unlock() }
+    }
+}
