@@ -295,18 +295,12 @@ final class LocalStream {
             needMarker = true
             return
         }
-        // DTX: the encoder's empty frames (a TOC byte) are not sent; its sparse
-        // comfort-noise updates are, flagged DTX. The next real frame is a new
-        // talkspurt (marker).
-        if encoder.lastWasDTX && n <= 2 && !last {
+        // DTX: the encoder's empty frames are not sent; the next real frame is a new
+        // talkspurt (marker). FEC: flagged when the packet really carries it.
+        guard let flags = encoder.headerFlags(length: n, marker: needMarker, last: last) else {
             needMarker = true
             return
         }
-        var flags: FrameFlags = []
-        if needMarker && !encoder.lastWasDTX { flags.insert(.marker) }
-        if audio.fec { flags.insert(.fec) }
-        if encoder.lastWasDTX { flags.insert(.dtx) }
-        if last { flags.insert(.lastFrame) }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
         guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n])) else {
             // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
