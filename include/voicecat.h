@@ -117,9 +117,13 @@ typedef enum vc_event_type {
     VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
                                             reason, text = detail); reconnecting with backoff. The session's
                                             remote streams are removed; local streams keep their ids */
-    VC_EVENT_RECONNECTED = 17          /**< auto_reconnect: the session is back: channel re-joined, local
+    VC_EVENT_RECONNECTED = 17,         /**< auto_reconnect: the session is back: channel re-joined, local
                                             streams re-announced under the same stream ids (new ssrcs);
                                             user_id = the new session's user id, text = server name */
+    VC_EVENT_PROTECTION_CHANGED = 20   /**< local: a published stream's loss protection changed with its
+                                            listeners' loss (stream_id, ssrc); text = what it is now and
+                                            why, e.g. "FEC on, expected loss 3 % (listeners lose 2.4 %,
+                                            2.0 % isolated; 2 reports)". The values: vc_get_send_stats */
 } vc_event_type;
 
 /* ---- Structures ------------------------------------------------------------ */
@@ -159,6 +163,10 @@ typedef struct vc_client_config {
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */
+    uint32_t loss_report_ms;       /**< how often this client reports to the server what it loses of each
+                                        stream it receives (docs/protocol.md, loss feedback), so their
+                                        publishers can size their FEC; 0 = never (this listener's loss
+                                        then does not count). 100..60000; default 1000 */
 } vc_client_config;
 
 /** Where and how to connect. */
@@ -257,6 +265,33 @@ typedef struct vc_connection_stats {
     uint64_t keepalives_lost;      /**< of those, the ones whose echo did not come within 2 s: the media
                                         path's loss is keepalives_lost / keepalives_sent */
 } vc_connection_stats;
+
+/**
+ * Send statistics of one published stream, and its loss protection. A stream's
+ * in-band FEC and the expected packet loss its encoder is told (OPUS_SET_INBAND_FEC,
+ * OPUS_SET_PACKET_LOSS_PERC) start at the channel's `fec` / `expected_packet_loss`
+ * and then follow the loss its listeners report, which the server sums up for the
+ * publisher (the report at a high quantile of the listeners): FEC off on a clean
+ * path, on and sized to the measured loss when isolated losses are seen, never more
+ * than the channel's setting. More protection is taken at once, less only after
+ * three reports in a row ask for it (about 3 s).
+ */
+typedef struct vc_send_stats {
+    uint32_t ssrc;                 /**< the stream's current ssrc */
+    uint64_t packets_sent;         /**< frames sent (empty DTX frames are not sent) */
+    uint64_t bytes_sent;           /**< their datagram bytes (header and tag included) */
+    uint64_t fec_packets;          /**< of the frames sent, those that carried in-band FEC (header flag) */
+    int32_t fec;                   /**< 1 while the encoder's in-band FEC is on */
+    uint32_t packet_loss_perc;     /**< the expected loss the encoder is told, percent */
+    int32_t channel_fec;           /**< the channel's fec: the ceiling (FEC never on when 0) and start */
+    uint32_t channel_expected_loss;/**< the channel's expected_packet_loss: the ceiling and start, percent */
+    uint64_t feedback_received;    /**< loss feedback messages the server sent for this stream */
+    uint64_t protection_changes;   /**< times the protection changed (VC_EVENT_PROTECTION_CHANGED) */
+    uint32_t listeners;            /**< listener reports the last feedback acted on summed up (0: none yet) */
+    uint32_t reported_expected;    /**< the last feedback acted on: frames expected in its window, ... */
+    uint32_t reported_lost;        /**< ... lost before any recovery, ... */
+    uint32_t reported_isolated;    /**< ... and of those, lost alone (what in-band FEC rebuilds whole) */
+} vc_send_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
 typedef struct vc_device_info {
@@ -572,6 +607,13 @@ int vc_get_stream_stats(vc_client *c, uint32_t ssrc, vc_stream_stats *out);
 
 /** Connection statistics. Callback-safe: yes. */
 int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
+
+/**
+ * Send statistics and loss protection of the published stream `stream_id` (see
+ * vc_send_stats). Returns VC_ERR_NOT_FOUND for a stream id that is not published,
+ * VC_ERR_INVALID_ARG for a NULL `out` or handle. Callback-safe: yes.
+ */
+int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
 
 /* ---- Output ------------------------------------------------------------------ */
 

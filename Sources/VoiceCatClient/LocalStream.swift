@@ -67,6 +67,12 @@ final class LocalStream {
     var apm: SpeexApm?
     /// This stream's read position in the played mix (echo cancellation).
     var farCursor = FarEndRing.Cursor()
+    /// The encoder's loss protection, driven by the server's loss feedback (issue #16).
+    private(set) var fecPolicy: FECPolicy
+    /// Frames sent, those that carried FEC, and their datagram bytes.
+    private(set) var packetsSent: UInt64 = 0
+    private(set) var fecPacketsSent: UInt64 = 0
+    private(set) var bytesSent: UInt64 = 0
     private let farBlock = UnsafeMutablePointer<Int16>.allocate(capacity: 480)
 
     // The queue: whole frames in the channel's layout.
@@ -101,6 +107,7 @@ final class LocalStream {
         self.inputChannels = inputChannels
         self.audio = audio
         do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
+        fecPolicy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
         reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
         let frameLength = audio.frameSamples * audio.channels
         silence = .allocate(capacity: frameLength)
@@ -308,6 +315,8 @@ final class LocalStream {
             return
         }
         seq += 1
+        packetsSent += 1
+        if flags.contains(.fec) { fecPacketsSent += 1 }
         packetSpurtClosed = last
         // After a last frame or a comfort-noise update, the next real frame starts a talkspurt.
         needMarker = last || encoder.lastWasDTX
@@ -321,6 +330,21 @@ final class LocalStream {
         guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: sealBuffer[0..<n]), path.address)) != nil else { return false }
         slot.packetsOut += 1
         slot.bytesOut += UInt64(n)
+        bytesSent += UInt64(n)
         return true
+    }
+
+    // MARK: loss protection (slot lock held by the caller)
+
+    /// Takes the server's loss feedback for this stream: the protection now in force
+    /// when it changed, else nil. The encoder changes between two frames.
+    func applyLossFeedback(_ counts: LossCounts, listeners: UInt32) -> FECPolicy.Protection? {
+        guard fecPolicy.apply(counts, listeners: listeners) else { return nil }
+        let p = fecPolicy.current
+        do { try encoder.setProtection(fec: p.fec, lossPercent: p.lossPercent) } catch {
+            ClientLog.log(1, "stream \(streamID): \(error)")
+            return nil
+        }
+        return p
     }
 }

@@ -40,6 +40,8 @@ struct MediaPathState {
     var nextBindMs: UInt64 = 0
     /// A JoinChannelResult whose member list is still arriving in MemberList parts.
     var pendingJoin: JoinChannelResult?
+    /// When the next loss report is due (LossFeedback.swift).
+    var nextLossReportMs: UInt64 = 0
     /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
     var pendingSeq = [UInt64](repeating: .max, count: 16)
     var pendingSentMs = [UInt64](repeating: 0, count: 16)
@@ -246,6 +248,7 @@ extension VoiceClient {
         if media.voiceConnected { t = min(t, media.lastSignMs + media.lostAfter(configured) + 1) }
         if media.binder != nil { t = min(t, media.nextBindMs) }
         t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
+        t = min(t, nextLossReportMs(media))
         // While someone talks, look at the playout every 50 ms for the end of it.
         var anyTalking = false
         receive.forEachStream { _, s in if s.talking { anyTalking = true } }
@@ -353,7 +356,9 @@ extension VoiceClient {
             media.rebindRequestedMs = nil
             media.nextBindMs = now
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+        case .lossFeedback(let f):
+            applyLossFeedback(f)
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .receiverReport:
             break   // refused above (serverMessageProblem)
         }
     }
@@ -621,6 +626,7 @@ extension VoiceClient {
             return .lost(VC_ERR_TIMEOUT, "ping timeout: nothing came on the control connection for \(silentMs) ms")
         }
         updateTalkState(now: now)
+        reportLosses(conn, media: &media, now: now)
         return nil
     }
 

@@ -58,6 +58,14 @@ final class RemoteSlot {
     var replay = ReplayWindow()
     var lastPacketMs: UInt64 = 0
 
+    /// What arrived of this stream before recovery, for the loss reports (fed with
+    /// the frames the renderer takes in, read by the network thread; under `lock`).
+    let lossMeter = LossMeter()
+    /// Inbox overflows seen by the last report, and intervals left without one: frames
+    /// the inbox dropped (nothing rendered for a while) are not the network's loss.
+    var overflowsSeen: UInt64 = 0
+    var reportHold = 0
+
     init() throws {
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
@@ -82,9 +90,13 @@ final class RemoteSlot {
         inbox.reset()
         noiseReducer = nil
         jitter.reset(frameSamples: frameSamples)
-        // A missing frame can be rebuilt from its successor: in-band FEC on the
-        // channel (packets also say so in their FEC flag), or DRED.
-        jitter.recoveryAvailable = r.audio.fec || dredWanted
+        // A missing frame can be rebuilt from its successor: by DRED, or by in-band
+        // FEC where the successor's header says it carries it (senders switch FEC
+        // with the loss their listeners report, so the channel's setting says little).
+        jitter.recoveryAvailable = dredWanted
+        lossMeter.reset()
+        overflowsSeen = 0
+        reportHold = 0
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()
@@ -97,8 +109,22 @@ final class RemoteSlot {
     /// held by caller: the renderer, or a host thread reading statistics).
     func drainInbox() {
         inbox.drain { e, payload in
+            lossMeter.record(seq: e.seq)
             jitter.insert(seq: e.seq, timestamp: e.timestamp, flags: e.flags, payload: payload, arrivalMs: e.arrivalMs)
         }
+    }
+
+    /// Closes a report interval (network thread, lock held): what to report of this
+    /// stream over the window, or nil (nothing arrived, or the inbox dropped frames).
+    func closeLossInterval() -> LossCounts? {
+        let counts = lossMeter.closeInterval()
+        let overflows = inbox.overflows.load(ordering: .relaxed)
+        if overflows != overflowsSeen {
+            overflowsSeen = overflows
+            reportHold = lossMeter.windowBuckets
+        }
+        if reportHold > 0 { reportHold -= 1; return nil }
+        return counts.expected > 0 ? counts : nil
     }
 
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.

@@ -71,6 +71,8 @@ public struct ClientConfig {
     public var knownServersPath: String? = nil
     /// Reconnect by itself after the control connection is lost (re-join, re-announce).
     public var autoReconnect = false
+    /// Loss reports to the server every this many ms (0: never).
+    public var lossReportMs: UInt32 = UInt32(LossAggregation.reportIntervalMs)
     public init() {}
 }
 
@@ -94,6 +96,7 @@ extension vc_event_type {
     public static let error = VC_EVENT_ERROR
     public static let reconnecting = VC_EVENT_RECONNECTING
     public static let reconnected = VC_EVENT_RECONNECTED
+    public static let protectionChanged = VC_EVENT_PROTECTION_CHANGED
 }
 
 public struct ClientEvent: Equatable {

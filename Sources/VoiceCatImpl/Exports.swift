@@ -190,6 +190,7 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_remote_stream_info": return MemoryLayout<vc_remote_stream_info>.size
     case "vc_stream_stats": return MemoryLayout<vc_stream_stats>.size
     case "vc_connection_stats": return MemoryLayout<vc_connection_stats>.size
+    case "vc_send_stats": return MemoryLayout<vc_send_stats>.size
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
     case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
@@ -211,7 +212,7 @@ public func vc_client_config_default() -> vc_client_config {
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
                             playback_device: nil, talk_hangover_ms: d.talkHangoverMs, known_servers_path: nil,
-                            auto_reconnect: d.autoReconnect ? 1 : 0)
+                            auto_reconnect: d.autoReconnect ? 1 : 0, loss_report_ms: d.lossReportMs)
 }
 
 @_cdecl("vc_connect_params_default")
@@ -245,6 +246,11 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
             c.knownServersPath = path
         }
         c.autoReconnect = cfg.pointee.auto_reconnect != 0
+        c.lossReportMs = cfg.pointee.loss_report_ms
+        guard c.lossReportMs == 0 || (100...60_000).contains(c.lossReportMs) else {
+            ClientLog.log(0, "vc_client_create: loss_report_ms must be 0 or 100..60000, got \(c.lossReportMs)")
+            return VC_ERR_INVALID_ARG
+        }
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -460,6 +466,21 @@ public func vc_get_connection_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePoi
                                           bytes_out: s.bytesOut, packets_in: s.packetsIn, packets_out: s.packetsOut,
                                           auth_failures: s.authFailures, voice_connected: s.voiceConnected ? 1 : 0,
                                           keepalives_sent: s.keepalivesSent, keepalives_lost: s.keepalivesLost)
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_get_send_stats")
+public func vc_get_send_stats(_ p: OpaquePointer?, _ streamID: UInt32, _ out: UnsafeMutablePointer<vc_send_stats>?) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_get_send_stats: out is NULL") }
+        let s = try b.client.sendStats(streamID: streamID)
+        out.pointee = vc_send_stats(ssrc: s.ssrc, packets_sent: s.packetsSent, bytes_sent: s.bytesSent, fec_packets: s.fecPackets,
+                                    fec: s.protection.fec ? 1 : 0, packet_loss_perc: UInt32(s.protection.lossPercent),
+                                    channel_fec: s.ceiling.fec ? 1 : 0, channel_expected_loss: UInt32(s.ceiling.lossPercent),
+                                    feedback_received: s.feedbacks, protection_changes: s.changes, listeners: s.listeners,
+                                    reported_expected: s.reported.expected, reported_lost: s.reported.lost,
+                                    reported_isolated: s.reported.isolated)
         return VC_OK
     }
 }

@@ -83,7 +83,9 @@ extension ControlMessage {
         case .remoteStreamAdded(let m):
             if m.ssrc == 0 { return "ssrc 0" }
             return audio(m.audio, "ssrc \(m.ssrc) audio")
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute:
+        case .lossFeedback(let m):
+            return m.counts.problem.map { "stream \(m.streamID): \($0)" }
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .receiverReport:
             return "\(type) is a message only a client sends"
         case .error, .ping, .pong, .userLeft, .usersLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult:
             return nil

@@ -104,3 +104,87 @@ final class PacketFECTests: XCTestCase {
         XCTAssertEqual(unflaggedSame, unflagged, "a packet not flagged FEC has nothing to rebuild from: its FEC decode is PLC")
     }
 }
+
+final class LossMeterTests: XCTestCase {
+    func testIsolatedAndBurstLossesAreCountedOnceEachOverTheWindow() {
+        let m = LossMeter(windowBuckets: 3)
+        // 100 frames: 10 and 50 lost alone, 30-32 in a burst, 70 arrives 3 frames late (not lost).
+        var order = Array(0..<100).filter { ![10, 30, 31, 32, 50, 70].contains($0) }
+        order.insert(70, at: order.firstIndex(of: 73)! + 1)
+        for s in order { m.record(seq: UInt64(s)) }
+        let c = m.closeInterval()
+        // The newest 8 seqs wait for their successors' fate.
+        XCTAssertEqual(c, LossCounts(expected: 92, lost: 5, isolated: 2))
+        for s in 100..<200 { m.record(seq: UInt64(s)) }
+        XCTAssertEqual(m.closeInterval(), LossCounts(expected: 192, lost: 5, isolated: 2), "the window holds both intervals")
+        for s in 200..<300 where s != 250 { m.record(seq: UInt64(s)) }
+        XCTAssertEqual(m.closeInterval(), LossCounts(expected: 292, lost: 6, isolated: 3))
+        for s in 300..<400 { m.record(seq: UInt64(s)) }
+        XCTAssertEqual(m.closeInterval(), LossCounts(expected: 300, lost: 1, isolated: 1), "the first interval left the window")
+        XCTAssertEqual(m.closeInterval(), LossCounts(expected: 200, lost: 1, isolated: 1), "nothing new arrived")
+    }
+
+    func testALongGapIsCountedInBulkAndDuplicatesOrOldSeqsChangeNothing() {
+        let m = LossMeter(windowBuckets: 5)
+        for s in 0..<20 { m.record(seq: UInt64(s)) }
+        m.record(seq: 5)          // old: judged already
+        m.record(seq: 15)         // a duplicate within the reorder span
+        for s in 1020..<1040 { m.record(seq: UInt64(s)) }   // 1000 frames never came
+        let c = m.closeInterval()
+        XCTAssertEqual(c.lost, 1000)
+        XCTAssertEqual(c.isolated, 0)
+        XCTAssertEqual(c.expected, 1032)
+        XCTAssertNil(c.problem)
+        m.reset()
+        m.record(seq: 5_000_000)
+        m.record(seq: UInt64.max - 1)   // a hostile sender's jump: bounded
+        let d = m.closeInterval()
+        XCTAssertLessThanOrEqual(d.lost, 1024)
+        XCTAssertNil(d.problem)
+    }
+}
+
+final class FECPolicyTests: XCTestCase {
+    func report(_ expected: UInt32, lost: UInt32, isolated: UInt32) -> LossCounts {
+        LossCounts(expected: expected, lost: lost, isolated: isolated)
+    }
+
+    func testACleanPathTurnsFECOffAfterThreeReportsAndIsolatedLossTurnsItOnAtOnce() {
+        var p = FECPolicy(fec: true, expectedLoss: 10)
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 10), "starts at the channel's setting")
+        XCTAssertFalse(p.apply(report(250, lost: 0, isolated: 0)))
+        XCTAssertFalse(p.apply(report(250, lost: 0, isolated: 0)))
+        XCTAssertTrue(p.apply(report(250, lost: 0, isolated: 0)))
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 0))
+        XCTAssertFalse(p.apply(report(20, lost: 5, isolated: 5)), "too few frames to act on")
+        XCTAssertFalse(p.apply(report(250, lost: 1, isolated: 1)), "one loss is not a lossy path")
+        XCTAssertEqual(p.current.fec, false)
+        XCTAssertTrue(p.apply(report(250, lost: 5, isolated: 4)))
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 2), "on at once, sized to the measured loss")
+        XCTAssertTrue(p.apply(report(250, lost: 60, isolated: 40)))
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 10), "never above the channel's ceiling")
+        // Between the thresholds FEC stays as it is; below the lower one it goes after three reports.
+        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)))
+        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)))
+        XCTAssertTrue(p.apply(report(1000, lost: 10, isolated: 3)))
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 1))
+        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 1)))
+        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 0)))
+        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)), "a report in between breaks the streak")
+        XCTAssertEqual(p.current.fec, true)
+        XCTAssertEqual(p.changes, 4)
+    }
+
+    func testBurstsWithoutIsolatedLossesGetNoFECButTheLossIsStillTold() {
+        var p = FECPolicy(fec: true, expectedLoss: 10)
+        for _ in 0..<3 { p.apply(report(500, lost: 30, isolated: 0)) }
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 6))
+    }
+
+    func testAChannelWithoutFECNeverTurnsItOn() {
+        var p = FECPolicy(fec: false, expectedLoss: 5)
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
+        p.apply(report(500, lost: 50, isolated: 50))
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
+    }
+}

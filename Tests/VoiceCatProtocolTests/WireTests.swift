@@ -56,6 +56,8 @@ final class ProtobufTests: XCTestCase {
             .usersLeft(UsersLeft(channelID: 1, userIDs: [5, 6, 0])),
             .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], moreChannels: true)),
             .joinChannelResult(JoinChannelResult(channelID: 1, audio: .speech, members: [], requestID: 0, moreMembers: true)),
+            .receiverReport(ReceiverReport(reports: [ReceptionReport(ssrc: 1002, counts: LossCounts(expected: 250, lost: 9, isolated: 4))])),
+            .lossFeedback(LossFeedback(streamID: 2, ssrc: 1001, listeners: 3, counts: LossCounts(expected: 240, lost: 1, isolated: 1))),
         ]
         XCTAssertEqual(Set(messages.map(\.type)).count, MessageType.allCases.count, "every message type is covered")
         for m in messages {
