@@ -31,6 +31,7 @@ let package = Package(
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
         .executable(name: "voicecat-fuzz-client", targets: ["voicecat-fuzz-client"]),
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
+        .executable(name: "bench-quality", targets: ["bench-quality"]),
         .executable(name: "voicecat-loadgen", targets: ["voicecat-loadgen"]),
     ],
     targets: [
@@ -55,6 +56,8 @@ let package = Package(
         // Trace simulator for the jitter buffer (benchmark and tests only; not in any product).
         .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
+        // What a listener hears under loss (PESQ by tools/quality_bench.py; make bench-quality).
+        .executableTarget(name: "bench-quality", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "voicecat-loadgen", dependencies: ["VoiceCatTestSupport", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatAllocCounter"),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),

@@ -318,6 +318,9 @@ public final class JitterBuffer {
         UnsafeRawBufferPointer(start: payloads + slot * maxPayload, count: lengths[slot])
     }
 
+    /// The seq of the frame in `slot`.
+    public func seq(_ slot: Int) -> UInt64 { seqs[slot] }
+
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
     }

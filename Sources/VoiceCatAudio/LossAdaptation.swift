@@ -107,6 +107,20 @@ public final class LossMeter {
 }
 
 /// The loss protection a publisher's encoder runs with, following the feedback.
+///
+/// * FEC goes on at once when a report shows isolated losses (the ones it rebuilds
+///   whole): at least `onIsolatedFrames` and `onIsolatedRate` of the frames.
+/// * Its size (the expected loss the encoder is told) is the loss the reports
+///   measure, smoothed over reports (a report covers a few seconds; bursty loss
+///   makes them swing), rounded, at least 1 % while FEC is on. More is taken at once.
+/// * Less (a lower percentage, or FEC off when reports show no isolated losses)
+///   only after `lowerAfter` reports in a row ask for it; once the path has shown
+///   isolated losses, FEC stays on until `offAfterLoss` reports in a row saw none
+///   (a path losing 1 % may go seconds without a loss). A change in the number of
+///   listeners counted (one joined or left) is a new path: that memory and the
+///   smoothed loss start again.
+/// * Never beyond the ceiling (the channel's `fec`, `expected_packet_loss`), where a
+///   stream starts; without feedback it stays there.
 public struct FECPolicy: Equatable, Sendable {
     /// What the encoder is told: OPUS_SET_INBAND_FEC and OPUS_SET_PACKET_LOSS_PERC.
     public struct Protection: Equatable, Sendable {
@@ -115,14 +129,16 @@ public struct FECPolicy: Equatable, Sendable {
         public init(fec: Bool, lossPercent: Int) { self.fec = fec; self.lossPercent = lossPercent }
     }
 
-    /// Isolated losses (share of expected frames) that turn FEC on, and at least this
-    /// many of them in the report...
     public static let onIsolatedRate = 0.004
     public static let onIsolatedFrames: UInt32 = 2
-    /// ...and below which it goes off again, after `lowerAfter` reports in a row.
+    /// A report below this isolated rate asks for FEC off.
     public static let offIsolatedRate = 0.0015
     /// Reports in a row asking for less before protection is lowered (a rise is at once).
     public static let lowerAfter = 3
+    /// ...and before FEC goes off on a path that showed isolated losses.
+    public static let offAfterLoss = 15
+    /// Weight of a new report in the smoothed loss.
+    public static let smoothing = 0.3
     /// Reports over fewer frames are not acted on.
     public static let minExpected = LossAggregation.minExpected
 
@@ -131,6 +147,10 @@ public struct FECPolicy: Equatable, Sendable {
     public private(set) var current: Protection
     /// Reports in a row that asked for less than `current`.
     public private(set) var lowerStreak = 0
+    /// The smoothed loss rate (nil before the first report acted on).
+    public private(set) var smoothedLoss: Double?
+    /// This path has shown isolated losses (since the listeners last changed).
+    public private(set) var lossSeen = false
     /// The last feedback acted on.
     public private(set) var lastFeedback: LossCounts?
     public private(set) var lastListeners: UInt32 = 0
@@ -144,17 +164,19 @@ public struct FECPolicy: Equatable, Sendable {
         current = ceiling
     }
 
-    /// What `counts` asks for, within the ceiling; nil when it says too little.
-    public func wanted(_ counts: LossCounts) -> Protection? {
-        guard counts.expected >= FECPolicy.minExpected, counts.problem == nil else { return nil }
-        let measured = min(Int((counts.lossRate * 100).rounded()), ceiling.lossPercent)
-        let iso = counts.isolatedRate
+    static func isolatedEvidence(_ c: LossCounts) -> Bool {
+        c.isolated >= onIsolatedFrames && c.isolatedRate >= onIsolatedRate
+    }
+
+    /// What `counts` asks for (with the smoothed loss `loss`), within the ceiling.
+    func wanted(_ counts: LossCounts, loss: Double) -> Protection {
+        let measured = min(Int((loss * 100).rounded()), ceiling.lossPercent)
         let fec: Bool
-        if !ceiling.fec || ceiling.lossPercent == 0 || counts.lost == 0 {
+        if !ceiling.fec || ceiling.lossPercent == 0 {
             fec = false
-        } else if counts.isolated >= FECPolicy.onIsolatedFrames && iso >= FECPolicy.onIsolatedRate {
+        } else if FECPolicy.isolatedEvidence(counts) {
             fec = true
-        } else if iso < FECPolicy.offIsolatedRate {
+        } else if counts.isolatedRate < FECPolicy.offIsolatedRate {
             fec = false
         } else {
             fec = current.fec   // between the thresholds: as it is
@@ -163,13 +185,19 @@ public struct FECPolicy: Equatable, Sendable {
         return Protection(fec: fec, lossPercent: fec ? max(1, measured) : measured)
     }
 
-    /// Takes one feedback; true when the protection changed.
+    /// Takes one feedback (the counts of the listener the server chose, and how many
+    /// listeners it counted); true when the protection changed.
     @discardableResult
     public mutating func apply(_ counts: LossCounts, listeners: UInt32 = 1) -> Bool {
         feedbacks += 1
-        guard let want = wanted(counts) else { return false }
+        guard counts.expected >= FECPolicy.minExpected, counts.problem == nil else { return false }
+        if listeners != lastListeners { lossSeen = false; smoothedLoss = nil }
         lastFeedback = counts
         lastListeners = listeners
+        let loss = smoothedLoss.map { $0 + FECPolicy.smoothing * (counts.lossRate - $0) } ?? counts.lossRate
+        smoothedLoss = loss
+        if FECPolicy.isolatedEvidence(counts) { lossSeen = true }
+        let want = wanted(counts, loss: loss)
         let next: Protection
         if (want.fec && !current.fec) || want.lossPercent > current.lossPercent {
             // More protection: at once (and never less FEC than now in the same step).
@@ -177,7 +205,8 @@ public struct FECPolicy: Equatable, Sendable {
             lowerStreak = 0
         } else if want != current {
             lowerStreak += 1
-            guard lowerStreak >= FECPolicy.lowerAfter else { return false }
+            let needed = lossSeen && current.fec && !want.fec ? FECPolicy.offAfterLoss : FECPolicy.lowerAfter
+            guard lowerStreak >= needed else { return false }
             next = want
             lowerStreak = 0
         } else {

@@ -133,31 +133,11 @@ final class RemoteSlot {
         drainInbox()
         while fifoCount < frames {
             let n = frameSamples
-            let playout = jitter.next(atMs: nowMs)
+            decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
             switch jitter.talkEdge {
             case .started: spurtsStarted &+= 1
             case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
             case .none: break
-            }
-            switch playout {
-            case .packet(let slot):
-                let ok = (try? decoder.decode(jitter.payload(slot), frames: n, into: decoded)) != nil
-                jitter.release(slot)
-                if !ok { jitter.countConcealed(); _ = try? decoder.decode(nil, frames: n, into: decoded) }
-            case .fec(let slot):
-                if dredWanted && dred.recover(decoder: decoder, packet: jitter.payload(slot), frames: n, into: decoded) {
-                    jitter.fecWasDRED()
-                } else if (try? decoder.decode(jitter.payload(slot), fec: true, frames: n, into: decoded)) == nil {
-                    jitter.fecFailed()
-                    _ = try? decoder.decode(nil, frames: n, into: decoded)
-                }
-            case .conceal:
-                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
-            case .comfortNoise:
-                // A DTX pause: the decoder's comfort-noise generator, not digital silence.
-                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
-            case .silence:
-                decoded.update(repeating: 0, count: n * 2)
             }
             // Listener-side NR: after decode, before gain and mixing.
             noiseReducer?.process(decoded, frames: n)

@@ -3,6 +3,7 @@
 import XCTest
 import VoiceCatAudio
 import VoiceCatProtocol
+import VoiceCatSimulation
 
 final class PacketFECTests: XCTestCase {
     /// Speech-like: a harmonic voice with a syllable envelope and pauses.
@@ -158,33 +159,103 @@ final class FECPolicyTests: XCTestCase {
         XCTAssertEqual(p.current, .init(fec: false, lossPercent: 0))
         XCTAssertFalse(p.apply(report(20, lost: 5, isolated: 5)), "too few frames to act on")
         XCTAssertFalse(p.apply(report(250, lost: 1, isolated: 1)), "one loss is not a lossy path")
-        XCTAssertEqual(p.current.fec, false)
-        XCTAssertTrue(p.apply(report(250, lost: 5, isolated: 4)))
-        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 2), "on at once, sized to the measured loss")
-        XCTAssertTrue(p.apply(report(250, lost: 60, isolated: 40)))
+        XCTAssertTrue(p.apply(report(250, lost: 10, isolated: 8)))
+        XCTAssertEqual(p.current.fec, true, "on at once")
+        XCTAssertEqual(p.current.lossPercent, 1, "sized to the smoothed loss (0.3 × 4 %), at least 1 %")
+        for _ in 0..<8 { p.apply(report(250, lost: 10, isolated: 8)) }
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 4), "the size follows the measured loss")
+        for _ in 0..<8 { p.apply(report(250, lost: 60, isolated: 40)) }
         XCTAssertEqual(p.current, .init(fec: true, lossPercent: 10), "never above the channel's ceiling")
-        // Between the thresholds FEC stays as it is; below the lower one it goes after three reports.
-        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)))
-        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)))
-        XCTAssertTrue(p.apply(report(1000, lost: 10, isolated: 3)))
-        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 1))
-        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 1)))
-        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 0)))
-        XCTAssertFalse(p.apply(report(1000, lost: 10, isolated: 3)), "a report in between breaks the streak")
-        XCTAssertEqual(p.current.fec, true)
-        XCTAssertEqual(p.changes, 4)
+        XCTAssertEqual(p.lossSeen, true)
+    }
+
+    func testFECStaysOnThroughQuietStretchesOfALossyPathAndGoesWhenTheListenersChange() {
+        var p = FECPolicy(fec: true, expectedLoss: 10)
+        for _ in 0..<5 { p.apply(report(250, lost: 5, isolated: 5)) }
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 2))
+        // A 1-2 % path may go seconds without a loss: FEC stays until 15 clean reports in a row.
+        for i in 0..<(FECPolicy.offAfterLoss - 1) {
+            XCTAssertFalse(p.apply(report(250, lost: 0, isolated: 0)) && !p.current.fec, "report \(i)")
+        }
+        XCTAssertTrue(p.current.fec)
+        XCTAssertTrue(p.apply(report(250, lost: 0, isolated: 0)))
+        XCTAssertEqual(p.current.fec, false)
+        // On again; then the lossy listener leaves (two listeners counted, then one): a
+        // new path, whose clean reports turn FEC off after three.
+        for _ in 0..<3 { p.apply(report(250, lost: 8, isolated: 8), listeners: 2) }
+        XCTAssertTrue(p.current.fec)
+        for _ in 0..<2 { XCTAssertFalse(p.apply(report(250, lost: 0, isolated: 0), listeners: 1)) }
+        XCTAssertTrue(p.apply(report(250, lost: 0, isolated: 0), listeners: 1))
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 0))
+        // Between the thresholds (one isolated loss in 1000 frames) FEC stays as it is.
+        for _ in 0..<3 { p.apply(report(250, lost: 8, isolated: 8)) }
+        for _ in 0..<20 { p.apply(report(1000, lost: 2, isolated: 2)) }
+        XCTAssertTrue(p.current.fec)
     }
 
     func testBurstsWithoutIsolatedLossesGetNoFECButTheLossIsStillTold() {
         var p = FECPolicy(fec: true, expectedLoss: 10)
-        for _ in 0..<3 { p.apply(report(500, lost: 30, isolated: 0)) }
+        for _ in 0..<10 { p.apply(report(500, lost: 30, isolated: 0)) }
         XCTAssertEqual(p.current, .init(fec: false, lossPercent: 6))
     }
 
     func testAChannelWithoutFECNeverTurnsItOn() {
         var p = FECPolicy(fec: false, expectedLoss: 5)
         XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
-        p.apply(report(500, lost: 50, isolated: 50))
+        for _ in 0..<5 { p.apply(report(500, lost: 50, isolated: 50)) }
         XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
+        XCTAssertEqual(p.changes, 0)
+    }
+}
+
+/// The whole loop in simulated time (QualitySimulation): the adaptive sender, the
+/// network, the real jitter buffer and decoder, the loss meter's reports and the
+/// server's aggregation. The PESQ goals are judged by tools/quality_bench.py (py-test).
+final class SimulatedPipelineTests: XCTestCase {
+    /// Voice-like talkspurts of 2.4 s with 0.6 s pauses (DTX in between).
+    func speech(seconds: Int) -> [Int16] {
+        let n = seconds * 48000
+        var phase = 0.0
+        return (0..<n).map { i in
+            let t = Double(i) / 48000
+            let inSpurt = t.truncatingRemainder(dividingBy: 3) < 2.4
+            let f0 = 170 + 40 * sin(2 * .pi * 0.9 * t)
+            phase += 2 * .pi * f0 / 48000
+            let env = inSpurt ? 0.6 + 0.4 * sin(2 * .pi * 3.1 * t) : 0
+            return Int16(7000 * env * (sin(phase) + 0.5 * sin(2 * phase + 1) + 0.3 * sin(3 * phase + 2)) / 1.8)
+        }
+    }
+
+    func testTheLoopTurnsFECOffOnACleanPathAndRebuildsIsolatedLosses() throws {
+        let pcm = speech(seconds: 24)
+        let frames = pcm.count / 960
+        var clean = TraceGenerator.Network()
+        clean.jitterMs = 1
+        let c = try QualitySimulation.pipeline(pcm: pcm, audio: .speech, fates: .init(frames: frames, network: clean, seed: 1))
+        print("clean: protection \(c.protection.map { "\(Int($0.atMs)) ms: \($0.fec ? "FEC" : "no FEC") \($0.lossPercent) %" })")
+        XCTAssertEqual(c.protection.first?.fec, true, "starts at the channel's 10 %")
+        XCTAssertEqual(c.protection.count, 2, "one change: FEC off")
+        XCTAssertEqual(c.protection.last?.fec, false)
+        XCTAssertLessThan(c.protection.last!.atMs, 5000, "off within a few seconds")
+        XCTAssertEqual(c.lostInNetwork, 0)
+        XCTAssertEqual(c.plcFrames, 0)
+
+        var isolated = TraceGenerator.Network()
+        isolated.jitterMs = 3
+        isolated.lossGood = 0.02
+        let r = try QualitySimulation.pipeline(pcm: pcm, audio: .speech, fates: .init(frames: frames, network: isolated, seed: 2))
+        print("2 % isolated: lost \(r.lostInNetwork), rebuilt \(r.lostRebuilt), could be \(r.lostRebuildable); speech frames lost "
+              + "\(r.lostSpeech), rebuilt \(r.lostSpeechRebuilt); protection \(r.protection.map { "\($0.fec) \($0.lossPercent)" })")
+        XCTAssertGreaterThan(r.lostInNetwork, 10)
+        XCTAssertEqual(r.lostRebuilt, r.lostRebuildable, "every loss whose successor carried FEC is rebuilt")
+        XCTAssertGreaterThanOrEqual(Double(r.lostRebuilt), 0.8 * Double(r.lostInNetwork))
+        XCTAssertEqual(r.protection.last?.fec, true)
+        XCTAssertTrue((1...4).contains(r.protection.last!.lossPercent), "sized to the measured loss")
+
+        let bursty = TraceGenerator.Network.burstyLoss(percent: 6)
+        let b = try QualitySimulation.pipeline(pcm: pcm, audio: .speech, fates: .init(frames: frames, network: bursty, seed: 3))
+        print("6 % bursty: lost \(b.lostInNetwork), rebuilt \(b.lostRebuilt); protection \(b.protection.map { "\($0.fec) \($0.lossPercent)" })")
+        XCTAssertEqual(b.lostRebuilt, b.lostRebuildable)
+        XCTAssertGreaterThan(b.lostRebuilt, 0, "the last loss of a burst is rebuilt")
     }
 }
