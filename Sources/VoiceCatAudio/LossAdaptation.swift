@@ -110,9 +110,15 @@ public final class LossMeter {
 ///
 /// * FEC goes on at once when a report shows isolated losses (the ones it rebuilds
 ///   whole): at least `onIsolatedFrames` and `onIsolatedRate` of the frames.
-/// * Its size (the expected loss the encoder is told) is the loss the reports
+/// * Its size (the expected loss the encoder is told) follows the loss the reports
 ///   measure, smoothed over reports (a report covers a few seconds; bursty loss
-///   makes them swing), rounded, at least 1 % while FEC is on. More is taken at once.
+///   makes them swing): a third of it, at least 1 %. libopus (1.3) codes FEC for the
+///   same frames at any percentage (those with voice activity); a higher one makes
+///   each copy finer and costs every frame, and PESQ-WB on bench-quality's traces
+///   peaks at 1-2 % for 2-6 % loss and at 3 % for 10-12 % (docs/benchmarks.md).
+///   With FEC off it is the measured loss (0 on a clean path): there it makes the
+///   encoder lean less on past frames, so PLC recovers sooner, which pays under loss.
+///   More protection is taken at once.
 /// * Less (a lower percentage, or FEC off when reports show no isolated losses)
 ///   only after `lowerAfter` reports in a row ask for it; once the path has shown
 ///   isolated losses, FEC stays on until `offAfterLoss` reports in a row saw none
@@ -139,6 +145,8 @@ public struct FECPolicy: Equatable, Sendable {
     public static let offAfterLoss = 15
     /// Weight of a new report in the smoothed loss.
     public static let smoothing = 0.3
+    /// The expected loss FEC is sized to, per unit of measured loss.
+    public static let sizeShare = 1.0 / 3
     /// Reports over fewer frames are not acted on.
     public static let minExpected = LossAggregation.minExpected
 
@@ -170,7 +178,6 @@ public struct FECPolicy: Equatable, Sendable {
 
     /// What `counts` asks for (with the smoothed loss `loss`), within the ceiling.
     func wanted(_ counts: LossCounts, loss: Double) -> Protection {
-        let measured = min(Int((loss * 100).rounded()), ceiling.lossPercent)
         let fec: Bool
         if !ceiling.fec || ceiling.lossPercent == 0 {
             fec = false
@@ -181,8 +188,14 @@ public struct FECPolicy: Equatable, Sendable {
         } else {
             fec = current.fec   // between the thresholds: as it is
         }
+        guard fec else {
+            // Without FEC the expected loss makes the encoder lean less on past frames, so
+            // that its PLC recovers sooner: worth its cost at the loss measured.
+            return Protection(fec: false, lossPercent: min(Int((loss * 100).rounded()), ceiling.lossPercent))
+        }
         // FEC needs a loss percentage above 0 to be coded at all.
-        return Protection(fec: fec, lossPercent: fec ? max(1, measured) : measured)
+        let size = Int((loss * 100 * FECPolicy.sizeShare).rounded())
+        return Protection(fec: true, lossPercent: min(max(1, size), ceiling.lossPercent))
     }
 
     /// Takes one feedback (the counts of the listener the server chose, and how many
@@ -199,9 +212,10 @@ public struct FECPolicy: Equatable, Sendable {
         if FECPolicy.isolatedEvidence(counts) { lossSeen = true }
         let want = wanted(counts, loss: loss)
         let next: Protection
-        if (want.fec && !current.fec) || want.lossPercent > current.lossPercent {
-            // More protection: at once (and never less FEC than now in the same step).
-            next = Protection(fec: want.fec || current.fec, lossPercent: max(want.lossPercent, current.lossPercent))
+        // More protection: FEC turned on, or a higher percentage with FEC as it is. (The
+        // percentage without FEC is not less protection than a smaller one with it.)
+        if (want.fec && !current.fec) || (want.fec == current.fec && want.lossPercent > current.lossPercent) {
+            next = want
             lowerStreak = 0
         } else if want != current {
             lowerStreak += 1

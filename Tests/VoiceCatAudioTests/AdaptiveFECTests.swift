@@ -161,17 +161,17 @@ final class FECPolicyTests: XCTestCase {
         XCTAssertFalse(p.apply(report(250, lost: 1, isolated: 1)), "one loss is not a lossy path")
         XCTAssertTrue(p.apply(report(250, lost: 10, isolated: 8)))
         XCTAssertEqual(p.current.fec, true, "on at once")
-        XCTAssertEqual(p.current.lossPercent, 1, "sized to the smoothed loss (0.3 × 4 %), at least 1 %")
-        for _ in 0..<8 { p.apply(report(250, lost: 10, isolated: 8)) }
-        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 4), "the size follows the measured loss")
-        for _ in 0..<8 { p.apply(report(250, lost: 60, isolated: 40)) }
-        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 10), "never above the channel's ceiling")
+        XCTAssertEqual(p.current.lossPercent, 1, "a third of the smoothed loss (0.3 × 4 %), at least 1 %")
+        for _ in 0..<8 { p.apply(report(250, lost: 25, isolated: 20)) }
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 3), "a third of the measured 10 %")
+        for _ in 0..<8 { p.apply(report(250, lost: 125, isolated: 60)) }
+        XCTAssertEqual(p.current, .init(fec: true, lossPercent: 10), "never above the channel's ceiling (a third of 50 %)")
         XCTAssertEqual(p.lossSeen, true)
     }
 
     func testFECStaysOnThroughQuietStretchesOfALossyPathAndGoesWhenTheListenersChange() {
         var p = FECPolicy(fec: true, expectedLoss: 10)
-        for _ in 0..<5 { p.apply(report(250, lost: 5, isolated: 5)) }
+        for _ in 0..<5 { p.apply(report(250, lost: 15, isolated: 15)) }
         XCTAssertEqual(p.current, .init(fec: true, lossPercent: 2))
         // A 1-2 % path may go seconds without a loss: FEC stays until 15 clean reports in a row.
         for i in 0..<(FECPolicy.offAfterLoss - 1) {
@@ -196,15 +196,17 @@ final class FECPolicyTests: XCTestCase {
     func testBurstsWithoutIsolatedLossesGetNoFECButTheLossIsStillTold() {
         var p = FECPolicy(fec: true, expectedLoss: 10)
         for _ in 0..<10 { p.apply(report(500, lost: 30, isolated: 0)) }
-        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 6))
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 6), "without FEC, the expected loss is the measured loss")
     }
 
     func testAChannelWithoutFECNeverTurnsItOn() {
         var p = FECPolicy(fec: false, expectedLoss: 5)
         XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
         for _ in 0..<5 { p.apply(report(500, lost: 50, isolated: 50)) }
-        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5))
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 5), "10 % measured, 5 % the ceiling")
         XCTAssertEqual(p.changes, 0)
+        for _ in 0..<15 { p.apply(report(500, lost: 0, isolated: 0)) }
+        XCTAssertEqual(p.current, .init(fec: false, lossPercent: 0), "a clean path")
     }
 }
 
