@@ -193,8 +193,10 @@ typedef struct vc_audio_config {
     uint32_t bitrate_bps;
     uint32_t frame_us;             /**< 2500, 5000, 10000, 20000, 40000 or 60000 */
     vc_opus_application application;
-    int32_t fec;
-    uint32_t expected_packet_loss; /**< percent */
+    int32_t fec;                   /**< in-band FEC allowed: each published stream starts with it and then
+                                        follows its listeners' loss (off on a clean path); 0 = never */
+    uint32_t expected_packet_loss; /**< percent: where each stream's OPUS_SET_PACKET_LOSS_PERC starts and the
+                                        most it is raised to with its listeners' loss (vc_send_stats) */
     int32_t dtx;
     uint32_t complexity;           /**< 0..10 */
     int32_t dred;                  /**< used when the loaded libopus has DRED */

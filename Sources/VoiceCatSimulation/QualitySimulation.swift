@@ -56,6 +56,8 @@ public enum QualitySimulation {
         /// The protection the sender ran with, from when (ms of sender time).
         public var protection: [(atMs: Double, fec: Bool, lossPercent: Int)] = []
         public var feedbacks = 0
+        /// The pipeline's jitter-buffer statistics.
+        public var jitter = JitterStats()
         public init() {}
     }
 
@@ -207,6 +209,7 @@ public enum QualitySimulation {
         r.fecRecovered = Int(st.fecRecovered)
         r.plcFrames = Int(st.plcFrames)
         r.lateFrames = Int(st.late)
+        r.jitter = st
         return r
     }
 }

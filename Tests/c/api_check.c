@@ -30,6 +30,7 @@ static void null_and_bad_handles(void) {
     vc_remote_stream rs = {1.0f, 0, 0};
     vc_stream_stats st;
     vc_connection_stats cs;
+    vc_send_stats ss;
     vc_audio_config ac;
     char buf[128];
     size_t count;
@@ -71,6 +72,7 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_audio_restart(c), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
         EXPECT(vc_get_send_processing(c, 1, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_send_stats(c, 1, &ss), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -82,6 +84,13 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_client_config"), (int)sizeof(vc_client_config));
     EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
     EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
+    EXPECT((int)vc_struct_size("vc_send_stats"), (int)sizeof(vc_send_stats));
+    vc_client_config cd = vc_client_config_default();
+    EXPECT((int)cd.loss_report_ms, 1000);
+    cd.loss_report_ms = 50;                      /* 0 or 100..60000 */
+    vc_client *refused = NULL;
+    EXPECT(vc_client_create(&cd, &refused), VC_ERR_INVALID_ARG);
+    EXPECT(refused == NULL, 1);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
     vc_stream_desc dd = vc_stream_desc_default();
@@ -243,12 +252,20 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_get_send_processing(c, id, &back), VC_OK);
     EXPECT(back.noise_suppression == 1 && back.echo_cancellation == 1 && back.agc == 0, 1);
     EXPECT(vc_get_send_processing(c, id, NULL), VC_ERR_INVALID_ARG);
+    /* Send statistics: the stream starts at the channel's protection (Lobby: FEC at 10 %). */
+    vc_send_stats sst;
+    EXPECT(vc_get_send_stats(c, id, &sst), VC_OK);
+    EXPECT(sst.fec == 1 && sst.packet_loss_perc == 10 && sst.channel_fec == 1 && sst.channel_expected_loss == 10, 1);
+    EXPECT(sst.listeners == 0 && sst.feedback_received == 0 && sst.ssrc != 0, 1);
+    EXPECT(vc_get_send_stats(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_send_stats(c, id + 1000, &sst), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_get_send_stats(c, id, &sst), VC_ERR_NOT_FOUND);
 
     /* Remote streams that do not exist. */
     EXPECT(vc_set_remote_stream(c, 77777, &rs), VC_ERR_NOT_FOUND);

@@ -129,6 +129,9 @@ class EventType(_OpenIntEnum):
     RECONNECTED = 17
     """auto_reconnect: the session is back (channel re-joined, streams re-announced with
     new ssrcs); user_id is the new session's, text the server name."""
+    PROTECTION_CHANGED = 20
+    """A published stream's loss protection changed with its listeners' loss: stream_id,
+    ssrc; text says what it is now and why (:meth:`Stream.send_stats` has the values)."""
 
 
 class LogLevel(_OpenIntEnum):
