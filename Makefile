@@ -159,7 +159,7 @@ bench:
 ## clean, isolated-loss, bursty-loss and Wi-Fi-like traces (docs/benchmarks.md, listening quality).
 bench-quality: deps
 	$(SWIFT) build -c release --product bench-quality
-	PYTHON3=$(PYTHON3) bash scripts/quality.sh .build/release/bench-quality build/bench-quality --seeds 5 --markdown
+	PYTHON3=$(PYTHON3) bash scripts/quality.sh .build/release/bench-quality build/bench-quality --seeds 5 --goals --markdown
 
 ## bench-relay: voicecat-loadgen drives the release server (docs/benchmarks.md, relay section).
 bench-relay: server
