@@ -21,7 +21,7 @@ PYTHON3      ?= python3
 WHEEL_LIB    := build/wheel/libvoicecat.so.0
 
 .PHONY: all deps build lib install examples server demo test swift-test tsan c-test py-test \
-        wheel fuzz-replay fuzz-build fuzz bench clean server-check bench-relay
+        wheel fuzz-replay fuzz-build fuzz bench clean server-check bench-relay bench-quality
 
 all: build
 
@@ -115,10 +115,12 @@ wheel: lib
 ## py-test: the Python package in two fresh virtual environments against a live server:
 ## `pip install ./python` (numpy, mypy --strict, the library through pkg-config) and the
 ## wheel (no numpy, only the bundled library). Needs c-test's installed prefix and server.
+## Then the listening-quality goals of issue #16 (PESQ-WB from PyPI's pesq in a third venv).
 py-test: wheel
 	@test -f $(TEST_PREFIX)/lib/pkgconfig/voicecat.pc || $(MAKE) install PREFIX=$(TEST_PREFIX)
 	$(SWIFT) build --product voicecat-server
-	PYTHON3=$(PYTHON3) bash scripts/py-test.sh $(TEST_PREFIX) .build/debug/voicecat-server
+	$(SWIFT) build --product bench-quality
+	PYTHON3=$(PYTHON3) bash scripts/py-test.sh $(TEST_PREFIX) .build/debug/voicecat-server .build/debug/bench-quality
 
 ## server-check: the installed voicecat-server needs nothing from the Swift toolchain; its
 ## systemd unit passes systemd-analyze verify.
@@ -149,13 +151,20 @@ fuzz: fuzz-build
 
 ## bench: every benchmark (docs/benchmarks.md): the jitter buffer against SpeexDSP, the
 ## client's audio paths against bare libopus (send, receive + mix, idle, latency,
-## allocations), then the relay load.
+## allocations), what a listener hears under loss (PESQ-WB), then the relay load.
 bench:
 	$(SWIFT) build -c release --product bench-jitter
 	$(SWIFT) build -c release --product bench-audio
 	.build/release/bench-jitter
 	.build/release/bench-audio
+	$(MAKE) bench-quality
 	$(MAKE) bench-relay
+
+## bench-quality: PESQ-WB of espeak-ng speech through bare Opus and the adaptive pipeline on
+## clean, isolated-loss, bursty-loss and Wi-Fi-like traces (docs/benchmarks.md, listening quality).
+bench-quality: deps
+	$(SWIFT) build -c release --product bench-quality
+	PYTHON3=$(PYTHON3) bash scripts/quality.sh .build/release/bench-quality build/bench-quality --seeds 5 --goals --markdown
 
 ## bench-relay: voicecat-loadgen drives the release server (docs/benchmarks.md, relay section).
 bench-relay: server

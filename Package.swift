@@ -33,6 +33,7 @@ let package = Package(
         .executable(name: "voicecat-fuzz", targets: ["voicecat-fuzz"]),
         .executable(name: "voicecat-fuzz-client", targets: ["voicecat-fuzz-client"]),
         .executable(name: "bench-jitter", targets: ["bench-jitter"]),
+        .executable(name: "bench-quality", targets: ["bench-quality"]),
         .executable(name: "voicecat-loadgen", targets: ["voicecat-loadgen"]),
         .executable(name: "bench-audio", targets: ["bench-audio"]),
     ],
@@ -60,6 +61,8 @@ let package = Package(
         // Trace simulator for the jitter buffer (benchmark and tests only; not in any product).
         .target(name: "VoiceCatSimulation", dependencies: ["VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "bench-jitter", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "CSpeexDSP"]),
+        // What a listener hears under loss (PESQ by tools/quality_bench.py; make bench-quality).
+        .executableTarget(name: "bench-quality", dependencies: ["VoiceCatSimulation", "VoiceCatAudio", "VoiceCatProtocol"]),
         .executableTarget(name: "voicecat-loadgen", dependencies: ["VoiceCatTestSupport", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatAllocCounter"),
         // The audio paths against bare libopus (issue #15): spawns itself as server, talkers and clients.

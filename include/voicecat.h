@@ -185,8 +185,12 @@ typedef enum vc_event_type {
                                             their state) */
     VC_EVENT_USER_DISCONNECTED = 22,   /**< user_id, channel_id (the last one), text = username: a user left
                                             the server (or was kicked) */
-    VC_EVENT_CHANNELS_CHANGED = 23     /**< the server's channel list changed (the server reloaded its
+    VC_EVENT_CHANNELS_CHANGED = 23,    /**< the server's channel list changed (the server reloaded its
                                             configuration): vc_list_channels has the new one */
+    VC_EVENT_PROTECTION_CHANGED = 24   /**< local: a published stream's loss protection changed with its
+                                            listeners' loss (stream_id, ssrc, kind); text = what it is now and
+                                            why, e.g. "FEC on, expected loss 3 % (listeners lose 2.4 %,
+                                            2.0 % isolated; 2 reports)". The values: vc_get_send_stats */
 } vc_event_type;
 
 /** Bits of the code of VC_EVENT_USER_UPDATED. */
@@ -238,6 +242,10 @@ typedef struct vc_client_config {
                                         of this client (fed or captured audio at another rate, the output
                                         format, devices that do not run at 48 kHz); default 4. Higher is
                                         cleaner and costs more CPU per converted block. */
+    uint32_t loss_report_ms;       /**< how often this client reports to the server what it loses of each
+                                        stream it receives (docs/protocol.md, loss feedback), so their
+                                        publishers can size their FEC; 0 = never (this listener's loss
+                                        then does not count). 100..60000; default 1000 */
 } vc_client_config;
 
 /** Where and how to connect. */
@@ -264,8 +272,10 @@ typedef struct vc_audio_config {
     uint32_t bitrate_bps;
     uint32_t frame_us;             /**< 2500, 5000, 10000, 20000, 40000 or 60000 */
     vc_opus_application application;
-    int32_t fec;
-    uint32_t expected_packet_loss; /**< percent */
+    int32_t fec;                   /**< in-band FEC allowed: each published stream starts with it and then
+                                        follows its listeners' loss (off on a clean path); 0 = never */
+    uint32_t expected_packet_loss; /**< percent: where each stream's OPUS_SET_PACKET_LOSS_PERC starts and the
+                                        most it is raised to with its listeners' loss (vc_send_stats) */
     int32_t dtx;
     uint32_t complexity;           /**< 0..10 */
     int32_t dred;                  /**< used when the loaded libopus has DRED */
@@ -377,6 +387,32 @@ typedef struct vc_channel_info {
     vc_audio_config audio;         /**< its AudioConfig: what streams published there are encoded with */
     char name[65];
 } vc_channel_info;
+/**
+ * Send statistics of one published stream, and its loss protection. A stream's
+ * in-band FEC and the expected packet loss its encoder is told (OPUS_SET_INBAND_FEC,
+ * OPUS_SET_PACKET_LOSS_PERC) start at the channel's `fec` / `expected_packet_loss`
+ * and then follow the loss its listeners report, which the server sums up for the
+ * publisher (the report at a high quantile of the listeners): FEC off on a clean
+ * path, on and sized to the measured loss when isolated losses are seen, never more
+ * than the channel's setting. More protection is taken at once, less only after
+ * three reports in a row ask for it (about 3 s).
+ */
+typedef struct vc_send_stats {
+    uint32_t ssrc;                 /**< the stream's current ssrc */
+    uint64_t packets_sent;         /**< frames sent (empty DTX frames are not sent) */
+    uint64_t bytes_sent;           /**< their datagram bytes (header and tag included) */
+    uint64_t fec_packets;          /**< of the frames sent, those that carried in-band FEC (header flag) */
+    int32_t fec;                   /**< 1 while the encoder's in-band FEC is on */
+    uint32_t packet_loss_perc;     /**< the expected loss the encoder is told, percent */
+    int32_t channel_fec;           /**< the channel's fec: the ceiling (FEC never on when 0) and start */
+    uint32_t channel_expected_loss;/**< the channel's expected_packet_loss: the ceiling and start, percent */
+    uint64_t feedback_received;    /**< loss feedback messages the server sent for this stream */
+    uint64_t protection_changes;   /**< times the protection changed (VC_EVENT_PROTECTION_CHANGED) */
+    uint32_t listeners;            /**< listener reports the last feedback acted on summed up (0: none yet) */
+    uint32_t reported_expected;    /**< the last feedback acted on: frames expected in its window, ... */
+    uint32_t reported_lost;        /**< ... lost before any recovery, ... */
+    uint32_t reported_isolated;    /**< ... and of those, lost alone (what in-band FEC rebuilds whole) */
+} vc_send_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
 typedef struct vc_device_info {
@@ -822,6 +858,13 @@ int vc_get_stream_stats(vc_client *c, uint32_t ssrc, vc_stream_stats *out);
 
 /** Connection statistics. Callback-safe: yes. */
 int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
+
+/**
+ * Send statistics and loss protection of the published stream `stream_id` (see
+ * vc_send_stats). Returns VC_ERR_NOT_FOUND for a stream id that is not published,
+ * VC_ERR_INVALID_ARG for a NULL `out` or handle. Callback-safe: yes.
+ */
+int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
 
 /* ---- Output ------------------------------------------------------------------ */
 

@@ -3,10 +3,11 @@
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
-# python3-venv, python3-pip: py-test makes fresh venvs and installs PyPI packages into them.
+# python3-venv, python3-pip: py-test makes fresh venvs and installs PyPI packages into them;
+# python3-dev, gcc: PyPI's pesq (the quality check of py-test, make bench-quality) builds from source.
 # systemd: systemd-analyze, which checks the server's unit in `make test`; binutils: readelf for the same check.
 pkgs=(libopus-dev libasound2-dev libsodium-dev libspeexdsp-dev pkg-config espeak-ng sox python3-pytest
-      python3-venv python3-pip systemd binutils)
+      python3-venv python3-pip python3-dev gcc systemd binutils)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

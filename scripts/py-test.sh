@@ -5,10 +5,14 @@
 #   wheel:  pip install dist/voicecat-*.whl, without numpy, with nothing pointing at
 #           PREFIX: only the library bundled in the wheel.
 # PyPI packages (pytest, numpy, mypy; setuptools for the build) go into the venvs.
-#   py-test.sh PREFIX SERVER_BINARY
+# Then the listening-quality goals of issue #16 (scripts/quality.sh: PESQ-WB from PyPI's
+# pesq, in its own venv) with the bench-quality binary, on the clean, isolated-loss and
+# bursty-loss traces.
+#   py-test.sh PREFIX SERVER_BINARY [BENCH_QUALITY_BINARY]
 set -euo pipefail
 prefix=$1
 server=$(realpath "$2")
+bench_quality=${3:-}
 root=$(pwd)
 work=$root/build/py-test
 python=${PYTHON3:-python3}
@@ -33,3 +37,9 @@ echo "py-test: wheel install ($(basename "$wheel")) without numpy, only the bund
 "$work/wheel/bin/pip" install -q "$wheel"
 (cd "$work" && env -u VOICECAT_LIBRARY -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH VOICECAT_SERVER="$server" \
     VOICECAT_TEST_INSTALL=wheel wheel/bin/python -m pytest -q -p no:cacheprovider "$root/Tests/python")
+
+if [ -n "$bench_quality" ]; then
+    echo "py-test: listening quality under loss (PESQ-WB; issue #16)"
+    bash "$root/scripts/quality.sh" "$bench_quality" "$root/build/quality-test" --seeds 2 --arm bare-plc --arm pipeline \
+        --trace clean --trace isolated-1 --trace isolated-2 --trace isolated-3 --trace bursty-5 --trace bursty-7 --check
+fi

@@ -27,6 +27,28 @@ int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out)
 }
 int vcshim_opus_decoder_reset(OpusDecoder *dec) { return opus_decoder_ctl(dec, OPUS_RESET_STATE); }
 
+/* RFC 6716 4.2.3: a SILK or hybrid frame begins with its header bits, each coded
+ * with probability 1/2, so they are the first byte's top bits: one VAD flag per
+ * 20 ms of SILK audio (1 for 10-20 ms frames, 2 for 40 ms, 3 for 60 ms), then the
+ * LBRR flag; a stereo frame repeats them for the side channel. CELT-only frames
+ * (configurations 16-31) never carry LBRR. */
+int vcshim_opus_packet_has_lbrr(const unsigned char *packet, int32_t len) {
+    const unsigned char *frames[48];
+    opus_int16 sizes[48];
+    unsigned char toc = 0;
+    if (len < 1) return OPUS_BAD_ARG;
+    if ((packet[0] >> 3) >= 16) return 0;
+    int n = opus_packet_parse(packet, len, &toc, frames, sizes, NULL);
+    if (n < 0) return n;
+    if (n == 0 || sizes[0] == 0) return 0;
+    int per_frame = opus_packet_get_samples_per_frame(packet, 48000);
+    int silk_frames = per_frame > 960 ? per_frame / 960 : 1;
+    int mid = (frames[0][0] >> (7 - silk_frames)) & 1;
+    int side = 0;
+    if (opus_packet_get_nb_channels(packet) == 2) side = (frames[0][0] >> (6 - 2 * silk_frames)) & 1;
+    return mid || side;
+}
+
 /* ---- DRED through dlsym: the Debian 1.3 headers do not declare it ---------------- */
 
 typedef struct vcshim_dred_fns {

@@ -134,6 +134,10 @@ public final class JitterBuffer {
         /// of frames (so a lost frame's FEC is here at its playout time).
         public var fecQuantile = 0.8
         public var fecLossRate = 0.007
+        /// The stream carries FEC while a packet flagged so came within this many
+        /// packets (senders switch FEC with the loss they are told of, and leave it out
+        /// of packets after quiet frames).
+        public var fecMemoryFrames = 50
         /// Excess must last this many ticks before a buffered frame is dropped for it.
         public var catchUpTicks = 100
         /// A frame that is missing with nothing newer buffered is waited for while the
@@ -161,7 +165,7 @@ public final class JitterBuffer {
     /// Starved this long in a talkspurt, the talker is taken to have stopped.
     public var maxStarvedMs = 200.0
     /// The stream's packets can rebuild their predecessor even without the FEC flag
-    /// (in-band FEC configured on the channel, or DRED): set by the receive path.
+    /// (DRED): set by the receive path. In-band FEC is known from each packet's flag.
     public var recoveryAvailable = false
     /// What the last next() did to the talkspurt.
     public private(set) var talkEdge = TalkEdge.none
@@ -205,6 +209,7 @@ public final class JitterBuffer {
     private var fecQuantileTicks = 0                  // the successor's arrival
     private var lossAverage = 0.0                     // frames lost per frame received (EWMA)
     private var fecCushion = false                    // losses seen that FEC can rebuild
+    private var packetsSinceFEC = Int.max             // inserted since the last one flagged FEC
     private var minTicks = 0.0, maxTicks = 25.0       // bounds (setBounds), in ticks
 
     // Playout clock.
@@ -254,7 +259,7 @@ public final class JitterBuffer {
         historyCount = 0; historyNext = 0; baseline = 0; shift = 0
         for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
         binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0
-        lossAverage = 0; fecCushion = false
+        lossAverage = 0; fecCushion = false; packetsSinceFEC = .max
         playing = false; havePlayed = false; talking = false; talkEdge = .none; comfortNoiseTicks = 0
         starvedTicks = 0; excessTicks = 0
         packetBytesAverage = 0; lastPlayedQuiet = false
@@ -313,6 +318,9 @@ public final class JitterBuffer {
         UnsafeRawBufferPointer(start: payloads + slot * maxPayload, count: lengths[slot])
     }
 
+    /// The seq of the frame in `slot`.
+    public func seq(_ slot: Int) -> UInt64 { seqs[slot] }
+
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
     }
@@ -361,7 +369,8 @@ public final class JitterBuffer {
         lossAverage = max(0, lossAverage + (gap - lossAverage) / 256)
         // The FEC cushion: on above fecLossRate, off below 40 % of it (hysteresis, so
         // bursty loss does not switch it at every burst).
-        let canRebuild = flags.contains(.fec) || recoveryAvailable
+        if flags.contains(.fec) { packetsSinceFEC = 0 } else if packetsSinceFEC < .max { packetsSinceFEC += 1 }
+        let canRebuild = packetsSinceFEC < tuning.fecMemoryFrames || recoveryAvailable
         if !canRebuild || lossAverage < 0.4 * tuning.fecLossRate { fecCushion = false }
         else if lossAverage > tuning.fecLossRate { fecCushion = true }
         observe(ext: ext, flags: flags, arrivalMs: arrivalMs)

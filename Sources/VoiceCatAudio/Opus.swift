@@ -29,6 +29,16 @@ public func opusApplication(_ a: AudioConfig.Application) -> Int32 {
     }
 }
 
+public enum OpusPacket {
+    /// True when `packet` carries in-band FEC (LBRR) for the frame before it: what the
+    /// header's FEC flag says. An encoder with FEC on leaves it out of CELT-mode
+    /// packets, after inactive frames and at a loss percentage of 0.
+    public static func carriesFEC(_ packet: UnsafeRawBufferPointer) -> Bool {
+        guard let base = packet.baseAddress, packet.count > 0 else { return false }
+        return vcshim_opus_packet_has_lbrr(base.assumingMemoryBound(to: UInt8.self), Int32(packet.count)) == 1
+    }
+}
+
 /// An Opus encoder at 48 kHz configured from every AudioConfig field.
 public final class OpusEncoderBox {
     let enc: OpaquePointer
@@ -36,13 +46,20 @@ public final class OpusEncoderBox {
     public let frameSamples: Int
     /// True when the last encoded frame was DTX (nothing worth sending).
     public private(set) var lastWasDTX = false
+    /// True when the last encoded packet carries in-band FEC for the frame before it.
+    public private(set) var lastCarriesFEC = false
     /// True when DRED could be enabled in the loaded libopus.
     public private(set) var dredEnabled = false
+    /// The loss protection in force: OPUS_SET_INBAND_FEC and OPUS_SET_PACKET_LOSS_PERC.
+    public private(set) var fecEnabled: Bool
+    public private(set) var packetLossPercent: Int
 
     public init(config: AudioConfig) throws {
         if let why = config.validationError() { throw CodecError("AudioConfig: \(why)", -1) }
         channels = config.channels
         frameSamples = config.frameSamples
+        fecEnabled = config.fec
+        packetLossPercent = Int(config.expectedPacketLoss)
         var err: Int32 = 0
         guard let e = opus_encoder_create(48000, Int32(channels), opusApplication(config.application), &err), err == 0 else {
             throw CodecError("opus_encoder_create", err)
@@ -64,6 +81,36 @@ public final class OpusEncoderBox {
 
     deinit { opus_encoder_destroy(enc) }
 
+    /// Changes the loss protection from the next frame on (no allocation; callable
+    /// between frames by the encoder's owner).
+    public func setProtection(fec: Bool, lossPercent: Int) throws {
+        let loss = min(max(lossPercent, 0), 100)
+        if fec != fecEnabled {
+            let rc = vcshim_opus_set_inband_fec(enc, fec ? 1 : 0)
+            guard rc == 0 else { throw CodecError("OPUS_SET_INBAND_FEC", rc) }
+            fecEnabled = fec
+        }
+        if loss != packetLossPercent {
+            let rc = vcshim_opus_set_packet_loss_perc(enc, Int32(loss))
+            guard rc == 0 else { throw CodecError("OPUS_SET_PACKET_LOSS_PERC", rc) }
+            packetLossPercent = loss
+        }
+    }
+
+    /// The header flags of the packet just encoded (`length` bytes), or nil when it
+    /// need not be sent: DTX's empty frames (a TOC byte) are not sent, its sparse
+    /// comfort-noise updates are, flagged DTX; a `last` frame is always sent.
+    /// `marker`: the frame starts a talkspurt (a comfort-noise update never does).
+    public func headerFlags(length: Int, marker: Bool, last: Bool) -> FrameFlags? {
+        if lastWasDTX && length <= 2 && !last { return nil }
+        var flags: FrameFlags = []
+        if marker && !lastWasDTX { flags.insert(.marker) }
+        if lastCarriesFEC { flags.insert(.fec) }
+        if lastWasDTX { flags.insert(.dtx) }
+        if last { flags.insert(.lastFrame) }
+        return flags
+    }
+
     /// Encodes one frame of `frameSamples * channels` interleaved samples into `out`.
     /// Returns the packet length.
     public func encode(_ pcm: UnsafePointer<Int16>, into out: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -73,6 +120,7 @@ public final class OpusEncoderBox {
         _ = vcshim_opus_get_in_dtx(enc, &dtx)
         // A packet of 1-2 bytes carries no audio: DTX says it need not be sent.
         lastWasDTX = dtx != 0 || n <= 2
+        lastCarriesFEC = OpusPacket.carriesFEC(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(out)[0..<Int(n)]))
         return Int(n)
     }
 }

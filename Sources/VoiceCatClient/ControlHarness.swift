@@ -39,10 +39,24 @@ public final class ControlHarness {
 
     deinit { mix.deallocate() }
 
-    /// A session as connect leaves it: Hello answered (channels Lobby and Music), in no channel.
+    /// The stream the session publishes (as a stream start leaves it, with no media
+    /// path), so loss feedback naming it reaches its FEC policy and its encoder.
+    public static let publishedStreamID: UInt32 = 1 << 8 | 1
+    public static let publishedSSRC: UInt32 = 7
+
+    /// A session as connect leaves it: Hello answered (channels Lobby and Music), in no
+    /// channel, one stream published.
     public func reset() {
         client.leaveChannelLocally()
         client.events.deliver()
+        let table = client.streams
+        table.slots[0].lock.withLock { table.slots[0].generation = 0 }   // so the stream id is always the same
+        if let id = try? table.reserve(), id == ControlHarness.publishedStreamID, let slot = table.slot(for: id),
+           let s = try? LocalStream(streamID: id, ssrc: ControlHarness.publishedSSRC, kind: .mic, externalFeed: true, inputChannels: 1,
+                                    audio: .speech, slot: slot, table: table) {
+            table.install(s)
+            client.localStreamCount.wrappingAdd(1, ordering: .relaxed)
+        }
         client.cond.withLock {
             client.hello = HelloResult(sessionID: 1, userID: 1, bindingID: 1, serverName: "fuzz",
                                        channels: [ChannelInfo(id: 1, name: "Lobby", audio: .speech),
@@ -75,4 +89,7 @@ public final class ControlHarness {
 
     /// Remote streams being received (each one's config passed the client's checks).
     public var remoteStreamCount: Int { client.remoteStreams().count }
+
+    /// The published stream's send statistics (its loss protection).
+    public var publishedStats: SendStats? { try? client.sendStats(streamID: ControlHarness.publishedStreamID) }
 }

@@ -88,6 +88,12 @@ final class LocalStream {
     var apm: SpeexApm?
     /// This stream's read position in the played mix (echo cancellation).
     var farCursor = FarEndRing.Cursor()
+    /// The encoder's loss protection, driven by the server's loss feedback (issue #16).
+    private(set) var fecPolicy: FECPolicy
+    /// Frames sent, those that carried FEC, and their datagram bytes.
+    private(set) var packetsSent: UInt64 = 0
+    private(set) var fecPacketsSent: UInt64 = 0
+    private(set) var bytesSent: UInt64 = 0
     private let farBlock = UnsafeMutablePointer<Int16>.allocate(capacity: 480)
 
     // The queue: whole frames in the channel's layout.
@@ -144,6 +150,7 @@ final class LocalStream {
         }
         floatScratch = .allocate(capacity: LocalStream.floatChunk * 2)
         floatScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
+        fecPolicy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
         reframer = Reframer(frameSamples: audio.frameSamples, channels: audio.channels)
         let frameLength = audio.frameSamples * audio.channels
         silence = .allocate(capacity: frameLength)
@@ -400,18 +407,12 @@ final class LocalStream {
             needMarker = true
             return
         }
-        // DTX: the encoder's empty frames (a TOC byte) are not sent; its sparse
-        // comfort-noise updates are, flagged DTX. The next real frame is a new
-        // talkspurt (marker).
-        if encoder.lastWasDTX && n <= 2 && !last {
+        // DTX: the encoder's empty frames are not sent; the next real frame is a new
+        // talkspurt (marker). FEC: flagged when the packet really carries it.
+        guard let flags = encoder.headerFlags(length: n, marker: needMarker, last: last) else {
             needMarker = true
             return
         }
-        var flags: FrameFlags = []
-        if needMarker && !encoder.lastWasDTX { flags.insert(.marker) }
-        if audio.fec { flags.insert(.fec) }
-        if encoder.lastWasDTX { flags.insert(.dtx) }
-        if last { flags.insert(.lastFrame) }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
         guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n])) else {
             // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
@@ -419,6 +420,8 @@ final class LocalStream {
             return
         }
         seq += 1
+        packetsSent += 1
+        if flags.contains(.fec) { fecPacketsSent += 1 }
         packetSpurtClosed = last
         // After a last frame or a comfort-noise update, the next real frame starts a talkspurt.
         needMarker = last || encoder.lastWasDTX
@@ -432,6 +435,21 @@ final class LocalStream {
         guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: sealBuffer[0..<n]), path.address)) != nil else { return false }
         slot.packetsOut += 1
         slot.bytesOut += UInt64(n)
+        bytesSent += UInt64(n)
         return true
+    }
+
+    // MARK: loss protection (slot lock held by the caller)
+
+    /// Takes the server's loss feedback for this stream: the protection now in force
+    /// when it changed, else nil. The encoder changes between two frames.
+    func applyLossFeedback(_ counts: LossCounts, listeners: UInt32) -> FECPolicy.Protection? {
+        guard fecPolicy.apply(counts, listeners: listeners) else { return nil }
+        let p = fecPolicy.current
+        do { try encoder.setProtection(fec: p.fec, lossPercent: p.lossPercent) } catch {
+            ClientLog.log(1, "stream \(streamID): \(error)")
+            return nil
+        }
+        return p
     }
 }

@@ -42,6 +42,8 @@ struct MediaPathState {
     var pendingJoin: JoinChannelResult?
     /// The server ended the session for good (an admin kicked it): why; no reconnect.
     var finalEnd: (code: Int32, text: String)?
+    /// When the next loss report is due (LossFeedback.swift).
+    var nextLossReportMs: UInt64 = 0
     /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
     var pendingSeq = [UInt64](repeating: .max, count: 16)
     var pendingSentMs = [UInt64](repeating: 0, count: 16)
@@ -268,6 +270,7 @@ extension VoiceClient {
         if media.voiceConnected { t = min(t, media.lastSignMs + media.lostAfter(configured) + 1) }
         if media.binder != nil { t = min(t, media.nextBindMs) }
         t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
+        t = min(t, nextLossReportMs(media))
         // While someone talks, look at the playout every 50 ms for the end of it.
         var anyTalking = false
         receive.forEachStream { _, s in if s.talking { anyTalking = true } }
@@ -390,7 +393,9 @@ extension VoiceClient {
             applyPresence(m, u)
         case .adminResult(let r):
             reply(r.requestID, m)
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser:
+        case .lossFeedback(let f):
+            applyLossFeedback(f)
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser, .receiverReport:
             break   // refused above (serverMessageProblem)
         }
     }
@@ -692,6 +697,7 @@ extension VoiceClient {
             return .lost(VC_ERR_TIMEOUT, "ping timeout: nothing came on the control connection for \(silentMs) ms")
         }
         updateTalkState(now: now)
+        reportLosses(conn, media: &media, now: now)
         return nil
     }
 

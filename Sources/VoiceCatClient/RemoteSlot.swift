@@ -78,6 +78,13 @@ final class RemoteSlot {
     /// and the stream it last converted (a new one starts from a clean state).
     var tapConverter: FormatConverter?
     var tapConvertedSSRC: UInt32 = 0
+    /// What arrived of this stream before recovery, for the loss reports (fed with
+    /// the frames the renderer takes in, read by the network thread; under `lock`).
+    let lossMeter = LossMeter()
+    /// Inbox overflows seen by the last report, and intervals left without one: frames
+    /// the inbox dropped (nothing rendered for a while) are not the network's loss.
+    var overflowsSeen: UInt64 = 0
+    var reportHold = 0
 
     init() throws {
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
@@ -105,9 +112,13 @@ final class RemoteSlot {
         inbox.reset()
         noiseReducer = nil
         jitter.reset(frameSamples: frameSamples)
-        // A missing frame can be rebuilt from its successor: in-band FEC on the
-        // channel (packets also say so in their FEC flag), or DRED.
-        jitter.recoveryAvailable = r.audio.fec || dredWanted
+        // A missing frame can be rebuilt from its successor: by DRED, or by in-band
+        // FEC where the successor's header says it carries it (senders switch FEC
+        // with the loss their listeners report, so the channel's setting says little).
+        jitter.recoveryAvailable = dredWanted
+        lossMeter.reset()
+        overflowsSeen = 0
+        reportHold = 0
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()
@@ -122,8 +133,22 @@ final class RemoteSlot {
     /// held by caller: the renderer, or a host thread reading statistics).
     func drainInbox() {
         inbox.drain { e, payload in
+            lossMeter.record(seq: e.seq)
             jitter.insert(seq: e.seq, timestamp: e.timestamp, flags: e.flags, payload: payload, arrivalMs: e.arrivalMs)
         }
+    }
+
+    /// Closes a report interval (network thread, lock held): what to report of this
+    /// stream over the window, or nil (nothing arrived, or the inbox dropped frames).
+    func closeLossInterval() -> LossCounts? {
+        let counts = lossMeter.closeInterval()
+        let overflows = inbox.overflows.load(ordering: .relaxed)
+        if overflows != overflowsSeen {
+            overflowsSeen = overflows
+            reportHold = lossMeter.windowBuckets
+        }
+        if reportHold > 0 { reportHold -= 1; return nil }
+        return counts.expected > 0 ? counts : nil
     }
 
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
@@ -134,31 +159,11 @@ final class RemoteSlot {
         drainInbox()
         while fifoCount < frames {
             let n = frameSamples
-            let playout = jitter.next(atMs: nowMs)
+            decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
             switch jitter.talkEdge {
             case .started: spurtsStarted &+= 1
             case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
             case .none: break
-            }
-            switch playout {
-            case .packet(let slot):
-                let ok = (try? decoder.decode(jitter.payload(slot), frames: n, into: decoded)) != nil
-                jitter.release(slot)
-                if !ok { jitter.countConcealed(); _ = try? decoder.decode(nil, frames: n, into: decoded) }
-            case .fec(let slot):
-                if dredWanted && dred.recover(decoder: decoder, packet: jitter.payload(slot), frames: n, into: decoded) {
-                    jitter.fecWasDRED()
-                } else if (try? decoder.decode(jitter.payload(slot), fec: true, frames: n, into: decoded)) == nil {
-                    jitter.fecFailed()
-                    _ = try? decoder.decode(nil, frames: n, into: decoded)
-                }
-            case .conceal:
-                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
-            case .comfortNoise:
-                // A DTX pause: the decoder's comfort-noise generator, not digital silence.
-                if (try? decoder.decode(nil, frames: n, into: decoded)) == nil { decoded.update(repeating: 0, count: n * 2) }
-            case .silence:
-                decoded.update(repeating: 0, count: n * 2)
             }
             // Listener-side NR: after decode, before gain and mixing.
             noiseReducer?.process(decoded, frames: n)

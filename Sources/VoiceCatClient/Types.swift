@@ -76,6 +76,8 @@ public struct ClientConfig {
     /// Ask the server for its roster (every user and channel, and the changes): the
     /// user and channel lists. Off, the server spends nothing on this client for it.
     public var presence = true
+    /// Loss reports to the server every this many ms (0: never).
+    public var lossReportMs: UInt32 = UInt32(LossAggregation.reportIntervalMs)
     public init() {}
 }
 
@@ -101,6 +103,7 @@ extension vc_event_type {
     public static let reconnected = VC_EVENT_RECONNECTED
     public static let gateOpened = VC_EVENT_GATE_OPENED
     public static let gateClosed = VC_EVENT_GATE_CLOSED
+    public static let protectionChanged = VC_EVENT_PROTECTION_CHANGED
 }
 
 public struct ClientEvent: Equatable {

@@ -185,6 +185,7 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_remote_stream_info": return MemoryLayout<vc_remote_stream_info>.size
     case "vc_stream_stats": return MemoryLayout<vc_stream_stats>.size
     case "vc_connection_stats": return MemoryLayout<vc_connection_stats>.size
+    case "vc_send_stats": return MemoryLayout<vc_send_stats>.size
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
     case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
@@ -210,7 +211,7 @@ let eventTypeNames: [UInt32: UnsafePointer<CChar>] = {
         (VC_EVENT_RECONNECTED, "VC_EVENT_RECONNECTED"), (VC_EVENT_GATE_OPENED, "VC_EVENT_GATE_OPENED"),
         (VC_EVENT_GATE_CLOSED, "VC_EVENT_GATE_CLOSED"), (VC_EVENT_USER_CONNECTED, "VC_EVENT_USER_CONNECTED"),
         (VC_EVENT_USER_UPDATED, "VC_EVENT_USER_UPDATED"), (VC_EVENT_USER_DISCONNECTED, "VC_EVENT_USER_DISCONNECTED"),
-        (VC_EVENT_CHANNELS_CHANGED, "VC_EVENT_CHANNELS_CHANGED"),
+        (VC_EVENT_CHANNELS_CHANGED, "VC_EVENT_CHANNELS_CHANGED"), (VC_EVENT_PROTECTION_CHANGED, "VC_EVENT_PROTECTION_CHANGED"),
     ]
     var table: [UInt32: UnsafePointer<CChar>] = [:]
     for (t, name) in names { table[t.rawValue] = makeStaticCString(name) }
@@ -244,7 +245,8 @@ public func vc_client_config_default() -> vc_client_config {
     return vc_client_config(client_name: nil, keepalive_ms: d.keepaliveMs, max_remote_streams: UInt32(d.maxRemoteStreams),
                             event_queue_size: UInt32(d.eventQueueSize), external_playback: d.externalPlayback ? 1 : 0,
                             playback_device: nil, talk_hangover_ms: d.talkHangoverMs, known_servers_path: nil,
-                            auto_reconnect: d.autoReconnect ? 1 : 0, resampler_quality: Int32(d.resamplerQuality))
+                            auto_reconnect: d.autoReconnect ? 1 : 0, resampler_quality: Int32(d.resamplerQuality),
+                            loss_report_ms: d.lossReportMs)
 }
 
 @_cdecl("vc_connect_params_default")
@@ -279,6 +281,11 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         }
         c.autoReconnect = cfg.pointee.auto_reconnect != 0
         c.resamplerQuality = Int(cfg.pointee.resampler_quality)
+        c.lossReportMs = cfg.pointee.loss_report_ms
+        guard c.lossReportMs == 0 || (100...60_000).contains(c.lossReportMs) else {
+            ClientLog.log(0, "vc_client_create: loss_report_ms must be 0 or 100..60000, got \(c.lossReportMs)")
+            return VC_ERR_INVALID_ARG
+        }
     }
     let client: VoiceClient
     do { client = try VoiceClient(config: c) } catch let e as ClientError {
@@ -653,6 +660,21 @@ public func vc_admin_kick(_ p: OpaquePointer?, _ userID: UInt32, _ reason: Unsaf
             why = r
         }
         try b.client.adminKick(userID: userID, reason: why, adminPassword: try adminPassword(fn, pw))
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_get_send_stats")
+public func vc_get_send_stats(_ p: OpaquePointer?, _ streamID: UInt32, _ out: UnsafeMutablePointer<vc_send_stats>?) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_get_send_stats: out is NULL") }
+        let s = try b.client.sendStats(streamID: streamID)
+        out.pointee = vc_send_stats(ssrc: s.ssrc, packets_sent: s.packetsSent, bytes_sent: s.bytesSent, fec_packets: s.fecPackets,
+                                    fec: s.protection.fec ? 1 : 0, packet_loss_perc: UInt32(s.protection.lossPercent),
+                                    channel_fec: s.ceiling.fec ? 1 : 0, channel_expected_loss: UInt32(s.ceiling.lossPercent),
+                                    feedback_received: s.feedbacks, protection_changes: s.changes, listeners: s.listeners,
+                                    reported_expected: s.reported.expected, reported_lost: s.reported.lost,
+                                    reported_isolated: s.reported.isolated)
         return VC_OK
     }
 }

@@ -107,7 +107,10 @@ public enum MessageType: UInt16, Sendable, CaseIterable {
     case memberList = 21
     case usersJoined = 22
     case usersLeft = 23
-    // 24–29 are left for the media feedback messages; presence and admin start at 30.
+    // Loss feedback (issue #16); 26–29 are left for more media feedback.
+    case receiverReport = 24
+    case lossFeedback = 25
+    // Presence and admin.
     case userList = 30
     case presenceUpdate = 31
     case kickUser = 32
@@ -989,6 +992,91 @@ public struct AdminResult: ControlBody {
     }
 }
 
+// MARK: - loss feedback
+
+/// What one listener saw of one received stream over the last few seconds, before
+/// any recovery: frames expected (by seq), lost, and lost alone (both neighbours
+/// received: what in-band FEC can rebuild whole).
+public struct ReceptionReport: ProtoMessage {
+    public var ssrc: UInt32
+    public var counts: LossCounts
+    public init(ssrc: UInt32, counts: LossCounts) { self.ssrc = ssrc; self.counts = counts }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, ssrc); counts.encode(into: &w, from: 2)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ReceptionReport {
+        var m = ReceptionReport(ssrc: 0, counts: LossCounts())
+        try r.forEachField { f throws(ProtobufError) in
+            if f.number == 1 { m.ssrc = try r.uint32(f) } else { try m.counts.decodeField(f, r, from: 2) }
+        }
+        return m
+    }
+}
+
+/// Client → server, about once a second while streams are received: one report per
+/// received stream that had frames in the window.
+public struct ReceiverReport: ControlBody {
+    public static let messageType = MessageType.receiverReport
+    public var reports: [ReceptionReport]
+    public init(reports: [ReceptionReport]) { self.reports = reports }
+
+    public func encode(into w: inout ProtoWriter) { for r in reports { w.message(1, r) } }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> ReceiverReport {
+        var m = ReceiverReport(reports: [])
+        try r.forEachField { f throws(ProtobufError) in
+            if f.number == 1 { m.reports.append(try ReceptionReport.decode(r.nested(f))) }
+        }
+        return m
+    }
+}
+
+/// Server → publisher: what the listeners of its stream `stream_id` (ssrc `ssrc`)
+/// lose, as the report at a high quantile of them (LossAggregation); `listeners`
+/// reports were counted.
+public struct LossFeedback: ControlBody {
+    public static let messageType = MessageType.lossFeedback
+    public var streamID: UInt32
+    public var ssrc: UInt32
+    public var listeners: UInt32
+    public var counts: LossCounts
+    public init(streamID: UInt32, ssrc: UInt32, listeners: UInt32, counts: LossCounts) {
+        self.streamID = streamID; self.ssrc = ssrc; self.listeners = listeners; self.counts = counts
+    }
+
+    public func encode(into w: inout ProtoWriter) {
+        w.uint(1, streamID); w.uint(2, ssrc); w.uint(3, listeners); counts.encode(into: &w, from: 4)
+    }
+    public static func decode(_ r: ProtoReader) throws(ProtobufError) -> LossFeedback {
+        var m = LossFeedback(streamID: 0, ssrc: 0, listeners: 0, counts: LossCounts())
+        try r.forEachField { f throws(ProtobufError) in
+            switch f.number {
+            case 1: m.streamID = try r.uint32(f)
+            case 2: m.ssrc = try r.uint32(f)
+            case 3: m.listeners = try r.uint32(f)
+            default: try m.counts.decodeField(f, r, from: 4)
+            }
+        }
+        return m
+    }
+}
+
+extension LossCounts {
+    /// Writes expected, lost, isolated as fields `first`, `first + 1`, `first + 2`.
+    func encode(into w: inout ProtoWriter, from first: Int) {
+        w.uint(first, expected); w.uint(first + 1, lost); w.uint(first + 2, isolated)
+    }
+    /// Reads field `f` if it is one of the three; other fields are skipped.
+    mutating func decodeField(_ f: ProtoField, _ r: ProtoReader, from first: Int) throws(ProtobufError) {
+        switch f.number - first {
+        case 0: expected = try r.uint32(f)
+        case 1: lost = try r.uint32(f)
+        case 2: isolated = try r.uint32(f)
+        default: break
+        }
+    }
+}
+
 // MARK: - the sum of all messages
 
 /// Why a control plaintext could not be decoded.
@@ -1034,6 +1122,8 @@ public enum ControlMessage: Equatable, Sendable {
     case presenceUpdate(PresenceUpdate)
     case kickUser(KickUser)
     case adminResult(AdminResult)
+    case receiverReport(ReceiverReport)
+    case lossFeedback(LossFeedback)
 
     /// The message inside.
     public var body: any ControlBody {
@@ -1065,6 +1155,8 @@ public enum ControlMessage: Equatable, Sendable {
         case .presenceUpdate(let m): return m
         case .kickUser(let m): return m
         case .adminResult(let m): return m
+        case .receiverReport(let m): return m
+        case .lossFeedback(let m): return m
         }
     }
 
@@ -1122,6 +1214,8 @@ public enum ControlMessage: Equatable, Sendable {
             case .presenceUpdate: return .presenceUpdate(try PresenceUpdate.decode(r))
             case .kickUser: return .kickUser(try KickUser.decode(r))
             case .adminResult: return .adminResult(try AdminResult.decode(r))
+            case .receiverReport: return .receiverReport(try ReceiverReport.decode(r))
+            case .lossFeedback: return .lossFeedback(try LossFeedback.decode(r))
             }
         } catch {
             throw .body(t, error)

@@ -94,7 +94,9 @@ extension ControlMessage {
             if m.channels.count > ServerMessageLimits.maxChannels { return "\(m.channels.count) channels (at most \(ServerMessageLimits.maxChannels))" }
             for ch in m.channels { if let p = ch.problem { return p } }
             return nil
-        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser:
+        case .lossFeedback(let m):
+            return m.counts.problem.map { "stream \(m.streamID): \($0)" }
+        case .hello, .joinChannel, .streamAnnounce, .streamStop, .rebind, .setServerMute, .kickUser, .receiverReport:
             return "\(type) is a message only a client sends"
         case .error, .ping, .pong, .userLeft, .usersLeft, .remoteStreamRemoved, .streamStateUpdate, .serverMuteState, .rebindResult,
              .adminResult:

@@ -59,6 +59,8 @@ extension Server {
             setServerMute(s, m, held: false)
         case .kickUser(let k):
             kick(s, k, held: false)
+        case .receiverReport(let r):
+            receiverReport(s, r)
         case .hello:
             send(c, .error(ErrorMessage(code: .wrongState, message: "already authenticated")))
         default:
@@ -260,6 +262,7 @@ extension Server {
         ch.memberListValid = false
         if s.serverMuted || s.deafened { ch.flagged.removeAll { $0 === s } }
         if !s.streams.isEmpty { ch.streams.removeAll { $0.owner === s } }
+        forgetLossReports(of: s, in: ch)
         s.channel = nil
         guard !stopping else { return }
         for st in s.streams.values.sorted(by: { $0.ssrc < $1.ssrc }) {

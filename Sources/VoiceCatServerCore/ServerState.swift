@@ -61,6 +61,12 @@ public struct ServerCounters: Equatable, Sendable {
     /// Binding requests whose cookie was wrong or stale (answered with a new challenge).
     public var dropBindingCookie: UInt64 = 0
     public var dropSendFailed: UInt64 = 0
+    /// Loss feedback: stream reports taken from listeners, reports ignored (a stream the
+    /// listener does not receive, counts that cannot be, a deafened or channel-less
+    /// listener), and feedback messages sent to publishers.
+    public var lossReports: UInt64 = 0
+    public var lossReportsIgnored: UInt64 = 0
+    public var lossFeedbackSent: UInt64 = 0
 
     public init() {}
 
@@ -82,7 +88,8 @@ public struct ServerCounters: Equatable, Sendable {
             + "drop_malformed=\(dropMalformed) drop_oversize=\(dropOversize) drop_unbound=\(dropUnbound) "
             + "drop_spoofed_ssrc=\(dropSpoofedSSRC) drop_auth=\(dropAuthFailed) drop_replay=\(dropReplay) "
             + "drop_rate=\(dropRateLimited) drop_muted=\(dropServerMuted) drop_cookie=\(dropBindingCookie) "
-            + "drop_send=\(dropSendFailed)"
+            + "drop_send=\(dropSendFailed) loss_reports=\(lossReports) loss_reports_ignored=\(lossReportsIgnored) "
+            + "loss_feedback=\(lossFeedbackSent)"
     }
 }
 
@@ -205,6 +212,11 @@ final class Stream {
     // Token bucket: refilled at `rate` per second, capacity `rate`.
     var tokens: Double
     var lastRefill: UInt64
+    /// Loss feedback (LossFeedback.swift): each listener's latest report, by user id,
+    /// and when the publisher was last told.
+    struct ListenerReport { var counts: LossCounts; var atMs: UInt64 }
+    var lossReports: [UInt32: ListenerReport] = [:]
+    var lastFeedbackMs: UInt64 = 0
 
     init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, channels: UInt32, owner: Session, rate: Int, now: UInt64) {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.channels = channels; self.owner = owner

@@ -39,7 +39,7 @@ exit(LLVMFuzzerRunDriver(&argc, &argv) { data, size in
     return 0
 })
 #else
-var files = 0, streams = 0
+var files = 0, streams = 0, changes: UInt64 = 0
 for path in CommandLine.arguments.dropFirst() {
     guard let f = fopen(path, "rb") else {
         fputs("voicecat-fuzz-client: cannot open \(path)\n", stderr)
@@ -50,7 +50,9 @@ for path in CommandLine.arguments.dropFirst() {
     fclose(f)
     buf.withUnsafeBytes { fuzzOne(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
     streams += harness.remoteStreamCount
+    changes += harness.publishedStats?.changes ?? 0
     files += 1
 }
-print("voicecat-fuzz-client: replayed \(files) inputs without a crash (\(streams) remote streams accepted)")
+print("voicecat-fuzz-client: replayed \(files) inputs without a crash (\(streams) remote streams accepted, "
+      + "\(changes) loss protection changes)")
 #endif

@@ -412,14 +412,3 @@ final class ControlPlaneTests: XCTestCase {
         XCTAssertEqual(steps.count, 13)
     }
 }
-
-/// A flag shared with a test thread.
-final class Shared<T>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var v: T
-    init(_ v: T) { self.v = v }
-    var value: T {
-        get { lock.lock(); defer { lock.unlock() }; return v }
-        set { lock.lock(); v = newValue; lock.unlock() }
-    }
-}

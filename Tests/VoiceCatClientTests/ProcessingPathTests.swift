@@ -146,7 +146,9 @@ final class ProcessingPathTests: XCTestCase {
         for k in 0..<100 {
             let n = try pcm.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + k * 960, into: $0) } }
             if k != 50 {  // one packet lost
-                buf[0..<n].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
+                // The header's FEC flag as the sender sets it: from the packet itself.
+                let flags: FrameFlags = enc.lastCarriesFEC ? .fec : []
+                buf[0..<n].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: flags, payload: $0, arrivalMs: Double(k) * 20) }
             }
             if k >= 1 {  // play a frame behind, so the frame after the loss is already here
                 bus.clear(frames: 960)

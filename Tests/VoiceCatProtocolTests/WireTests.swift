@@ -66,6 +66,8 @@ final class ProtobufTests: XCTestCase {
                                            channels: [ChannelInfo(id: 7, name: "New", audio: a)], removedChannelIDs: [1, 0, 4])),
             .kickUser(KickUser(userID: 3, adminPassword: "a", reason: "spam", requestID: 11)),
             .adminResult(AdminResult(requestID: 11, userID: 3)),
+            .receiverReport(ReceiverReport(reports: [ReceptionReport(ssrc: 1002, counts: LossCounts(expected: 250, lost: 9, isolated: 4))])),
+            .lossFeedback(LossFeedback(streamID: 2, ssrc: 1001, listeners: 3, counts: LossCounts(expected: 240, lost: 1, isolated: 1))),
         ]
         XCTAssertEqual(Set(messages.map(\.type)).count, MessageType.allCases.count, "every message type is covered")
         for m in messages {

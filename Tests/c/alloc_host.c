@@ -143,6 +143,7 @@ static vc_client *connect_client(int port, const char *name, int external, const
     cfg.external_playback = external;
     cfg.playback_device = device;
     cfg.keepalive_ms = getenv("KA") ? (uint32_t)atoi(getenv("KA")) : 1000;  /* pings and keepalives included, often */
+    cfg.loss_report_ms = getenv("LR") ? (uint32_t)atoi(getenv("LR")) : 1000;  /* loss reports included */
     vc_client *c = NULL;
     if (vc_client_create(&cfg, &c) != VC_OK) { fprintf(stderr, "create failed\n"); exit(2); }
     vc_connect_params p = {.host = "127.0.0.1", .port = (uint16_t)port, .username = name, .timeout_ms = 5000};

@@ -31,6 +31,7 @@ static void null_and_bad_handles(void) {
     vc_remote_stream rs = {1.0f, 0, 0};
     vc_stream_stats st;
     vc_connection_stats cs;
+    vc_send_stats ss;
     vc_audio_config ac;
     char buf[128];
     size_t count;
@@ -92,6 +93,7 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_stop_recording(c, 0), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_playback_device(c, "default"), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_capture_device(c, 1, "default"), VC_ERR_INVALID_ARG);
+        EXPECT(vc_get_send_stats(c, 1, &ss), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -110,6 +112,13 @@ static void null_and_bad_handles(void) {
     EXPECT(strcmp(vc_event_type_name(VC_EVENT_NONE), "VC_EVENT_NONE"), 0);
     EXPECT(strcmp(vc_event_type_name((vc_event_type)-5), "VC_EVENT_UNKNOWN"), 0);
     EXPECT(strcmp(vc_event_type_name((vc_event_type)1000), "VC_EVENT_UNKNOWN"), 0);
+    EXPECT((int)vc_struct_size("vc_send_stats"), (int)sizeof(vc_send_stats));
+    vc_client_config cd = vc_client_config_default();
+    EXPECT((int)cd.loss_report_ms, 1000);
+    cd.loss_report_ms = 50;                      /* 0 or 100..60000 */
+    vc_client *refused = NULL;
+    EXPECT(vc_client_create(&cd, &refused), VC_ERR_INVALID_ARG);
+    EXPECT(refused == NULL, 1);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
     vc_stream_desc dd = vc_stream_desc_default();
@@ -330,12 +339,20 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_set_stream_state(c, id, 2, 0), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_stream_state(c, id, 0, 7), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_stream_state(c, id, 1, 1), VC_OK);
+    /* Send statistics: the stream starts at the channel's protection (Lobby: FEC at 10 %). */
+    vc_send_stats sst;
+    EXPECT(vc_get_send_stats(c, id, &sst), VC_OK);
+    EXPECT(sst.fec == 1 && sst.packet_loss_perc == 10 && sst.channel_fec == 1 && sst.channel_expected_loss == 10, 1);
+    EXPECT(sst.listeners == 0 && sst.feedback_received == 0 && sst.ssrc != 0, 1);
+    EXPECT(vc_get_send_stats(c, id, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_get_send_stats(c, id + 1000, &sst), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_OK);
     EXPECT(vc_stream_stop(c, id), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_get_send_stats(c, id, &sst), VC_ERR_NOT_FOUND);
 
     /* Remote streams that do not exist. */
     EXPECT(vc_set_remote_stream(c, 77777, &rs), VC_ERR_NOT_FOUND);

@@ -33,7 +33,7 @@ from ._errors import (AuthError, BufferTooSmall, CallbackError, CodecError, Devi
 from ._lib import LibraryError
 from ._pcm import PcmInput, has_numpy
 from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, RemoteStreamInfo, RemoteStreamSettings,
-                     SendProcessing, StreamStats, User, UserStream)
+                     SendProcessing, SendStats, StreamStats, User, UserStream)
 
 from ._version import __version__ as __version__
 
@@ -42,7 +42,7 @@ __all__ = [
     "CodecError", "ConnectionStats", "DEFAULT_PORT", "DeviceError", "DeviceInfo", "DeviceKind", "ErrorCode",
     "Event", "EventHandler", "EventType", "InputMode", "InvalidArgument", "LibraryError", "LogLevel", "MixBlock",
     "NetworkError", "NoMemory", "NotFound", "OpusApplication", "PcmInput", "ProtocolError", "Rejected",
-    "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SinkFn", "StateError", "Stream",
+    "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SendStats", "SinkFn", "StateError", "Stream",
     "StreamKind", "StreamStats", "Timeout", "Unsupported", "User", "UserChange", "UserStream", "VersionMismatch",
     "VoiceCatError", "event_type_name", "has_numpy", "library_path", "list_devices", "load_library",
     "route_to_logging", "set_alsa_config", "set_log_handler", "strerror", "version", "version_number",

@@ -16,7 +16,7 @@ from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import InvalidArgument, NotFound, StateError, Unsupported, error_for
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings,
-                     SendProcessing, StreamStats, User, UserStream)
+                     SendProcessing, SendStats, StreamStats, User, UserStream)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -263,6 +263,13 @@ class Stream:
         push-to-talk) to stop sending."""
         self._client._call("vc_set_stream_state", self.id, int(bool(muted)), int(bool(hold)))
 
+    def send_stats(self) -> SendStats:
+        """What the stream sent and the loss protection it runs with now (FEC, the
+        expected loss its encoder is told, the last loss feedback). NotFound once stopped."""
+        out = _lib.vc_send_stats()
+        self._client._call("vc_get_send_stats", self.id, ctypes.byref(out))
+        return SendStats._from_c(out)
+
     def __enter__(self) -> "Stream":
         return self
 
@@ -404,7 +411,7 @@ class Client:
                  playback_device: Optional[str] = None, keepalive_ms: Optional[int] = None,
                  max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None,
                  talk_hangover_ms: Optional[int] = None, known_servers_path: Optional[str] = None,
-                 auto_reconnect: bool = False) -> None:
+                 auto_reconnect: bool = False, loss_report_ms: Optional[int] = None) -> None:
         """Creates the client.
 
         ``external_playback=True`` opens no playback device (take the mix with
@@ -421,7 +428,9 @@ class Client:
 
         The others override the library's defaults: keepalive 5000 ms (TCP ping and idle
         UDP keepalive; 0.5 s while streams are active), 32 remote streams, 256 queued
-        events, TALK_STOP 300 ms after a talkspurt's last frame was played.
+        events, TALK_STOP 300 ms after a talkspurt's last frame was played, a loss report
+        to the server every 1000 ms (``loss_report_ms``, 100..60000; 0: never, then this
+        listener's loss does not size its publishers' FEC).
         """
         _raise_pending(None)
         _reap_orphans()
@@ -443,6 +452,8 @@ class Client:
         known = _optional_cstr(known_servers_path, "known_servers_path")
         cfg.known_servers_path = known
         cfg.auto_reconnect = int(bool(auto_reconnect))
+        if loss_report_ms is not None:
+            cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms")
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:

@@ -144,6 +144,9 @@ class EventType(_OpenIntEnum):
     """user_id, channel_id (the last), text = username: a user left the server."""
     CHANNELS_CHANGED = 23
     """The server's channel list changed (a reload): :meth:`Client.channels` has it."""
+    PROTECTION_CHANGED = 24
+    """A published stream's loss protection changed with its listeners' loss: stream_id,
+    ssrc; text says what it is now and why (:meth:`Stream.send_stats` has the values)."""
 
 
 class UserChange(IntFlag):

@@ -47,7 +47,8 @@ class vc_client_config(ctypes.Structure):
                 ("max_remote_streams", ctypes.c_uint32), ("event_queue_size", ctypes.c_uint32),
                 ("external_playback", ctypes.c_int32), ("playback_device", ctypes.c_char_p),
                 ("talk_hangover_ms", ctypes.c_uint32), ("known_servers_path", ctypes.c_char_p),
-                ("auto_reconnect", ctypes.c_int32), ("resampler_quality", ctypes.c_int32)]
+                ("auto_reconnect", ctypes.c_int32), ("resampler_quality", ctypes.c_int32),
+                ("loss_report_ms", ctypes.c_uint32)]
 
 
 class vc_connect_params(ctypes.Structure):
@@ -94,6 +95,15 @@ class vc_connection_stats(ctypes.Structure):
                 ("keepalives_sent", ctypes.c_uint64), ("keepalives_lost", ctypes.c_uint64)]
 
 
+class vc_send_stats(ctypes.Structure):
+    _fields_ = [("ssrc", ctypes.c_uint32), ("packets_sent", ctypes.c_uint64), ("bytes_sent", ctypes.c_uint64),
+                ("fec_packets", ctypes.c_uint64), ("fec", ctypes.c_int32), ("packet_loss_perc", ctypes.c_uint32),
+                ("channel_fec", ctypes.c_int32), ("channel_expected_loss", ctypes.c_uint32),
+                ("feedback_received", ctypes.c_uint64), ("protection_changes", ctypes.c_uint64),
+                ("listeners", ctypes.c_uint32), ("reported_expected", ctypes.c_uint32),
+                ("reported_lost", ctypes.c_uint32), ("reported_isolated", ctypes.c_uint32)]
+
+
 class vc_device_info(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 128), ("description", ctypes.c_char * 256), ("is_monitor", ctypes.c_int32)]
 
@@ -132,7 +142,7 @@ _STRUCTS: "dict[str, Type[ctypes.Structure]]" = {
     "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
     "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
     "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-    "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
+    "vc_send_stats": vc_send_stats, "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
     "vc_user_stream": vc_user_stream, "vc_channel_info": vc_channel_info}
 
 # ---- Callback types ------------------------------------------------------------------
@@ -228,6 +238,8 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_get_stream_stats", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_stream_stats)]),
     # int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
     ("vc_get_connection_stats", ctypes.c_int, [_P, ctypes.POINTER(vc_connection_stats)]),
+    # int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
+    ("vc_get_send_stats", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_send_stats)]),
     # int vc_set_external_playback(vc_client *c, int enabled);
     ("vc_set_external_playback", ctypes.c_int, [_P, ctypes.c_int]),
     # int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);

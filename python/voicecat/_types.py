@@ -130,6 +130,53 @@ class ConnectionStats:
 
 
 @dataclass(frozen=True)
+class SendStats:
+    """Send statistics and loss protection of a published stream (``vc_send_stats``).
+
+    The stream's in-band FEC and the expected loss its encoder is told start at the
+    channel's ``fec`` / ``expected_packet_loss`` and then follow the loss its listeners
+    report (summed up by the server): FEC off on a clean path, on and sized to the
+    measured loss when isolated losses are seen, never above the channel's setting."""
+
+    ssrc: int
+    packets_sent: int
+    """Frames sent (empty DTX frames are not sent)."""
+    bytes_sent: int
+    """Their datagram bytes, header and tag included."""
+    fec_packets: int
+    """Frames sent that carried in-band FEC."""
+    fec: bool
+    """The encoder's in-band FEC is on."""
+    packet_loss_perc: int
+    """The expected loss the encoder is told, percent."""
+    channel_fec: bool
+    """The channel's fec: ceiling and start."""
+    channel_expected_loss: int
+    """The channel's expected_packet_loss: ceiling and start, percent."""
+    feedback_received: int
+    """Loss feedback messages the server sent for this stream."""
+    protection_changes: int
+    """Times the protection changed (EventType.PROTECTION_CHANGED)."""
+    listeners: int
+    """Listener reports the last feedback acted on summed up (0: none yet)."""
+    reported_expected: int
+    """The last feedback acted on: frames expected in its window..."""
+    reported_lost: int
+    """...lost before any recovery..."""
+    reported_isolated: int
+    """...and of those, lost alone (what in-band FEC rebuilds whole)."""
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "SendStats":
+        return cls(ssrc=s.ssrc, packets_sent=s.packets_sent, bytes_sent=s.bytes_sent, fec_packets=s.fec_packets,
+                   fec=bool(s.fec), packet_loss_perc=s.packet_loss_perc, channel_fec=bool(s.channel_fec),
+                   channel_expected_loss=s.channel_expected_loss, feedback_received=s.feedback_received,
+                   protection_changes=s.protection_changes, listeners=s.listeners,
+                   reported_expected=s.reported_expected, reported_lost=s.reported_lost,
+                   reported_isolated=s.reported_isolated)
+
+
+@dataclass(frozen=True)
 class RemoteStreamSettings:
     """This listener's own settings for one remote stream (``vc_remote_stream``)."""
 

@@ -33,6 +33,10 @@ int vcshim_opus_set_dred_duration(OpusEncoder *enc, int32_t frames10ms);
 int vcshim_opus_decoder_get_last_packet_duration(OpusDecoder *dec, int32_t *out);
 /* OPUS_RESET_STATE on a decoder */
 int vcshim_opus_decoder_reset(OpusDecoder *dec);
+/* 1 when the packet's first frame carries LBRR (in-band FEC for the previous frame),
+ * 0 when not, a negative Opus error for a malformed packet. In C because
+ * opus_packet_parse wants arrays of 48 frame pointers, kept here on the stack. */
+int vcshim_opus_packet_has_lbrr(const unsigned char *packet, int32_t len);
 
 /* 1 when the loaded libopus exports the DRED decoder API (looked up with dlsym). */
 int vcshim_dred_available(void);

@@ -1,0 +1,121 @@
+// Loss-adaptive FEC end to end (issue #16): real clients, the real server, real Opus,
+// one listener behind the seeded impairment proxy. The publisher's protection follows
+// its listeners: off on a clean path, on when a lossy listener joins, off again when
+// it leaves; the lossy listener rebuilds lost frames from the FEC it is sent.
+import Foundation
+import Synchronization
+import VoiceCatAudio
+import VoiceCatClient
+import VoiceCatProtocol
+import VoiceCatSystem
+import VoiceCatTestSupport
+import XCTest
+
+final class AdaptiveFECTests: XCTestCase {
+    /// Polls `cond` every 50 ms until it holds or `timeoutMs` passes (generous: a shared machine).
+    @discardableResult
+    func wait(_ what: String, timeoutMs: UInt64 = 20_000, _ cond: () throws -> Bool) rethrows -> Bool {
+        let deadline = MonotonicClock.milliseconds() + timeoutMs
+        while MonotonicClock.milliseconds() < deadline {
+            if try cond() { return true }
+            usleep(50_000)
+        }
+        XCTFail("\(what): not within \(timeoutMs) ms")
+        return false
+    }
+
+    func testALossyListenerRaisesThePublishersProtectionAndItFallsBackWhenItLeaves() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var lossy = Impairment()
+        lossy.baseDelayMs = 5
+        lossy.lossGood = 0.05          // 5 % of datagrams to the listener lost, nearly all alone
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: lossy, seed: 16)
+        defer { proxy.stop() }
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        let alex = try VoiceClient(config: cfg), sam = try VoiceClient(config: cfg), kim = try VoiceClient(config: cfg)
+        defer { alex.shutdown(); sam.shutdown(); kim.shutdown() }
+        let pin: String? = nil   // the tests' known-servers file (their own XDG_CONFIG_HOME)
+        try alex.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: pin, timeoutMs: 3000)
+        try sam.connect(host: "127.0.0.1", port: server.port, username: "sam", password: nil, pinnedFingerprint: pin, timeoutMs: 3000)
+        try alex.joinChannel("Lobby")
+        try sam.joinChannel("Lobby")
+        XCTAssertEqual(alex.currentChannelAudio?.fec, true)
+        XCTAssertEqual(alex.currentChannelAudio?.expectedPacketLoss, 10)
+
+        let changes = NSMutableArray()
+        alex.setEventHandler { e in
+            if e.type == .protectionChanged { changes.add("\(e.streamID) \(e.text)") }
+        }
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        var st = try alex.sendStats(streamID: sid)
+        XCTAssertEqual(st.protection, FECPolicy.Protection(fec: true, lossPercent: 10), "a stream starts at the channel's setting")
+        XCTAssertEqual(st.ceiling, st.protection)
+
+        // Alex talks in real time for the whole test; both listeners render what they get.
+        let stop = Atomic<Bool>(false)
+        let feeder = Thread {
+            let voice = Signal.glidingVoice(seconds: 10)
+            let start = MonotonicClock.nanoseconds()
+            var k: UInt64 = 0
+            while !stop.load(ordering: .relaxed) {
+                let at = Int(k % UInt64(voice.count / 960)) * 960
+                _ = try? voice.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + at, frames: 960, channels: 1) }
+                k += 1
+                let due = start + k * 20_000_000
+                let now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+        feeder.start()
+        defer { stop.store(true, ordering: .relaxed); usleep(50_000) }
+        try sam.waitForRemote(ssrc: ssrc)
+        try sam.setSink { _, _ in }
+
+        // 1. One clean listener: FEC goes off within a few reports.
+        wait("FEC off with a clean listener") { (try? alex.sendStats(streamID: sid))?.protection.fec == false }
+        st = try alex.sendStats(streamID: sid)
+        print("clean listener: \(st.protection), \(st.feedbacks) feedbacks, last from \(st.listeners) listener(s): \(st.reported)")
+        XCTAssertEqual(st.listeners, 1)
+        XCTAssertEqual(st.reported.lost, 0)
+        let fecBefore = st.fecPackets
+        usleep(500_000)
+        XCTAssertEqual(try alex.sendStats(streamID: sid).fecPackets, fecBefore, "with FEC off no packet is flagged FEC")
+
+        // 2. A second listener behind 5 % loss: the 0.75 quantile of two is the lossy one.
+        try kim.connect(host: "127.0.0.1", port: proxy.port, username: "kim", password: nil, pinnedFingerprint: pin, timeoutMs: 3000)
+        try kim.joinChannel("Lobby")
+        try kim.waitForRemote(ssrc: ssrc)
+        try kim.setSink { _, _ in }
+        wait("FEC on for the lossy listener") { (try? alex.sendStats(streamID: sid))?.protection.fec == true }
+        st = try alex.sendStats(streamID: sid)
+        print("lossy listener joined: \(st.protection), last feedback from \(st.listeners) listeners: \(st.reported)")
+        XCTAssertEqual(st.listeners, 2)
+        XCTAssertGreaterThan(st.reported.isolated, 0)
+        XCTAssertGreaterThanOrEqual(st.protection.lossPercent, 1)
+        XCTAssertLessThanOrEqual(st.protection.lossPercent, 10)
+        // The packets now carry FEC, and the lossy listener rebuilds lost frames from it.
+        wait("kim rebuilds lost frames from FEC") { (try? kim.streamStats(ssrc: ssrc))?.jitter.fecRecovered ?? 0 >= 5 }
+        let k = try kim.streamStats(ssrc: ssrc).jitter
+        print("kim: received \(k.packetsReceived), lost \(k.packetsLost), rebuilt from FEC \(k.fecRecovered), concealed \(k.plcFrames)")
+        XCTAssertGreaterThan(try alex.sendStats(streamID: sid).fecPackets, fecBefore)
+        XCTAssertEqual(try sam.streamStats(ssrc: ssrc).jitter.packetsLost, 0, "the clean listener loses nothing")
+
+        // 3. The lossy listener leaves: protection falls back.
+        try kim.disconnect()
+        wait("FEC off again once the lossy listener left") { (try? alex.sendStats(streamID: sid))?.protection.fec == false }
+        st = try alex.sendStats(streamID: sid)
+        print("lossy listener left: \(st.protection), last feedback from \(st.listeners) listener(s); changes: \(changes)")
+        XCTAssertEqual(st.listeners, 1)
+        XCTAssertGreaterThanOrEqual(st.changes, 3)
+        // Each change was told to the host.
+        wait("events delivered") { changes.count >= 3 }
+        let texts = changes.compactMap { $0 as? String }
+        XCTAssertTrue(texts.first?.hasPrefix("\(sid) FEC off") == true, "\(texts)")
+        XCTAssertTrue(texts.contains { $0.hasPrefix("\(sid) FEC on") }, "\(texts)")
+        XCTAssertTrue(texts.last?.hasPrefix("\(sid) FEC off") == true, "\(texts)")
+    }
+}
