@@ -144,10 +144,12 @@ final class EndToEndTests: XCTestCase {
                 let n = min(960, toneA.count - i)
                 try? toneA.withUnsafeBufferPointer { try alex.feed(streamID: a, pcm: $0.baseAddress! + i, frames: n, channels: 1) }
                 i += n
-                let el = MonotonicClock.milliseconds() - start
-                if switched == 0 && el >= 1500 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 0.5)); switched = 1 }
-                if switched == 1 && el >= 3000 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 1, muted: true)); switched = 2 }
+                // Switch by the audio fed so far, not by the wall clock: a slow machine
+                // (TSan) feeds late, and a wall-clock switch then lands early in the audio.
                 let due = UInt64(i) / 48  // ms of audio fed so far
+                if switched == 0 && due >= 1500 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 0.5)); switched = 1 }
+                if switched == 1 && due >= 3000 { try? sam.setRemote(ssrc: aSSRC, RemoteSettings(gain: 1, muted: true)); switched = 2 }
+                let el = MonotonicClock.milliseconds() - start
                 if due > el { usleep(UInt32(due - el) * 1000) }
             }
         }

@@ -144,11 +144,12 @@ final class TimingTests: XCTestCase {
                   + "late \(st.jitter.late), underruns \(st.jitter.underruns), waited \(st.jitter.waited), skipped \(st.jitter.skipped), "
                   + "target \(st.targetDepthMs) ms, "
                   + "talk start/stop \(ev.starts)/\(ev.stops)")
+            XCTAssertEqual(ev.starts, spurts, "\(who): one TALK_START per talkspurt")
+            XCTAssertEqual(ev.stops, spurts, "\(who): one TALK_STOP per talkspurt")
+            if Sanitizers.thread { continue }   // real-time quality: the normal build judges it
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls.count + 2, "\(who): frames concealed on a clean path")
             XCTAssertLessThanOrEqual(Int(st.jitter.late), stalls.count + 1, "\(who): late frames on a clean path")
             if stalls.isEmpty { XCTAssertLessThanOrEqual(st.targetDepthMs, 60, "\(who): the pauses raised the target") }
-            XCTAssertEqual(ev.starts, spurts, "\(who): one TALK_START per talkspurt")
-            XCTAssertEqual(ev.stops, spurts, "\(who): one TALK_STOP per talkspurt")
         }
         print("alex → sam: target 400 ms into each talkspurt: \(targets)")
         if stalls.isEmpty { XCTAssertTrue(targets.dropFirst().allSatisfy { $0 <= 60 }, "a fed pause left the target raised: \(targets)") }
@@ -169,6 +170,7 @@ final class TimingTests: XCTestCase {
             if let a = lag(9600), let b = lag(spurtSamples - 9600) { spread.append(abs(a - b)) }
         }
         print("alex → sam: alignment change within each talkspurt (samples): \(spread)")
+        if Sanitizers.thread { return }
         XCTAssertGreaterThanOrEqual(spread.count, spurts - 1, "talkspurts not found in the output")
         XCTAssertLessThanOrEqual(spread.filter { $0 > 48 }.count, stalls.count + 2, "a talkspurt changed its alignment: \(spread)")
     }
