@@ -125,7 +125,7 @@ static void null_and_bad_handles(void) {
     EXPECT(dd.kind == VC_STREAM_MIC && dd.external_feed == 1 && dd.channels == 1 && dd.max_queue_ms == 0 && dd.sample_rate == 0, 1);
     vc_connect_params pd = vc_connect_params_default();
     EXPECT(pd.host == NULL && pd.port == 0 && pd.timeout_ms == 0, 1);
-    vc_client_config cd = vc_client_config_default();
+    cd = vc_client_config_default();
     EXPECT((int)cd.talk_hangover_ms, 300);
     cd.talk_hangover_ms = 9000;
     vc_client *bad_cfg = NULL;
