@@ -10,11 +10,13 @@ import array
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import wave
 from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
 import pytest
@@ -178,3 +180,92 @@ def run_python(code: str, env: "Optional[dict[str, str]]" = None, check: bool = 
     """Runs `python -c code` in this environment (a fresh interpreter)."""
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=check,
                           timeout=60)
+
+
+# ---- Speech: making it, reading it, comparing it ---------------------------------------
+
+
+def speak_to_wav(text, path, tmp_path, rate=48000):
+    """espeak-ng speech, converted by sox to `rate` (48 kHz) 16-bit mono."""
+    for tool in ("espeak-ng", "sox"):
+        assert shutil.which(tool), f"{tool} is needed (scripts/deps.sh installs it)"
+    raw = tmp_path / (path.name + ".22k.wav")
+    subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
+    subprocess.run(["sox", str(raw), "-r", str(rate), "-b", "16", str(path)], check=True)
+    return path
+
+
+def read_wav(path):
+    """(channels, rate, interleaved int16 array('h')) of a 16-bit WAV file."""
+    with wave.open(str(path), "rb") as w:
+        a = array.array("h")
+        a.frombytes(w.readframes(w.getnframes()))
+        return w.getnchannels(), w.getframerate(), a
+
+
+def envelope(samples, step=480):
+    """Mean absolute value per 10 ms."""
+    return [sum(abs(x) for x in samples[i:i + step]) / step for i in range(0, len(samples) - step + 1, step)]
+
+
+def best_correlation(recorded, reference):
+    """Pearson correlation of `reference` with the best-aligned stretch of `recorded`, and the lag."""
+    n = len(reference)
+    mr = sum(reference) / n
+    ref = [x - mr for x in reference]
+    sr = math.sqrt(sum(x * x for x in ref))
+    best = (-1.0, 0)
+    for lag in range(0, len(recorded) - n + 1):
+        seg = recorded[lag:lag + n]
+        ms = sum(seg) / n
+        num = sum((a - ms) * b for a, b in zip(seg, ref))
+        ss = math.sqrt(sum((a - ms) ** 2 for a in seg))
+        if ss > 0:
+            best = max(best, (num / (ss * sr), lag))
+    return best
+
+
+def _xcorr(a, b):
+    """Cross-correlation of a with b at lags 0..len(a)-len(b) (numpy, by FFT)."""
+    size = 1 << (len(a) + len(b)).bit_length()
+    xc = numpy.fft.irfft(numpy.fft.rfft(a, size) * numpy.conj(numpy.fft.rfft(b, size)), size)
+    return xc[:len(a) - len(b) + 1]
+
+
+def waveform_correlations(recorded, reference, window=24000, search=2400):
+    """Pearson correlation of each speech window of `reference` with `recorded`, each
+    aligned within `search` samples of the best whole-sentence alignment."""
+    at = int(numpy.argmax(_xcorr(recorded, reference)))
+    scores = []
+    for k in range(0, len(reference) - window + 1, window):
+        piece = reference[k:k + window]
+        if numpy.sqrt(numpy.mean(piece ** 2)) < 300:  # a pause between words
+            continue
+        lo = max(0, at + k - search)
+        region = recorded[lo:min(len(recorded), at + k + window + search)]
+        j = int(numpy.argmax(_xcorr(region, piece)))
+        seg = region[j:j + window]
+        scores.append(float(numpy.dot(seg, piece) / math.sqrt(numpy.dot(seg, seg) * numpy.dot(piece, piece))))
+    return scores
+
+
+def start_recorder(server: Server, *args: str) -> "tuple[subprocess.Popen[str], List[str], threading.Thread]":
+    """Starts `python -m voicecat record ARGS --port PORT` and returns, once it says it is
+    recording: the process, the list its stderr lines go to, and the thread reading them
+    (join it after the process ended)."""
+    recorder = subprocess.Popen([sys.executable, "-m", "voicecat", "record", *args, "--port", str(server.port)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: List[str] = []
+    ready = threading.Event()
+
+    def read_stderr() -> None:
+        assert recorder.stderr is not None
+        for line in recorder.stderr:
+            lines.append(line)
+            if "recording" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    assert ready.wait(20), "".join(lines)
+    return recorder, lines, reader

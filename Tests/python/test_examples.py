@@ -17,13 +17,18 @@ from conftest import ROOT, goertzel, tone, unique
 EXAMPLES = os.path.join(ROOT, "examples", "python")
 
 
-def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, tmp_path):
-    speech = tmp_path / "tone.wav"
-    with wave.open(str(speech), "wb") as w:
+def _tone_wav(path, freq, seconds):
+    """A 48 kHz 16-bit mono WAV file of a tone."""
+    with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(48000)
-        w.writeframes(tone(520, 1.5).tobytes())
+        w.writeframes(tone(freq, seconds).tobytes())
+    return path
+
+
+def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, tmp_path):
+    speech = _tone_wav(tmp_path / "tone.wav", 520, 1.5)
     out = tmp_path / "mix.wav"
     common = ["127.0.0.1", str(server.port)]
     rec = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "record_mix.py"), *common, unique("ex-rec"),
@@ -45,6 +50,30 @@ def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, 
         mix.frombytes(w.readframes(w.getnframes()))
     left = mix[0::2]
     assert goertzel(left, 520) > 1000 * goertzel(left, 1300)
+
+
+def test_record_speakers_writes_each_talker_at_16k_mono(server, tmp_path):
+    speech = _tone_wav(tmp_path / "tone.wav", 520, 1.5)
+    outdir = tmp_path / "speakers"
+    outdir.mkdir()
+    common = ["127.0.0.1", str(server.port)]
+    rec = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "record_speakers.py"), *common,
+                            unique("ex-speakers"), "Lobby", str(outdir), "4"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # a head start only: a stream already there when it joins is recorded too
+    talker = unique("ex-spk-talker")
+    subprocess.run([sys.executable, os.path.join(EXAMPLES, "speak_wav.py"), *common, talker, "Lobby", str(speech)],
+                   check=True, timeout=30)
+    log, _ = rec.communicate(timeout=30)
+    assert rec.returncode == 0, log
+    files = list(outdir.glob(f"{talker}-*.wav"))
+    assert len(files) == 1 and f"wrote {files[0]}" in log, (log, files)
+    with wave.open(str(files[0]), "rb") as w:
+        assert (w.getnchannels(), w.getframerate(), w.getsampwidth()) == (1, 16000, 2)
+        pcm = array.array("h")
+        pcm.frombytes(w.readframes(w.getnframes()))
+    assert len(pcm) > 16000  # the 1.5 s tone and more
+    # goertzel() counts in 48 kHz samples: at 16 kHz, 520 Hz is 3 * 520 of its frequency scale.
+    assert goertzel(pcm, 3 * 520) > 1000 * goertzel(pcm, 3 * 1300)
 
 
 def test_device_capture_to_device_playback_through_file_backed_pcms(server, tmp_path):

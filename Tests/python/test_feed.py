@@ -119,8 +119,12 @@ def test_read_mix_returns_numpy_and_fills_buffers(server):
         assert client.read_mix_into(out) == 100 and not out.any()
         raw = bytearray(b"\1" * 400)
         assert client.read_mix_into(raw) == 100 and raw == bytes(400)
-        with pytest.raises(ValueError, match="int16"):
-            client.read_mix_into(numpy.zeros((10, 2), dtype=numpy.float32))
+        floats = numpy.ones((10, 2), dtype=numpy.float32)  # the float variant: vc_read_mixed_pcm_f32
+        assert client.read_mix_into(floats) == 10 and not floats.any()
+        with pytest.raises(ValueError, match="int16 or float32"):
+            client.read_mix_into(numpy.zeros((10, 2), dtype=numpy.float64))
+        with pytest.raises(ValueError, match=r"not \(frames, 2\)"):
+            client.read_mix_into(numpy.zeros((10, 1), dtype=numpy.int16))
         with pytest.raises(ValueError, match="stereo"):
             client.read_mix_into(bytearray(6))
 

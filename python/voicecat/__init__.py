@@ -14,7 +14,9 @@ receive the mix, over libvoicecat (ctypes).
 The library is found through :func:`load_library` (an explicit path), the
 ``VOICECAT_LIBRARY`` environment variable, the copy bundled in the wheel, pkg-config,
 or the system's search path, in that order (see :func:`library_path`). Its log lines
-go to ``logging.getLogger("voicecat.library")``. All audio is 48 kHz int16.
+go to ``logging.getLogger("voicecat.library")``. Audio is 48 kHz unless a stream or
+the output format says otherwise (``start_stream(sample_rate=...)``,
+:meth:`Client.set_output_format`); int16, or float32 where a call says so.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from typing import List, Optional, Union
 
 from . import _lib
 from ._callbacks import global_failures, route_to_logging, set_log_handler
-from ._client import (DEFAULT_PORT, SAMPLE_RATE, AsyncEvents, Client, EventHandler, MixBlock, SinkFn, Stream)
+from ._client import (DEFAULT_PORT, SAMPLE_RATE, AsyncEvents, Client, EventHandler, MixBlock, SinkFn, SpeakerSinkFn,
+                      Stream)
 from ._enums import (ChannelMode, DeviceKind, ErrorCode, EventType, InputMode, LogLevel, OpusApplication,
                      StreamKind, UserChange)
 from ._errors import (AuthError, BufferTooSmall, CallbackError, CodecError, DeviceError, InvalidArgument,
@@ -32,17 +35,17 @@ from ._errors import (AuthError, BufferTooSmall, CallbackError, CodecError, Devi
                       VersionMismatch, VoiceCatError, check, strerror)
 from ._lib import LibraryError
 from ._pcm import PcmInput, has_numpy
-from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, RemoteStreamInfo, RemoteStreamSettings,
-                     SendProcessing, SendStats, StreamStats, User, UserStream)
+from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, InputLevel, OutputFormat, RemoteStreamInfo,
+                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
 from ._version import __version__ as __version__
 
 __all__ = [
     "AsyncEvents", "AudioConfig", "AuthError", "BufferTooSmall", "CallbackError", "Channel", "ChannelMode", "Client",
     "CodecError", "ConnectionStats", "DEFAULT_PORT", "DeviceError", "DeviceInfo", "DeviceKind", "ErrorCode",
-    "Event", "EventHandler", "EventType", "InputMode", "InvalidArgument", "LibraryError", "LogLevel", "MixBlock",
-    "NetworkError", "NoMemory", "NotFound", "OpusApplication", "PcmInput", "ProtocolError", "Rejected",
-    "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SendStats", "SinkFn", "StateError", "Stream",
+    "Event", "EventHandler", "EventType", "InputLevel", "InputMode", "InvalidArgument", "LibraryError", "LogLevel", "MixBlock",
+    "NetworkError", "NoMemory", "NotFound", "OpusApplication", "OutputFormat", "PcmInput", "ProtocolError", "Rejected",
+    "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SendStats", "SinkFn", "SpeakerBlock", "SpeakerSinkFn", "StateError", "Stream",
     "StreamKind", "StreamStats", "Timeout", "Unsupported", "User", "UserChange", "UserStream", "VersionMismatch",
     "VoiceCatError", "event_type_name", "has_numpy", "library_path", "list_devices", "load_library",
     "route_to_logging", "set_alsa_config", "set_log_handler", "strerror", "version", "version_number",

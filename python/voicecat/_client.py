@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import ctypes
 import operator
+import os
 import threading
 import time
 import weakref
@@ -15,8 +16,8 @@ from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import InvalidArgument, NotFound, StateError, Unsupported, error_for
-from ._types import (AudioConfig, Channel, ConnectionStats, Event, RemoteStreamInfo, RemoteStreamSettings,
-                     SendProcessing, SendStats, StreamStats, User, UserStream)
+from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
+                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -25,16 +26,20 @@ if TYPE_CHECKING:
 
 #: The server's default port (``vc_connect_params.port`` 0 means it too).
 DEFAULT_PORT = 47800
-#: The sample rate of all PCM at the API.
+#: The default sample rate of the PCM at the API (streams take others with
+#: ``start_stream(sample_rate=...)``, output with :meth:`Client.set_output_format`).
 SAMPLE_RATE = 48000
 
-#: A mixed-output sink: ``fn(pcm, frames)`` with ``pcm`` the stereo block (bytes, or a
-#: read-only numpy view of shape (frames, 2) when set with ``numpy=True``).
+#: A mixed-output sink: ``fn(pcm, frames)`` with ``pcm`` the block in the output format
+#: (bytes, or a read-only numpy view of shape (frames, channels) when set with ``numpy=True``).
 SinkFn = Callable[[Any, int], None]
+#: A per-speaker sink: ``fn(block)``, one call per remote stream per rendered block.
+SpeakerSinkFn = Callable[[SpeakerBlock], None]
 #: An event handler: ``fn(event)``, on the client's network thread.
 EventHandler = Callable[[Event], None]
-#: What :meth:`Client.read_mix` returns: numpy (frames, 2) int16, or array('h') without numpy.
-MixBlock = Union["npt.NDArray[Any]", "array.array[int]"]
+#: What :meth:`Client.read_mix` returns: numpy (frames, channels) int16 or float32, or
+#: array('h') / array('f') without numpy.
+MixBlock = Union["npt.NDArray[Any]", "array.array[int]", "array.array[float]"]
 
 # ---- Argument checks -------------------------------------------------------------------
 
@@ -97,6 +102,9 @@ class _Core:
         self.subscribers: Set["AsyncEvents"] = set()
         self.event_installed = False
         self.sink_cfunc: Any = None
+        self.speaker_sink_cfunc: Any = None
+        #: What vc_set_output_format was last told (the library has no getter).
+        self.output_format = OutputFormat()
         self.event_cfunc: Any = _lib.EVENT_FN(Guarded("event dispatcher", self._dispatch_event, self.failures))
 
     def _dispatch_event(self, _user: Optional[int], pointer: Any) -> None:
@@ -123,6 +131,7 @@ class _Core:
         for subscriber in list(self.subscribers):
             subscriber.close()
         self.sink_cfunc = None
+        self.speaker_sink_cfunc = None
         self.event_handler = None
 
 
@@ -156,7 +165,7 @@ class Stream:
     """
 
     def __init__(self, client: "Client", stream_id: int, kind: StreamKind, channels: int,
-                 device: Optional[str]) -> None:
+                 device: Optional[str], sample_rate: int = SAMPLE_RATE) -> None:
         self._client = client
         self._feed_lock = threading.Lock()
         self._stopped = False
@@ -168,6 +177,8 @@ class Stream:
         self.channels = channels
         #: The capture device, or None for an external-feed stream.
         self.device = device
+        #: The rate of the PCM fed (external feed) or asked of the capture device.
+        self.sample_rate = sample_rate
 
     @property
     def external_feed(self) -> bool:
@@ -181,27 +192,43 @@ class Stream:
 
     def __repr__(self) -> str:
         source = f"device={self.device!r}" if self.device else "external feed"
-        return f"<voicecat.Stream {self.id} {self.kind.name} {self.channels} ch, {source}>"
+        return f"<voicecat.Stream {self.id} {self.kind.name} {self.channels} ch {self.sample_rate} Hz, {source}>"
 
     def feed(self, pcm: _pcm.PcmInput, channels: Optional[int] = None) -> int:
-        """Queues 48 kHz PCM of any length for sending; returns the sample frames taken.
+        """Queues PCM of any length at the stream's :attr:`sample_rate` for sending;
+        returns the sample frames taken.
 
         ``pcm`` is a numpy array (int16, or float32/float64 in [-1, 1]; shape (frames,)
         or (frames, channels)), or bytes / bytearray / memoryview / array('h') of native
-        int16 samples. 1-D input is interleaved with ``channels`` (default: the stream's)
-        channels. The library sends it in talkspurts paced at real time: audio fed in
+        int16 samples. int16 goes to the library as it is (``vc_stream_feed_pcm``), float
+        as float32 (``vc_stream_feed_pcm_f32``; float64 is cast, float32 is passed
+        without a copy when contiguous). 1-D input is interleaved with ``channels``
+        (default: the stream's) channels. The library resamples a stream whose rate is
+        not 48 kHz. It sends it in talkspurts paced at real time: audio fed in
         real time goes out at once, a whole file fed at once is heard at real time (see
         :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
         talkspurt. Never blocks. Raises ValueError for a wrong sample type, shape or
         byte count, StateError for a device stream, NoMemory when the queue
         (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
-        block = _pcm.int16_block(pcm, self.channels if channels is None else channels)
+        block = _pcm.pcm_block(pcm, self.channels if channels is None else channels)
         if block.frames == 0:
             return 0
+        name = "vc_stream_feed_pcm_f32" if block.f32 else "vc_stream_feed_pcm"
         with self._feed_lock:
-            self._client._call("vc_stream_feed_pcm", self.id, block.pointer, block.frames, block.channels)
+            self._client._call(name, self.id, block.pointer, block.frames, block.channels)
         return block.frames
+
+    @property
+    def level(self) -> InputLevel:
+        """The stream's input level now (``vc_get_input_level``): RMS and peak in dBFS of
+        the last frame that went through the send path, after send processing and
+        before the input gate (so a gated MIC still reads its level). -120 for silence
+        and when nothing was sent in the last 250 ms (audio fed ahead is measured when
+        it is sent, at real time). NotFound once stopped."""
+        rms, peak = ctypes.c_float(), ctypes.c_float()
+        self._client._call("vc_get_input_level", self.id, ctypes.byref(rms), ctypes.byref(peak))
+        return InputLevel(rms_dbfs=rms.value, peak_dbfs=peak.value)
 
     @property
     def queued_ms(self) -> int:
@@ -233,6 +260,16 @@ class Stream:
             return
         self._client._call("vc_stream_stop", self.id)
         self._stopped = True
+
+    def set_capture_device(self, name: str) -> None:
+        """Moves a device stream's capture to another ALSA PCM (``vc_set_capture_device``),
+        keeping the stream: id, ssrc and channel stay, listeners hear only the new sound.
+        When the new device cannot be opened the previous one is reopened and
+        DeviceError raised (with ALSA's reason). While audio is suspended the name is
+        kept for :meth:`Client.restart_audio`. StateError for an external-feed stream,
+        InvalidArgument for an empty name, NotFound once stopped."""
+        self._client._call("vc_set_capture_device", self.id, _cstr(name, "name"))
+        self.device = name
 
     def set_capture_channels(self, channels: int) -> None:
         """Reopens a device stream's capture with 1 or 2 channels."""
@@ -563,13 +600,17 @@ class Client:
     # -- publishing --
 
     def start_stream(self, kind: StreamKind = StreamKind.MIC, channels: int = 1, device: Optional[str] = None, *,
-                     max_queue_ms: Optional[int] = None) -> Stream:
+                     max_queue_ms: Optional[int] = None, sample_rate: Optional[int] = None) -> Stream:
         """Publishes a stream in the joined channel and returns it once it has its ssrc.
 
         Without ``device`` the program feeds it (:meth:`Stream.feed`), and at most
         ``max_queue_ms`` (default 10000, up to 600000) of fed audio waits to be sent;
-        with one, a capture thread reads that ALSA PCM. MIC streams pass the input gate
-        (:meth:`set_input_mode`).
+        with one, a capture thread reads that ALSA PCM. ``sample_rate`` (default 48000;
+        8000..192000) is the rate of the PCM fed, or the rate asked of the device (one
+        that runs at another rate is converted from that); the library resamples
+        anything but 48 kHz (a few ms more delay). MIC streams pass the input gate
+        (:meth:`set_input_mode`). InvalidArgument for channels not 1 or 2 or a rate out
+        of range, DeviceError when the device cannot be opened.
         """
         kind = StreamKind(kind)
         desc = _lib.get().vc_stream_desc_default()
@@ -579,9 +620,11 @@ class Client:
         desc.channels = _uint(channels, "channels")
         if max_queue_ms is not None:
             desc.max_queue_ms = _uint(max_queue_ms, "max_queue_ms")
+        if sample_rate is not None:
+            desc.sample_rate = _uint(sample_rate, "sample_rate")
         sid = ctypes.c_uint32()
         self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
-        return Stream(self, sid.value, kind, channels, device)
+        return Stream(self, sid.value, kind, channels, device, desc.sample_rate or SAMPLE_RATE)
 
     def set_input_mode(self, mode: InputMode) -> None:
         """How MIC streams are gated: VAD (default), PTT or CONTINUOUS."""
@@ -702,19 +745,30 @@ class Client:
 
     # -- output --
 
+    def set_playback_device(self, name: str) -> None:
+        """Plays on another ALSA PCM from now on, without leaving the channel
+        (``vc_set_playback_device``). When the device plays the mix now it is switched
+        at once, and if the new one cannot be opened the previous one keeps playing and
+        DeviceError is raised with the reason; otherwise the name is kept for when the
+        device next opens. InvalidArgument for an empty name."""
+        self._call("vc_set_playback_device", _cstr(name, "name"))
+
     def set_external_playback(self, enabled: bool) -> None:
         """True: no playback device (take the mix with a sink or :meth:`read_mix`).
         False while connected opens the device now (DeviceError if it cannot)."""
         self._call("vc_set_external_playback", int(bool(enabled)))
 
     def set_sink(self, fn: Optional[SinkFn], *, numpy: bool = False) -> None:
-        """Sets (or clears, with None) the sink of the final stereo 48 kHz mix.
+        """Sets (or clears, with None) the sink of the final mix, in the output format
+        (48 kHz stereo unless :meth:`set_output_format` says otherwise).
 
         ``fn(pcm, frames)`` is called once per 20 ms of audio on an audio thread of the
         library (see ``vc_set_mixed_output_sink``): ``pcm`` is ``bytes`` of
-        ``frames`` * 2 int16 samples, or with ``numpy=True`` a read-only numpy view of
-        shape (frames, 2) valid only during the call (copy what you keep). It must not
-        block. Returns once a running call of the previous sink has returned.
+        ``frames`` * channels int16 samples, or with ``numpy=True`` a read-only numpy
+        view of shape (frames, channels) valid only during the call (copy what you
+        keep). At rates that are not a multiple of 50 Hz ``frames`` varies by one from
+        block to block. It must not block. Returns once a running call of the previous
+        sink has returned.
         """
         if fn is None:
             self._call("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
@@ -737,32 +791,124 @@ class Client:
         self._call("vc_set_mixed_output_sink", cfunc, None)
         self._core.sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
 
-    def read_mix(self, frames: int) -> MixBlock:
-        """Pull mode: renders ``frames`` stereo frames of the mix now and returns them as a
-        numpy int16 array of shape (frames, 2), or as an ``array('h')`` of interleaved
-        samples when numpy is not installed. StateError unless in pull mode (external
-        playback and no sink)."""
+    def set_output_format(self, sample_rate: int = SAMPLE_RATE, channels: int = 2) -> None:
+        """The format of every PCM this client hands out from now on: the mix sink,
+        :meth:`read_mix`, the per-speaker sink and recordings started afterwards
+        (``vc_set_output_format``). ``sample_rate`` 8000..192000; ``channels`` 1 (stereo
+        averaged) or 2 (mono streams L = R). Default 48000 Hz stereo. The client still
+        mixes at 48 kHz and converts each block; the playback device is not affected.
+        InvalidArgument for a rate or channel count out of range, StateError while a
+        recording runs (its file keeps the format of its start) or from a callback."""
+        rate, ch = _uint(sample_rate, "sample_rate"), _uint(channels, "channels")
+        self._call("vc_set_output_format", rate, ch)
+        self._core.output_format = OutputFormat(rate, ch)
+
+    @property
+    def output_format(self) -> OutputFormat:
+        """The output format set with :meth:`set_output_format` (48000 Hz, 2 channels
+        until then)."""
+        return self._core.output_format
+
+    def read_mix(self, frames: int, dtype: str = "int16") -> MixBlock:
+        """Pull mode: renders ``frames`` frames of the mix in the output format now and
+        returns them: a numpy array of shape (frames, channels) of ``dtype`` "int16"
+        (``vc_read_mixed_pcm``) or "float32" (full scale ±1.0, ``vc_read_mixed_pcm_f32``),
+        or without numpy an ``array('h')`` / ``array('f')`` of interleaved samples.
+        Call it at the rate the audio is consumed: each call advances the playout clock
+        by what it rendered. ValueError for another dtype; StateError unless in pull
+        mode (external playback and no mix sink; a per-speaker sink or a recording may
+        run) or when called from the per-speaker sink."""
         n = _uint(frames, "frames")
+        if dtype not in ("int16", "float32"):
+            raise ValueError(f"read_mix: dtype must be 'int16' or 'float32', not {dtype!r}")
+        channels = self._core.output_format.channels
         result: MixBlock
         if _pcm.has_numpy():
             np = _pcm.require_numpy("read_mix")
-            result = np.zeros((n, 2), dtype=np.int16)
+            result = np.zeros((n, channels), dtype=np.float32 if dtype == "float32" else np.int16)
+        elif dtype == "float32":
+            result = array.array("f", bytes(4 * n * channels))
         else:
-            result = array.array("h", bytes(4 * n))
+            result = array.array("h", bytes(2 * n * channels))
         self.read_mix_into(result)
         return result
 
     def read_mix_into(self, out: Any, frames: Optional[int] = None) -> int:
         """Pull mode without allocating: renders ``frames`` (default: as many as fit)
-        stereo frames into ``out``, a writable int16 numpy array of shape (frames, 2) or
-        (2 * frames,), a bytearray, an array('h') or a writable memoryview; returns the
-        frames rendered."""
-        block = _pcm.int16_out(out, "read_mix_into")
+        frames of the output format into ``out`` and returns the frames rendered.
+        ``out`` is a writable C-contiguous numpy array of int16 or float32 (full scale
+        ±1.0), shaped (frames, channels) or (channels * frames,); a bytearray (int16);
+        or an array('h') / array('f') / writable memoryview of int16 or float32.
+        ValueError for another type, or a size that is not whole frames."""
+        block = _pcm.pcm_out(out, self._core.output_format.channels, "read_mix_into")
         n = block.frames if frames is None else _uint(frames, "frames")
         if n > block.frames:
-            raise ValueError(f"read_mix_into: the buffer holds {block.frames} stereo frames, {n} asked")
-        self._call("vc_read_mixed_pcm", block.pointer, n)
+            raise ValueError(f"read_mix_into: the buffer holds {block.frames} frames, {n} asked")
+        self._call("vc_read_mixed_pcm_f32" if block.f32 else "vc_read_mixed_pcm", block.pointer, n)
         return n
+
+    def set_speaker_sink(self, fn: Optional[SpeakerSinkFn], *, numpy: bool = False) -> None:
+        """Sets (or clears, with None) the per-speaker sink (``vc_set_remote_stream_sink``).
+
+        ``fn(block)`` is called with a :class:`SpeakerBlock` for every rendered block
+        (20 ms, or the size a pull renders), once per remote stream: its ssrc, user id,
+        kind and decoded PCM after this listener's noise reduction, before gain, mute
+        and mixing, in the output format. ``block.pcm`` is ``bytes``, or with
+        ``numpy=True`` a read-only int16 view of shape (frames, channels) valid only
+        during the call. A silent stream still delivers its blocks, so each stream's
+        PCM keeps its own timeline. It runs on the thread that renders the mix (the
+        playback thread, the mix sink's thread, a background thread of the client when
+        nothing else renders, or your thread inside :meth:`read_mix`) under the
+        client's render lock: it must not block and must not call :meth:`read_mix`.
+        An exception in it is handled as in :meth:`set_sink` (logged once, the sink
+        disabled, CallbackError from the next call). Returns once a running call of the
+        previous sink has returned. TypeError when ``fn`` is not callable.
+        """
+        if fn is None:
+            self._call("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(), None)
+            self._core.speaker_sink_cfunc = None
+            return
+        if not callable(fn):
+            raise TypeError(f"set_speaker_sink: fn must be callable or None, not {type(fn).__name__}")
+        if numpy:
+            _pcm.require_numpy("set_speaker_sink(numpy=True)")
+
+        def deliver(ssrc: int, user_id: int, kind: int, pointer: Any, frames: int, channels: int) -> None:
+            pcm = (_pcm.pcm_view(pointer, frames, channels) if numpy
+                   else ctypes.string_at(pointer, frames * channels * 2))
+            fn(SpeakerBlock(ssrc=ssrc, user_id=user_id, kind=StreamKind(kind), pcm=pcm, frames=frames,
+                            channels=channels))
+
+        guarded = Guarded("per-speaker sink", deliver, self._core.failures)
+
+        def trampoline(_user: Optional[int], ssrc: int, user_id: int, kind: int, pointer: Any, frames: int,
+                       channels: int) -> None:
+            guarded(ssrc, user_id, kind, pointer, frames, channels)
+
+        cfunc = _lib.STREAM_SINK_FN(trampoline)
+        self._call("vc_set_remote_stream_sink", cfunc, None)
+        self._core.speaker_sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
+
+    def start_recording(self, path: "Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]", ssrc: int = 0) -> None:
+        """Records to a WAV file (16-bit PCM in the output format of now; an existing
+        file is replaced): the final mix when ``ssrc`` is 0, else the remote stream
+        ``ssrc`` as the per-speaker sink gets it (``vc_start_recording``). A writer
+        thread of the library writes the file; the header is kept valid every second,
+        so a crash leaves a readable file. While it runs the client renders by itself
+        if nothing else does. At most one recording per ssrc and 8 at once; stop it
+        with :meth:`stop_recording` (closing the client stops it too). InvalidArgument
+        when the file cannot be created (the reason says why), NotFound for an unknown
+        ssrc, StateError when that source is already recorded, NoMemory for a ninth."""
+        raw = os.fsencode(path)
+        if not raw or b"\0" in raw:
+            raise ValueError(f"start_recording: path {path!r} is empty or contains a NUL character")
+        self._call("vc_start_recording", raw, _uint(ssrc, "ssrc"))
+
+    def stop_recording(self, ssrc: int = 0) -> None:
+        """Stops the recording of ``ssrc`` (0 = the mix): writes what is buffered,
+        completes the WAV header and closes the file before returning. NotFound when
+        that source is not being recorded."""
+        self._call("vc_stop_recording", _uint(ssrc, "ssrc"))
 
     def suspend_audio(self) -> None:
         """Closes every audio device, keeping the session and streams."""

@@ -1,10 +1,12 @@
-"""PCM in every common form, checked and turned into the interleaved int16 the C API takes.
+"""PCM in every common form, checked and turned into the interleaved int16 or float32
+the C API takes.
 
 Accepted by :meth:`Stream.feed`:
 
-- numpy arrays of int16, or of float32/float64 in [-1, 1] (clipped, scaled by 32767),
-  shaped ``(frames,)`` (interleaved, the stream's channel count) or
-  ``(frames, channels)`` with 1 or 2 channels;
+- numpy arrays of int16 (fed with ``vc_stream_feed_pcm``), or of float32/float64 in
+  [-1, 1] (fed as float32 with ``vc_stream_feed_pcm_f32``, which clips beyond full
+  scale; float64 is cast to float32 first), shaped ``(frames,)`` (interleaved, the
+  stream's channel count) or ``(frames, channels)`` with 1 or 2 channels;
 - ``bytes``, ``bytearray`` and other byte buffers holding native int16 samples (an
   even byte count);
 - ``memoryview`` and ``array.array`` of int16 (format ``'h'``), 1-D (interleaved) or
@@ -37,6 +39,7 @@ PcmInput = Union["npt.NDArray[Any]", bytes, bytearray, memoryview, "array.array[
 
 _INT16_FORMATS = {"h", "=h", "@h", "<h" if sys.byteorder == "little" else ">h"}
 _BYTE_FORMATS = {"B", "b", "c"}
+_FLOAT32_FORMATS = {"f", "=f", "@f", "<f" if sys.byteorder == "little" else ">f"}
 
 
 def has_numpy() -> bool:
@@ -51,13 +54,15 @@ def require_numpy(what: str) -> Any:
     return _np
 
 
-class Int16Block(NamedTuple):
-    """Samples ready for C: ``pointer`` is valid while ``keep`` is referenced."""
+class PcmBlock(NamedTuple):
+    """Samples ready for C: ``pointer`` (int16 or, when ``f32``, float) is valid while
+    ``keep`` is referenced."""
 
     pointer: Any
     frames: int
     channels: int
     keep: Any
+    f32: bool = False
 
 
 def _check_channels(channels: int) -> int:
@@ -72,7 +77,7 @@ def _split(samples: int, channels: int, what: str) -> int:
     return samples // channels
 
 
-def _from_numpy(a: "npt.NDArray[Any]", channels: int) -> Int16Block:
+def _from_numpy(a: "npt.NDArray[Any]", channels: int) -> PcmBlock:
     np = require_numpy("feeding a numpy array")
     if a.ndim == 1:
         ch = channels
@@ -87,14 +92,16 @@ def _from_numpy(a: "npt.NDArray[Any]", channels: int) -> Int16Block:
     elif a.dtype.kind == "f" and a.dtype.itemsize in (4, 8):
         if not np.isfinite(a).all():
             raise ValueError(f"{a.dtype} array contains NaN or infinity")
-        data = np.ascontiguousarray(np.rint(np.clip(a, -1.0, 1.0) * 32767.0).astype(np.int16))
+        data = np.ascontiguousarray(a, dtype=np.float32)  # copies only if float64, strided or byte-swapped
+        frames = _split(int(data.size), ch, f"array of shape {a.shape}")
+        return PcmBlock(data.ctypes.data_as(_lib.c_float_p), frames, ch, data, True)
     else:
         raise ValueError(f"array of dtype {a.dtype}: feed int16 samples, or float32/float64 in [-1, 1]")
     frames = _split(int(data.size), ch, f"array of shape {a.shape}")
-    return Int16Block(data.ctypes.data_as(_lib.c_int16_p), frames, ch, data)
+    return PcmBlock(data.ctypes.data_as(_lib.c_int16_p), frames, ch, data)
 
 
-def _from_buffer(pcm: Any, channels: int) -> Int16Block:
+def _from_buffer(pcm: Any, channels: int) -> PcmBlock:
     try:
         view = memoryview(pcm)
     except TypeError:
@@ -125,11 +132,11 @@ def _from_buffer(pcm: Any, channels: int) -> Int16Block:
         arr = (ctypes.c_int16 * samples).from_buffer_copy(view)
     else:
         arr = (ctypes.c_int16 * samples).from_buffer(view)
-    return Int16Block(ctypes.cast(arr, _lib.c_int16_p), frames, ch, (arr, view))
+    return PcmBlock(ctypes.cast(arr, _lib.c_int16_p), frames, ch, (arr, view))
 
 
-def int16_block(pcm: PcmInput, channels: int) -> Int16Block:
-    """Checks ``pcm`` and returns its samples as int16 for C (see the module doc).
+def pcm_block(pcm: PcmInput, channels: int) -> PcmBlock:
+    """Checks ``pcm`` and returns its samples for C, int16 or float32 (see the module doc).
 
     ``channels`` is the channel count of 1-D input (interleaved); 2-D input names its own.
     """
@@ -142,26 +149,39 @@ def int16_block(pcm: PcmInput, channels: int) -> Int16Block:
     return _from_buffer(pcm, channels)
 
 
-def int16_out(buffer: Any, what: str) -> Int16Block:
-    """A writable int16 stereo buffer for the mix: a C-contiguous int16 numpy array of
-    shape (frames, 2) or (2 * frames,), a bytearray of 4 * frames bytes, or an
-    array('h') / writable int16 memoryview of 2 * frames items."""
+def pcm_out(buffer: Any, channels: int, what: str) -> PcmBlock:
+    """A writable buffer for ``channels``-channel output: a C-contiguous int16 or float32
+    numpy array of shape (frames, channels) or (channels * frames,); a bytearray (int16)
+    of whole frames; or an array('h') / array('f') / writable memoryview of int16 or
+    float32 items, ``channels * frames`` of them."""
     if _np is not None and isinstance(buffer, _np.ndarray):
-        if buffer.dtype != _np.int16 or not buffer.flags.c_contiguous or not buffer.flags.writeable:
-            raise ValueError(f"{what}: a writable C-contiguous int16 array is needed, not {buffer.dtype}")
-        if not ((buffer.ndim == 2 and buffer.shape[1] == 2) or (buffer.ndim == 1 and buffer.size % 2 == 0)):
-            raise ValueError(f"{what}: shape {buffer.shape} is not (frames, 2) or (2 * frames,)")
-        return Int16Block(buffer.ctypes.data_as(_lib.c_int16_p), int(buffer.size) // 2, 2, buffer)
+        if buffer.dtype not in (_np.int16, _np.float32) or not buffer.flags.c_contiguous \
+                or not buffer.flags.writeable:
+            raise ValueError(f"{what}: a writable C-contiguous int16 or float32 array is needed, not "
+                             f"{buffer.dtype}{'' if buffer.flags.writeable else ' (read-only)'}")
+        if not ((buffer.ndim == 2 and buffer.shape[1] == channels) or (buffer.ndim == 1 and buffer.size % channels == 0)):
+            raise ValueError(f"{what}: shape {buffer.shape} is not (frames, {channels}) or ({channels} * frames,) "
+                             f"for the output format's {channels} channel(s)")
+        f32 = buffer.dtype == _np.float32
+        pointer = buffer.ctypes.data_as(_lib.c_float_p if f32 else _lib.c_int16_p)
+        return PcmBlock(pointer, int(buffer.size) // channels, channels, buffer, bool(f32))
     view = memoryview(buffer)
     if view.readonly or not view.c_contiguous:
         raise ValueError(f"{what}: {type(buffer).__name__} is not a writable contiguous buffer")
-    if view.format not in _INT16_FORMATS | _BYTE_FORMATS:
-        raise ValueError(f"{what}: format {view.format!r} is not int16")
-    if view.nbytes % 4:
-        raise ValueError(f"{what}: {view.nbytes} bytes are not whole stereo int16 frames (4 bytes each)")
-    samples = view.nbytes // 2
-    arr = (ctypes.c_int16 * samples).from_buffer(view)
-    return Int16Block(ctypes.cast(arr, _lib.c_int16_p), samples // 2, 2, (arr, view))
+    ctype: Any
+    if view.format in _FLOAT32_FORMATS:
+        item, ctype, f32 = 4, ctypes.c_float, True
+    elif view.format in _INT16_FORMATS | _BYTE_FORMATS:
+        item, ctype, f32 = 2, ctypes.c_int16, False
+    else:
+        raise ValueError(f"{what}: format {view.format!r} is not int16 or float32")
+    if view.nbytes % (item * channels):
+        raise ValueError(f"{what}: {view.nbytes} bytes are not whole {'stereo' if channels == 2 else 'mono'} "
+                         f"{'float32' if f32 else 'int16'} frames ({item * channels} bytes each)")
+    samples = view.nbytes // item
+    arr = (ctype * samples).from_buffer(view)
+    pointer = ctypes.cast(arr, _lib.c_float_p if f32 else _lib.c_int16_p)
+    return PcmBlock(pointer, samples // channels, channels, (arr, view), f32)
 
 
 def pcm_view(pointer: Any, frames: int, channels: int) -> "numpy.ndarray[Any, Any]":

@@ -345,3 +345,46 @@ class Channel:
     def _from_c(cls, c: Any, members: Tuple[int, ...]) -> "Channel":
         return cls(channel_id=c.channel_id, name=_text(c.name), audio=AudioConfig._from_c(c.audio), members=members,
                    is_current=bool(c.is_current))
+
+
+@dataclass(frozen=True)
+class InputLevel:
+    """The level of a published stream (``vc_get_input_level``): its last frame after
+    send processing, before the input gate, in dBFS (full scale 32768, so a full-scale
+    sine reads rms -3.01, peak 0). Both are -120 for silence and when no frame went
+    through the send path in the last 250 ms."""
+
+    rms_dbfs: float
+    """The frame's RMS."""
+    peak_dbfs: float
+    """The frame's largest sample."""
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """The format of the PCM a client hands out (mix sink, :meth:`Client.read_mix`, the
+    per-speaker sink, recordings): see :meth:`Client.set_output_format`."""
+
+    sample_rate: int = 48000
+    channels: int = 2
+
+
+@dataclass(frozen=True)
+class SpeakerBlock:
+    """One block of one remote stream, as the per-speaker sink gets it
+    (:meth:`Client.set_speaker_sink`): its decoded audio after this listener's noise
+    reduction, before gain, mute and mixing, in the client's :class:`OutputFormat`."""
+
+    ssrc: int
+    """The remote stream."""
+    user_id: int
+    """Who publishes it (see :meth:`Client.users`)."""
+    kind: StreamKind
+    pcm: Any
+    """``bytes`` of ``frames * channels`` native int16 samples, interleaved; or, for a
+    sink set with ``numpy=True``, a read-only int16 numpy view of shape
+    (frames, channels) that is valid only during the call (copy what you keep)."""
+    frames: int
+    """Sample frames in ``pcm``."""
+    channels: int
+    """Interleaved channels in ``pcm`` (a mono stream in a stereo format has L = R)."""

@@ -2,7 +2,7 @@
 statistics, ping a server.
 
     voicecat speak FILE.wav [--host H] [--port P] [--user U] [--channel C]
-    voicecat record OUT.wav --seconds N
+    voicecat record OUT.wav --seconds N [--per-speaker] [--rate HZ] [--channels 1|2]
     voicecat devices
     voicecat stats [--seconds N] [--json]
     voicecat ping HOST [--count N] [--json]
@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -30,8 +31,8 @@ from enum import IntEnum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO
 
 from . import (DEFAULT_PORT, SAMPLE_RATE, AuthError, Client, DeviceError, DeviceKind, EventType, InputMode,
-               LibraryError, NetworkError, NotFound, ProtocolError, Rejected, StreamKind, Timeout, VersionMismatch,
-               VoiceCatError, __version__, list_devices)
+               LibraryError, NetworkError, NotFound, ProtocolError, Rejected, SpeakerBlock, StreamKind, Timeout,
+               VersionMismatch, VoiceCatError, __version__, list_devices)
 
 
 class ExitCode(IntEnum):
@@ -214,15 +215,54 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
 # ---- record --------------------------------------------------------------------------------
 
 
+class _Speaker:
+    """What --per-speaker keeps of one remote stream: its blocks, placed on the mix's
+    timeline (the frames of the mix recorded before its first block become silence)."""
+
+    def __init__(self, ssrc: int, user_id: int, start_frame: int) -> None:
+        self.ssrc = ssrc
+        self.user_id = user_id
+        self.start_frame = start_frame
+        self.chunks: List[bytes] = []
+        self.username = ""
+
+
+def _speaker_path(out: str, username: str, ssrc: int) -> str:
+    """OUT.wav -> OUT-<user>-<ssrc>.wav (characters other than letters, digits, '.', '_'
+    and '-' in the user name become '_')."""
+    base, ext = os.path.splitext(out)
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", username) or "user"
+    return f"{base}-{safe}-{ssrc}{ext or '.wav'}"
+
+
+def _write_wav(path: str, pcm: bytes, rate: int, channels: int) -> None:
+    try:
+        with wave.open(path, "wb") as w:
+            w.setnchannels(channels)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes(pcm)
+    except OSError as e:
+        raise CommandError(ExitCode.FILE, f"{path}: cannot write ({e})") from e
+
+
 def cmd_record(args: argparse.Namespace) -> ExitCode:
-    """Records the channel's final stereo mix to a WAV file."""
+    """Records the channel's final mix to a WAV file (48 kHz stereo unless --rate /
+    --channels say otherwise). With --per-speaker it also writes each remote stream
+    heard, before mixing, to OUT-<user>-<ssrc>.wav next to OUT.wav (same format and
+    length as the mix, silence before the stream appeared and after it went)."""
     if args.seconds <= 0:
         raise CommandError(ExitCode.USAGE, "--seconds must be positive")
-    wanted = int(round(args.seconds * SAMPLE_RATE))
+    if not 8000 <= args.rate <= 192000:
+        raise CommandError(ExitCode.USAGE, f"--rate must be 8000..192000 Hz, not {args.rate}")
+    rate, channels = args.rate, args.channels
+    frame_bytes = 2 * channels
+    wanted = int(round(args.seconds * rate))
     chunks: List[bytes] = []
     have = [0]
     done = threading.Event()
     talkers: Set[int] = set()
+    speakers: Dict[int, _Speaker] = {}
 
     def on_mix(pcm: bytes, frames: int) -> None:
         if have[0] < wanted:
@@ -231,17 +271,30 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
             if have[0] >= wanted:
                 done.set()
 
+    def on_speaker(block: SpeakerBlock) -> None:
+        if have[0] >= wanted:
+            return
+        speaker = speakers.get(block.ssrc)
+        if speaker is None:
+            speaker = speakers[block.ssrc] = _Speaker(block.ssrc, block.user_id, have[0])
+        speaker.chunks.append(block.pcm)
+
     try:  # fail on an unwritable output now, not after the recording
         open(args.out, "ab").close()
     except OSError as e:
         raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
     progress = Progress(args.progress)
     with _client(args, "voicecat record") as client:
+        if (rate, channels) != (SAMPLE_RATE, 2):
+            client.set_output_format(rate, channels)
         where = _connect(args, client)
         _join(args, client)
+        if args.per_speaker:
+            client.set_speaker_sink(on_speaker)
         client.set_sink(on_mix)
         _note(args, f"recording {args.seconds:g} s of {args.channel} on {where} to {args.out}")
         deadline = time.monotonic() + args.seconds + 10
+        names: Dict[int, str] = {}
         while not done.is_set():
             if time.monotonic() > deadline:
                 raise CommandError(ExitCode.FAILED, "the mix stopped coming")
@@ -253,21 +306,27 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
                     raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {event.text}")
                 elif event.type in (EventType.RECONNECTING, EventType.RECONNECTED):
                     _note(args, f"{event}")
-            progress.update("record", have[0] / SAMPLE_RATE, args.seconds)
+            if args.per_speaker and any(s.user_id not in names for s in list(speakers.values())):
+                names.update((s.user_id, s.username) for s in client.remote_streams())
+            progress.update("record", have[0] / rate, args.seconds)
         progress.finish()
         client.set_sink(None)
+        if args.per_speaker:
+            client.set_speaker_sink(None)
+            if any(s.user_id not in names for s in speakers.values()):
+                names.update((u.user_id, u.username) for u in client.users())
         client.disconnect()
-    data = b"".join(chunks)[:wanted * 4]
-    try:
-        with wave.open(args.out, "wb") as w:
-            w.setnchannels(2)
-            w.setsampwidth(2)
-            w.setframerate(SAMPLE_RATE)
-            w.writeframes(data)
-    except OSError as e:
-        raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
-    _say(args, f"recorded {len(data) / 4 / SAMPLE_RATE:.2f} s to {args.out} "
+    data = b"".join(chunks)[:wanted * frame_bytes]
+    _write_wav(args.out, data, rate, channels)
+    _say(args, f"recorded {len(data) / frame_bytes / rate:.2f} s to {args.out} "
                f"(peak {_peak_dbfs(data):.1f} dBFS, {len(talkers)} talker(s) heard)")
+    for speaker in sorted(speakers.values(), key=lambda s: s.start_frame):
+        pcm = (bytes(speaker.start_frame * frame_bytes) + b"".join(speaker.chunks))[:wanted * frame_bytes]
+        pcm += bytes(wanted * frame_bytes - len(pcm))
+        path = _speaker_path(args.out, names.get(speaker.user_id, f"user{speaker.user_id}"), speaker.ssrc)
+        _write_wav(path, pcm, rate, channels)
+        _say(args, f"recorded ssrc {speaker.ssrc} of user {speaker.user_id} to {path} "
+                   f"(peak {_peak_dbfs(pcm):.1f} dBFS)")
     return ExitCode.OK
 
 
@@ -445,8 +504,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tail", type=float, default=0.5, help="seconds to keep the stream after the end (default 0.5)")
 
     p = add("record", cmd_record, [common, server])
-    p.add_argument("out", metavar="OUT.wav", help="where to write the stereo 48 kHz mix")
+    p.add_argument("out", metavar="OUT.wav", help="where to write the mix (16-bit WAV)")
     p.add_argument("--seconds", type=float, required=True, help="how much to record")
+    p.add_argument("--per-speaker", action="store_true",
+                   help="also write each remote stream, before mixing, to OUT-<user>-<ssrc>.wav (user: the "
+                        "publisher's name, characters outside [A-Za-z0-9._-] as '_'), aligned with OUT.wav")
+    p.add_argument("--rate", type=int, default=SAMPLE_RATE, metavar="HZ",
+                   help="sample rate of the files, 8000..192000 (default %(default)s)")
+    p.add_argument("--channels", type=int, choices=[1, 2], default=2, help="1 or 2 (default %(default)s)")
     p.add_argument("--reconnect", action="store_true", help="reconnect by itself if the server goes away")
 
     p = add("devices", cmd_devices, [common])
