@@ -160,6 +160,9 @@ final class RemoteSlot {
         while fifoCount < frames {
             let n = frameSamples
             decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+            // A mono stream is L = R. The stereo decoder gives that for decoded packets,
+            // but its concealment and comfort noise draw each channel's noise apart.
+            if channels == 1 { for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] } }
             switch jitter.talkEdge {
             case .started: spurtsStarted &+= 1
             case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()

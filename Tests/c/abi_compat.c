@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     CHECK(now_create && now_default && set_alsa && connect && join && destroy, "the default versions are there");
     CHECK((void *)now_create != (void *)create, "vc_client_create has two versions");
 
-    /* Inputs: a 0.2 config whose padding (where 0.3 keeps resampler_quality) holds 0xff. */
+    /* Inputs: a 0.2 config followed by 0xff where 0.3 keeps resampler_quality (in former padding) and loss_report_ms. */
     unsigned char raw[sizeof(vc_client_config) + 64];
     memset(raw, 0xff, sizeof raw);
     config_0_2 cfg = config_default();
@@ -71,7 +71,11 @@ int main(int argc, char **argv) {
     vc_client_config fresh = now_default();
     CHECK(fresh.resampler_quality <= 10, "the new default fills the new field");
 
-    vc_connect_params p = vc_connect_params_default();
+    vc_connect_params (*params_default)(void) = (vc_connect_params (*)(void))dlsym(lib, "vc_connect_params_default");
+    vc_stream_desc (*now_desc_default)(void) = (vc_stream_desc (*)(void))dlsym(lib, "vc_stream_desc_default");
+    CHECK(params_default && now_desc_default, "the default versions of the *_default functions are there");
+    if (!params_default || !now_desc_default) return 1;
+    vc_connect_params p = params_default();
     p.host = "127.0.0.1"; p.port = (uint16_t)port; p.username = "abi-0.2"; p.allow_unverified = 1;
     CHECK(connect(c, &p) == VC_OK, "connect");
     CHECK(join(c, "Lobby") == VC_OK, "join");
@@ -92,7 +96,7 @@ int main(int argc, char **argv) {
     CHECK(now_create(&tc, &talker) == VC_OK, "second client");
     p.username = "abi-talker";
     CHECK(connect(talker, &p) == VC_OK && join(talker, "Lobby") == VC_OK, "second client joins");
-    vc_stream_desc td = vc_stream_desc_default();
+    vc_stream_desc td = now_desc_default();
     uint32_t tid;
     int (*now_start)(vc_client *, const vc_stream_desc *, uint32_t *) = (int (*)(vc_client *, const vc_stream_desc *, uint32_t *))dlsym(lib, "vc_stream_start");
     CHECK(now_start(talker, &td, &tid) == VC_OK, "second client publishes");
