@@ -31,12 +31,12 @@ extension VoiceClient {
         let interval = UInt64(config.lossReportMs)
         guard interval > 0, now >= media.nextLossReportMs else { return }
         media.nextLossReportMs = now + interval
-        var reports: [ReceptionReport] = []
+        media.lossReports.removeAll(keepingCapacity: true)
         receive.forEachStream { ssrc, s in
-            if let c = s.lock.withLock({ s.closeLossInterval() }) { reports.append(ReceptionReport(ssrc: ssrc, counts: c)) }
+            if let c = s.lock.withLock({ s.closeLossInterval() }) { media.lossReports.append(ReceptionReport(ssrc: ssrc, counts: c)) }
         }
-        guard !reports.isEmpty else { return }
-        try? conn.send(.receiverReport(ReceiverReport(reports: reports)))
+        guard !media.lossReports.isEmpty else { return }
+        try? conn.send(.receiverReport(ReceiverReport(reports: media.lossReports)))
     }
 
     /// When the next loss report is due (network thread; .max: never).

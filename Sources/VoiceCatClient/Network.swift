@@ -44,6 +44,9 @@ struct MediaPathState {
     var finalEnd: (code: Int32, text: String)?
     /// When the next loss report is due (LossFeedback.swift).
     var nextLossReportMs: UInt64 = 0
+    /// The reports being gathered, kept between reports so they allocate nothing once
+    /// the array has grown to the streams received.
+    var lossReports: [ReceptionReport] = []
     /// Keepalives awaiting their echo (a fixed ring: seq, time sent; .max = free).
     var pendingSeq = [UInt64](repeating: .max, count: 16)
     var pendingSentMs = [UInt64](repeating: 0, count: 16)

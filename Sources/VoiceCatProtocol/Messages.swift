@@ -44,9 +44,6 @@ extension ProtoMessage {
 }
 
 extension ProtoWriter {
-    /// A nested message field.
-    public mutating func message<M: ProtoMessage>(_ field: Int, _ m: M) { message(field, m.protobufBytes) }
-
     /// One element of a repeated varint field, written unpacked (zero included).
     mutating func repeatedUint(_ field: Int, _ v: UInt32) {
         key(field, .varint); rawVarint(UInt64(v))

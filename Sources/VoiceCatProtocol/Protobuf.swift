@@ -83,6 +83,23 @@ public struct ProtoWriter {
     }
     /// Bytes outside the protobuf encoding (a control message's type prefix).
     mutating func raw(_ b: UInt8) { bytes.append(b) }
+    /// A nested message field, encoded in place (no buffer of its own): one length
+    /// byte is reserved, and the body is moved up in the rare case its length needs more.
+    public mutating func message<M: ProtoMessage>(_ field: Int, _ m: M) {
+        key(field, .lengthDelimited)
+        let lengthAt = bytes.count
+        raw(0)
+        m.encode(into: &self)
+        let length = bytes.count - lengthAt - 1
+        var width = 1
+        while length >> (7 * width) != 0 { width += 1 }
+        if width > 1 { bytes.insert(contentsOf: repeatElement(0, count: width - 1), at: lengthAt + 1) }
+        var v = length
+        for i in 0..<width {
+            bytes[lengthAt + i] = UInt8(truncatingIfNeeded: v & 0x7F) | (i < width - 1 ? 0x80 : 0)
+            v >>= 7
+        }
+    }
 }
 
 /// One decoded field.

@@ -26,6 +26,28 @@ final class FrameHeaderTests: XCTestCase {
 }
 
 final class ProtobufTests: XCTestCase {
+    /// A nested message is encoded in place; its length prefix is the varint of the
+    /// body's size at every width (1, 2 and 3 bytes) and empty bodies are kept.
+    func testNestedMessagesEncodeInPlaceWithTheirLengthAtEveryWidth() throws {
+        for users in [0, 1, 5, 6, 200, 3000] {
+            let list = UserList(users: (0..<users).map { UserPresence(userID: UInt32($0 + 1), username: "u\($0)") }, more: true)
+            let body = list.protobufBytes
+            var w = ProtoWriter()
+            w.uint(1, UInt32(7))
+            w.message(9, list)
+            w.uint(2, UInt32(8))
+            var length: [UInt8] = []
+            var v = body.count
+            repeat { length.append(UInt8(v & 0x7F) | (v >= 0x80 ? 0x80 : 0)); v >>= 7 } while v > 0
+            XCTAssertEqual(w.bytes, [0x08, 7, 9 << 3 | 2] + length + body + [0x10, 8], "\(users) users, body \(body.count) bytes")
+            var decoded: UserList?
+            try ProtoReader(w.bytes).forEachField { f throws(ProtobufError) in
+                if f.number == 9 { decoded = try UserList.decode(ProtoReader(w.bytes).nested(f)) }
+            }
+            XCTAssertEqual(decoded?.users.count, users)
+        }
+    }
+
     func testEveryMessageRoundTrips() throws {
         var a = AudioConfig.music
         a.frameMicros = 2500

@@ -194,6 +194,15 @@ int main(int argc, char **argv) {
     else vc_set_mixed_output_sink(listener, on_sink, NULL);
 
     sleep(2);  /* warm-up: connections, first talkspurt, buffers sized */
+    /* ... and the stream's loss protection settled: on this clean path the listener's
+     * reports turn the channel's FEC off after a few seconds, with an event whose text
+     * is built then (a change of state, not per-frame work). Up to 10 s more. */
+    for (int i = 0; i < 100; i++) {
+        vc_send_stats ss;
+        if (vc_get_send_stats(talker, talker_stream, &ss) == VC_OK && ss.fec == 0 && ss.protection_changes > 0) break;
+        usleep(100 * 1000);
+    }
+    sleep(1);
     long calls0 = atomic_load(&sink_calls) + atomic_load(&pulls), feeds0 = atomic_load(&feeds);
     atomic_store(&counting, 1);
     sleep((unsigned)seconds);
