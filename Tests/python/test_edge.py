@@ -202,7 +202,9 @@ def test_a_44k1_float_feed_pulled_as_16k_mono_float_keeps_the_speech(server, spe
 
 
 def _levels_while_feeding(mic, blocks, skip=25):
-    """Feeds 20 ms blocks in real time, reading the level after each one past `skip`."""
+    """Feeds 20 ms blocks in real time, reading the level after each one past `skip`.
+    A reading at the floor means no frame went through for 250 ms: this shared machine
+    stalled the feeding thread. Such readings are left out; most must remain."""
     readings = []
 
     def feed(block):
@@ -213,7 +215,9 @@ def _levels_while_feeding(mic, blocks, skip=25):
 
     feed.k = 0
     pace(blocks, feed)
-    return readings
+    measured = [r for r in readings if r.peak_dbfs > -120]
+    assert len(measured) >= 0.8 * len(readings), readings
+    return measured
 
 
 def test_the_input_level_tracks_a_known_tone_within_a_db(server):
