@@ -993,10 +993,11 @@ int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *u
  * vc_set_remote_stream_sink, "background"). A recording is named by its source: at
  * most one per ssrc (0 = the mix), at most 8 at once. A speaker's recording gets
  * nothing more once its stream is removed; stop it to close the file. An existing
- * file is replaced. Returns VC_ERR_INVALID_ARG (path NULL, or the file cannot be
- * created: vc_last_error says why), VC_ERR_NOT_FOUND (no remote stream `ssrc`),
- * VC_ERR_STATE (that source is already being recorded; inside a callback),
- * VC_ERR_NO_MEMORY (8 recordings run). Callback-safe: no.
+ * file is replaced when the recording starts; a refused start leaves it untouched.
+ * Returns VC_ERR_INVALID_ARG (path NULL, or the file cannot be created:
+ * vc_last_error says why), VC_ERR_NOT_FOUND (no remote stream `ssrc`), VC_ERR_STATE
+ * (that source is already being recorded; another recording of this client writes
+ * that file; inside a callback), VC_ERR_NO_MEMORY (8 recordings run). Callback-safe: no.
  */
 int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
 

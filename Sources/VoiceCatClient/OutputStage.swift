@@ -315,6 +315,7 @@ final class OutputStage {
         try reconcileLock.withLock {
             if ssrc != 0 { _ = try receive.withSlot(ssrc: ssrc) { $0.ssrc } }
             let f = readFormat()
+            try recorders.checkCanAdd(ssrc: ssrc, path: path)
             if ssrc != 0 { try prepareSpeakerConverters(wanted: true) }
             let r = try Recorder(ssrc: ssrc, path: path, sampleRate: f.sampleRate, channels: f.channels)
             do { try recorders.add(r) } catch {

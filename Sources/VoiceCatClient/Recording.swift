@@ -63,6 +63,24 @@ final class SampleRing: @unchecked Sendable {
     }
 }
 
+/// Which file a path or descriptor names (device and inode).
+struct FileID: Equatable {
+    let device: UInt64
+    let inode: UInt64
+    init(device: UInt64, inode: UInt64) { self.device = device; self.inode = inode }
+    init?(fd: Int32) {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev); inode = UInt64(st.st_ino)
+    }
+    /// The file at `path`, if there is one.
+    init?(path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        device = UInt64(st.st_dev); inode = UInt64(st.st_ino)
+    }
+}
+
 /// One recording: its file, ring and writer thread.
 final class Recorder {
     /// What it records: 0 the mix, else a remote stream's ssrc.
@@ -72,6 +90,8 @@ final class Recorder {
     let channels: Int
     private let ring: SampleRing
     private let fd: Int32
+    /// The file's identity (device, inode), to refuse a second recording into it.
+    let fileID: FileID
     private let stop = StopFlag()
     private let wakeup = Condition()
     private var thread: SystemThread?
@@ -97,6 +117,7 @@ final class Recorder {
             throw ClientError.invalidArgument("cannot create \(path): \(String(cString: strerror(errno)))")
         }
         fd = f
+        fileID = FileID(fd: f) ?? FileID(device: 0, inode: 0)
         var header = Recorder.header(rate: sampleRate, channels: channels, dataBytes: 0)
         guard Recorder.writeAll(fd, &header, count: header.count) else {
             let why = String(cString: strerror(errno))
@@ -205,15 +226,29 @@ final class RecorderSet {
         if ssrc == 0 { mixCount.wrappingAdd(delta, ordering: .releasing) } else { speakerCount.wrappingAdd(delta, ordering: .releasing) }
     }
 
-    /// Installs a recorder; throws when one records the same source or all cells are used.
-    func add(_ r: Recorder) throws {
-        let index: Int = try lock.withLock {
-            if recorders.contains(where: { $0?.ssrc == r.ssrc }) {
-                throw ClientError.state(r.ssrc == 0 ? "the mix is already being recorded" : "ssrc \(r.ssrc) is already being recorded")
+    /// Throws when a recording of `ssrc` into `path` would be refused: one records the
+    /// same source, all cells are used, or one writes that file. Checked before the
+    /// file is created, so a refused start leaves whatever is at `path` untouched
+    /// (the caller serializes starts).
+    func checkCanAdd(ssrc: UInt32, path: String) throws {
+        try lock.withLock {
+            if recorders.contains(where: { $0?.ssrc == ssrc }) {
+                throw ClientError.state(ssrc == 0 ? "the mix is already being recorded" : "ssrc \(ssrc) is already being recorded")
             }
-            guard let i = recorders.firstIndex(where: { $0 == nil }) else {
+            guard recorders.contains(where: { $0 == nil }) else {
                 throw ClientError.noMemory("\(RecorderSet.capacity) recordings are running (the most a client has at once)")
             }
+            if let id = FileID(path: path), let r = recorders.first(where: { $0?.fileID == id }) ?? nil {
+                throw ClientError.state("\(path) is being written by the recording of " + (r.ssrc == 0 ? "the mix" : "ssrc \(r.ssrc)"))
+            }
+        }
+    }
+
+    /// Installs a recorder checked with `checkCanAdd`.
+    func add(_ r: Recorder) throws {
+        try checkCanAdd(ssrc: r.ssrc, path: "")
+        let index: Int = lock.withLock {
+            let i = recorders.firstIndex(where: { $0 == nil })!
             recorders[i] = r
             return i
         }

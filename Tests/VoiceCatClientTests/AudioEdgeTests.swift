@@ -558,14 +558,22 @@ final class AudioEdgeTests: XCTestCase {
     // MARK: recordings
 
     func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
-        let (alex, a, aSSRC, kim, k, _, sam) = try twoTalkersAndAListener()
+        let (alex, a, aSSRC, kim, k, kSSRC, sam) = try twoTalkersAndAListener()
         XCTAssertThrowsError(try sam.startRecording(path: dir + "/x.wav", ssrc: 424_242)) { e in
             guard case .notFound? = e as? ClientError else { return XCTFail("\(e)") }
         }
         XCTAssertThrowsError(try sam.startRecording(path: dir + "/no/such/dir/x.wav", ssrc: 0))
         try sam.startRecording(path: dir + "/alex.wav", ssrc: aSSRC)
         try sam.startRecording(path: dir + "/mix.wav", ssrc: 0)
-        XCTAssertThrowsError(try sam.startRecording(path: dir + "/again.wav", ssrc: 0), "one recording per source")
+        // A refused start leaves the file at its path alone: another file, or the one a
+        // running recording writes.
+        let keep = dir + "/keep.wav"
+        XCTAssertTrue(FileManager.default.createFile(atPath: keep, contents: Data(repeating: 7, count: 1300)))
+        XCTAssertThrowsError(try sam.startRecording(path: keep, ssrc: 0), "one recording per source")
+        XCTAssertEqual(FileManager.default.contents(atPath: keep), Data(repeating: 7, count: 1300), "a refused start truncated the file")
+        XCTAssertThrowsError(try sam.startRecording(path: dir + "/mix.wav", ssrc: kSSRC)) { e in
+            guard case .state? = e as? ClientError else { return XCTFail("\(e)") }
+        }
         XCTAssertThrowsError(try sam.setOutputFormat(sampleRate: 16000, channels: 1), "the files' format is fixed while they record")
         XCTAssertEqual(sam.output.mode, .background, "a recording makes the client render by itself")
         let alexVoice = Signal.glidingVoice(seconds: 2.5, seed: 4)
