@@ -1074,7 +1074,10 @@ int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
  * max_ms 100"), copied into buf (cut to len - 1 bytes). Every call that fails on a
  * client records its own reason, argument checks included, so the text always
  * describes the last failure and never an older one; successful calls leave it as it
- * is. Returns VC_ERR_INVALID_ARG for a bad handle, a NULL buf or len 0 (recording
+ * is. The reason is kept per calling thread: a thread reads the reason of its own last
+ * failed call on this client even while other threads' calls fail (a thread that made
+ * no failed call reads the client's latest reason, whichever thread failed; thread
+ * ids of ended threads may be reused). Returns VC_ERR_INVALID_ARG for a bad handle, a NULL buf or len 0 (recording
  * nothing: that would overwrite the text being asked for). Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);

@@ -105,7 +105,12 @@ public final class VoiceClient {
     var audioSuspended = false
 
     private let errorLock = Lock()
+    /// The latest failure of any thread, and the latest of each of the last few threads
+    /// that failed (oldest first): a thread reads its own call's reason even while
+    /// another thread's calls fail.
     private var lastErrorText = ""
+    private var lastErrorByThread: [(thread: UInt, text: String)] = []
+    private static let errorThreads = 16
 
     public init(config: ClientConfig = ClientConfig()) throws {
         guard config.maxRemoteStreams >= 1 && config.maxRemoteStreams <= 1024 else {
@@ -173,10 +178,22 @@ public final class VoiceClient {
         return events.queue.pop(timeoutMs: timeoutMs)
     }
 
-    /// The detailed message of the last failed call.
-    public var lastError: String { errorLock.withLock { lastErrorText } }
+    /// The detailed message of the last failed call the calling thread made (of any
+    /// thread's, when this one made none).
+    public var lastError: String {
+        let me = UInt(pthread_self())
+        return errorLock.withLock { lastErrorByThread.last(where: { $0.thread == me })?.text ?? lastErrorText }
+    }
     /// Records a failed call's message (every failing call records one).
-    public func recordError(_ text: String) { errorLock.withLock { lastErrorText = text } }
+    public func recordError(_ text: String) {
+        let me = UInt(pthread_self())
+        errorLock.withLock {
+            lastErrorText = text
+            lastErrorByThread.removeAll { $0.thread == me }
+            lastErrorByThread.append((me, text))
+            if lastErrorByThread.count > VoiceClient.errorThreads { lastErrorByThread.removeFirst() }
+        }
+    }
 
     /// Records a failed call's reason (vc_last_error) and logs it at debug level: the
     /// host gets the error code itself, so an expected failure is not a warning.

@@ -376,6 +376,32 @@ final class ControlPlaneTests: XCTestCase {
 
     /// Each failing call replaces vc_last_error with its own reason, argument checks of
     /// the C layer included; a call that succeeds leaves it alone.
+    /// Two threads failing on one client at once each read their own call's reason.
+    func testLastErrorIsTheCallingThreadsOwn() throws {
+        let c = try CHost(name: "two-threads")
+        let h = c.h
+        let mixedUp = [Shared(0), Shared(0)]
+        let done = DispatchGroup()
+        for (which, words) in [(0, "7999"), (1, "4242")] {
+            done.enter()
+            Thread.detachNewThread {
+                var buf = [CChar](repeating: 0, count: 256)
+                var wrong = 0
+                for _ in 0..<3000 {
+                    _ = which == 0 ? vc_set_output_format(h, 7999, 1) : vc_set_jitter_bounds(h, 4242, 1, 2)
+                    vc_last_error(h, &buf, buf.count)
+                    if !String(cString: buf).contains(words) { wrong += 1 }
+                }
+                mixedUp[which].value = wrong
+                done.leave()
+            }
+        }
+        done.wait()
+        XCTAssertEqual(mixedUp.map(\.value), [0, 0], "a thread read the other thread's reason")
+        // A thread that made no failed call reads the client's latest reason.
+        XCTAssertTrue(c.lastError.contains("7999") || c.lastError.contains("4242"), c.lastError)
+    }
+
     func testLastErrorDescribesTheLastFailureAndNothingOlder() throws {
         let c = try CHost(name: "walker")
         var steps: [(rc: Int32, want: Int32, words: String)] = []
