@@ -898,7 +898,9 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
  * 20 ms of audio per call in the output format (960 frames and channels = 2 unless
  * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz
- * the count varies by a frame from block to block), from one thread at a time, once per
+ * the count varies by a frame from block to block, and at any rate but 48 kHz the
+ * first block after the format is set is short by the resampler's delay, about
+ * 2 ms), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
  * blocks it plays (a tap); in pull mode it is not called. The sink runs on an audio

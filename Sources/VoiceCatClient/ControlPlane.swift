@@ -108,12 +108,15 @@ extension VoiceClient {
     /// Publishes a local stream's mute / hold state (StreamStateUpdate): listeners in the
     /// channel get STREAM_STATE_UPDATE, every roster USER_UPDATED. The audio is not touched.
     public func setStreamState(streamID: UInt32, muted: Bool, hold: Bool) throws {
+        func notConnected() -> ClientError {
+            .state(phase == .reconnecting ? "reconnecting to the server" : "not connected")
+        }
+        // Not connected first: no stream exists then, and that is not the reason.
+        try failing { try cond.withLock { if phase != .connected || control == nil { throw notConnected() } } }
         let ssrc = try failing { try streams.withStream(streamID) { s, _ in s.ssrc } }
         try failing {
             let conn = try cond.withLock { () throws -> ControlConnection in
-                guard phase == .connected, let c = control else {
-                    throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected")
-                }
+                guard phase == .connected, let c = control else { throw notConnected() }
                 streamStates[streamID] = (muted, hold)
                 return c
             }

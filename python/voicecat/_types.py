@@ -61,6 +61,10 @@ class Event:
                 parts.append(f"{name}={value}")
         if self.type == EventType.USER_UPDATED:
             parts.append(f"changes={self.changes!r}")
+        if self.type in (EventType.STREAM_STATE_UPDATE, EventType.SERVER_MUTE_STATE, EventType.USER_CONNECTED,
+                         EventType.USER_UPDATED):
+            parts.append(f"muted={self.muted}")
+            parts.append(f"deafened={self.deafened}" if self.type != EventType.STREAM_STATE_UPDATE else f"hold={self.hold}")
         elif self.code != ErrorCode.OK:
             parts.append(f"code={self.code.name}")
         if self.text:
