@@ -34,9 +34,9 @@ final class RemoteSlot {
     var frameSamples = 960
     var username = ""
     var settings = RemoteSettings()
-    /// Frames opened by the network thread, waiting for the renderer (no lock).
+    /// Frames opened by the media reader, waiting for the renderer (no lock).
     let inbox = PacketRing(maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
-    /// Replays caught by the replay window (network thread writes).
+    /// Replays caught by the replay window (the media reader writes).
     let duplicates = Atomic<UInt64>(0)
     /// The listener's noise reduction for this stream: created on the control path when
     /// enabled, released when disabled or when the slot gets another stream.
@@ -54,9 +54,10 @@ final class RemoteSlot {
     var seenStarted: UInt64 = 0
     var seenEnded: UInt64 = 0
 
-    // Network-thread only.
+    // The media input's token holder only (MediaInput.swift).
     var replay = ReplayWindow()
-    var lastPacketMs: UInt64 = 0
+    /// When the last frame arrived (ms, monotonic; read by the network thread).
+    let lastPacketMs = Atomic<UInt64>(0)
 
     /// The level of the decoded audio (after NR, before gain and mute) over the last
     /// block rendered, and when (render thread writes, host threads read; under `lock`).
@@ -122,7 +123,7 @@ final class RemoteSlot {
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()
-        lastPacketMs = 0
+        lastPacketMs.store(0, ordering: .relaxed)
         talking = false
         spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
         level = BlockLevel()
@@ -176,7 +177,8 @@ final class RemoteSlot {
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
         // Up to two contiguous pieces of the ring.
         var left = frames
-        var sum: Float = 0
+        // Integer sums (exact, and the loop vectorizes: a Float sum's order may not change).
+        var sum: Int64 = 0
         var peak: Int32 = 0
         while left > 0 {
             let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
@@ -187,14 +189,14 @@ final class RemoteSlot {
             if tapping { (tap + (frames - left) * 2).update(from: piece, count: run * 2) }
             for i in 0..<(run * 2) {
                 let v = Int32(piece[i])
-                sum += Float(v * v)
-                if abs(v) > peak { peak = abs(v) }
+                sum &+= Int64(v &* v)
+                peak = max(peak, v < 0 ? 0 &- v : v)
             }
             fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
             fifoCount -= run
             left -= run
         }
-        level = BlockLevel(rms: frames > 0 ? (sum / Float(frames * 2)).squareRoot() / 32768 : 0, peak: Float(peak) / 32768)
+        level = BlockLevel(rms: frames > 0 ? Float((Double(sum) / Double(frames * 2)).squareRoot() / 32768) : 0, peak: Float(peak) / 32768)
         levelAtNs = MonotonicClock.nanoseconds()
         if tapping {
             tapFrames = frames
