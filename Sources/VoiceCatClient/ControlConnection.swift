@@ -133,8 +133,11 @@ final class ControlConnection: ControlSender {
             }
         }
     }
-    private var plainOut: [UInt8] = []
-    private var frameOut: [UInt8] = []
+    // Sized for the steady control traffic (pings, loss reports of up to a few hundred
+    // streams) so it does not grow them; a larger message grows them once.
+    private static let steadyBytes = 4096
+    private var plainOut: [UInt8] = { var a = [UInt8](); a.reserveCapacity(ControlConnection.steadyBytes); return a }()
+    private var frameOut = [UInt8](repeating: 0, count: ControlConnection.steadyBytes + ControlFraming.overhead)
     private var plainIn: [UInt8] = []
 
     /// Next message, blocking until the deadline (connect phase only).

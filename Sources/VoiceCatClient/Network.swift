@@ -54,6 +54,7 @@ struct MediaPathState {
     init(nowMs: UInt64) {
         nextKeepaliveMs = nowMs
         lastEchoMs = nowMs
+        lossReports.reserveCapacity(64)
     }
 
     /// An echo came back: a sign of life, and one keepalive fewer awaiting.
