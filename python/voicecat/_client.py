@@ -544,7 +544,8 @@ class Client:
         return f"<voicecat.Client {'closed' if self.closed else hex(self._core.handle or 0)}>"
 
     def last_error(self) -> str:
-        """Why the last failed call on this client failed (``vc_last_error``)."""
+        """Why the last failed call this thread made on this client failed
+        (``vc_last_error``; kept per thread, so another thread's failures do not replace it)."""
         handle = self._core.handle
         return _last_error(handle) if handle is not None else ""
 
@@ -898,7 +899,9 @@ class Client:
         if nothing else does. At most one recording per ssrc and 8 at once; stop it
         with :meth:`stop_recording` (closing the client stops it too). InvalidArgument
         when the file cannot be created (the reason says why), NotFound for an unknown
-        ssrc, StateError when that source is already recorded, NoMemory for a ninth."""
+        ssrc, StateError when that source is already recorded or another recording of
+        this client writes ``path``, NoMemory for a ninth. A refused start leaves the file
+        at ``path`` untouched."""
         raw = os.fsencode(path)
         if not raw or b"\0" in raw:
             raise ValueError(f"start_recording: path {path!r} is empty or contains a NUL character")
