@@ -190,5 +190,8 @@ final class ControlConnection: ControlSender {
         }
     }
 
-    func close() { socket.close() }
+    /// Closes the socket once no send is writing to it: a sender on another thread
+    /// (a request during teardown) must not write to a descriptor closed under it,
+    /// which the process may already have reused. A send waits at most 2 s.
+    func close() { sendLock.withLock { socket.close() } }
 }
