@@ -68,6 +68,12 @@ public final class Server {
     var backlog: [Connection] = []
     var dirty: [Connection] = []
     var noticeChannels: [Channel] = []
+    // The lists above are worked off by swapping each with its spare (empty between
+    // turns), so what is appended while working goes to the next round and neither
+    // buffer is reallocated once both have grown: no allocation per turn.
+    private var backlogSpare: [Connection] = []
+    private var dirtySpare: [Connection] = []
+    private var noticeSpare: [Channel] = []
     var presence = PresenceState()
     var turn: UInt64 = 0
     private var lastStatsMs: UInt64 = 0
@@ -359,38 +365,38 @@ public final class Server {
     /// Frames left over from earlier turns (budget, throttle or hold), one budget each.
     func runBacklog() {
         guard !backlog.isEmpty else { return }
-        let list = backlog
-        backlog.removeAll(keepingCapacity: true)
+        swap(&backlog, &backlogSpare)
         var i = 0
-        while i < list.count {
-            let c = list[i]
+        while i < backlogSpare.count {
+            let c = backlogSpare[i]
             i += 1
             c.inBacklog = false
             guard !c.closed, !c.readPaused, c.phase == .awaitingHello || c.phase == .active else { continue }
             var budget = Server.framesPerTurn
             processFrames(c, budget: &budget)
         }
+        backlogSpare.removeAll(keepingCapacity: true)
     }
 
     /// Tells pending membership changes and writes what each connection has queued.
     func endTurn() {
         if let p = presence.flushAtMs, p <= now { flushPresence() }
         if !noticeChannels.isEmpty {
-            let list = noticeChannels
-            noticeChannels.removeAll(keepingCapacity: true)
+            swap(&noticeChannels, &noticeSpare)
             var i = 0
-            while i < list.count { flushNotices(list[i]); i += 1 }
+            while i < noticeSpare.count { flushNotices(noticeSpare[i]); i += 1 }
+            noticeSpare.removeAll(keepingCapacity: true)
         }
         if !dirty.isEmpty {
-            let list = dirty
-            dirty.removeAll(keepingCapacity: true)
+            swap(&dirty, &dirtySpare)
             var i = 0
-            while i < list.count {
-                let c = list[i]
+            while i < dirtySpare.count {
+                let c = dirtySpare[i]
                 i += 1
                 c.dirty = false
                 if !c.closed { flush(c) }
             }
+            dirtySpare.removeAll(keepingCapacity: true)
         }
         if !tx.isEmpty { flushDatagrams() }
     }
