@@ -14,13 +14,21 @@ final class SinkRecorder: @unchecked Sendable {
     var left: [Int16] = []
     var right: [Int16] = []
     var firstBlockNs: UInt64 = 0
+    private var lastBlockNs: UInt64 = 0
+    /// Blocks that came more than 40 ms after the one before (the render thread was
+    /// held up: on this shared machine, a scheduling stall).
+    private(set) var lateBlocks = 0
 
     func take(_ pcm: UnsafePointer<Int16>, _ frames: Int) {
         lock.lock(); defer { lock.unlock() }
-        if firstBlockNs == 0 { firstBlockNs = MonotonicClock.nanoseconds() }
+        let now = MonotonicClock.nanoseconds()
+        if firstBlockNs == 0 { firstBlockNs = now }
+        if lastBlockNs != 0 && now - lastBlockNs > 40_000_000 { lateBlocks += 1 }
+        lastBlockNs = now
         for i in 0..<frames { left.append(pcm[2 * i]); right.append(pcm[2 * i + 1]) }
     }
     var snapshot: (l: [Int16], r: [Int16], t0: UInt64) { lock.lock(); defer { lock.unlock() }; return (left, right, firstBlockNs) }
+    var renderStalls: Int { lock.lock(); defer { lock.unlock() }; return lateBlocks }
 }
 
 final class EndToEndTests: XCTestCase {
