@@ -147,8 +147,8 @@ extension VoiceClient {
         }
 
         // Start the session: the send path, CONNECTED, the output stage.
-        packetsIn.store(0, ordering: .relaxed); bytesIn.store(0, ordering: .relaxed)
-        authFailures.store(0, ordering: .relaxed); mediaRttMs.store(0, ordering: .relaxed)
+        receive.input.packetsIn.store(0, ordering: .relaxed); receive.input.bytesIn.store(0, ordering: .relaxed)
+        receive.input.authFailures.store(0, ordering: .relaxed); mediaRttMs.store(0, ordering: .relaxed)
         controlRttMs.store(0, ordering: .relaxed); voiceConnected.store(true, ordering: .relaxed)
         keepalivesSent.store(0, ordering: .relaxed); keepalivesLost.store(0, ordering: .relaxed)
         streams.resetCounters()
@@ -192,9 +192,11 @@ extension VoiceClient {
     /// Runs one connection until the host ends the session or the connection is lost.
     func run(_ link: Link) -> LinkEnd {
         let conn = link.conn, sock = link.udp
-        // Datagrams are drained in batches (recvmmsg), each with the kernel's receive
-        // time, so the jitter statistics do not depend on when this thread woke.
-        let rx = DatagramBatch(capacity: VoiceClient.receiveBatch, slotSize: MediaLimits.maxDatagramBytes, timestamps: true)
+        // Datagrams are read in batches (recvmmsg), each with the kernel's receive
+        // time, so the jitter statistics do not depend on when they were read: by the
+        // renderer before each render while it renders, else by this thread.
+        receive.input.attach(socket: sock, key: cond.withLock { mediaReceiveKey }, bindingID: link.hello.bindingID)
+        defer { receive.input.attach(socket: nil, key: nil, bindingID: 0) }
         let now0 = MonotonicClock.milliseconds()
         var media = MediaPathState(nowMs: now0)
         var control = ControlLiveness(nowMs: now0)
@@ -207,9 +209,14 @@ extension VoiceClient {
         while true {
             if let e = hostEnd() { return e }
             let nowMs = MonotonicClock.milliseconds()
-            let watchUDP = nowMs >= udpQuietUntilMs
+            let byRenderer = rendererReadsMedia(media)
+            let watchUDP = !byRenderer && nowMs >= udpQuietUntilMs
             var until = nextTimerMs(media, control)
-            if !watchUDP { until = min(until, udpQuietUntilMs) }
+            if byRenderer {
+                until = min(until, receive.input.rendererStaleAtMs)
+            } else if !watchUDP {
+                until = min(until, udpQuietUntilMs)
+            }
             let timeout = Int32(clamping: max(0, Int64(until) - Int64(nowMs)))
             pollSet.removeAll()
             pollSet.add(wake.readFD, events: Int16(POLLIN))
@@ -238,10 +245,19 @@ extension VoiceClient {
                     return .lost(VC_ERR_NETWORK, "\(error)")
                 }
             }
-            if watchUDP ? pollSet.fds[2].revents != 0 : MonotonicClock.milliseconds() >= udpQuietUntilMs {
-                drainUDP(sock, rx, media: &media)
+            let readNow: Bool
+            if watchUDP {
+                readNow = pollSet.fds[2].revents != 0
+            } else if byRenderer {
+                readNow = !rendererReadsMedia(media)   // the renderer stopped: read here
+            } else {
+                readNow = MonotonicClock.milliseconds() >= udpQuietUntilMs
+            }
+            if readNow {
+                drainUDP(sock, media: &media)
                 if receive.count > 1 { udpQuietUntilMs = MonotonicClock.milliseconds() + VoiceClient.receiveCoalesceMs }
             }
+            takeRendererEchoes(media: &media)
             if let dead = timers(conn: conn, sock: sock, media: &media, control: &control) {
                 events.deliver()
                 return dead
@@ -385,11 +401,13 @@ extension VoiceClient {
             }
             let keys = sender.keys.media(epoch: r.epoch)
             cond.withLock { epoch = r.epoch; mediaReceiveKey = keys.receive; mediaSendKey = keys.send }
+            receive.input.setKey(keys.receive)
             if let snap = streams.snapshot { streams.publish(snap.with(key: keys.send)) }
             media.binder = cond.withLock { hello.map { UDPBinder(sessionID: $0.sessionID, bindingID: $0.bindingID, epoch: r.epoch,
                                                                  keys: sender.keys.bind(epoch: r.epoch)) } }
             media.rebindRequestedMs = nil
             media.nextBindMs = now
+            receive.input.rendererMayRead.store(false, ordering: .relaxed)   // the binding's replies are read here
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
         case .userList:
             refuse(m, "out of order: the session has started already")
@@ -562,69 +580,50 @@ extension VoiceClient {
         events.raise(e)
     }
 
-    /// Datagrams taken per recvmmsg.
-    static let receiveBatch = 32
-    /// With more than one stream coming in, how long the UDP socket is left to
-    /// collect datagrams after a drain.
+    /// With more than one stream coming in and nothing rendering, how long the UDP
+    /// socket is left to collect datagrams after a read.
     static let receiveCoalesceMs: UInt64 = 3
 
-    func drainUDP(_ sock: Socket, _ rx: DatagramBatch, media: inout MediaPathState) {
-        let (rxKey, bindingID, server) = cond.withLock { (mediaReceiveKey, hello?.bindingID ?? 0, serverAddress) }
-        for _ in 0..<(256 / VoiceClient.receiveBatch) {
-            guard let got = try? rx.receive(from: sock), got > 0 else { return }
-            // The kernel stamps arrivals on the realtime clock; the jitter buffer and the
-            // renderer use the monotonic one.
-            let monoNs = MonotonicClock.nanoseconds()
-            var realtime = timespec()
-            clock_gettime(CLOCK_REALTIME, &realtime)
-            let realNs = UInt64(realtime.tv_sec) * 1_000_000_000 + UInt64(realtime.tv_nsec)
-            for i in 0..<got {
-                guard !rx.wasTruncated(i) else { continue }
-                let d = rx.datagram(i)
-                let arrivalNs: UInt64
-                if let stamp = rx.receiveTimeRealtimeNs(i), stamp <= realNs, realNs - stamp < 1_000_000_000 {
-                    arrivalNs = monoNs - (realNs - stamp)
-                } else {
-                    arrivalNs = monoNs
-                }
-                handleDatagram(d, arrivalNs: arrivalNs, sock: sock, rxKey: rxKey, bindingID: bindingID, server: server, media: &media)
-            }
-            if got < VoiceClient.receiveBatch { return }
+    /// Whether the renderer reads the media socket now (and whether it may: streams
+    /// are received and no binding is under way).
+    func rendererReadsMedia(_ media: MediaPathState) -> Bool {
+        receive.input.rendererMayRead.store(receive.count > 0 && media.binder == nil, ordering: .relaxed)
+        return receive.input.rendererReads(nowNs: MonotonicClock.nanoseconds())
+    }
+
+    /// Reads what is waiting on the media socket (network thread).
+    func drainUDP(_ sock: Socket, media: inout MediaPathState) {
+        let server = cond.withLock { serverAddress }
+        receive.input.take()
+        defer { receive.input.give() }
+        let bindingID = receive.input.bindingID
+        receive.readHeld { d, h, arrivalNs in
+            handleDatagram(d, h, sock: sock, bindingID: bindingID, server: server, media: &media)
         }
     }
 
-    /// One received datagram (network thread).
-    func handleDatagram(_ d: UnsafeMutableRawBufferPointer, arrivalNs: UInt64, sock: Socket, rxKey: SymmetricKey?, bindingID: UInt32,
+    /// Keepalive echoes the renderer read.
+    func takeRendererEchoes(media: inout MediaPathState) {
+        receive.input.takeEchoes { seq, stamp, atMs in keepaliveEchoed(seq: seq, stamp: stamp, atMs: atMs, media: &media) }
+    }
+
+    func keepaliveEchoed(seq: UInt64, stamp: UInt32, atMs: UInt64, media: inout MediaPathState) {
+        let rtt = UInt32(truncatingIfNeeded: atMs) &- stamp
+        if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
+        media.echoed(seq: seq, nowMs: max(atMs, media.lastEchoMs))
+    }
+
+    /// One received datagram other than voice (network thread, reading).
+    func handleDatagram(_ d: UnsafeMutableRawBufferPointer, _ h: FrameHeader, sock: Socket, bindingID: UInt32,
                         server: SocketAddress, media: inout MediaPathState) {
-        let n = d.count
         do {
-            guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { return }
             let now = MonotonicClock.milliseconds()
-            packetsIn.wrappingAdd(1, ordering: .relaxed)
-            bytesIn.wrappingAdd(UInt64(n), ordering: .relaxed)
             switch h.type {
             case .voice:
-                guard let idx = receive.slotIndex(ssrc: h.ssrc), let key = rxKey else { return }
-                let opened: (header: FrameHeader, length: Int)
-                do { opened = try MediaCrypto.open(d, key: key) } catch {
-                    authFailures.wrappingAdd(1, ordering: .relaxed)
-                    return
-                }
-                let slot = receive.slots[idx]
-                guard slot.replay.accept(h.seq) == .fresh else {
-                    slot.duplicates.wrappingAdd(1, ordering: .relaxed)
-                    return
-                }
-                let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
-                // Handed to the renderer through the slot's ring: no lock per frame.
-                slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(arrivalNs) / 1e6,
-                                payload: payload)
-                slot.lastPacketMs = now
+                return
             case .keepalive:
                 guard h.ssrc == bindingID else { return }
-                let rtt = UInt32(truncatingIfNeeded: now) &- h.timestamp
-                if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
-                media.echoed(seq: h.seq, nowMs: now)
+                keepaliveEchoed(seq: h.seq, stamp: h.timestamp, atMs: now, media: &media)
             case .udpBinding:
                 guard media.binder != nil else { return }
                 switch media.binder!.handle(d) {
@@ -730,7 +729,8 @@ extension VoiceClient {
                 } else {
                     s.seenStarted = s.spurtsStarted
                     s.seenEnded = s.spurtsEnded
-                    let recent = s.lastPacketMs != 0 && now < s.lastPacketMs + hang
+                    let last = s.lastPacketMs.load(ordering: .relaxed)
+                    let recent = last != 0 && now < last + hang
                     if recent && !s.talking { s.talking = true; change = .talkStart }
                     if !recent && s.talking { s.talking = false; change = .talkStop }
                 }

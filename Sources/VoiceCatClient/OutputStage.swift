@@ -478,6 +478,9 @@ final class OutputStage {
     private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
+        // What arrived up to now is played by this render (the clock is read first: a
+        // frame that comes during the read counts as after this render).
+        receive.readForRender()
         let tapping = speakerSink.isSet || recorders.recordsSpeakers
         bus.clear(frames: frames)
         receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping)

@@ -3,7 +3,8 @@
 import Synchronization
 import VoiceCatProtocol
 
-/// One producer (the network thread) pushes opened frames; one consumer at a time
+/// One producer at a time (whoever holds the media input's token: the network
+/// thread, or the renderer just before it renders) pushes opened frames; one consumer at a time
 /// (the renderer, or a host thread reading statistics, serialized by the slot's
 /// lock) pops them into the jitter buffer. A full ring drops the newest frame and
 /// counts it. Nothing allocates after init.
@@ -67,7 +68,8 @@ final class PacketRing: @unchecked Sendable {
     }
 
     /// Forgets everything (a new stream in the slot). Only while neither side runs:
-    /// the producer calls it holding the slot lock every consumer takes.
+    /// the caller holds the media input's token (no producer) and the slot lock
+    /// every consumer takes.
     func reset() {
         head.store(tail.load(ordering: .acquiring), ordering: .releasing)
         overflows.store(0, ordering: .relaxed)

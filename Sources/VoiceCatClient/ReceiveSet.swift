@@ -1,7 +1,9 @@
 // The receive side: preallocated slots, one per remote stream, and the ssrc → slot
-// map. The network thread owns the map and fills the slots; the render thread
-// (whichever the output stage runs, or a vc_read_mixed_pcm caller) visits only the
-// live ones; host threads read and change a stream's settings and statistics.
+// map. The network thread owns the map; whoever reads the media socket
+// (MediaInput.swift: the renderer before it renders, or the network thread) fills
+// the slots; the render thread (whichever the output stage runs, or a
+// vc_read_mixed_pcm caller) visits only the live ones; host threads read and change
+// a stream's settings and statistics.
 import Synchronization
 import VoiceCatAudio
 import VoiceCatProtocol
@@ -9,8 +11,11 @@ import VoiceCatSystem
 
 final class ReceiveSet {
     let slots: [RemoteSlot]
-    /// ssrc → slot index. Network thread only.
+    /// ssrc → slot index. Changed by the network thread holding the media input's
+    /// token; read by it, or by the token's holder.
     private var bySSRC: [UInt32: Int] = [:]
+    /// The media socket's reader state (MediaInput.swift).
+    let input = MediaInput()
     /// Jitter bounds for streams without their own (ControlPlane.swift). The lock is taken
     /// before a slot's lock, never after: a stream added while the bounds change gets them.
     let boundsLock = Lock()
@@ -29,12 +34,14 @@ final class ReceiveSet {
     /// How many streams are being received (network thread).
     var count: Int { bySSRC.count }
 
-    /// The slot receiving `ssrc`, if any (network thread).
+    /// The slot receiving `ssrc`, if any (network thread, or the media input's token held).
     func slotIndex(ssrc: UInt32) -> Int? { bySSRC[ssrc] }
 
     /// Starts receiving a remote stream. Returns false when every slot is in use.
     func add(_ r: RemoteStream, username: String) -> Bool {
         guard bySSRC[r.ssrc] == nil else { return true }
+        input.take()
+        defer { input.give() }
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
         boundsLock.withLock {
@@ -48,6 +55,8 @@ final class ReceiveSet {
     /// Stops receiving `ssrc`; returns its slot's user id and whether it was talking.
     @discardableResult
     func remove(ssrc: UInt32) -> (userID: UInt32, wasTalking: Bool, username: String)? {
+        input.take()
+        defer { input.give() }
         guard let idx = bySSRC.removeValue(forKey: ssrc) else { return nil }
         let s = slots[idx]
         let r = s.lock.withLock { () -> (UInt32, Bool, String) in

@@ -34,9 +34,9 @@ final class RemoteSlot {
     var frameSamples = 960
     var username = ""
     var settings = RemoteSettings()
-    /// Frames opened by the network thread, waiting for the renderer (no lock).
+    /// Frames opened by the media reader, waiting for the renderer (no lock).
     let inbox = PacketRing(maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
-    /// Replays caught by the replay window (network thread writes).
+    /// Replays caught by the replay window (the media reader writes).
     let duplicates = Atomic<UInt64>(0)
     /// The listener's noise reduction for this stream: created on the control path when
     /// enabled, released when disabled or when the slot gets another stream.
@@ -54,9 +54,10 @@ final class RemoteSlot {
     var seenStarted: UInt64 = 0
     var seenEnded: UInt64 = 0
 
-    // Network-thread only.
+    // The media input's token holder only (MediaInput.swift).
     var replay = ReplayWindow()
-    var lastPacketMs: UInt64 = 0
+    /// When the last frame arrived (ms, monotonic; read by the network thread).
+    let lastPacketMs = Atomic<UInt64>(0)
 
     /// The level of the decoded audio (after NR, before gain and mute) over the last
     /// block rendered, and when (render thread writes, host threads read; under `lock`).
@@ -122,7 +123,7 @@ final class RemoteSlot {
         decoder.reset()
         fifoRead = 0; fifoCount = 0
         replay = ReplayWindow()
-        lastPacketMs = 0
+        lastPacketMs.store(0, ordering: .relaxed)
         talking = false
         spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
         level = BlockLevel()
@@ -157,44 +158,33 @@ final class RemoteSlot {
     /// the render lock). Lock held by caller.
     func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false) {
         drainInbox()
-        while fifoCount < frames {
-            let n = frameSamples
-            decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
-            // A mono stream is L = R. The stereo decoder gives that for decoded packets,
-            // but its concealment and comfort noise draw each channel's noise apart.
-            if channels == 1 { for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] } }
-            switch jitter.talkEdge {
-            case .started: spurtsStarted &+= 1
-            case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
-            case .none: break
-            }
-            // Listener-side NR: after decode, before gain and mixing.
-            noiseReducer?.process(decoded, frames: n)
-            pushFIFO(decoded, frames: n)
-        }
         let gain: Float = settings.muted ? 0 : settings.gain
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
-        // Up to two contiguous pieces of the ring.
-        var left = frames
-        var sum: Float = 0
+        // Integer sums (exact, and the loop vectorizes: a Float sum's order may not change).
+        var sum: Int64 = 0
         var peak: Int32 = 0
-        while left > 0 {
-            let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
-            let piece = fifo + fifoRead * 2
-            if gain != 0 {
-                bus.add(piece, frames: run, gain: gain, at: frames - left)
+        if fifoCount == 0 && frameSamples == frames {
+            // One codec frame is the block (20 ms frames): mixed from where it was
+            // decoded, not copied through the FIFO.
+            decodeNext(nowMs: nowMs)
+            mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
+        } else {
+            while fifoCount < frames {
+                decodeNext(nowMs: nowMs)
+                pushFIFO(decoded, frames: frameSamples)
             }
-            if tapping { (tap + (frames - left) * 2).update(from: piece, count: run * 2) }
-            for i in 0..<(run * 2) {
-                let v = Int32(piece[i])
-                sum += Float(v * v)
-                if abs(v) > peak { peak = abs(v) }
+            // Up to two contiguous pieces of the ring.
+            var left = frames
+            while left > 0 {
+                let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
+                mixPiece(fifo + fifoRead * 2, frames: run, at: frames - left, into: bus, gain: gain, tapping: tapping,
+                         sum: &sum, peak: &peak)
+                fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
+                fifoCount -= run
+                left -= run
             }
-            fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
-            fifoCount -= run
-            left -= run
         }
-        level = BlockLevel(rms: frames > 0 ? (sum / Float(frames * 2)).squareRoot() / 32768 : 0, peak: Float(peak) / 32768)
+        level = BlockLevel(rms: frames > 0 ? Float((Double(sum) / Double(frames * 2)).squareRoot() / 32768) : 0, peak: Float(peak) / 32768)
         levelAtNs = MonotonicClock.nanoseconds()
         if tapping {
             tapFrames = frames
@@ -202,6 +192,39 @@ final class RemoteSlot {
             tapUserID = userID
             tapKind = kind
         }
+    }
+
+    /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied).
+    private func decodeNext(nowMs: Double) {
+        let n = frameSamples
+        decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+        // A mono stream is L = R. The stereo decoder gives that for decoded packets,
+        // but its concealment and comfort noise draw each channel's noise apart.
+        if channels == 1 { for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] } }
+        switch jitter.talkEdge {
+        case .started: spurtsStarted &+= 1
+        case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
+        case .none: break
+        }
+        // Listener-side NR: after decode, before gain and mixing.
+        noiseReducer?.process(decoded, frames: n)
+    }
+
+    /// Adds `frames` of `piece` at block offset `at` to the bus (scaled), to the tap,
+    /// and to the block's level sums.
+    private func mixPiece(_ piece: UnsafeMutablePointer<Int16>, frames run: Int, at offset: Int, into bus: MixBus, gain: Float,
+                          tapping: Bool, sum: inout Int64, peak: inout Int32) {
+        if gain != 0 { bus.add(piece, frames: run, gain: gain, at: offset) }
+        if tapping { (tap + offset * 2).update(from: piece, count: run * 2) }
+        var s: Int64 = 0
+        var p: Int32 = 0
+        for i in 0..<(run * 2) {
+            let v = Int32(piece[i])
+            s &+= Int64(v &* v)
+            p = max(p, v < 0 ? 0 &- v : v)
+        }
+        sum &+= s
+        peak = max(peak, p)
     }
 
     private func pushFIFO(_ src: UnsafeMutablePointer<Int16>, frames: Int) {

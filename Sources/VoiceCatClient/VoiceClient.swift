@@ -83,9 +83,6 @@ public final class VoiceClient {
     let cancel: Canceller
 
     // Counters the network thread writes and host threads read.
-    let packetsIn = Atomic<UInt64>(0)
-    let bytesIn = Atomic<UInt64>(0)
-    let authFailures = Atomic<UInt64>(0)
     let mediaRttMs = Atomic<UInt32>(0)
     let controlRttMs = Atomic<UInt32>(0)
     let voiceConnected = Atomic<Bool>(false)
@@ -727,9 +724,9 @@ public final class VoiceClient {
         var s = ConnectionStats()
         s.mediaRttMs = mediaRttMs.load(ordering: .relaxed)
         s.controlRttMs = controlRttMs.load(ordering: .relaxed)
-        s.bytesIn = bytesIn.load(ordering: .relaxed)
-        s.packetsIn = packetsIn.load(ordering: .relaxed)
-        s.authFailures = authFailures.load(ordering: .relaxed)
+        s.bytesIn = receive.input.bytesIn.load(ordering: .relaxed)
+        s.packetsIn = receive.input.packetsIn.load(ordering: .relaxed)
+        s.authFailures = receive.input.authFailures.load(ordering: .relaxed)
         s.voiceConnected = voiceConnected.load(ordering: .relaxed)
         s.keepalivesSent = keepalivesSent.load(ordering: .relaxed)
         s.keepalivesLost = keepalivesLost.load(ordering: .relaxed)

@@ -23,7 +23,7 @@
 // .build/release/bench-audio   (or: make bench)
 //   --only send,idle,receive,latency   a subset
 //   --streams 1,4,16,64                the receive sizes
-//   --verbose 1                        the listeners' window figures (stderr)
+//   --verbose 1                        the listeners' window figures, latency per phase (stderr)
 import Glibc
 import VoiceCatAllocCounter
 import VoiceCatSystem
@@ -232,7 +232,8 @@ func runAll(_ args: Arguments) {
     if only.contains("latency") {
         for (channel, ms) in [(BenchChannels.speech20, 20), (BenchChannels.speech10, 10)] {
             say("feed → sink latency, \(ms) ms frames: 8 streams, then 9 talkspurts ...")
-            let c = Child(["latency", "--port", port, "--fingerprint", fingerprint, "--channel", channel])
+            let c = Child(["latency", "--port", port, "--fingerprint", fingerprint, "--channel", channel,
+                               "--verbose", args.string("verbose", "0")])
             c.finish()
             for (key, label) in [("continuous", "continuous talk"), ("spurts", "talkspurts")] {
                 let med = c.result("\(key)_median_ms"), p95 = c.result("\(key)_p95_ms")
