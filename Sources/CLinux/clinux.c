@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include "clinux.h"
@@ -77,4 +79,20 @@ uint64_t vcshim_timestampns(const struct msghdr *msg) {
         }
     }
     return 0;
+}
+
+int vcshim_timerfd_create(void) { return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC); }
+
+int vcshim_timerfd_arm_abs(int fd, uint64_t at_ns) {
+    struct itimerspec t;
+    memset(&t, 0, sizeof t);
+    t.it_value.tv_sec = (time_t)(at_ns / 1000000000ull);
+    t.it_value.tv_nsec = (long)(at_ns % 1000000000ull);
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &t, NULL);
+}
+
+int vcshim_timerfd_wait(int fd) {
+    uint64_t expirations;
+    ssize_t n = read(fd, &expirations, sizeof expirations);
+    return n == (ssize_t)sizeof expirations ? 0 : -1;
 }

@@ -44,7 +44,7 @@ final class CaptureWorker {
 
     /// Opens the device now (so the caller gets VC_ERR_DEVICE at once) and starts the thread.
     init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int, slot: StreamSlot,
-         streamID: UInt32, pacer: SendPacer, raise: @escaping (ClientEvent) -> Void) throws {
+         streamID: UInt32, streams: StreamTable, raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
         self.sampleRate = sampleRate
@@ -58,7 +58,7 @@ final class CaptureWorker {
         thread = SystemThread(name: "vc-capture") { [unowned owner] in
             ThreadIdentity.mark(owner: owner, role: ThreadRole.capture.rawValue)
             CaptureWorker.run(first: first, backend: backend, device: device, channels: channels, sampleRate: sampleRate,
-                              quality: quality, slot: slot, streamID: streamID, sendPacer: pacer, stop: stop, wakeup: wakeup, raise: raise)
+                              quality: quality, slot: slot, streamID: streamID, streams: streams, stop: stop, wakeup: wakeup, raise: raise)
         }
     }
 
@@ -92,7 +92,7 @@ final class CaptureWorker {
     }
 
     private static func run(first: Capture, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
-                            slot: StreamSlot, streamID: UInt32, sendPacer: SendPacer, stop: StopFlag, wakeup: Condition,
+                            slot: StreamSlot, streamID: UInt32, streams: StreamTable, stop: StopFlag, wakeup: Condition,
                             raise: (ClientEvent) -> Void) {
         // Room for 20 ms at the highest rate a device may run at.
         let capacity = FormatConverter.rates.upperBound / 50
@@ -136,7 +136,7 @@ final class CaptureWorker {
                 try? s.feed(pcm, frames: frames, channels: channels, now: MonotonicClock.nanoseconds())
                 return s.deadline
             }
-            if let due { sendPacer.kick(due) }
+            streams.rescheduled(due)
             if !c.device.pacesItself { pacer.wait() }
         }
         cap?.device.close()
@@ -171,7 +171,7 @@ extension VoiceClient {
     func startCapture(_ s: LocalStream, device: String, channels: Int) throws {
         let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, sampleRate: s.inputRate,
                                   quality: config.resamplerQuality, slot: s.slot, streamID: s.streamID,
-                                  pacer: streams.pacer) { [unowned self] e in self.events.raise(e) }
+                                  streams: streams) { [unowned self] e in self.events.raise(e) }
         s.capture = w
         s.device = device
         s.inputChannels = channels

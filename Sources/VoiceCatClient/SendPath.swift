@@ -81,7 +81,7 @@ final class StreamTable {
     /// vc_stream_drain waits here; senders broadcast while anyone waits.
     let drainCond = Condition()
     let drainWaiters = Atomic<Int>(0)
-    let pacer = SendPacer()
+    let pacer: SendPacer
     let gate = GateControl()
     /// The played mix, for streams that cancel echo; `aecStreams` counts them so the
     /// renderer feeds the ring only while someone reads it.
@@ -93,6 +93,12 @@ final class StreamTable {
     /// The snapshot new streams start with (guarded by `publishLock`).
     private let publishLock = Lock()
     private var current: SendSnapshot?
+
+    init() throws { pacer = try SendPacer() }
+
+    /// A stream's deadline changed (`due`, nil: none), its slot lock released: the
+    /// pacer's timer follows the earliest deadline.
+    func rescheduled(_ due: UInt64?) { pacer.kick(due, table: self) }
 
     /// The slot a stream id names, or nil for an id that cannot be one.
     func slot(for id: UInt32) -> StreamSlot? {
@@ -178,7 +184,7 @@ final class StreamTable {
         while true {
             let (drained, due) = try withStream(id) { s, _ in (s.isDrained, s.deadline) }
             if drained { return }
-            if let due { pacer.kick(due) }
+            rescheduled(due)
             if MonotonicClock.milliseconds() >= deadline {
                 throw ClientError.timeout("stream \(id) still has audio queued after \(timeoutMs) ms")
             }
@@ -212,20 +218,29 @@ final class StreamTable {
 }
 
 /// The send pacer: one thread per client that sends the frames fed ahead of real
-/// time at their due time and ends talkspurts whose queue ran dry. It sleeps while
-/// nothing is pending (no periodic work when nothing is sent).
+/// time at their due time and ends talkspurts whose queue ran dry. It sleeps on a
+/// timer armed for the earliest stream deadline (disarmed while nothing is pending:
+/// no periodic work when nothing is sent). A feed moves its stream's deadline and
+/// re-arms the timer without waking the pacer: a host feeding in real time sends
+/// its frames itself, and the dry-check deadline moves a frame ahead at each feed,
+/// so the pacer does not wake at all while the host keeps up.
 final class SendPacer {
-    private let cond = Condition()
-    /// When the pacer will wake on its own (0 while it scans; max while idle).
-    private let wakeAt = Atomic<UInt64>(.max)
-    private var kicked = false
-    private var stopping = false
-    private var thread: SystemThread?
+    private let timer: DeadlineTimer
+    /// Guards `armedAt` and the arming of the timer (never held across a pump).
+    private let lock = Mutex<Void>(())
+    /// The time the timer is armed for (.max: disarmed). Written under `lock`.
+    private let armedAt = Atomic<UInt64>(.max)
+    private let stopping = Atomic<Bool>(false)
+    private let threadLock = Mutex<SystemThread?>(nil)
+
+    init() throws {
+        timer = try DeadlineTimer()
+    }
 
     /// Starts the thread (once), marking it as a thread of `owner`.
     func start(owner: AnyObject, table: StreamTable) {
-        cond.withLock {
-            guard thread == nil, !stopping else { return }
+        threadLock.withLock { thread in
+            guard thread == nil, !stopping.load(ordering: .acquiring) else { return }
             thread = SystemThread(name: "vc-send") { [unowned self, unowned owner, unowned table] in
                 ThreadIdentity.mark(owner: owner, role: ThreadRole.pacer.rawValue)
                 self.run(table)
@@ -234,9 +249,9 @@ final class SendPacer {
     }
 
     func stopAndJoin() {
-        let t = cond.withLock { () -> SystemThread? in
-            stopping = true
-            cond.broadcast()
+        stopping.store(true, ordering: .releasing)
+        timer.arm(atNs: 1)
+        let t = threadLock.withLock { thread -> SystemThread? in
             let t = thread
             thread = nil
             return t
@@ -244,42 +259,51 @@ final class SendPacer {
         t?.join()
     }
 
-    /// A stream has work due at `deadline` (ns): wake the pacer if it would sleep past it.
-    func kick(_ deadline: UInt64) {
-        guard deadline < wakeAt.load(ordering: .acquiring) else { return }
-        cond.withLock { kicked = true; cond.broadcast() }
+    /// A stream's deadline changed to `deadline` (ns; nil: none): the timer is armed
+    /// for the earliest deadline of the streams in `table`. Called after the stream's
+    /// slot lock is released. The common cases take no syscall: a deadline at or after the one
+    /// armed is checked under the pacer's lock and re-arms only when the earliest moved.
+    func kick(_ deadline: UInt64?, table: StreamTable) {
+        if let deadline, deadline < armedAt.load(ordering: .acquiring) {
+            lock.withLock { _ in arm(min(deadline, armedAt.load(ordering: .relaxed))) }
+        } else {
+            lock.withLock { _ in rearm(table) }
+        }
+    }
+
+    /// Arms the timer for `at` (lock held).
+    private func arm(_ at: UInt64) {
+        guard at != armedAt.load(ordering: .relaxed) else { return }
+        armedAt.store(at, ordering: .releasing)
+        if at == .max { timer.disarm() } else { timer.arm(atNs: at) }
+    }
+
+    /// Arms the timer for the earliest deadline of the live streams (lock held).
+    private func rearm(_ table: StreamTable) {
+        var next = UInt64.max
+        table.forEachLive { slot in
+            slot.lock.lock()
+            if let d = slot.stream?.deadline { next = min(next, d) }
+            slot.lock.unlock()
+        }
+        arm(next)
     }
 
     private func run(_ table: StreamTable) {
         while true {
-            if cond.withLock({ stopping }) { return }
-            wakeAt.store(0, ordering: .releasing)
+            timer.wait()
+            if stopping.load(ordering: .acquiring) { return }
+            // The one-shot timer expired: it is disarmed until armed again (a feed
+            // during the pump arms it for its own deadline).
+            lock.withLock { _ in armedAt.store(.max, ordering: .releasing) }
             let now = MonotonicClock.nanoseconds()
-            var next = UInt64.max
             table.forEachLive { slot in
                 slot.lock.lock()
-                if let s = slot.stream {
-                    s.pump(now: now)
-                    if let d = s.deadline { next = min(next, d) }
-                }
+                slot.stream?.pump(now: now)
                 slot.lock.unlock()
             }
             table.signalDrainWaiters()
-            wakeAt.store(next, ordering: .releasing)
-            // A feed during the scan saw wakeAt == 0 and did not kick: look again.
-            var again = UInt64.max
-            table.forEachLive { slot in
-                slot.lock.lock()
-                if let d = slot.stream?.deadline { again = min(again, d) }
-                slot.lock.unlock()
-            }
-            if again < next { continue }
-            cond.withLock {
-                if !kicked && !stopping {
-                    cond.wait(untilMs: next == .max ? nil : (next + 999_999) / 1_000_000)
-                }
-                kicked = false
-            }
+            lock.withLock { _ in rearm(table) }
         }
     }
 }

@@ -94,7 +94,7 @@ public final class VoiceClient {
     // Parts.
     let wake: WakePipe
     let events: EventHub
-    let streams = StreamTable()
+    let streams: StreamTable
     let receive: ReceiveSet
     let output: OutputStage
     /// Guards device captures and the suspended flag.
@@ -121,6 +121,9 @@ public final class VoiceClient {
             throw ClientError.invalidArgument("resampler_quality must be within 0..10 (got \(config.resamplerQuality))")
         }
         self.config = config
+        do { streams = try StreamTable() } catch {
+            throw ClientError.noMemory("the send pacer's timer could not be created: \(error)")
+        }
         Sodium.ensureInitialized()
         receive = try ReceiveSet(capacity: config.maxRemoteStreams)
         do {
@@ -674,7 +677,7 @@ public final class VoiceClient {
                 return s.deadline
             }
         }
-        if let due { streams.pacer.kick(due) }
+        streams.rescheduled(due)
         streams.signalDrainWaiters()
     }
 

@@ -2,6 +2,7 @@
 // role a thread plays (so "am I inside one of my callbacks" needs no shared field),
 // a callback cell whose reader takes no lock and whose setter waits for a running
 // call, and small atomics read on the audio path.
+import CLinux
 import Glibc
 import Synchronization
 
@@ -136,4 +137,27 @@ public final class AtomicCounter: Sendable {
     public func load() -> Int { value.load(ordering: .relaxed) }
     public func add(_ d: Int) { value.wrappingAdd(d, ordering: .relaxed) }
     public func store(_ v: Int) { value.store(v, ordering: .relaxed) }
+}
+
+/// A one-shot wake-up at a monotonic time that any thread can move earlier or later
+/// without waking the thread that waits on it (a timerfd). One thread waits.
+public final class DeadlineTimer: @unchecked Sendable {
+    private let fd: Int32
+
+    public init() throws(SystemError) {
+        fd = try syscallValue("timerfd_create") { vcshim_timerfd_create() }
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Wakes the waiter at `ns` (MonotonicClock; a time already past: at once).
+    public func arm(atNs ns: UInt64) { _ = vcshim_timerfd_arm_abs(fd, max(ns, 1)) }
+
+    /// No wake-up until armed again.
+    public func disarm() { _ = vcshim_timerfd_arm_abs(fd, 0) }
+
+    /// Blocks until the armed time (for ever while disarmed).
+    public func wait() {
+        while vcshim_timerfd_wait(fd) != 0 && errno == EINTR {}
+    }
 }
