@@ -9,6 +9,11 @@
 //   --sweep     the goal count over a grid of tuning values
 //   --floor     per continuous trace (steady delay and clock), what every fixed
 //               whole-frame alignment gets: the best a policy that never realigns can do
+// Environment, for experiments (the table's figures are with neither set):
+//   JB_TUNE="quantile=0.975,waitTicks=0,..."  VoiceCat's Tuning knobs for this run
+//   JB_FIXED=n   VoiceCat's target pinned to n periods (setBounds): a fixed alignment
+//                through the real buffer, to compare with --floor
+//   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run
 import Glibc
 import VoiceCatAudio
 import CSpeexDSP
@@ -195,6 +200,54 @@ func judge(_ ours: SimulationResult, _ speex: SimulationResult, frameMs: Double 
 
 let args = CommandLine.arguments
 
+/// Tuning from the environment for experiments: JB_TUNE="quantile=0.975,waitTicks=0".
+func tuningFromEnvironment() -> JitterBuffer.Tuning {
+    var t = JitterBuffer.Tuning()
+    guard let raw = getenv("JB_TUNE") else { return t }
+    for item in String(cString: raw).split(separator: ",") {
+        let kv = item.split(separator: "=")
+        guard kv.count == 2, let v = Double(kv[1]) else { continue }
+        switch kv[0] {
+        case "quantile": t.quantile = v
+        case "startQuantile": t.startQuantile = v
+        case "cleanQuantile": t.cleanQuantile = v
+        case "forgetFactor": t.forgetFactor = v
+        case "hysteresisTicks": t.hysteresisTicks = v
+        case "fecQuantile": t.fecQuantile = v
+        case "catchUpTicks": t.catchUpTicks = Int(v)
+        case "waitTicks": t.waitTicks = v
+        case "fecLossRate": t.fecLossRate = v
+        default: print("unknown knob \(kv[0])")
+        }
+    }
+    return t
+}
+let envTuning = tuningFromEnvironment()
+
+/// JB_WATCH=<trace index>: VoiceCat's target every 300 ticks of each run of that trace.
+final class Watch: PlayoutModel {
+    let inner = JitterBufferModel()
+    var n = 0
+    var line = ""
+    var name: String { inner.name }
+    init() { inner.jb.tuning = envTuning }
+    func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) { inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs) }
+    func tick(nowMs: Double) -> TickOutcome {
+        n += 1
+        if n % 300 == 0 { line += " \(Int(inner.jb.targetMs / 20) - 1)" }
+        return inner.tick(nowMs: nowMs)
+    }
+}
+if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
+    let s = scenarios()[i]
+    for run in runs.indices {
+        let m = Watch()
+        let r = JitterSimulation.run(trace(i, s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
+        print("run \(run): \(f1(r.meanDelayMs)) ms late \(r.lateLost):\(m.line)")
+    }
+    exit(0)
+}
+
 if args.contains("--floor") {
     // Every fixed alignment of a continuous trace (frame f plays at tick f + n), over
     // the same runs as the table: the best any policy that never realigns can do.
@@ -267,7 +320,11 @@ var metCount = 0
 let all = scenarios()
 for (i, s) in all.enumerated() {
     let set = traces(i, s)
-    let ours = simulate(set, s, { JitterBufferModel() }, inspect: { m in
+    let ours = simulate(set, s, {
+        let m = JitterBufferModel(); m.jb.tuning = envTuning
+        if let f = getenv("JB_FIXED"), let n = Double(String(cString: f)) { m.jb.setBounds(minMs: n * 20, maxMs: n * 20) }
+        return m
+    }, inspect: { m in
         guard args.contains("--verbose") else { return }
         let jb = (m as! JitterBufferModel).jb, st = jb.stats
         print("<!-- \(s.name): late \(st.late) skipped \(st.skipped) lossesSkipped \(st.lossesSkipped) underruns \(st.underruns) "
