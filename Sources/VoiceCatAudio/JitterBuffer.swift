@@ -11,17 +11,25 @@
 // after k ticks can be played at tick k at the earliest, so its lateness is
 // ℓ = k − (its timestamp in frames). A playout alignment plays the frame at
 // position p at tick p + n; the frame is on time iff ℓ ≤ n. Measuring lateness in
-// ticks (not in milliseconds) is exact for a tick-driven consumer: it needs no
-// clock, sees the consumer's own phase and rate (clock drift included), and has
-// exactly the resolution of the decision it feeds.
+// ticks (not in milliseconds) needs no clock of its own and sees the consumer's
+// phase and rate (clock drift included). When the consumer gives the tick times
+// (next(atMs:)), an arrival is also placed within its period: k becomes
+// k − 1 + (time since tick k − 1) / period, so ℓ is known to a fraction of a tick.
+// Playout still happens on whole ticks; the fraction says where the consumer's
+// ticks fall among the arrivals, so a cushion costs what it covers, not a whole
+// period, and a drifting sender clock is followed as it slides.
 //
 // The target (after WebRTC NetEq's delay manager, written anew): the relative
 // lateness r = ℓ − min(ℓ over the last `historyFrames` frames) goes into a
-// histogram of one-tick bins with exponential forgetting (`forgetFactor`). Three
-// quantiles of it set the cushion, in ticks beyond the frame in play:
+// histogram of 1/`binsPerTick`-tick bins with exponential forgetting
+// (`forgetFactor`). Quantiles of it set the cushion, in ticks beyond the frame in
+// play (played at the first tick whose cushion reaches them):
 //   * start: `startQuantile` (90 %), or `cleanQuantile` (99.8 %) when covering that
-//     costs at most one frame more (a clean path: then no talkspurt has to realign);
-//   * target: `quantile` (98 %), at least the start cushion;
+//     costs at most `cleanStartTicks` (a quarter period; one tick where lateness is
+//     known to whole ticks only) more: a clean path, where no talkspurt then has to
+//     realign;
+//   * target: `quantile` (98 %), or the clean cover where that costs at most
+//     `cleanTargetTicks` (one period) more than the start quantile;
 //   * on a stream that loses frames FEC can rebuild (loss rate above
 //     `fecLossRate`, with hysteresis), both also cover the successor's arrival for
 //     `fecQuantile` of frames plus one period, so a lost frame's successor is here
@@ -34,7 +42,8 @@
 // than the maximum target (a route change, a restarted sender) rebases the
 // timeline instead of being taken for jitter; so does a talkspurt's marker frame
 // that looks later than the target or earlier than the baseline (a sender whose
-// timestamps stood still, or ran ahead, over the pause).
+// timestamps stood still, or ran ahead, over the pause). The rebased frame is taken
+// to be of median lateness (its own jitter is unknown), not the earliest.
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
@@ -124,11 +133,20 @@ public final class JitterBuffer {
         /// ...unless covering this share costs at most one frame period more (a clean
         /// path): then talkspurts start with it, so none of them has to realign.
         public var cleanQuantile = 0.998
+        /// How much more (in periods) covering `cleanQuantile` may cost than covering
+        /// `startQuantile` for a talkspurt to start with it...
+        public var cleanStartTicks = 0.25
+        /// ...and for the target to cover it.
+        public var cleanTargetTicks = 1.0
+        /// A rebased frame (a marker after a pause whose timestamps stood still, a route
+        /// change) is taken as one of median lateness; false: as the earliest.
+        public var rebaseToMedian = true
         /// Per-frame forgetting of the lateness histogram (0.999: ~1000 frames, 20 s of
         /// 20 ms frames, of memory; equal weights until that many are in).
         public var forgetFactor = 0.999
-        /// Excess cushion (ticks above target) tolerated before it is shed.
-        public var hysteresisTicks = 0.5
+        /// Excess cushion tolerated before it is shed: the cushion is in excess when it
+        /// is more than this above target + 1 (one period less would still cover the target).
+        public var hysteresisTicks = 0.0
         /// With losses above `fecLossRate` and packets that can rebuild their
         /// predecessor, the cushion also covers the successor's arrival for this share
         /// of frames (so a lost frame's FEC is here at its playout time).
@@ -154,8 +172,11 @@ public final class JitterBuffer {
     private static let pauseFollows: FrameFlags = [.lastFrame, .dtx]
     /// Frames of lateness history the baseline (minimum) is taken over.
     public static let historyFrames = 128
-    /// Histogram bins, one tick each; later frames land in the last.
-    public static let histogramBins = 256
+    /// Histogram bins, 1/binsPerTick of a tick each (64 ticks in all); later frames
+    /// land in the last.
+    public static let histogramBins = 1024
+    /// Resolution of the lateness histogram: 1/16 of a frame period (1.25 ms at 20 ms).
+    public static let binsPerTick = 16
 
     public let capacity: Int
     public let maxPayload: Int
@@ -204,9 +225,11 @@ public final class JitterBuffer {
     private var binTotal = 0.0
     private var binWeight = 1.0                       // grows by 1/forget per entry (no per-frame decay loop)
     private var entries = 0
-    private var startQuantileTicks = 0                // cached from the histogram: talkspurt start,
-    private var quantileTicks = 0                     // target,
-    private var fecQuantileTicks = 0                  // the successor's arrival
+    private var startQuantileTicks = 0.0              // cached from the histogram: talkspurt start,
+    private var quantileTicks = 0.0                   // target,
+    private var fecQuantileTicks = 0.0                // the successor's arrival,
+    private var medianTicks = 0.0                     // a typical frame
+    private var fineLateness = false                  // arrivals placed within the period (tick times known)
     private var lossAverage = 0.0                     // frames lost per frame received (EWMA)
     private var fecCushion = false                    // losses seen that FEC can rebuild
     private var packetsSinceFEC = Int.max             // inserted since the last one flagged FEC
@@ -258,7 +281,7 @@ public final class JitterBuffer {
         tickTimesKnown = 0
         historyCount = 0; historyNext = 0; baseline = 0; shift = 0
         for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
-        binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0
+        binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0; medianTicks = 0; fineLateness = false
         lossAverage = 0; fecCushion = false; packetsSinceFEC = .max
         playing = false; havePlayed = false; talking = false; talkEdge = .none; comfortNoiseTicks = 0
         starvedTicks = 0; excessTicks = 0
@@ -298,9 +321,9 @@ public final class JitterBuffer {
     private var startTicks: Double { bounded(startQuantileTicks) }
 
     /// A cushion from the histogram, raised for FEC on a lossy stream and bounded.
-    private func bounded(_ q: Int) -> Double {
-        var t = Double(q)
-        if fecCushion { t = max(t, Double(1 + fecQuantileTicks)) }
+    private func bounded(_ q: Double) -> Double {
+        var t = q
+        if fecCushion { t = max(t, 1 + fecQuantileTicks) }
         return min(max(t, minTicks), maxTicks)
     }
 
@@ -400,34 +423,45 @@ public final class JitterBuffer {
     }
 
     /// Lateness of a frame at `ts` if played at tick `tick`, on the (rebased) timeline.
-    private func lateness(_ ext: Int64, atTick tick: Int64? = nil) -> Double {
-        Double(tick ?? ticks) - Double(ext) / Double(frameSamples) - shift
+    private func lateness(_ ext: Int64, at position: Double? = nil) -> Double {
+        (position ?? Double(ticks)) - Double(ext) / Double(frameSamples) - shift
     }
 
-    /// The first tick at which a frame that arrived at `arrivalMs` could have been
-    /// played: the next tick, or an earlier one when the consumer gave tick times and
-    /// the frame arrived before them (it was handed over in a later batch).
-    private func arrivalTick(_ arrivalMs: Double) -> Int64 {
+    /// Where on the tick clock a frame that arrived at `arrivalMs` came: the first
+    /// tick at which it could be played is the next one up. Without tick times
+    /// (next() without a time) that is the next tick, a whole number. With them, an
+    /// earlier tick when the frame arrived before it (it was handed over in a later
+    /// batch), and the fraction of the period since the tick before: so the lateness
+    /// statistics see where in the period frames arrive, not only which tick they
+    /// make, and a cushion can be placed where the consumer's ticks fall.
+    private func arrivalPosition(_ arrivalMs: Double) -> Double {
+        let cap = Int64(JitterBuffer.tickTimeCapacity)
         var j = ticks
         var known = min(tickTimesKnown, JitterBuffer.tickTimeCapacity)
-        while known > 0 && j > 0 && tickTimes[Int((j - 1) % Int64(JitterBuffer.tickTimeCapacity))] >= arrivalMs {
+        while known > 0 && j > 0 && tickTimes[Int((j - 1) % cap)] >= arrivalMs {
             j -= 1
             known -= 1
         }
-        return j
+        guard known > 0 && j > 0 else { fineLateness = false; return Double(j) }
+        fineLateness = true
+        let since = (arrivalMs - tickTimes[Int((j - 1) % cap)]) / frameMs
+        return Double(j - 1) + min(1, max(0, since))
     }
 
     /// Feeds one arrival to the lateness statistics.
     private func observe(ext: Int64, flags: FrameFlags, arrivalMs: Double) {
-        var l = lateness(ext, atTick: arrivalTick(arrivalMs))
+        var l = lateness(ext, at: arrivalPosition(arrivalMs))
         if historyCount > 0 {
             let r = l - baseline
             // A jump past the maximum target is a new timeline, not jitter; so is a
             // talkspurt's first frame later than the target (a sender whose timestamps
-            // stood still over the pause): take it as the fast edge.
+            // stood still over the pause): take it as a frame of typical lateness (the
+            // median), not as the fast edge, so the frames after it are not taken to be
+            // later than they are.
             if abs(r) > JitterBuffer.maxTargetMs / frameMs || (flags.contains(.marker) && (r > targetTicks + 0.5 || r < -0.5)) {
-                shift += r
-                l -= r
+                let to = tuning.rebaseToMedian ? medianTicks : 0
+                shift += r - to
+                l -= r - to
             }
         }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
@@ -441,7 +475,7 @@ public final class JitterBuffer {
     }
 
     private func addToHistogram(_ r: Double) {
-        let bin = min(JitterBuffer.histogramBins - 1, max(0, Int(r.rounded(.up))))
+        let bin = min(JitterBuffer.histogramBins - 1, max(0, Int((r * Double(JitterBuffer.binsPerTick)).rounded(.up))))
         // Equal weights until the memory is full, then exponential forgetting: the
         // newest entry weighs 1/forget times the previous one.
         entries += 1
@@ -453,18 +487,34 @@ public final class JitterBuffer {
             binTotal /= binWeight
             binWeight = 1
         }
-        let low = quantile(tuning.startQuantile), high = quantile(tuning.cleanQuantile)
-        startQuantileTicks = high - low <= 1 ? high : low
-        quantileTicks = max(quantile(tuning.quantile), startQuantileTicks)
-        fecQuantileTicks = quantile(tuning.fecQuantile)
+        var qs = (tuning.startQuantile, tuning.cleanQuantile, tuning.quantile, tuning.fecQuantile, 0.5)
+        quantiles(&qs)
+        let low = qs.0, high = qs.1
+        // Known to a whole tick only, a cover one tick up may cost no more than a
+        // millisecond: take it as before. Known finer, take it only where it is cheap.
+        startQuantileTicks = high - low <= (fineLateness ? tuning.cleanStartTicks : tuning.cleanTargetTicks) ? high : low
+        quantileTicks = max(qs.2, high - low <= tuning.cleanTargetTicks ? high : low)
+        fecQuantileTicks = qs.3
+        medianTicks = qs.4
     }
 
-    /// The smallest lateness (ticks) that covers share `q` of the histogram.
-    private func quantile(_ q: Double) -> Int {
-        var below = binTotal * q
-        var k = 0
-        while k < JitterBuffer.histogramBins - 1 && bins[k] < below { below -= bins[k]; k += 1 }
-        return k
+    /// Replaces each share q with the smallest lateness (ticks, in steps of a bin)
+    /// that covers share q of the histogram; one pass over the bins for all five.
+    private func quantiles(_ q: inout (Double, Double, Double, Double, Double)) {
+        let want = (binTotal * q.0, binTotal * q.1, binTotal * q.2, binTotal * q.3, binTotal * q.4)
+        var done = (false, false, false, false, false)
+        var cumulative = 0.0
+        let last = JitterBuffer.histogramBins - 1
+        for k in 0...last {
+            cumulative += bins[k]
+            let at = Double(k) / Double(JitterBuffer.binsPerTick)
+            if !done.0 && (cumulative >= want.0 || k == last) { q.0 = at; done.0 = true }
+            if !done.1 && (cumulative >= want.1 || k == last) { q.1 = at; done.1 = true }
+            if !done.2 && (cumulative >= want.2 || k == last) { q.2 = at; done.2 = true }
+            if !done.3 && (cumulative >= want.3 || k == last) { q.3 = at; done.3 = true }
+            if !done.4 && (cumulative >= want.4 || k == last) { q.4 = at; done.4 = true }
+            if done.0 && done.1 && done.2 && done.3 && done.4 { break }
+        }
     }
 
     // MARK: Playout
@@ -528,7 +578,8 @@ public final class JitterBuffer {
             return play(o)
         }
         let c = cushion(nextTS)
-        excessTicks = c > target + tuning.hysteresisTicks ? excessTicks + 1 : 0
+        // Excess: a whole period less would still cover the target.
+        excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
         let successor = slot(at: nextTS + fs)
         if let s = slot(at: nextTS) {
             starvedTicks = 0

@@ -211,6 +211,9 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
         case "quantile": t.quantile = v
         case "startQuantile": t.startQuantile = v
         case "cleanQuantile": t.cleanQuantile = v
+        case "cleanStartTicks": t.cleanStartTicks = v
+        case "cleanTargetTicks": t.cleanTargetTicks = v
+        case "rebaseToMedian": t.rebaseToMedian = v != 0
         case "forgetFactor": t.forgetFactor = v
         case "hysteresisTicks": t.hysteresisTicks = v
         case "fecQuantile": t.fecQuantile = v
@@ -244,6 +247,33 @@ if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
         let m = Watch()
         let r = JitterSimulation.run(trace(i, s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
         print("run \(run): \(f1(r.meanDelayMs)) ms late \(r.lateLost):\(m.line)")
+    }
+    exit(0)
+}
+
+if let w = getenv("JB_DIAG"), let i = Int(String(cString: w)) {
+    let s = scenarios()[i]
+    for run in runs.indices {
+        let t = trace(i, s, run: run)
+        var first = Double.infinity
+        for f in t { if let a = f.arrivalsMs.min() { first = min(first, a) } }
+        let t0 = first + s.receiverTickMs * runs[run].phase
+        var ls: [Int] = []
+        for f in t {
+            guard let a = f.arrivalsMs.min() else { continue }
+            ls.append(Int(((a - t0) / s.receiverTickMs).rounded(.up)) - Int(f.timestamp / 960))
+        }
+        let lo = ls.min()!
+        if getenv("JB_DIAG_HEAD") != nil { print("run \(run) first lateness:", ls.prefix(400).map { $0 - lo }.map(String.init).joined(separator: " ")) }
+        var line = "run \(run):"
+        for k in 2...8 {
+            let tail = ls.filter { $0 - lo > k }.count
+            let m = JitterBufferModel()
+            m.jb.setBounds(minMs: Double(k) * 20, maxMs: Double(k) * 20)
+            let r = JitterSimulation.run(t, model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
+            line += " [\(k): P(r>k) \(tail) fixed late \(r.lateLost) \(f1(r.meanDelayMs))ms]"
+        }
+        print(line)
     }
     exit(0)
 }
