@@ -1,0 +1,147 @@
+// The jitter buffer's decisions when the consumer gives tick times (next(atMs:)):
+// arrivals are placed within the period, so a cushion costs what it covers. Small
+// hand-made arrival sequences in simulated time (no clocks), pinned with exact
+// counts.
+import VoiceCatAudio
+import VoiceCatProtocol
+import XCTest
+
+final class SubTickLatenessTests: XCTestCase {
+    /// One sent frame: its position on the sample clock (timestamp / 960), when it
+    /// arrives in ms on the tick clock (ticks at 0, 20, 40, …; nil: lost), its flags.
+    struct Sent {
+        var frame: Int
+        var arrivalMs: Double?
+        var flags: FrameFlags = []
+    }
+
+    /// Ticks `ticks` times, every 20 ms from 0, inserting every frame that arrived
+    /// up to the tick before it; with `tickTimes` the ticks are given their times.
+    /// Returns per tick the index in `trace` of the frame played, -1 FEC, -2 PLC, nil
+    /// silence.
+    func drive(_ jb: JitterBuffer, _ trace: [Sent], ticks: Int, tickTimes: Bool = true) -> [Int?] {
+        let order = trace.indices.filter { trace[$0].arrivalMs != nil }.sorted { trace[$0].arrivalMs! < trace[$1].arrivalMs! }
+        var k = 0
+        var out: [Int?] = []
+        for tick in 0..<ticks {
+            let now = Double(tick) * 20
+            while k < order.count && trace[order[k]].arrivalMs! <= now {
+                let i = order[k], f = trace[i]
+                let tag: [UInt8] = [UInt8(i & 0xff), UInt8(i >> 8)]
+                _ = tag.withUnsafeBytes {
+                    jb.insert(seq: UInt64(i), timestamp: UInt32(f.frame * 960), flags: f.flags, payload: $0, arrivalMs: f.arrivalMs!)
+                }
+                k += 1
+            }
+            switch tickTimes ? jb.next(atMs: now) : jb.next() {
+            case .packet(let s): let p = jb.payload(s); out.append(Int(p[0]) | Int(p[1]) << 8); jb.release(s)
+            case .fec: out.append(-1)
+            case .conceal: out.append(-2)
+            case .silence, .comfortNoise: out.append(nil)
+            }
+        }
+        return out
+    }
+
+    /// Talkspurts of `talk` frames with `pause` frames of pause between them; frame
+    /// f (on the sender's wall clock, in frames) arrives at 20 f + `offset(f)` ms.
+    /// `legacy`: the sender's timestamps stand still over the pauses.
+    func talkspurts(count: Int, talk: Int, pause: Int, legacy: Bool = false, offset: (Int) -> Double) -> [Sent] {
+        var out: [Sent] = []
+        for spurt in 0..<count {
+            for j in 0..<talk {
+                let slot = spurt * (talk + pause) + j
+                var flags: FrameFlags = []
+                if j == 0 { flags.insert(.marker) }
+                if j == talk - 1 { flags.insert(.lastFrame) }
+                out.append(Sent(frame: legacy ? spurt * talk + j : slot, arrivalMs: Double(slot) * 20 + offset(slot), flags: flags))
+            }
+        }
+        return out
+    }
+
+    /// Per talkspurt, the alignments (tick − sender slot) its frames were played with.
+    func alignments(_ out: [Int?], talk: Int, pause: Int, count: Int) -> [Set<Int>] {
+        var sets = [Set<Int>](repeating: [], count: count)
+        for (tick, i) in out.enumerated() {
+            guard let i, i >= 0 else { continue }
+            let spurt = i / talk
+            sets[spurt].insert(tick - (spurt * (talk + pause) + i % talk))
+        }
+        return sets
+    }
+
+    func testACoverThatCostsAWholePeriodIsNotTakenAtTalkspurtStartWhenArrivalsAreKnownWithinThePeriod() {
+        // Frames arrive 5 ms before a tick, one in twenty 4 ms after it: 9 ms later,
+        // but past the tick. Known to whole ticks, that frame looks a full period late
+        // and covering it costs one tick, so every talkspurt starts a period late and
+        // none has to wait. Known within the period, the 99.8 % cover is 0.45 period
+        // above the 90 % one, more than a quarter period: talkspurts start on their
+        // first frame's tick, and the first late frame is waited for (one concealed
+        // period), after which the talkspurt plays one period later to its end.
+        let offset: (Int) -> Double = { $0 % 20 == 7 ? 24 : 15 }
+        let trace = talkspurts(count: 6, talk: 60, pause: 40, offset: offset)
+        let ticks = 6 * 100 + 10
+
+        let whole = JitterBuffer(frameSamples: 960)
+        let wholeAlign = alignments(drive(whole, trace, ticks: ticks, tickTimes: false), talk: 60, pause: 40, count: 6)
+        XCTAssertEqual(whole.stats.talkspurts, 6)
+        XCTAssertEqual(whole.stats.late, 0)
+        XCTAssertEqual(Array(wholeAlign.dropFirst()), [Set([2]), [2], [2], [2], [2]], "a period of cushion from the start")
+        XCTAssertEqual(whole.stats.waited, 1, "only in the first talkspurt, before anything was known")
+        XCTAssertEqual(whole.targetMs, 40)
+
+        let fine = JitterBuffer(frameSamples: 960)
+        let fineAlign = alignments(drive(fine, trace, ticks: ticks), talk: 60, pause: 40, count: 6)
+        XCTAssertEqual(fine.stats.talkspurts, 6)
+        XCTAssertEqual(fine.stats.late, 0, "late frames are waited for, not given up")
+        XCTAssertEqual(Array(fineAlign.dropFirst()), [Set([1, 2]), [1, 2], [1, 2], [1, 2], [1, 2]],
+                       "each talkspurt starts on its first frame's tick and realigns once")
+        XCTAssertEqual(fine.stats.waited, 6, "one period waited for per talkspurt")
+        XCTAssertEqual(fine.targetMs, 30, "the target covers the late frames: half a period (in 1/16 steps) beyond the frame in play")
+    }
+
+    func testACheapCoverIsTakenAtTalkspurtStart() {
+        // Frames arrive 2 ms before a tick, one in twenty 1 ms after it: covering that
+        // one costs 3 ms, under a quarter period, so every talkspurt after the first
+        // starts with it and none has to wait or realign.
+        let offset: (Int) -> Double = { $0 % 20 == 7 ? 21 : 18 }
+        let trace = talkspurts(count: 6, talk: 60, pause: 40, offset: offset)
+        let jb = JitterBuffer(frameSamples: 960)
+        let align = alignments(drive(jb, trace, ticks: 6 * 100 + 10), talk: 60, pause: 40, count: 6)
+        XCTAssertEqual(jb.stats.late, 0)
+        XCTAssertEqual(Array(align.dropFirst()), [Set([2]), [2], [2], [2], [2]], "one alignment per talkspurt")
+        XCTAssertEqual(jb.stats.waited, 1, "only in the first talkspurt")
+    }
+
+    func testARebasedMarkerIsTakenAsATypicalFrameNotTheEarliest() {
+        // An old sender (timestamps stand still over each pause) whose frames arrive
+        // 11, 15, 19, 23 or 27 ms after the tick before their own, in turn; each
+        // talkspurt's first frame comes 27 ms after, the latest, and rebases the
+        // timeline. Taken as the earliest, it can make the talkspurt start a period
+        // later than its frames need; taken as typical (median lateness), the
+        // talkspurts start where those of a sender whose timestamps advance do.
+        let spread: [Double] = [11, 15, 19, 23, 27]
+        func run(legacy: Bool, median: Bool) -> (align: [Set<Int>], late: UInt64, waited: UInt64) {
+            let trace = talkspurts(count: 6, talk: 50, pause: 31, legacy: legacy) { slot in
+                slot % 81 == 0 ? 27 : spread[slot % spread.count]
+            }
+            let jb = JitterBuffer(frameSamples: 960)
+            jb.tuning.rebaseToMedian = median
+            let align = alignments(drive(jb, trace, ticks: 6 * 81 + 10), talk: 50, pause: 31, count: 6)
+            return (Array(align.dropFirst()), jb.stats.late, jb.stats.waited)
+        }
+        let modern = run(legacy: false, median: true)
+        XCTAssertEqual(modern.align, [Set([2]), [2], [2], [2], [2]])
+        XCTAssertEqual(modern.late, 0)
+        let typical = run(legacy: true, median: true)
+        XCTAssertEqual(typical.align, modern.align, "the old sender's talkspurts start as the new sender's")
+        XCTAssertEqual(typical.late, 0)
+        XCTAssertEqual(typical.waited, modern.waited)
+        let earliest = run(legacy: true, median: false)
+        // Taken as the earliest, talkspurts start a period later (how many depends on
+        // how the baseline then settles among the frames that look early).
+        XCTAssertTrue(earliest.align.contains(Set([3])), "taken as the earliest: a period later, \(earliest.align)")
+        XCTAssertFalse(earliest.align.contains { $0.contains { $0 < 2 } })
+    }
+}
