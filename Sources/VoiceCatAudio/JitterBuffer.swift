@@ -51,8 +51,11 @@
 //     every talkspurt, and every comfort-noise update in a pause, starts there.
 //   * Late frames are waited for, not given up: a missing frame with nothing newer
 //     buffered holds the clock (the period is concealed) while the cushion is
-//     below target + `waitTicks` (+ 0 on a lossy stream, whose target already
-//     waits for the successor); one that nothing could rebuild is held below
+//     below target, and beyond it up to target + `waitTicks` (+ 0 on a lossy
+//     stream, whose target already waits for the successor) only while the
+//     histogram says frames that late mostly came within one more period
+//     (`waitLikelihood`: a jitter tail, not delay spikes, for which a held period
+//     rarely brings the frame and is carried until shed); one that nothing could rebuild is held below
 //     target even when later frames are here (it may only be reordered). So the
 //     cushion grows from the start cushion towards the target where the network
 //     asks for it, and the late frame, or its successor with its FEC, still plays.
@@ -161,6 +164,10 @@ public final class JitterBuffer {
         /// A frame that is missing with nothing newer buffered is waited for while the
         /// cushion stays below target + waitTicks.
         public var waitTicks = 1.0
+        /// ...and only while at least this share of the frames later than the cushion
+        /// came within one period more (with no frame that late yet: one period; 0:
+        /// always, up to waitTicks).
+        public var waitLikelihood = 0.5
         public init() {}
     }
 
@@ -646,12 +653,35 @@ public final class JitterBuffer {
         // within the cushion the target allows. On a lossy stream the target already
         // holds the successor's arrival: past it, the frame is more likely lost than
         // late, and waiting would only add delay to shed later.
-        if c < target + (fecCushion ? 0 : tuning.waitTicks) {
+        // Beyond the target, only while the frames later than this cushion mostly came
+        // within one period more (a jitter tail just past a tick), not when they are
+        // spread far (delay spikes: waiting a period rarely brings the frame, and the
+        // period is then carried until it is shed); with no frame ever that late (a
+        // delay step, or a loss), one period.
+        let wait = fecCushion ? 0 : tuning.waitTicks
+        let likely = c < target + wait ? lateFramesCame(within: c, c + 1) : nil
+        if c < target || likely == true || (likely == nil && c < target + min(wait, 1)) {
             stats.waited += 1
             return .conceal
         }
         nextTS += fs
         return .conceal
+    }
+
+    /// Of the frames later than cushion `from`, whether at least `waitLikelihood`
+    /// came by `to` (from the lateness histogram); nil when none was that late.
+    private func lateFramesCame(within from: Double, _ to: Double) -> Bool? {
+        guard tuning.waitLikelihood > 0 else { return true }
+        let per = Double(JitterBuffer.binsPerTick), last = JitterBuffer.histogramBins - 1
+        let a = min(last, max(0, Int((from * per).rounded(.down)))), b = min(last, max(0, Int((to * per).rounded(.down))))
+        var upToA = 0.0, upToB = 0.0
+        for k in 0...b {
+            if k <= a { upToA += bins[k] }
+            upToB += bins[k]
+        }
+        let later = binTotal - upToA
+        guard later > 1e-9 * binTotal else { return nil }
+        return (upToB - upToA) >= tuning.waitLikelihood * later
     }
 
     /// A frame whose loss would not be heard: a DTX frame, a small packet (VBR

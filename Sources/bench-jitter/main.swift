@@ -219,6 +219,7 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
         case "fecQuantile": t.fecQuantile = v
         case "catchUpTicks": t.catchUpTicks = Int(v)
         case "waitTicks": t.waitTicks = v
+        case "waitLikelihood": t.waitLikelihood = v
         case "fecLossRate": t.fecLossRate = v
         default: print("unknown knob \(kv[0])")
         }

@@ -381,6 +381,36 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(steps, [200 + catchUp - 1, 200 + 2 * catchUp - 1, 200 + 3 * catchUp - 1])
     }
 
+    func testBeyondTheTargetAMissingFrameIsWaitedForOnlyWhenLateFramesComeSoon() {
+        // A continuous stream on time but for one frame in 67, which comes late. The
+        // target (98 %) covers the on-time frames only. When the late frames come one
+        // period late (a jitter tail), a missing frame is waited for beyond the target
+        // and played. When they come four periods late (spikes), waiting a period
+        // would not bring it: once the buffer has seen that, it no longer waits and
+        // the frame is late either way.
+        func run(lateBy: Int, likelihood: Double) -> JitterStats {
+            var trace: [Sent] = []
+            for f in 0..<2000 { trace.append(Sent(frame: f, arrival: f % 67 == 33 ? f + lateBy : f, flags: f == 0 ? .marker : [])) }
+            trace[1999].flags.insert(.lastFrame)
+            let jb = JitterBuffer(frameSamples: 960)
+            jb.tuning.cleanQuantile = jb.tuning.startQuantile    // no clean-path cover: target 0
+            jb.tuning.waitLikelihood = likelihood
+            jb.tuning.catchUpTicks = 10                          // shed a waited period soon
+            _ = drive(jb, trace, ticks: 2010)
+            return jb.stats
+        }
+        let lateFrames = UInt64((0..<2000).filter { $0 % 67 == 33 }.count)
+        let tail = run(lateBy: 1, likelihood: 0.5)
+        XCTAssertEqual(tail.late, 0, "each late frame waited for and played")
+        XCTAssertEqual(tail.waited, lateFrames)
+        let spikes = run(lateBy: 4, likelihood: 0.5)
+        XCTAssertEqual(spikes.late, lateFrames, "none could be waited for within a period")
+        XCTAssertEqual(spikes.waited, 1, "only the first, before any frame that late was seen")
+        let always = run(lateBy: 4, likelihood: 0)
+        XCTAssertEqual(always.late, lateFrames)
+        XCTAssertEqual(always.waited, lateFrames, "waiting anyway: a period held for nothing each time")
+    }
+
     func testTalkspurtsSeparatedBySilenceDoNotRatchetLatency() {
         // Ten identical talkspurts (the same jitter pattern, a delay spike in each),
         // separated by a second of silence: each must end up no later than the first.
