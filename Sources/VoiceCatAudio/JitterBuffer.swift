@@ -28,8 +28,8 @@
 //     costs at most `cleanStartTicks` (a quarter period; one tick where lateness is
 //     known to whole ticks only) more: a clean path, where no talkspurt then has to
 //     realign;
-//   * target: `quantile` (98 %), or the clean cover where that costs at most
-//     `cleanTargetTicks` (one period) more than the start quantile;
+//   * target: `quantile` (98 %), and at least the clean cover where that costs at
+//     most `cleanTargetTicks` (one period) more than the 90 % one;
 //   * on a stream that loses frames FEC can rebuild (loss rate above
 //     `fecLossRate`, with hysteresis), both also cover the successor's arrival for
 //     `fecQuantile` of frames plus one period, so a lost frame's successor is here
@@ -55,19 +55,20 @@
 //     stream, whose target already waits for the successor) only while the
 //     histogram says frames that late mostly came within one more period
 //     (`waitLikelihood`: a jitter tail, not delay spikes, for which a held period
-//     rarely brings the frame and is carried until shed); one that nothing could rebuild is held below
-//     target even when later frames are here (it may only be reordered). So the
-//     cushion grows from the start cushion towards the target where the network
-//     asks for it, and the late frame, or its successor with its FEC, still plays.
+//     rarely brings the frame and is carried until shed). One that nothing could
+//     rebuild is held below target even when later frames are here (it may only be
+//     reordered). So the cushion grows from the start cushion towards the target
+//     where the network asks for it, and the late frame, or its successor with its
+//     FEC, still plays.
 //   * A missing frame whose successor is here is rebuilt from the successor's FEC
 //     (or DRED: `recoveryAvailable`) in its own period, or concealed.
-//   * Excess cushion (over target + `hysteresisTicks`: after a spike, a drop in
-//     delay, a sender clock running fast) is given back where it is cheapest: at a
-//     pause (free); at once by dropping a DTX or quiet frame (a small packet, or
-//     after the renderer reported a quiet one); and only once it has lasted
-//     `catchUpTicks` by skipping a frame the network lost, or else dropping one
-//     buffered frame. Frames a spike delivered in a burst are played, not thrown
-//     away by a jump of the clock.
+//   * Excess cushion (when one period less, plus `hysteresisTicks`, would still
+//     cover the target: after a spike, a drop in delay, a sender clock running
+//     fast) is given back where it is cheapest: at a pause (free); at once by
+//     dropping a DTX or quiet frame (a small packet, or after the renderer reported
+//     a quiet one); and only once it has lasted `catchUpTicks` by skipping a frame
+//     the network lost, or else dropping one buffered frame. Frames a spike
+//     delivered in a burst are played, not thrown away by a jump of the clock.
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
 //     ended in what was played.

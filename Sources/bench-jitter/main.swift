@@ -14,6 +14,8 @@
 //   JB_FIXED=n   VoiceCat's target pinned to n periods (setBounds): a fixed alignment
 //                through the real buffer, to compare with --floor
 //   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run
+//   JB_DIAG=i    for trace i, per run: frames later than each fixed alignment +k
+//                (arrivals only) and what the buffer pinned to +k loses and delays
 import Glibc
 import VoiceCatAudio
 import CSpeexDSP
@@ -265,7 +267,6 @@ if let w = getenv("JB_DIAG"), let i = Int(String(cString: w)) {
             ls.append(Int(((a - t0) / s.receiverTickMs).rounded(.up)) - Int(f.timestamp / 960))
         }
         let lo = ls.min()!
-        if getenv("JB_DIAG_HEAD") != nil { print("run \(run) first lateness:", ls.prefix(400).map { $0 - lo }.map(String.init).joined(separator: " ")) }
         var line = "run \(run):"
         for k in 2...8 {
             let tail = ls.filter { $0 - lo > k }.count
