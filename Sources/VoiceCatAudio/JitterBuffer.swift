@@ -149,7 +149,7 @@ public final class JitterBuffer {
         /// 20 ms frames, of memory; equal weights until that many are in).
         public var forgetFactor = 0.999
         /// Excess cushion tolerated before it is shed: the cushion is in excess when it
-        /// is more than this above target + 1 (one period less would still cover the target).
+        /// is at least target + 1 + this (one period less would still cover the target).
         public var hysteresisTicks = 0.0
         /// With losses above `fecLossRate` and packets that can rebuild their
         /// predecessor, the cushion also covers the successor's arrival for this share
