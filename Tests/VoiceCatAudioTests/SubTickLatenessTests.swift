@@ -71,34 +71,37 @@ final class SubTickLatenessTests: XCTestCase {
         return sets
     }
 
-    func testACoverThatCostsAWholePeriodIsNotTakenAtTalkspurtStartWhenArrivalsAreKnownWithinThePeriod() {
+    func testACoverThatCostsUpToAPeriodIsTakenAtTalkspurtStartUnlessTunedCheaper() {
         // Frames arrive 5 ms before a tick, one in twenty 4 ms after it: 9 ms later,
-        // but past the tick. Known to whole ticks, that frame looks a full period late
-        // and covering it costs one tick, so every talkspurt starts a period late and
-        // none has to wait. Known within the period, the 99.8 % cover is 0.45 period
-        // above the 90 % one, more than a quarter period: talkspurts start on their
-        // first frame's tick, and the first late frame is waited for (one concealed
+        // but past the tick. Known to whole ticks or within the period, the 99.8 % cover
+        // costs at most a period more than the 90 % one: every talkspurt after the first
+        // starts a period later and none has to wait (no concealed period in speech).
+        // Tuned to take the cover only when it costs at most a quarter period
+        // (cleanStartTicks 0.25; here it costs 0.45), talkspurts start on their first
+        // frame's tick instead and the first late frame is waited for (one concealed
         // period), after which the talkspurt plays one period later to its end.
         let offset: (Int) -> Double = { $0 % 20 == 7 ? 24 : 15 }
         let trace = talkspurts(count: 6, talk: 60, pause: 40, offset: offset)
         let ticks = 6 * 100 + 10
 
-        let whole = JitterBuffer(frameSamples: 960)
-        let wholeAlign = alignments(drive(whole, trace, ticks: ticks, tickTimes: false), talk: 60, pause: 40, count: 6)
-        XCTAssertEqual(whole.stats.talkspurts, 6)
-        XCTAssertEqual(whole.stats.late, 0)
-        XCTAssertEqual(Array(wholeAlign.dropFirst()), [Set([2]), [2], [2], [2], [2]], "a period of cushion from the start")
-        XCTAssertEqual(whole.stats.waited, 1, "only in the first talkspurt, before anything was known")
-        XCTAssertEqual(whole.targetMs, 40)
+        for tickTimes in [false, true] {
+            let jb = JitterBuffer(frameSamples: 960)
+            let align = alignments(drive(jb, trace, ticks: ticks, tickTimes: tickTimes), talk: 60, pause: 40, count: 6)
+            XCTAssertEqual(jb.stats.talkspurts, 6)
+            XCTAssertEqual(jb.stats.late, 0)
+            XCTAssertEqual(Array(align.dropFirst()), [Set([2]), [2], [2], [2], [2]], "a period of cushion from the start (tick times: \(tickTimes))")
+            XCTAssertEqual(jb.stats.waited, 1, "only in the first talkspurt, before anything was known (tick times: \(tickTimes))")
+        }
 
-        let fine = JitterBuffer(frameSamples: 960)
-        let fineAlign = alignments(drive(fine, trace, ticks: ticks), talk: 60, pause: 40, count: 6)
-        XCTAssertEqual(fine.stats.talkspurts, 6)
-        XCTAssertEqual(fine.stats.late, 0, "late frames are waited for, not given up")
-        XCTAssertEqual(Array(fineAlign.dropFirst()), [Set([1, 2]), [1, 2], [1, 2], [1, 2], [1, 2]],
+        let cheap = JitterBuffer(frameSamples: 960)
+        cheap.tuning.cleanStartTicks = 0.25
+        let cheapAlign = alignments(drive(cheap, trace, ticks: ticks), talk: 60, pause: 40, count: 6)
+        XCTAssertEqual(cheap.stats.talkspurts, 6)
+        XCTAssertEqual(cheap.stats.late, 0, "late frames are waited for, not given up")
+        XCTAssertEqual(Array(cheapAlign.dropFirst()), [Set([1, 2]), [1, 2], [1, 2], [1, 2], [1, 2]],
                        "each talkspurt starts on its first frame's tick and realigns once")
-        XCTAssertEqual(fine.stats.waited, 6, "one period waited for per talkspurt")
-        XCTAssertEqual(fine.targetMs, 30, "the target covers the late frames: half a period (in 1/16 steps) beyond the frame in play")
+        XCTAssertEqual(cheap.stats.waited, 6, "one period waited for per talkspurt")
+        XCTAssertEqual(cheap.targetMs, 30, "the target covers the late frames: half a period (in 1/16 steps) beyond the frame in play")
     }
 
     func testACheapCoverIsTakenAtTalkspurtStart() {

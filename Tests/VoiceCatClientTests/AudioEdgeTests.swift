@@ -677,6 +677,11 @@ final class AudioEdgeTests: XCTestCase {
         let aAfter = playA.writtenCount
         usleep(200_000)
         XCTAssertEqual(playA.writtenCount, aAfter, "nothing more on A")
+        // What alex's old microphone sent before the switch plays out first (the jitter
+        // buffer's cushion; under ThreadSanitizer on a loaded machine it can exceed
+        // 700 ms): wait for the new one's tone, up to 3 s.
+        let toneDeadline = MonotonicClock.milliseconds() + 3000
+        while tonePlayed(playB) != 1500 && MonotonicClock.milliseconds() < toneDeadline { usleep(50_000) }
         XCTAssertEqual(tonePlayed(playB), 1500, "B plays what alex's new microphone hears")
         XCTAssertEqual(alex.ssrc(ofStream: sid), ssrc, "the stream keeps its ssrc")
         XCTAssertEqual(sam.remoteStreams().map(\.ssrc), [ssrc])
