@@ -505,7 +505,7 @@ public final class JitterBuffer {
         // Known to a whole tick only, a cover one tick up may cost no more than a
         // millisecond: take it as before. Known finer, take it only where it is cheap.
         startQuantileTicks = high - low <= (fineLateness ? tuning.cleanStartTicks : tuning.cleanTargetTicks) ? high : low
-        quantileTicks = max(qs.2, high - low <= tuning.cleanTargetTicks ? high : low)
+        quantileTicks = max(qs.2, high - low <= tuning.cleanTargetTicks ? high : low, startQuantileTicks)
         fecQuantileTicks = qs.3
         medianTicks = qs.4
     }

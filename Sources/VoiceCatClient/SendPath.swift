@@ -69,7 +69,16 @@ final class StreamSlot {
     var path: SendSnapshot?
     var packetsOut: UInt64 = 0
     var bytesOut: UInt64 = 0
+    /// The stream's send deadline (LocalStream.deadline, ns; .max: none) as last
+    /// published under the lock, for the pacer to read without taking it.
+    let due = Atomic<UInt64>(.max)
     init(index: Int) { self.index = index }
+
+    /// Publishes the stream's current deadline (lock held; after anything that may
+    /// have moved it: a feed, a pump, a flush).
+    func publishDeadline() {
+        due.store(stream?.deadline ?? .max, ordering: .releasing)
+    }
 }
 
 /// The published streams of one client.
@@ -138,6 +147,7 @@ final class StreamTable {
             slot.reserved = false
             slot.stream = s
             slot.path = snap
+            slot.publishDeadline()
         }
         liveMask.bitwiseOr(1 << UInt64(slot.index), ordering: .releasing)
     }
@@ -154,6 +164,7 @@ final class StreamTable {
         let s = slot.lock.withLock { () -> LocalStream? in
             guard let s = slot.stream, s.streamID == id else { return nil }
             slot.stream = nil
+            slot.publishDeadline()
             return s
         }
         if s != nil { liveMask.bitwiseAnd(~(1 << UInt64(slot.index)), ordering: .releasing) }
@@ -182,7 +193,10 @@ final class StreamTable {
         drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
         while true {
-            let (drained, due) = try withStream(id) { s, _ in (s.isDrained, s.deadline) }
+            let (drained, due) = try withStream(id) { s, slot in
+                slot.publishDeadline()
+                return (s.isDrained, s.deadline)
+            }
             if drained { return }
             rescheduled(due)
             if MonotonicClock.milliseconds() >= deadline {
@@ -249,8 +263,13 @@ final class SendPacer {
     }
 
     func stopAndJoin() {
-        stopping.store(true, ordering: .releasing)
-        timer.arm(atNs: 1)
+        // Under the lock, and arm() does nothing once stopping: no kick can re-arm or
+        // disarm the timer after this wake-up is set (the join would wait for ever).
+        lock.withLock { _ in
+            stopping.store(true, ordering: .releasing)
+            armedAt.store(1, ordering: .releasing)
+            timer.arm(atNs: 1)
+        }
         let t = threadLock.withLock { thread -> SystemThread? in
             let t = thread
             thread = nil
@@ -259,10 +278,14 @@ final class SendPacer {
         t?.join()
     }
 
-    /// A stream's deadline changed to `deadline` (ns; nil: none): the timer is armed
-    /// for the earliest deadline of the streams in `table`. Called after the stream's
-    /// slot lock is released. The common cases take no syscall: a deadline at or after the one
-    /// armed is checked under the pacer's lock and re-arms only when the earliest moved.
+    /// A stream's deadline changed to `deadline` (ns; nil: none) and was published in
+    /// its slot (StreamSlot.publishDeadline): the timer is armed for the earliest
+    /// deadline of the streams in `table`. Called after the stream's slot lock is
+    /// released; takes only the pacer's lock (never a slot lock: a feed does not wait
+    /// for another stream's encode). An earlier deadline arms at once; otherwise the
+    /// earliest published deadline is recomputed and the timer re-armed when it moved
+    /// (one timerfd_settime per feed for a host feeding in real time, whose dry-check
+    /// deadline moves a frame ahead each time).
     func kick(_ deadline: UInt64?, table: StreamTable) {
         if let deadline, deadline < armedAt.load(ordering: .acquiring) {
             lock.withLock { _ in arm(min(deadline, armedAt.load(ordering: .relaxed))) }
@@ -271,21 +294,19 @@ final class SendPacer {
         }
     }
 
-    /// Arms the timer for `at` (lock held).
+    /// Arms the timer for `at` (lock held); nothing once stopping.
     private func arm(_ at: UInt64) {
-        guard at != armedAt.load(ordering: .relaxed) else { return }
+        guard at != armedAt.load(ordering: .relaxed), !stopping.load(ordering: .relaxed) else { return }
         armedAt.store(at, ordering: .releasing)
         if at == .max { timer.disarm() } else { timer.arm(atNs: at) }
     }
 
-    /// Arms the timer for the earliest deadline of the live streams (lock held).
+    /// Arms the timer for the earliest published deadline of the live streams (lock
+    /// held). Every change of a deadline is published before its kick, and every kick
+    /// ends here or arms earlier, so the last arming has seen every deadline.
     private func rearm(_ table: StreamTable) {
         var next = UInt64.max
-        table.forEachLive { slot in
-            slot.lock.lock()
-            if let d = slot.stream?.deadline { next = min(next, d) }
-            slot.lock.unlock()
-        }
+        table.forEachLive { slot in next = min(next, slot.due.load(ordering: .acquiring)) }
         arm(next)
     }
 
@@ -300,6 +321,7 @@ final class SendPacer {
             table.forEachLive { slot in
                 slot.lock.lock()
                 slot.stream?.pump(now: now)
+                slot.publishDeadline()
                 slot.lock.unlock()
             }
             table.signalDrainWaiters()

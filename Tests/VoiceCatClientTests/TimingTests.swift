@@ -102,18 +102,21 @@ final class TimingTests: XCTestCase {
 
         let spurts = 10, spurtSamples = 96_000, pauseSamples = 48_000
         // This machine is shared: a thread can be descheduled for tens of ms. What is
-        // seen of it: a probe thread's stalls, blocks this thread fed more than 15 ms
-        // after their time (the host was late: those frames are late on the wire) and
-        // sink blocks more than 40 ms apart (the render thread was held up). A frame
-        // concealed or a talkspurt realigned is excused where one of those was seen,
-        // and twice (of 1,000 frames) for shorter stalls nobody can see.
+        // seen of it, outside the library: a probe thread's stalls, and this thread
+        // waking from its sleep more than 15 ms after a block's time (the host was late:
+        // those frames are late on the wire), each counted once per episode; the time
+        // spent inside feed is the library's and excuses nothing. A frame concealed or a
+        // talkspurt realigned is excused where one of those was seen, and twice (of
+        // 1,000 frames) for shorter stalls nobody can see. (Sink blocks more than 40 ms
+        // apart are printed, not excused: the render thread is the library's.)
         let probe = StallProbe()
         probe.start()
         let speech = Signal.glidingVoice(seconds: 2, amplitude: 0.3)
         var spurtStartNs: [UInt64] = []
         var targets: [UInt32] = []
-        var lateFeeds = 0
-        var feedsPastSlack = 0      // blocks fed later than the sender's least dry slack (5 ms)
+        var lateWakes = 0               // episodes of waking over 15 ms after a block's time
+        var lateBefore = false
+        var spurtFedLate = [Bool](repeating: false, count: spurts)   // woke over 5 ms late in it (past the least dry slack)
         usleep(200_000)
         let start = MonotonicClock.nanoseconds()
         var k: UInt64 = 0
@@ -125,15 +128,21 @@ final class TimingTests: XCTestCase {
             for b in 0..<50 {
                 let block = talking ? speech[(offsetInSpurt + b * 960)..<(offsetInSpurt + b * 960 + 960)]
                                     : ArraySlice(repeating: 0, count: 960)
-                let feedLateNs = Int64(MonotonicClock.nanoseconds()) - Int64(start + k * 1_000_000_000 / 48000)
-                if feedLateNs > 15_000_000 { lateFeeds += 1 }
-                if feedLateNs > 5_000_000 && talking { feedsPastSlack += 1 }
                 if talking { try feed(alex, aSid, block) }     // alex pauses feeding; bob never does
                 try feed(bob, bSid, talking ? block : ArraySlice(Signal.glidingVoice(seconds: 0.02, amplitude: 0.3)))
                 k += 960
                 let due = start + k * 1_000_000_000 / 48000
                 let now = MonotonicClock.nanoseconds()
-                if due > now { usleep(UInt32((due - now) / 1000)) }
+                if due > now {
+                    usleep(UInt32((due - now) / 1000))
+                    let woke = MonotonicClock.nanoseconds()
+                    let late = woke > due + 15_000_000
+                    if late && !lateBefore { lateWakes += 1 }
+                    lateBefore = late
+                    if woke > due + 5_000_000 && talking { spurtFedLate[spurt / 3] = true }
+                } else {
+                    lateBefore = false
+                }
                 if spurt % 3 == 0 && b == 20 { targets.append(try sam.streamStats(ssrc: aSSRC).targetDepthMs) }
             }
         }
@@ -143,10 +152,12 @@ final class TimingTests: XCTestCase {
         try kim.setSink(nil)
         _ = pauseSamples
         print("scheduling stalls seen: the probe's over 15 ms \(probeStalls.count) (longest \(probeStalls.max() ?? 0) ms), "
-              + "blocks fed over 15 ms late \(lateFeeds), sink blocks over 40 ms apart: sam \(samRec.renderStalls), kim \(kimRec.renderStalls)")
+              + "this thread waking over 15 ms late \(lateWakes) times, talkspurts with a wake over 5 ms late "
+              + "\(spurtFedLate.filter { $0 }.count); sink blocks over 40 ms apart (not excused): sam \(samRec.renderStalls), "
+              + "kim \(kimRec.renderStalls)")
+        let stalls = probeStalls.count + lateWakes
 
-        for (who, c, ssrc, rec) in [("alex → sam (fed pauses)", sam, aSSRC, samRec), ("bob → kim (push-to-talk)", kim, bSSRC, kimRec)] {
-            let stalls = probeStalls.count + lateFeeds + rec.renderStalls
+        for (who, c, ssrc) in [("alex → sam (fed pauses)", sam, aSSRC), ("bob → kim (push-to-talk)", kim, bSSRC)] {
             let st = try c.streamStats(ssrc: ssrc)
             let ev = events(c, ssrc: ssrc)
             print("\(who): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), fec \(st.jitter.fecRecovered), "
@@ -160,15 +171,9 @@ final class TimingTests: XCTestCase {
             XCTAssertLessThanOrEqual(Int(st.jitter.late), stalls + 1, "\(who): late frames on a clean path")
             if stalls == 0 { XCTAssertLessThanOrEqual(st.targetDepthMs, 60, "\(who): the pauses raised the target") }
         }
-        let samStalls = probeStalls.count + lateFeeds + samRec.renderStalls
-        // A talkspurt the sender split (a block fed later than its dry slack, at least
-        // 5 ms: it ended the talkspurt and started a new one, as it must for a host that
-        // stopped feeding) starts with its own alignment.
-        let extraSpurts = max(0, Int(try sam.streamStats(ssrc: aSSRC).jitter.talkspurts) - spurts)
-        let splits = min(extraSpurts, feedsPastSlack)
-        print("alex → sam: talkspurts played beyond the \(spurts) fed: \(extraSpurts); blocks fed over 5 ms late while talking: \(feedsPastSlack)")
+        print("alex → sam: talkspurts played \(try sam.streamStats(ssrc: aSSRC).jitter.talkspurts) for \(spurts) fed")
         print("alex → sam: target 400 ms into each talkspurt: \(targets)")
-        if samStalls == 0 { XCTAssertTrue(targets.dropFirst().allSatisfy { $0 <= 60 }, "a fed pause left the target raised: \(targets)") }
+        if stalls == 0 { XCTAssertTrue(targets.dropFirst().allSatisfy { $0 <= 60 }, "a fed pause left the target raised: \(targets)") }
 
         // One alignment per talkspurt: where the start and the end of each talkspurt
         // sit in sam's output (the sink's timeline) differ by less than a millisecond.
@@ -183,13 +188,19 @@ final class TimingTests: XCTestCase {
                 let r = Signal.align(input: Array(speech[at..<(at + 4800)]), output: seg, maxLag: 48 * 200, window: 0..<4800)
                 return r.ncc > 0.8 ? r.lag : nil
             }
-            if let a = lag(9600), let b = lag(spurtSamples - 9600) { spread.append(abs(a - b)) }
+            if let a = lag(9600), let b = lag(spurtSamples - 9600) { spread.append(abs(a - b)) } else { spread.append(-1) }
         }
-        print("alex → sam: alignment change within each talkspurt (samples): \(spread)")
+        print("alex → sam: alignment change within each talkspurt (samples, -1: not found): \(spread)")
         if Sanitizers.thread { return }
-        XCTAssertGreaterThanOrEqual(spread.count, spurts - 1, "talkspurts not found in the output")
-        XCTAssertLessThanOrEqual(spread.filter { $0 > 48 }.count, samStalls + splits + 2,
-                                 "a talkspurt changed its alignment: \(spread) (talkspurts split by the sender: \(splits))")
+        XCTAssertGreaterThanOrEqual(spread.filter { $0 >= 0 }.count, spurts - 1, "talkspurts not found in the output")
+        // A talkspurt in which this thread woke later than the sender's least dry slack
+        // (5 ms) may have been split by the sender (it ends a talkspurt whose queue ran
+        // dry, as it must for a host that stopped feeding) and played with a new
+        // alignment: only such a talkspurt's realignment is excused for it.
+        let realigned = spread.indices.filter { spread[$0] > 48 }
+        let unexplained = realigned.filter { !spurtFedLate[$0] }
+        XCTAssertLessThanOrEqual(unexplained.count, stalls + 2,
+                                 "talkspurts changed their alignment: \(spread) (those with a late wake: \(spurtFedLate))")
     }
 
     /// A host feeding 5 s of speech in one call is heard whole, at real time.
