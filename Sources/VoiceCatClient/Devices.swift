@@ -134,7 +134,6 @@ final class CaptureWorker {
             let due = slot.lock.withLock { () -> UInt64? in
                 guard let s = slot.stream, s.streamID == streamID else { return nil }
                 try? s.feed(pcm, frames: frames, channels: channels, now: MonotonicClock.nanoseconds())
-                slot.publishDeadline()
                 return s.deadline
             }
             streams.rescheduled(due)

@@ -261,7 +261,12 @@ final class LocalStream {
         }
         // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
         if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ drySlackNs { endSpurt() }
+        publishDeadline()
     }
+
+    /// Publishes `deadline` in the slot for the pacer, which reads it without the slot
+    /// lock (held here). Every change of the deadline ends in pump, flush or finish.
+    private func publishDeadline() { slot.due.store(deadline ?? .max, ordering: .releasing) }
 
     /// When this stream next needs the pacer (nil: not until it is fed again).
     var deadline: UInt64? {
@@ -327,6 +332,7 @@ final class LocalStream {
         queuedFrames = 0
         queueHead = 0
         if inSpurt { endSpurt() }
+        publishDeadline()
     }
 
     /// Stops the stream: queued audio is dropped; the last frame (the partial one, or
@@ -337,6 +343,7 @@ final class LocalStream {
         if !inSpurt { startSpurt(now: MonotonicClock.nanoseconds()) }
         packetSpurtClosed = false
         endSpurt()
+        publishDeadline()
     }
 
     // MARK: one frame

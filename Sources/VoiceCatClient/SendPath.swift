@@ -69,16 +69,10 @@ final class StreamSlot {
     var path: SendSnapshot?
     var packetsOut: UInt64 = 0
     var bytesOut: UInt64 = 0
-    /// The stream's send deadline (LocalStream.deadline, ns; .max: none) as last
-    /// published under the lock, for the pacer to read without taking it.
+    /// The stream's send deadline (LocalStream.deadline, ns; .max: none) as the stream
+    /// last published it under the lock, for the pacer to read without taking it.
     let due = Atomic<UInt64>(.max)
     init(index: Int) { self.index = index }
-
-    /// Publishes the stream's current deadline (lock held; after anything that may
-    /// have moved it: a feed, a pump, a flush).
-    func publishDeadline() {
-        due.store(stream?.deadline ?? .max, ordering: .releasing)
-    }
 }
 
 /// The published streams of one client.
@@ -147,7 +141,7 @@ final class StreamTable {
             slot.reserved = false
             slot.stream = s
             slot.path = snap
-            slot.publishDeadline()
+            slot.due.store(.max, ordering: .releasing)   // a new stream has nothing queued
         }
         liveMask.bitwiseOr(1 << UInt64(slot.index), ordering: .releasing)
     }
@@ -164,7 +158,7 @@ final class StreamTable {
         let s = slot.lock.withLock { () -> LocalStream? in
             guard let s = slot.stream, s.streamID == id else { return nil }
             slot.stream = nil
-            slot.publishDeadline()
+            slot.due.store(.max, ordering: .releasing)
             return s
         }
         if s != nil { liveMask.bitwiseAnd(~(1 << UInt64(slot.index)), ordering: .releasing) }
@@ -193,10 +187,7 @@ final class StreamTable {
         drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
         while true {
-            let (drained, due) = try withStream(id) { s, slot in
-                slot.publishDeadline()
-                return (s.isDrained, s.deadline)
-            }
+            let (drained, due) = try withStream(id) { s, _ in (s.isDrained, s.deadline) }
             if drained { return }
             rescheduled(due)
             if MonotonicClock.milliseconds() >= deadline {
@@ -279,7 +270,7 @@ final class SendPacer {
     }
 
     /// A stream's deadline changed to `deadline` (ns; nil: none) and was published in
-    /// its slot (StreamSlot.publishDeadline): the timer is armed for the earliest
+    /// its slot (StreamSlot.due, by LocalStream): the timer is armed for the earliest
     /// deadline of the streams in `table`. Called after the stream's slot lock is
     /// released; takes only the pacer's lock (never a slot lock: a feed does not wait
     /// for another stream's encode). An earlier deadline arms at once; otherwise the
@@ -321,7 +312,6 @@ final class SendPacer {
             table.forEachLive { slot in
                 slot.lock.lock()
                 slot.stream?.pump(now: now)
-                slot.publishDeadline()
                 slot.lock.unlock()
             }
             table.signalDrainWaiters()

@@ -671,9 +671,8 @@ public final class VoiceClient {
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
         let now = MonotonicClock.nanoseconds()
         let due = try failing {
-            try streams.withStream(streamID) { s, slot -> UInt64? in
+            try streams.withStream(streamID) { s, _ -> UInt64? in
                 guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device; it cannot be fed") }
-                defer { slot.publishDeadline() }
                 try body(s, now)
                 return s.deadline
             }
@@ -705,9 +704,8 @@ public final class VoiceClient {
 
     /// vc_stream_flush: drops what is queued and ends the talkspurt (barge-in).
     public func flush(streamID: UInt32) throws {
-        let due = try failing { try streams.withStream(streamID) { s, slot -> UInt64? in
+        let due = try failing { try streams.withStream(streamID) { s, _ -> UInt64? in
             s.flush()
-            slot.publishDeadline()
             return s.deadline
         } }
         streams.rescheduled(due)
