@@ -69,6 +69,16 @@ def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
     assert talker.connection_stats().packets_out == before + 1
 
 
+def test_a_drain_that_times_out_says_the_callers_timeout_and_what_is_left(talker, mic):
+    mic.feed(array.array("h", [1000] * 48000))            # one second, sent at real time
+    with pytest.raises(voicecat.Timeout, match=r"still has \d+ ms queued after 0.2 s"):
+        mic.drain(timeout=0.2)
+    assert mic.queued_ms > 0
+    mic.flush()
+    assert mic.queued_ms == 0
+    mic.drain(timeout=1)
+
+
 def test_arguments_are_checked_before_they_reach_c(server):
     with voicecat.Client() as c:
         with pytest.raises(ValueError, match="host is required"):

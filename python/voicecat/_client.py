@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, NotFound, StateError, Unsupported, error_for
+from ._errors import ErrorCode, InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
                      RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
@@ -247,7 +247,12 @@ class Stream:
         while self.queued_ms > 0 and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.02)
         left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        self._client._call("vc_stream_drain", self.id, left)
+        try:
+            self._client._call("vc_stream_drain", self.id, left)
+        except Timeout:
+            # The library only saw the time left after the wait above: say the caller's.
+            raise Timeout(ErrorCode.TIMEOUT, f"stream {self.id} still has {self.queued_ms} ms queued after "
+                          f"{timeout} s") from None
 
     def flush(self) -> None:
         """Drops the audio queued on the stream (barge-in) and ends its talkspurt."""
