@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import ErrorCode, InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for
+from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
                      RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
