@@ -880,7 +880,8 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *    back; meanwhile the taps still get their blocks every 20 ms. A device that
  *    offers no 48 kHz is played at its rate through a resampler.
  *  - sink: external playback 1 and a mixed sink set: a mixer thread of the client
- *    renders every 20 ms and calls the sinks.
+ *    renders every 20 ms and calls the sinks (at a phase that follows the talkers'
+ *    frames: see vc_set_mixed_output_sink).
  *  - background: otherwise, when a per-speaker sink is set or a recording runs
  *    (vc_set_remote_stream_sink, vc_start_recording): a thread of the client
  *    renders every 20 ms for them; vc_read_mixed_pcm() is served too, and while the
@@ -903,7 +904,12 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * 2 ms), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
- * blocks it plays (a tap); in pull mode it is not called. The sink runs on an audio
+ * blocks it plays (a tap); in pull mode it is not called. In sink mode nothing else
+ * sets the clock, so the mixer thread puts its blocks just after the talkers' frames
+ * arrive (rather than up to 20 ms later at a fixed phase): a block may come up to
+ * 20 ms early or late, at most a few times a second, while the thread stays
+ * within 20 ms behind and 40 ms ahead of a steady 20 ms schedule (it runs in real
+ * time over any longer span; the audio itself has no gap or jump). The sink runs on an audio
  * thread: it must not block. Setting, replacing or clearing returns only after a
  * running call of the previous sink has returned. Returns VC_ERR_STATE from inside
  * any callback of the client (the sink cannot wait for itself). Callback-safe: no.
@@ -962,7 +968,8 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  * gain, mute and mixing (a stream muted with vc_set_remote_stream still comes here),
  * in the output format. It runs on the thread that renders the mix (the device's
  * playback thread, the mixed sink's thread, or a vc_read_mixed_pcm caller), one
- * thread at a time and never faster than real time, after the mix of that block is
+ * thread at a time and in real time (the mixed sink's thread within the lead
+ * vc_set_mixed_output_sink describes), after the mix of that block is
  * made; a stream that is silent (between talkspurts, or concealed) still delivers
  * its blocks, so each stream's PCM keeps its own timeline.
  * Modes (vc_set_external_playback), with a per-speaker sink set:

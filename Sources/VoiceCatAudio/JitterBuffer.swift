@@ -204,6 +204,24 @@ public final class JitterBuffer {
     public private(set) var talkEdge = TalkEdge.none
     /// A talkspurt is being played.
     public private(set) var talking = false
+    /// How much earlier (in ticks) the frame the last next() played could have been
+    /// played and still have had the target cushion: its cushion less the target. NaN
+    /// when that next() played no received frame (a concealed, rebuilt, comfort-noise
+    /// or silent period, a DTX frame, or nothing known yet). A renderer free to pick its
+    /// phase moves its ticks earlier by what every stream can spare (moveClock).
+    public private(set) var playedSlackTicks = Double.nan
+    /// The same against the lateness of a talkspurt's last frame alone: negative when
+    /// that frame, coming as late as the last ones did, would miss its tick (and the
+    /// period before it be concealed). NaN when playedSlackTicks is.
+    public private(set) var playedEndSlackTicks = Double.nan
+    /// How late (relative lateness, ticks) a talkspurt's last frame comes: a sender
+    /// sends it once its queue has been dry for a frame plus a slack (this library's
+    /// senders: 5 ms and up), so it is later than the frames before it. Assumed
+    /// `endLateDefaultMs` until one is seen, then the latest seen, decaying by a
+    /// quarter per talkspurt. Not part of the target (the buffer does not wait for it
+    /// at every frame); the slack reported to a renderer keeps it covered.
+    private var endLateTicks = 0.0
+    public static let endLateDefaultMs = 6.0
 
     // Slot pool.
     private let payloads: UnsafeMutablePointer<UInt8>
@@ -296,6 +314,9 @@ public final class JitterBuffer {
         binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0; medianTicks = 0; fineLateness = false
         lossAverage = 0; fecCushion = false; packetsSinceFEC = .max
         playing = false; havePlayed = false; talking = false; talkEdge = .none; comfortNoiseTicks = 0
+        playedSlackTicks = .nan
+        playedEndSlackTicks = .nan
+        endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
         starvedTicks = 0; excessTicks = 0
         packetBytesAverage = 0; lastPlayedQuiet = false
         recoveryAvailable = false
@@ -476,6 +497,9 @@ public final class JitterBuffer {
                 l -= r - to
             }
         }
+        if flags.contains(.lastFrame) && !flags.contains(.marker) && historyCount > 0 {
+            endLateTicks = max(l - baseline, endLateTicks * 0.75)
+        }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
         history[historyNext] = l
         historyNext = (historyNext + 1) % JitterBuffer.historyFrames
@@ -569,9 +593,21 @@ public final class JitterBuffer {
         return advance()
     }
 
+    /// The consumer's ticks move `ms` earlier (negative: later) from the next one on
+    /// (a renderer that aligns its phase to the arrivals). Arrivals keep their
+    /// lateness (measured from the ticks before and after them); buffered frames have
+    /// that much less (more) cushion. Call after inserting what arrived before the
+    /// moved tick, before its next().
+    public func moveClock(earlierByMs ms: Double) {
+        guard ms.isFinite && ms != 0 else { return }
+        shift += ms / frameMs
+    }
+
     private func advance() -> Playout {
         defer { ticks += 1 }
         talkEdge = .none
+        playedSlackTicks = .nan
+        playedEndSlackTicks = .nan
         let fs = Int64(frameSamples)
         let target = targetTicks
         if !playing {
@@ -708,6 +744,11 @@ public final class JitterBuffer {
     private func play(_ s: Int) -> Playout {
         // A DTX frame opens a comfort-noise pause (1 s without an update ends it).
         comfortNoiseTicks = flagSets[s].contains(.dtx) ? Int(1000 / frameMs) : 0
+        if historyCount > 0 && !flagSets[s].contains(.dtx) {
+            let c = cushion(timestamps[s])
+            playedSlackTicks = c - max(targetTicks, endLateTicks)
+            playedEndSlackTicks = c - endLateTicks
+        }
         nextTS = timestamps[s] + Int64(frameSamples)
         havePlayed = true
         starvedTicks = 0

@@ -12,7 +12,9 @@
 //               playback device (resampled when the device does not run at 48 kHz);
 //               a device that fails is reopened on a backoff.
 //   sink        otherwise, external && a mixed sink is set: a driver thread renders
-//               every 20 ms and hands the block to the sinks and recordings.
+//               every 20 ms and hands the block to the sinks and recordings; no
+//               clock but its own decides, so its ticks follow the talkers' frames
+//               (RenderPhase: the phase moves, the rate stays real time).
 //   background  otherwise, a per-speaker sink is set or a recording runs: a driver
 //               thread renders every 20 ms for them, except while the host pulls
 //               (vc_read_mixed_pcm is served, and a pull within the last 40 ms, or
@@ -460,22 +462,26 @@ final class OutputStage {
     /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
     /// which runs after the render lock is released. Returns its frames and channels,
     /// or nil when a background driver yields to the host's pulls.
-    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
-                                     out: UnsafeMutablePointer<Int16>) -> (frames: Int, channels: Int)? {
+    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode, movedMs: Double,
+                                     out: UnsafeMutablePointer<Int16>)
+        -> (frames: Int, channels: Int, played: PlayedBlock)? {
         renderLock.lock()
         defer { renderLock.unlock() }
         if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
             return nil
         }
-        renderBlock(into: buf, frames: frames)
+        let played = renderBlock(into: buf, frames: frames, movedMs: movedMs)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
-        return (n, format.channels)
+        return (n, format.channels, played)
     }
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
     /// speaker's block to the per-speaker sink and its recording (renderLock held).
-    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int) {
+    /// `movedMs`: this render came that much before its period (RenderPhase).
+    /// Returns what the block played, for the driver's phase.
+    @discardableResult
+    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, movedMs: Double = 0) -> PlayedBlock {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
         // What arrived up to now is played by this render (the clock is read first: a
@@ -483,11 +489,12 @@ final class OutputStage {
         receive.readForRender()
         let tapping = speakerSink.isSet || recorders.recordsSpeakers
         bus.clear(frames: frames)
-        receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping)
+        let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, movedMs: movedMs)
         bus.render(into: out, frames: frames)
         // The echo canceller's far-end reference: what is being played.
         if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
         if tapping { handOutSpeakers() }
+        return played
     }
 
     /// Each tapped slot's block, converted, to the per-speaker sink and its recording.
@@ -600,6 +607,9 @@ final class RenderDriver {
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
         var pacer = PeriodPacer(periodFrames: frames)
+        // Only the sink driver picks its own phase: a device's clock is the device's.
+        var phase = RenderPhase()
+        var movedMs = 0.0
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -624,7 +634,14 @@ final class RenderDriver {
                     continue
                 }
             }
-            if let (n, channels) = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out) {
+            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, movedMs: movedMs, out: out)
+            movedMs = 0
+            if let (n, channels, played) = rendered {
+                // Frames all had time to spare: the next block comes that much earlier.
+                if mode == .sink {
+                    movedMs = phase.rendered(slackMs: played.slackMs, endSlackMs: played.endSlackMs, held: played.held, quiet: played.quiet)
+                    if movedMs != 0 { pacer.move(earlierByNs: Int64(movedMs * 1e6)) }
+                }
                 // The background driver has no mixed sink to feed (reconcile would have
                 // chosen the sink mode); the device and sink drivers do.
                 if mode != .background && n > 0 { stage.sink.call { $0.deliver(out, n, channels) } }

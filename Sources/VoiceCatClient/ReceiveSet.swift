@@ -156,14 +156,36 @@ final class ReceiveSet {
 
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
     /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false) {
+    /// `movedMs`: this render came that much before its period (RenderPhase). Returns
+    /// what the phase policy needs: the least slack (ms) of the frames played (nil:
+    /// none), whether a talking stream concealed a frame, and whether nothing played.
+    @discardableResult
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false, movedMs: Double = 0) -> PlayedBlock {
+        var slack = Double.infinity, endSlack = Double.infinity
+        var held = false
+        var played = false
         // Indices, not `for s in slots`: a debug build allocates an iterator there.
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
-            if s.active { s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap) }
+            if s.active {
+                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap, movedMs: movedMs)
+                slack = min(slack, s.blockSlackMs)
+                endSlack = min(endSlack, s.blockEndSlackMs)
+                held = held || s.blockHeld
+                played = played || s.blockPlayed
+            }
             s.lock.unlock()
         }
+        return PlayedBlock(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil, held: held, quiet: !played)
     }
+}
+
+/// What a rendered block played, for the renderer's phase (RenderPhase).
+struct PlayedBlock {
+    var slackMs: Double?
+    var endSlackMs: Double?
+    var held: Bool
+    var quiet: Bool
 }

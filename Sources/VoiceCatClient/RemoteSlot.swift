@@ -63,6 +63,15 @@ final class RemoteSlot {
     /// block rendered, and when (render thread writes, host threads read; under `lock`).
     var level = BlockLevel()
     var levelAtNs: UInt64 = 0
+    /// What the last render saw (render thread, under `lock`): the least slack (ms) of
+    /// the frames it played (infinity: none; against the target and a talkspurt end's
+    /// lateness, and against the latter alone), whether a talkspurt concealed a frame,
+    /// and whether the stream played anything but silence or comfort noise (or was
+    /// in a talkspurt).
+    var blockSlackMs = Double.infinity
+    var blockEndSlackMs = Double.infinity
+    var blockHeld = false
+    var blockPlayed = false
 
     // The per-speaker tap: the last rendered block of this stream before gain and
     // mute (48 kHz stereo), with the identity it was rendered under. Written and read
@@ -155,9 +164,16 @@ final class RemoteSlot {
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
     /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
     /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
-    /// the render lock). Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false) {
+    /// the render lock). `movedMs`: this render came that much earlier than the clock's
+    /// period (RenderPhase). Leaves blockSlackMs and blockHeld set. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false, movedMs: Double = 0) {
         drainInbox()
+        // What arrived before this tick is in; the tick came `movedMs` early.
+        if movedMs > 0 { jitter.moveClock(earlierByMs: movedMs) }
+        blockSlackMs = .infinity
+        blockEndSlackMs = .infinity
+        blockHeld = false
+        blockPlayed = jitter.talking
         let gain: Float = settings.muted ? 0 : settings.gain
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
         // Integer sums (exact, and the loop vectorizes: a Float sum's order may not change).
@@ -197,7 +213,19 @@ final class RemoteSlot {
     /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied).
     private func decodeNext(nowMs: Double) {
         let n = frameSamples
-        decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+        let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+        // Frames shorter than the block are all decided at the block's start, so the
+        // buffer's sub-tick lateness cannot say what a move would cost them: they hold
+        // the phase where it is (no slack to give, nothing asked for).
+        let slack = jitter.playedSlackTicks
+        if !slack.isNaN && n < OutputStage.block {
+            blockSlackMs = min(blockSlackMs, 0)
+        } else if !slack.isNaN {
+            blockSlackMs = min(blockSlackMs, slack * Double(n) / 48)
+            blockEndSlackMs = min(blockEndSlackMs, jitter.playedEndSlackTicks * Double(n) / 48)
+        }
+        if playout == .conceal && jitter.talking { blockHeld = true }
+        if playout != .silence && playout != .comfortNoise { blockPlayed = true }
         // A mono stream is L = R. The stereo decoder gives that for decoded packets,
         // but its concealment and comfort noise draw each channel's noise apart.
         if channels == 1 { for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] } }

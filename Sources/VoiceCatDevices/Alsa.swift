@@ -246,4 +246,9 @@ public struct PeriodPacer {
         }
         next += periodNs
     }
+
+    /// The next period (and all after it) comes `ns` earlier (negative: later).
+    public mutating func move(earlierByNs ns: Int64) {
+        next = ns >= 0 ? (next > UInt64(ns) ? next - UInt64(ns) : 0) : next + ns.magnitude
+    }
 }

@@ -1,0 +1,90 @@
+// Where a free-running renderer puts its ticks (the mixer thread that feeds the
+// host's sink: no device clock decides). A frame is played at the first tick after
+// it has its cushion, so with ticks at an arbitrary phase to the talkers' frames it
+// waits up to a period more than the jitter buffer asks for (10 ms on average at
+// 20 ms). The renderer tells this policy, block by block, what the frames it played
+// had to spare (the least `JitterBuffer.playedSlackTicks` and `playedEndSlackTicks`
+// of the streams that played one, in ms). Once `windowBlocks` blocks in a row all
+// had more than `marginMs` to spare, the ticks move earlier by the least of it less
+// the margin. When a talkspurt's last frame, which a sender sends late (once its
+// queue has been dry for a while), would miss its tick, they move later by what it
+// lacks plus the margin: the cushion grows by that (no period is concealed for it).
+//
+// The renderer stays within a period behind and two ahead of its real-time
+// schedule, so over any longer span it renders exactly in real time: in a block in
+// which nothing plays (where moving costs nothing) it gives a whole period of lead
+// (or of lag past half a period) back, which keeps the phase; a move that would
+// leave those bounds is not made. A block in which a talking stream concealed a
+// frame starts the count again. Several talkers at different phases leave no common
+// slack: the ticks then stay where they are. Pure: the renderer applies each move
+// to its clock and to every jitter buffer (`JitterBuffer.moveClock`) at its next
+// block.
+public struct RenderPhase: Sendable {
+    /// Slack kept in hand after a move (ms): a frame a little later than every one
+    /// the jitter buffer has seen.
+    public var marginMs = 1.5
+    /// Moves smaller than this are not worth the irregular block (ms).
+    public var minStepMs = 1.0
+    /// The renderer's period (ms): a move of a whole period keeps the phase.
+    public var periodMs = 20.0
+    /// Blocks that played a frame needed before a move.
+    public var windowBlocks = 3
+
+    /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
+    /// within (−periodMs, 2 periodMs).
+    public private(set) var leadMs = 0.0
+    /// Moves made, and their sizes summed (ms), for statistics and tests.
+    public private(set) var moves = 0
+    public private(set) var movedMs = 0.0
+
+    private var blocks = 0
+    private var leastSlackMs = Double.infinity
+    private var leastEndSlackMs = Double.infinity
+
+    public init() {}
+
+    /// One block was rendered. `slackMs` / `endSlackMs`: the least slack among the
+    /// frames it played, against the target and the talkspurt end's lateness / the
+    /// latter alone (nil: it played none); `held`: a talking stream concealed a frame
+    /// in it; `quiet`: no stream played or concealed anything (a free moment).
+    /// Returns how much earlier (ms; negative: later) the next tick should come: 0,
+    /// or a move the caller applies to its clock and its jitter buffers.
+    public mutating func rendered(slackMs: Double?, endSlackMs: Double?, held: Bool, quiet: Bool) -> Double {
+        if quiet {
+            restart()
+            // A free moment: back towards the schedule by a whole period (the phase stays).
+            if leadMs >= periodMs { return record(-periodMs) }
+            if leadMs < -periodMs / 2 { return record(periodMs) }
+            return 0
+        }
+        if held {
+            restart()
+            return 0
+        }
+        guard let slack = slackMs, !slack.isNaN else { return 0 }
+        blocks += 1
+        leastSlackMs = min(leastSlackMs, slack)
+        if let e = endSlackMs, !e.isNaN { leastEndSlackMs = min(leastEndSlackMs, e) }
+        guard blocks >= windowBlocks else { return 0 }
+        let earlier = leastSlackMs - marginMs
+        let later = leastEndSlackMs.isFinite ? marginMs - leastEndSlackMs : 0
+        restart()
+        if later >= minStepMs && leadMs - later > -periodMs { return record(-later) }
+        if earlier >= minStepMs && leadMs + earlier < 2 * periodMs { return record(earlier) }
+        return 0
+    }
+
+    private mutating func record(_ ms: Double) -> Double {
+        leadMs += ms
+        moves += 1
+        movedMs += abs(ms)
+        return ms
+    }
+
+    /// Forgets the blocks counted so far.
+    public mutating func restart() {
+        blocks = 0
+        leastSlackMs = .infinity
+        leastEndSlackMs = .infinity
+    }
+}
