@@ -13,7 +13,8 @@
 // statistics do not depend on which thread read it or when.
 // What the renderer reads that is not voice: keepalive echoes go to the network
 // thread through a small ring (it reads them at its next wakeup, at most a keepalive
-// period later); anything else is dropped (bindings are read by the network thread).
+// period later); anything else is dropped (bindings are read by the network thread,
+// which stops the renderer's reads, and waits for one under way, before it binds).
 import Glibc
 import Synchronization
 import VoiceCatProtocol
@@ -92,6 +93,16 @@ final class MediaInput: @unchecked Sendable {
 
     func setKey(_ key: SymmetricKey?) { withToken { self.key = key } }
 
+    /// Stops the renderer's reads before a binding request goes out (network thread):
+    /// once this returns, no renderer is reading or will read until allowed again, so
+    /// the binding's replies reach the network thread (a renderer drops them). The
+    /// token's hand-over orders the store before any later read (readForRender looks
+    /// again once it holds the token).
+    func stopRendererReads() {
+        rendererMayRead.store(false, ordering: .relaxed)
+        withToken {}
+    }
+
     /// Whether the renderer reads now: it may and it did within `rendererStaleNs`.
     func rendererReads(nowNs: UInt64) -> Bool {
         guard rendererMayRead.load(ordering: .relaxed) else { return false }
@@ -131,6 +142,9 @@ extension ReceiveSet {
     /// network thread lets it and nobody else is reading. Never waits.
     func readForRender() {
         guard input.rendererMayRead.load(ordering: .relaxed), input.tryTake() else { return }
+        // Again, holding the token: the network thread may have stopped the reads
+        // (stopRendererReads) between the first look and the take.
+        guard input.rendererMayRead.load(ordering: .relaxed) else { input.give(); return }
         readHeld { _, h, arrivalNs in
             // Bindings are the network thread's (it reads itself while binding).
             guard h.type == .keepalive, h.ssrc == input.bindingID else { return }

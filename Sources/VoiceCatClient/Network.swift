@@ -407,7 +407,7 @@ extension VoiceClient {
                                                                  keys: sender.keys.bind(epoch: r.epoch)) } }
             media.rebindRequestedMs = nil
             media.nextBindMs = now
-            receive.input.rendererMayRead.store(false, ordering: .relaxed)   // the binding's replies are read here
+            receive.input.stopRendererReads()   // the binding's replies are read here
             ClientLog.log(2, "media keys renewed (epoch \(r.epoch)); binding again")
         case .userList:
             refuse(m, "out of order: the session has started already")
