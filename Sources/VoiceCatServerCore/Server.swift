@@ -217,9 +217,11 @@ public final class Server {
 
     static func systemToken(_ fd: Int32) -> UInt64 { UInt64(UInt32(bitPattern: fd)) }
 
-    /// How long the loop may sleep: until the next deadline, at once with a backlog.
+    /// How long the loop may sleep: until the next deadline; at once with a backlog,
+    /// or with notices or output that the end of the turn itself queued (a connection
+    /// that failed while being flushed leaves its channel: the others are told now).
     func waitTimeout() -> Int32 {
-        if !backlog.isEmpty { return 0 }
+        if !backlog.isEmpty || !noticeChannels.isEmpty || !dirty.isEmpty { return 0 }
         var next = lastSweepMs + 60_000
         if let d = deadlines.next { next = min(next, d) }
         if live.statsIntervalSeconds > 0 { next = min(next, lastStatsMs + UInt64(live.statsIntervalSeconds * 1000)) }
