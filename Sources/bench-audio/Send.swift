@@ -12,7 +12,14 @@
 // thread, a bare OpusEncoderBox at the channel's settings encodes the same frame
 // (timed the same way): same frames, same machine, same moments, caches neither
 // warmer nor colder. The ratio is the send path's cost over the codec's.
+//
+// The kernel's part, for reference: right after each bare encode, a bare loopback
+// sendto of a datagram of the size the engine sends (the packet plus the media
+// header and tag) to a socket another thread of this process waits on, as the
+// server waits on its own. On loopback the sender's syscall also runs the
+// receiver's side of the stack and wakes it, which a network card would not.
 import Glibc
+import Synchronization
 import VoiceCatAllocCounter
 import VoiceCatAudio
 import VoiceCatClient
@@ -50,6 +57,8 @@ func runSender(_ args: Arguments) throws {
     var feedNs = [UInt64](repeating: 0, count: windows)
     var pacerNs = [UInt64](repeating: 0, count: windows)
     var bareNs = [UInt64](repeating: 0, count: windows)
+    var sendtoNs = [UInt64](repeating: 0, count: windows)
+    let floor = try SendtoFloor()
     var onFeeder = 0
     var pacer: NamedThreadClock? = nil
     var network: NamedThreadClock? = nil
@@ -89,11 +98,15 @@ func runSender(_ args: Arguments) throws {
             // The bare encode half a period later, so that neither warms the caches for the other.
             sleepUntil(ns: t0 + UInt64(k) * periodNs + periodNs / 2)
             c = CPUClock.thread()
-            _ = try bare.encode(frame, into: out)
+            let n = try bare.encode(frame, into: out)
             let b = CPUClock.thread() - c
+            c = CPUClock.thread()
+            floor.send(UnsafeRawBufferPointer(rebasing: out[0..<min(out.count, n + MediaLimits.overheadBytes)]))
+            let st = CPUClock.thread() - c
             if k >= warm {
                 feedNs[w] += e
                 bareNs[w] += b
+                sendtoNs[w] += st
                 if e > b / 2 { onFeeder += 1 }
             }
         }
@@ -112,6 +125,14 @@ func runSender(_ args: Arguments) throws {
     report("feed_us", us(feedNs))
     report("pacer_us", us(pacerNs))
     report("bare_us", us(bareNs))
+    report("sendto_us", us(sendtoNs))
+    // The send path less the kernel's loopback sendto, over the bare encode.
+    var lessSendto: [Double] = []
+    for w in 0..<windows {
+        let engine = Double(feedNs[w] + pacerNs[w]), kernel = Double(sendtoNs[w])
+        lessSendto.append((engine - kernel) / Double(bareNs[w]))
+    }
+    report("ratio_less_sendto", median(lessSendto))
     report("ratio", median(ratios))
     report("ratio_min", ratios.min() ?? .nan)
     report("ratio_max", ratios.max() ?? .nan)
@@ -130,6 +151,41 @@ func runSender(_ args: Arguments) throws {
         hotRuns.append(Double(CPUClock.thread() - c) / frames / 1000)
     }
     report("bare_hot_us", median(hotRuns))
+    floor.stop()
     client.shutdown()
     say("done")
+}
+
+/// A loopback UDP socket that a thread of this process waits on (poll, then reads
+/// what came), and a socket to send to it from: the kernel's cost of a send.
+final class SendtoFloor: @unchecked Sendable {
+    private let rx: Socket
+    private let tx: Socket
+    private let to: SocketAddress
+    private let stopping = Atomic<Bool>(false)
+    private var thread: SystemThread?
+
+    init() throws {
+        rx = try Socket.bindUDP(try SocketAddress(host: "127.0.0.1", port: 0))
+        to = try rx.localAddress()
+        tx = try Socket.udp(familyOf: to)
+        thread = SystemThread(name: "sendto-floor") { [self] in
+            let buf = UnsafeMutableRawBufferPointer.allocate(byteCount: 2048, alignment: 16)
+            defer { buf.deallocate() }
+            while !stopping.load(ordering: .relaxed) {
+                guard (try? rx.waitFor(events: Int16(POLLIN), timeoutMs: 100)) == true else { continue }
+                while let got = try? rx.receiveFrom(into: buf), got.0 > 0 {}
+            }
+        }
+    }
+
+    func send(_ bytes: UnsafeRawBufferPointer) { _ = try? tx.sendTo(bytes, to) }
+
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        thread?.join()
+        thread = nil
+        rx.close()
+        tx.close()
+    }
 }

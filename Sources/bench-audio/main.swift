@@ -168,6 +168,10 @@ func runAll(_ args: Arguments) {
         rows.append(Row(what: "send: CPU per 20 ms frame, feed + pacer threads / bare opus_encode",
                         engine: "\(fmt(c.result("engine_us"), 1)) µs", baseline: "\(fmt(c.result("bare_us"), 1)) µs",
                         ratio: "\(fmt(r))x", goal: "≤ 1.05x", result: verdict(r <= 1.05)))
+        let less = c.result("ratio_less_sendto")
+        rows.append(Row(what: "send less a bare loopback sendto of the same size (the kernel's part) / bare opus_encode",
+                        engine: "\(fmt(c.result("engine_us") - c.result("sendto_us"), 1)) µs", baseline: "\(fmt(c.result("bare_us"), 1)) µs",
+                        ratio: "\(fmt(less))x", goal: "(information)", result: ""))
         allocRow("allocations per frame, steady-state send (whole sender process)", c)
         notes.append("send: \(Int(c.result("on_feeder"))) of \(Int(c.result("frames"))) frames were encoded and sent on the feeding thread, "
                      + "the others by the pacer (per frame: feeding thread \(fmt(c.result("feed_us"), 1)) µs, pacer \(fmt(c.result("pacer_us"), 1)) µs, "
@@ -175,7 +179,8 @@ func runAll(_ args: Arguments) {
                      + "\(Int(c.result("sent"))) packets sent for \(Int(c.result("frames"))) frames fed; besides, vc-network "
                      + "\(fmt(c.result("network_us"), 1)) µs and the rest of the process (the benchmark's own sleeps and clock reads) "
                      + "\(fmt(c.result("other_us"), 1)) µs per frame; a tight loop of bare encodes (caches hot) takes "
-                     + "\(fmt(c.result("bare_hot_us"), 1)) µs per frame.")
+                     + "\(fmt(c.result("bare_hot_us"), 1)) µs per frame; a bare loopback sendto of the same size, right after the bare encode, "
+                     + "costs the sending thread \(fmt(c.result("sendto_us"), 1)) µs (\(fmt(100 * c.result("sendto_us") / c.result("bare_us"), 1)) % of a bare encode).")
     }
 
     if only.contains("idle") {
