@@ -204,6 +204,73 @@ final class TimingTests: XCTestCase {
     }
 
     /// A host feeding 5 s of speech in one call is heard whole, at real time.
+    /// Sink mode: the mixer thread moves its ticks to the talkers' frames (RenderPhase)
+    /// and keeps its promise to the host: never more than 40 ms ahead of a steady 20 ms
+    /// schedule, whatever the talkers' phases do, and nothing concealed for it. Two
+    /// talkers take turns, each talkspurt fed at another phase (7 ms further on).
+    func testTheSinksTicksFollowTheTalkersAndStayInRealTime() throws {
+        let alex = try client("alex", channel: "Lobby")
+        let bob = try client("bob", channel: "Lobby")
+        let sam = try client("sam", channel: "Lobby")
+        alex.setInputMode(.continuous)
+        bob.setInputMode(.continuous)
+        let aSid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let bSid = try bob.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: aSid)), bSSRC = try XCTUnwrap(bob.ssrc(ofStream: bSid))
+        try sam.waitForRemote(ssrc: aSSRC)
+        try sam.waitForRemote(ssrc: bSSRC)
+        // Each sink call's time, from the mixer thread (preallocated; read after the sink is cleared).
+        let capacity = 1000
+        let times = UnsafeMutablePointer<UInt64>.allocate(capacity: capacity)
+        defer { times.deallocate() }
+        let count = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+        defer { count.deallocate() }
+        count.pointee = 0
+        nonisolated(unsafe) let t = times, n = count
+        try sam.setSink { _, _ in
+            if n.pointee < capacity { t[n.pointee] = MonotonicClock.nanoseconds(); n.pointee += 1 }
+        }
+        let probe = StallProbe()
+        probe.start()
+        usleep(400_000)     // 20 blocks before anyone talks: the schedule's base
+        let speech = Signal.glidingVoice(seconds: 0.6, amplitude: 0.3)
+        let spurts = 8
+        for spurt in 0..<spurts {
+            let (c, sid) = spurt % 2 == 0 ? (alex, aSid) : (bob, bSid)
+            usleep(UInt32(7_000 * spurt % 20_000))
+            let start = MonotonicClock.nanoseconds()
+            for b in 0..<30 {
+                try feed(c, sid, speech[(b * 960)..<(b * 960 + 960)])
+                let due = start + UInt64(b + 1) * 20_000_000
+                let now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+            usleep(300_000)
+        }
+        let stalls = probe.stop().count
+        try sam.setSink(nil)
+        let calls = count.pointee
+        XCTAssertGreaterThan(calls, 300, "the sink was called every 20 ms")
+        // d_k = call k − k × 20 ms: constant for a steady schedule, lower by the lead.
+        // Wake-up delays and stalls only raise it, so the base is the least of the
+        // first quiet blocks (nothing moves before anyone talks).
+        let d = (0..<calls).map { Double(Int64(times[$0]) - Int64($0) * 20_000_000) / 1e6 }
+        let base = d[5..<20].min()!
+        let lead = d.map { base - $0 }
+        print("sink schedule: \(calls) calls, largest lead \(lead.max()!) ms, stalls seen \(stalls)")
+        XCTAssertLessThanOrEqual(lead.max()!, 42, "the sink ran more than 40 ms ahead of its 20 ms schedule")
+        for ssrc in [aSSRC, bSSRC] {
+            let st = try sam.streamStats(ssrc: ssrc)
+            print("ssrc \(ssrc): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
+                  + "talkspurts \(st.jitter.talkspurts), target \(st.targetDepthMs) ms")
+            if Sanitizers.thread { continue }
+            XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls + 2, "frames concealed on a clean path")
+        }
+        if !Sanitizers.thread && stalls == 0 {
+            XCTAssertGreaterThan(lead.max()!, 3, "the ticks never moved towards the talkers' frames")
+        }
+    }
+
     func testFiveSecondsFedInOneCallAreHeardWholeAtRealTime() throws {
         let alex = try client("alex", channel: "Lobby")
         let sam = try client("sam", channel: "Lobby")
