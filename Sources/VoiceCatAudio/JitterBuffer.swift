@@ -205,23 +205,28 @@ public final class JitterBuffer {
     /// A talkspurt is being played.
     public private(set) var talking = false
     /// How much earlier (in ticks) the frame the last next() played could have been
-    /// played and still have had the target cushion: its cushion less the target. NaN
-    /// when that next() played no received frame (a concealed, rebuilt, comfort-noise
-    /// or silent period, a DTX frame, or nothing known yet). A renderer free to pick its
-    /// phase moves its ticks earlier by what every stream can spare (moveClock).
+    /// played and still have had its cushion: its cushion less the most of the target,
+    /// what covers 99.8 % of frames (`cleanQuantile`) with half its distance from the
+    /// median again (a tail known from few frames), and the lateness of a typical
+    /// talkspurt's last frame (a typical frame's, plus how much later the last frames
+    /// of talkspurts came). NaN when that next() played no received frame (a
+    /// concealed, rebuilt, comfort-noise or silent period, a DTX frame, or nothing known
+    /// yet). A renderer free to pick its phase moves its ticks earlier by what every
+    /// stream can spare (moveClock).
     public private(set) var playedSlackTicks = Double.nan
-    /// The same against the lateness of a talkspurt's last frame alone: negative when
-    /// that frame, coming as late as the last ones did, would miss its tick (and the
-    /// period before it be concealed). NaN when playedSlackTicks is.
+    /// The same against the lateness of a typical talkspurt's last frame alone:
+    /// negative when that frame would miss its tick, and the period before it be
+    /// concealed. NaN when playedSlackTicks is.
     public private(set) var playedEndSlackTicks = Double.nan
-    /// How late (relative lateness, ticks) a talkspurt's last frame comes: a sender
-    /// sends it once its queue has been dry for a frame plus a slack (this library's
-    /// senders: 5 ms and up), so it is later than the frames before it. Assumed
-    /// `endLateDefaultMs` until one is seen, then the latest seen, decaying by a
-    /// quarter per talkspurt. Not part of the target (the buffer does not wait for it
-    /// at every frame); the slack reported to a renderer keeps it covered.
+    /// How much later than a typical frame (the median lateness) a talkspurt's last
+    /// frame comes, in ticks: a sender sends it once its queue has been dry for a frame
+    /// plus a slack (this library's senders: 5 ms and up). Assumed `endLateDefaultMs`
+    /// until one is seen, then the latest seen, decaying by a tenth per talkspurt. Not
+    /// part of the target (the buffer does not wait for it at every frame); the slack
+    /// reported to a renderer keeps it covered.
     private var endLateTicks = 0.0
-    public static let endLateDefaultMs = 6.0
+    /// 5 ms of least dry slack, and 1.5 ms for the sender's timer to fire late.
+    public static let endLateDefaultMs = 6.5
 
     // Slot pool.
     private let payloads: UnsafeMutablePointer<UInt8>
@@ -251,6 +256,12 @@ public final class JitterBuffer {
     private var historyNext = 0
     private var baseline = 0.0                        // min lateness over the ring
     private var shift = 0.0                           // timeline rebase, in ticks
+    /// How far the consumer's ticks moved earlier (moveClock), in ticks: in force from
+    /// the tick it was applied at (gridAtTick: the value at each recent tick), and a
+    /// move told but not yet applied (at the next tick).
+    private var grid = 0.0
+    private var pendingGrid = 0.0
+    private let gridAtTick: UnsafeMutablePointer<Double>
     private let bins: UnsafeMutablePointer<Double>
     private var binTotal = 0.0
     private var binWeight = 1.0                       // grows by 1/forget per entry (no per-frame decay loop)
@@ -259,6 +270,7 @@ public final class JitterBuffer {
     private var quantileTicks = 0.0                   // target,
     private var fecQuantileTicks = 0.0                // the successor's arrival,
     private var medianTicks = 0.0                     // a typical frame
+    private var coverTicks = 0.0                      // what covers cleanQuantile of frames
     private var fineLateness = false                  // arrivals placed within the period (tick times known)
     private var lossAverage = 0.0                     // frames lost per frame received (EWMA)
     private var fecCushion = false                    // losses seen that FEC can rebuild
@@ -287,6 +299,8 @@ public final class JitterBuffer {
         used = .allocate(capacity: capacity); used.initialize(repeating: false, count: capacity)
         tickTimes = .allocate(capacity: JitterBuffer.tickTimeCapacity)
         tickTimes.initialize(repeating: 0, count: JitterBuffer.tickTimeCapacity)
+        gridAtTick = .allocate(capacity: JitterBuffer.tickTimeCapacity)
+        gridAtTick.initialize(repeating: 0, count: JitterBuffer.tickTimeCapacity)
         history = .allocate(capacity: JitterBuffer.historyFrames)
         history.initialize(repeating: 0, count: JitterBuffer.historyFrames)
         bins = .allocate(capacity: JitterBuffer.histogramBins)
@@ -297,7 +311,7 @@ public final class JitterBuffer {
     deinit {
         payloads.deallocate(); lengths.deallocate(); timestamps.deallocate()
         seqs.deallocate(); flagSets.deallocate(); used.deallocate()
-        history.deallocate(); bins.deallocate(); tickTimes.deallocate()
+        history.deallocate(); bins.deallocate(); tickTimes.deallocate(); gridAtTick.deallocate()
     }
 
     /// Forgets everything (a new stream in this slot). Bounds and tuning are kept.
@@ -309,9 +323,10 @@ public final class JitterBuffer {
         haveTimestamp = false; haveSeq = false
         ticks = 0
         tickTimesKnown = 0
-        historyCount = 0; historyNext = 0; baseline = 0; shift = 0
+        historyCount = 0; historyNext = 0; baseline = 0; shift = 0; grid = 0; pendingGrid = 0
         for i in 0..<JitterBuffer.histogramBins { bins[i] = 0 }
-        binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0; medianTicks = 0; fineLateness = false
+        binTotal = 0; binWeight = 1; entries = 0; quantileTicks = 0; fecQuantileTicks = 0; startQuantileTicks = 0; medianTicks = 0; coverTicks = 0
+        fineLateness = false
         lossAverage = 0; fecCushion = false; packetsSinceFEC = .max
         playing = false; havePlayed = false; talking = false; talkEdge = .none; comfortNoiseTicks = 0
         playedSlackTicks = .nan
@@ -455,19 +470,23 @@ public final class JitterBuffer {
         return .accepted
     }
 
-    /// Lateness of a frame at `ts` if played at tick `tick`, on the (rebased) timeline.
-    private func lateness(_ ext: Int64, at position: Double? = nil) -> Double {
-        (position ?? Double(ticks)) - Double(ext) / Double(frameSamples) - shift
+    /// Lateness of a frame at `ts` at tick position `position` (the tick in play by
+    /// default) of a grid moved by `grid` ticks (the grid in force by default), on the
+    /// (rebased) timeline.
+    private func lateness(_ ext: Int64, at position: Double? = nil, grid g: Double? = nil) -> Double {
+        (position ?? Double(ticks)) - Double(ext) / Double(frameSamples) - shift - (g ?? grid)
     }
 
-    /// Where on the tick clock a frame that arrived at `arrivalMs` came: the first
-    /// tick at which it could be played is the next one up. Without tick times
-    /// (next() without a time) that is the next tick, a whole number. With them, an
-    /// earlier tick when the frame arrived before it (it was handed over in a later
-    /// batch), and the fraction of the period since the tick before: so the lateness
-    /// statistics see where in the period frames arrive, not only which tick they
-    /// make, and a cushion can be placed where the consumer's ticks fall.
-    private func arrivalPosition(_ arrivalMs: Double) -> Double {
+    /// Where on the tick clock a frame that arrived at `arrivalMs` came, and the move of
+    /// the grid that position is on: the first tick at which it could be played is the
+    /// next one up. Without tick times (next() without a time) that is the next tick, a
+    /// whole number (on the grid of that tick). With them, an earlier tick when the frame
+    /// arrived before it (it was handed over in a later batch), and the fraction of the
+    /// period since the tick before, on that tick's grid (a move later lengthens the
+    /// period after it by the move): so the lateness statistics see where in the period
+    /// frames arrive, not only which tick they make, and a cushion can be placed where
+    /// the consumer's ticks fall.
+    private func arrivalPosition(_ arrivalMs: Double) -> (position: Double, grid: Double) {
         let cap = Int64(JitterBuffer.tickTimeCapacity)
         var j = ticks
         var known = min(tickTimesKnown, JitterBuffer.tickTimeCapacity)
@@ -475,15 +494,18 @@ public final class JitterBuffer {
             j -= 1
             known -= 1
         }
-        guard known > 0 && j > 0 else { fineLateness = false; return Double(j) }
+        guard known > 0 && j > 0 else { fineLateness = false; return (Double(j), grid + pendingGrid) }
         fineLateness = true
+        let before = gridAtTick[Int((j - 1) % cap)]
+        let after = j < ticks ? gridAtTick[Int(j % cap)] : grid + pendingGrid
         let since = (arrivalMs - tickTimes[Int((j - 1) % cap)]) / frameMs
-        return Double(j - 1) + min(1, max(0, since))
+        return (Double(j - 1) + min(1 + max(0, before - after), max(0, since)), before)
     }
 
     /// Feeds one arrival to the lateness statistics.
     private func observe(ext: Int64, flags: FrameFlags, arrivalMs: Double) {
-        var l = lateness(ext, at: arrivalPosition(arrivalMs))
+        let at = arrivalPosition(arrivalMs)
+        var l = lateness(ext, at: at.position, grid: at.grid)
         if historyCount > 0 {
             let r = l - baseline
             // A jump past the maximum target is a new timeline, not jitter; so is a
@@ -498,7 +520,7 @@ public final class JitterBuffer {
             }
         }
         if flags.contains(.lastFrame) && !flags.contains(.marker) && historyCount > 0 {
-            endLateTicks = max(l - baseline, endLateTicks * 0.75)
+            endLateTicks = max(l - baseline - medianTicks, endLateTicks * 0.9)
         }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
         history[historyNext] = l
@@ -511,7 +533,9 @@ public final class JitterBuffer {
     }
 
     private func addToHistogram(_ r: Double) {
-        let bin = min(JitterBuffer.histogramBins - 1, max(0, Int((r * Double(JitterBuffer.binsPerTick)).rounded(.up))))
+        // Up to the bin's edge, less a hair: a lateness equal to the baseline's but for
+        // rounding in the arithmetic stays in bin 0.
+        let bin = min(JitterBuffer.histogramBins - 1, max(0, Int((r * Double(JitterBuffer.binsPerTick) - 1e-6).rounded(.up))))
         // Equal weights until the memory is full, then exponential forgetting: the
         // newest entry weighs 1/forget times the previous one.
         entries += 1
@@ -532,6 +556,7 @@ public final class JitterBuffer {
         quantileTicks = max(qs.2, high - low <= tuning.cleanTargetTicks ? high : low, startQuantileTicks)
         fecQuantileTicks = qs.3
         medianTicks = qs.4
+        coverTicks = high
     }
 
     /// Replaces each share q with the smallest lateness (ticks, in steps of a bin)
@@ -582,25 +607,29 @@ public final class JitterBuffer {
 
     /// Decides the next frame period, at `nowMs` (the clock insert's arrivalMs uses).
     public func next(atMs nowMs: Double) -> Playout {
+        grid += pendingGrid
+        pendingGrid = 0
         tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = nowMs
+        gridAtTick[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = grid
         tickTimesKnown += 1
         return advance()
     }
 
     /// Decides the next frame period (without a time: arrivals count from the next tick).
     public func next() -> Playout {
+        grid += pendingGrid
+        pendingGrid = 0
         tickTimesKnown = 0
         return advance()
     }
 
     /// The consumer's ticks move `ms` earlier (negative: later) from the next one on
-    /// (a renderer that aligns its phase to the arrivals). Arrivals keep their
-    /// lateness (measured from the ticks before and after them); buffered frames have
-    /// that much less (more) cushion. Call after inserting what arrived before the
-    /// moved tick, before its next().
+    /// (a renderer that aligns its phase to the arrivals): taken at that tick. Arrivals
+    /// keep their lateness (each on the grid of the tick before it, whenever it is
+    /// inserted); buffered frames have that much less (more) cushion.
     public func moveClock(earlierByMs ms: Double) {
         guard ms.isFinite && ms != 0 else { return }
-        shift += ms / frameMs
+        pendingGrid += ms / frameMs
     }
 
     private func advance() -> Playout {
@@ -746,8 +775,11 @@ public final class JitterBuffer {
         comfortNoiseTicks = flagSets[s].contains(.dtx) ? Int(1000 / frameMs) : 0
         if historyCount > 0 && !flagSets[s].contains(.dtx) {
             let c = cushion(timestamps[s])
-            playedSlackTicks = c - max(targetTicks, endLateTicks)
-            playedEndSlackTicks = c - endLateTicks
+            let end = medianTicks + endLateTicks
+            // The cover's own uncertainty grows with the spread: half of it again.
+            let cover = coverTicks + 0.5 * max(0, coverTicks - medianTicks)
+            playedSlackTicks = c - max(targetTicks, cover, end)
+            playedEndSlackTicks = c - end
         }
         nextTS = timestamps[s] + Int64(frameSamples)
         havePlayed = true

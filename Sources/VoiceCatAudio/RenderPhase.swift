@@ -5,26 +5,32 @@
 // 20 ms). The renderer tells this policy, block by block, what the frames it played
 // had to spare (the least `JitterBuffer.playedSlackTicks` and `playedEndSlackTicks`
 // of the streams that played one, in ms). Once `windowBlocks` blocks in a row all
-// had more than `marginMs` to spare, the ticks move earlier by the least of it less
-// the margin. When a talkspurt's last frame, which a sender sends late (once its
-// queue has been dry for a while), would miss its tick, they move later by what it
-// lacks plus the margin: the cushion grows by that (no period is concealed for it).
+// had more than `marginMs` + `minStepMs` to spare, the ticks move earlier by the
+// least of it less the margin, at most `maxStepMs` at once. When a talkspurt's last
+// frame, which a sender sends late (once its queue has been dry for a while), would
+// miss its tick, they move later by what it lacks plus the margin (at most
+// `maxStepMs`): the cushion grows by that (no period is concealed for it).
 //
 // The renderer stays within a period behind and two ahead of its real-time
 // schedule, so over any longer span it renders exactly in real time: in a block in
 // which nothing plays (where moving costs nothing) it gives a whole period of lead
 // (or of lag past half a period) back, which keeps the phase; a move that would
 // leave those bounds is not made. A block in which a talking stream concealed a
-// frame starts the count again. Several talkers at different phases leave no common
-// slack: the ticks then stay where they are. Pure: the renderer applies each move
-// to its clock and to every jitter buffer (`JitterBuffer.moveClock`) at its next
-// block.
+// frame starts the count again, and no move earlier is made until a block in which
+// nothing plays: the jitter buffer has just grown its cushion by waiting for a late
+// frame, which a move earlier would take back (and the next late frame conceal
+// again). Several talkers at different phases leave no common slack: the ticks then
+// stay where they are. Pure: the renderer applies each move
+// to its clock and tells every jitter buffer (`JitterBuffer.moveClock`, taken at the
+// buffer's next tick).
 public struct RenderPhase: Sendable {
     /// Slack kept in hand after a move (ms): a frame a little later than every one
     /// the jitter buffer has seen.
     public var marginMs = 1.5
     /// Moves smaller than this are not worth the irregular block (ms).
     public var minStepMs = 1.0
+    /// The most one move takes (ms): more is taken at the next window.
+    public var maxStepMs = 10.0
     /// The renderer's period (ms): a move of a whole period keeps the phase.
     public var periodMs = 20.0
     /// Blocks that played a frame needed before a move.
@@ -40,6 +46,8 @@ public struct RenderPhase: Sendable {
     private var blocks = 0
     private var leastSlackMs = Double.infinity
     private var leastEndSlackMs = Double.infinity
+    /// A talking stream concealed since the last quiet block: no move earlier.
+    private var held = false
 
     public init() {}
 
@@ -52,6 +60,7 @@ public struct RenderPhase: Sendable {
     public mutating func rendered(slackMs: Double?, endSlackMs: Double?, held: Bool, quiet: Bool) -> Double {
         if quiet {
             restart()
+            self.held = false
             // A free moment: back towards the schedule by a whole period (the phase stays).
             if leadMs >= periodMs { return record(-periodMs) }
             if leadMs < -periodMs / 2 { return record(periodMs) }
@@ -59,6 +68,7 @@ public struct RenderPhase: Sendable {
         }
         if held {
             restart()
+            self.held = true
             return 0
         }
         guard let slack = slackMs, !slack.isNaN else { return 0 }
@@ -66,11 +76,11 @@ public struct RenderPhase: Sendable {
         leastSlackMs = min(leastSlackMs, slack)
         if let e = endSlackMs, !e.isNaN { leastEndSlackMs = min(leastEndSlackMs, e) }
         guard blocks >= windowBlocks else { return 0 }
-        let earlier = leastSlackMs - marginMs
-        let later = leastEndSlackMs.isFinite ? marginMs - leastEndSlackMs : 0
+        let earlier = min(leastSlackMs - marginMs, maxStepMs)
+        let later = leastEndSlackMs.isFinite ? min(marginMs - leastEndSlackMs, maxStepMs) : 0
         restart()
         if later >= minStepMs && leadMs - later > -periodMs { return record(-later) }
-        if earlier >= minStepMs && leadMs + earlier < 2 * periodMs { return record(earlier) }
+        if earlier >= minStepMs && !self.held && leadMs + earlier < 2 * periodMs { return record(earlier) }
         return 0
     }
 

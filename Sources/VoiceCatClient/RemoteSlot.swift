@@ -168,8 +168,9 @@ final class RemoteSlot {
     /// period (RenderPhase). Leaves blockSlackMs and blockHeld set. Lock held by caller.
     func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false, movedMs: Double = 0) {
         drainInbox()
-        // What arrived before this tick is in; the tick came `movedMs` early.
-        if movedMs > 0 { jitter.moveClock(earlierByMs: movedMs) }
+        // This render came `movedMs` early (negative: late): the buffer takes the move
+        // at its next tick.
+        if movedMs != 0 { jitter.moveClock(earlierByMs: movedMs) }
         blockSlackMs = .infinity
         blockEndSlackMs = .infinity
         blockHeld = false
@@ -214,11 +215,12 @@ final class RemoteSlot {
     private func decodeNext(nowMs: Double) {
         let n = frameSamples
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
-        // Frames shorter than the block are all decided at the block's start, so the
-        // buffer's sub-tick lateness cannot say what a move would cost them: they hold
-        // the phase where it is (no slack to give, nothing asked for).
+        // Frames shorter than the block are all decided at the block's start, and
+        // longer ones span blocks (a move of the block's phase is a fraction of theirs):
+        // the buffer's slack does not say what a move would cost them, so they hold the
+        // phase where it is (no slack to give, nothing asked for).
         let slack = jitter.playedSlackTicks
-        if !slack.isNaN && n < OutputStage.block {
+        if !slack.isNaN && n != OutputStage.block {
             blockSlackMs = min(blockSlackMs, 0)
         } else if !slack.isNaN {
             blockSlackMs = min(blockSlackMs, slack * Double(n) / 48)
