@@ -35,7 +35,7 @@ cat "$work/record.log"
 rms=$(sox "$work/mix.wav" -n stat 2>&1 | awk '/RMS +amplitude/ {print $3}')
 echo "c-test: recorded mix RMS amplitude $rms"
 awk -v r="$rms" 'BEGIN { exit !(r > 0.05) }' || { echo "c-test: the recording is (nearly) silent"; exit 1; }
-grep -q "talk start" "$work/record.log" || { echo "c-test: no talk-start event seen"; exit 1; }
+grep -q "VC_EVENT_TALK_START" "$work/record.log" || { echo "c-test: no talk-start event seen"; exit 1; }
 
 # The audio edge: a 44.1 kHz file spoken; one listener records each speaker to its own
 # WAV file, another pulls the mix at 16 kHz mono with a per-speaker sink.

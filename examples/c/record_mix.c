@@ -26,27 +26,6 @@ static void on_mix(void *user, const int16_t *pcm, uint32_t frames, uint32_t cha
     r->frames += frames;
 }
 
-static const char *event_name(vc_event_type t) {
-    switch (t) {
-    case VC_EVENT_CONNECTED: return "connected";
-    case VC_EVENT_DISCONNECTED: return "disconnected";
-    case VC_EVENT_CHANNEL_JOINED: return "channel joined";
-    case VC_EVENT_USER_JOINED: return "user joined";
-    case VC_EVENT_USER_LEFT: return "user left";
-    case VC_EVENT_REMOTE_STREAM_ADDED: return "remote stream added";
-    case VC_EVENT_REMOTE_STREAM_REMOVED: return "remote stream removed";
-    case VC_EVENT_TALK_START: return "talk start";
-    case VC_EVENT_TALK_STOP: return "talk stop";
-    case VC_EVENT_VOICE_DISCONNECTED: return "voice disconnected";
-    case VC_EVENT_VOICE_RECONNECTED: return "voice reconnected";
-    case VC_EVENT_SERVER_MUTE_STATE: return "server mute state";
-    case VC_EVENT_STREAM_STATE_UPDATE: return "stream state update";
-    case VC_EVENT_ERROR: return "error";
-    case VC_EVENT_DEVICE_RESTORED: return "device restored";
-    default: return "?";
-    }
-}
-
 static void print_stream(vc_client *c, uint32_t ssrc, const char *name) {
     vc_stream_stats s;
     if (vc_get_stream_stats(c, ssrc, &s) != VC_OK) return;
@@ -102,7 +81,7 @@ int main(int argc, char **argv) {
     for (;;) {
         vc_event e;
         if (vc_poll_event(c, &e, 100) == 1) {
-            printf("record_mix: event %s ssrc=%u user=%u %s\n", event_name(e.type), e.ssrc, e.user_id, e.text);
+            printf("record_mix: event %s ssrc=%u user=%u %s\n", vc_event_type_name(e.type), e.ssrc, e.user_id, e.text);
             /* A stream's statistics, each time its talker pauses (they go with the stream). */
             if (e.type == VC_EVENT_TALK_STOP) print_stream(c, e.ssrc, "talk stop");
         }
