@@ -908,10 +908,10 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * sets the clock, so the mixer thread moves its blocks towards the moment the
  * talkers' frames (of 20 ms; other frame sizes keep the phase where it is) have
  * arrived with their jitter cushion, rather than up to 20 ms later at a fixed phase:
- * a block may come up to 10 ms early or late (20 ms late while nobody talks), at most
- * once every 60 ms, while the thread stays within 20 ms behind and 40 ms ahead of a
- * steady 20 ms schedule (it runs in real time over any longer span; the audio itself
- * has no gap or jump). The sink runs on an audio
+ * a block may come up to 10 ms early or late (20 ms either way while nobody talks),
+ * seldom more often than every 60 ms, while the thread stays within 20 ms behind and
+ * 40 ms ahead of a steady 20 ms schedule (it runs in real time over any longer span;
+ * the audio itself has no gap or jump). The sink runs on an audio
  * thread: it must not block. Setting, replacing or clearing returns only after a
  * running call of the previous sink has returned. Returns VC_ERR_STATE from inside
  * any callback of the client (the sink cannot wait for itself). Callback-safe: no.

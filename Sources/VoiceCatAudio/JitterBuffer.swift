@@ -221,7 +221,8 @@ public final class JitterBuffer {
     /// How much later than a typical frame (the median lateness) a talkspurt's last
     /// frame comes, in ticks: a sender sends it once its queue has been dry for a frame
     /// plus a slack (this library's senders: 5 ms and up). Assumed `endLateDefaultMs`
-    /// until one is seen, then the latest seen, decaying by a tenth per talkspurt. Not
+    /// until one is seen, then the latest seen (at most a period), decaying by a tenth
+    /// at each last frame (a stream whose talkspurts end in DTX keeps the default). Not
     /// part of the target (the buffer does not wait for it at every frame); the slack
     /// reported to a renderer keeps it covered.
     private var endLateTicks = 0.0
@@ -494,7 +495,12 @@ public final class JitterBuffer {
             j -= 1
             known -= 1
         }
-        guard known > 0 && j > 0 else { fineLateness = false; return (Double(j), grid + pendingGrid) }
+        guard known > 0 && j > 0 else {
+            fineLateness = false
+            // Tick j's grid where it is still known, else the one the next tick takes.
+            let recorded = j < ticks && ticks - j <= Int64(min(tickTimesKnown, JitterBuffer.tickTimeCapacity))
+            return (Double(j), recorded ? gridAtTick[Int(j % cap)] : grid + pendingGrid)
+        }
         fineLateness = true
         let before = gridAtTick[Int((j - 1) % cap)]
         let after = j < ticks ? gridAtTick[Int(j % cap)] : grid + pendingGrid
@@ -520,7 +526,8 @@ public final class JitterBuffer {
             }
         }
         if flags.contains(.lastFrame) && !flags.contains(.marker) && historyCount > 0 {
-            endLateTicks = max(l - baseline - medianTicks, endLateTicks * 0.9)
+            // At most a period: one frame delayed by a spike must not hold the phase for long.
+            endLateTicks = min(1, max(l - baseline - medianTicks, endLateTicks * 0.9))
         }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
         history[historyNext] = l
@@ -624,9 +631,11 @@ public final class JitterBuffer {
     }
 
     /// The consumer's ticks move `ms` earlier (negative: later) from the next one on
-    /// (a renderer that aligns its phase to the arrivals): taken at that tick. Arrivals
-    /// keep their lateness (each on the grid of the tick before it, whenever it is
-    /// inserted); buffered frames have that much less (more) cushion.
+    /// (a renderer that aligns its phase to the arrivals): taken at that tick. Tell it
+    /// before inserting what arrives in the moved period (a period a move later
+    /// lengthens is placed by its new length). Arrivals keep their lateness (each on
+    /// the grid of the tick before it, whenever it is inserted); buffered frames have
+    /// that much less (more) cushion.
     public func moveClock(earlierByMs ms: Double) {
         guard ms.isFinite && ms != 0 else { return }
         pendingGrid += ms / frameMs

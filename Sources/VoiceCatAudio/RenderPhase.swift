@@ -5,7 +5,7 @@
 // 20 ms). The renderer tells this policy, block by block, what the frames it played
 // had to spare (the least `JitterBuffer.playedSlackTicks` and `playedEndSlackTicks`
 // of the streams that played one, in ms). Once `windowBlocks` blocks in a row all
-// had more than `marginMs` + `minStepMs` to spare, the ticks move earlier by the
+// had at least `marginMs` + `minStepMs` to spare, the ticks move earlier by the
 // least of it less the margin, at most `maxStepMs` at once. When a talkspurt's last
 // frame, which a sender sends late (once its queue has been dry for a while), would
 // miss its tick, they move later by what it lacks plus the margin (at most
@@ -15,11 +15,12 @@
 // schedule, so over any longer span it renders exactly in real time: in a block in
 // which nothing plays (where moving costs nothing) it gives a whole period of lead
 // (or of lag past half a period) back, which keeps the phase; a move that would
-// leave those bounds is not made. A block in which a talking stream concealed a
-// frame starts the count again, and no move earlier is made until a block in which
-// nothing plays: the jitter buffer has just grown its cushion by waiting for a late
-// frame, which a move earlier would take back (and the next late frame conceal
-// again). Several talkers at different phases leave no common slack: the ticks then
+// leave those bounds is not made. A block in which a talking stream held its clock
+// for a late frame (the jitter buffer grew its cushion by waiting for it) starts the
+// count again, and no move earlier is made until a block in which nothing plays: a
+// move earlier would take that cushion back, and the next late frame be concealed
+// again. (A frame lost in the network and concealed grows nothing: it does not
+// count.) Several talkers at different phases leave no common slack: the ticks then
 // stay where they are. Pure: the renderer applies each move
 // to its clock and tells every jitter buffer (`JitterBuffer.moveClock`, taken at the
 // buffer's next tick).
@@ -46,15 +47,16 @@ public struct RenderPhase: Sendable {
     private var blocks = 0
     private var leastSlackMs = Double.infinity
     private var leastEndSlackMs = Double.infinity
-    /// A talking stream concealed since the last quiet block: no move earlier.
+    /// A talking stream held its clock since the last quiet block: no move earlier.
     private var held = false
 
     public init() {}
 
     /// One block was rendered. `slackMs` / `endSlackMs`: the least slack among the
     /// frames it played, against the target and the talkspurt end's lateness / the
-    /// latter alone (nil: it played none); `held`: a talking stream concealed a frame
-    /// in it; `quiet`: no stream played or concealed anything (a free moment).
+    /// latter alone (nil: it played none); `held`: a talking stream held its clock for
+    /// a late frame in it; `quiet`: no stream played or concealed anything (a free
+    /// moment).
     /// Returns how much earlier (ms; negative: later) the next tick should come: 0,
     /// or a move the caller applies to its clock and its jitter buffers.
     public mutating func rendered(slackMs: Double?, endSlackMs: Double?, held: Bool, quiet: Bool) -> Double {

@@ -462,7 +462,7 @@ final class OutputStage {
     /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
     /// which runs after the render lock is released. Returns its frames and channels,
     /// or nil when a background driver yields to the host's pulls.
-    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode, movedMs: Double,
+    fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
                                      out: UnsafeMutablePointer<Int16>)
         -> (frames: Int, channels: Int, played: PlayedBlock)? {
         renderLock.lock()
@@ -470,7 +470,7 @@ final class OutputStage {
         if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
             return nil
         }
-        let played = renderBlock(into: buf, frames: frames, movedMs: movedMs)
+        let played = renderBlock(into: buf, frames: frames)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
         return (n, format.channels, played)
@@ -478,10 +478,9 @@ final class OutputStage {
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
     /// speaker's block to the per-speaker sink and its recording (renderLock held).
-    /// `movedMs`: this render came that much before its period (RenderPhase).
     /// Returns what the block played, for the driver's phase.
     @discardableResult
-    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, movedMs: Double = 0) -> PlayedBlock {
+    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int) -> PlayedBlock {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
         // What arrived up to now is played by this render (the clock is read first: a
@@ -489,7 +488,7 @@ final class OutputStage {
         receive.readForRender()
         let tapping = speakerSink.isSet || recorders.recordsSpeakers
         bus.clear(frames: frames)
-        let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, movedMs: movedMs)
+        let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping)
         bus.render(into: out, frames: frames)
         // The echo canceller's far-end reference: what is being played.
         if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
@@ -531,6 +530,8 @@ final class OutputStage {
     }
 
     fileprivate func raise(_ e: ClientEvent) { events.raise(e) }
+    /// The driver's ticks move `ms` earlier (negative: later) from the next one on.
+    fileprivate func moveClocks(earlierByMs ms: Double) { receive.moveClocks(earlierByMs: ms) }
     fileprivate var deviceBackend: AudioBackend { backend }
     fileprivate var resamplerQuality: Int { quality }
 }
@@ -609,7 +610,6 @@ final class RenderDriver {
         var pacer = PeriodPacer(periodFrames: frames)
         // Only the sink driver picks its own phase: a device's clock is the device's.
         var phase = RenderPhase()
-        var movedMs = 0.0
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -634,13 +634,18 @@ final class RenderDriver {
                     continue
                 }
             }
-            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, movedMs: movedMs, out: out)
-            movedMs = 0
+            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out)
             if let (n, channels, played) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {
-                    movedMs = phase.rendered(slackMs: played.slackMs, endSlackMs: played.endSlackMs, held: played.held, quiet: played.quiet)
-                    if movedMs != 0 { pacer.move(earlierByNs: Int64(movedMs * 1e6)) }
+                    let moved = phase.rendered(slackMs: played.slackMs, endSlackMs: played.endSlackMs, held: played.held,
+                                               quiet: played.quiet)
+                    if moved != 0 {
+                        // The jitter buffers first: they take it at their next tick, and
+                        // place what arrives until then on the grid it is moved to.
+                        stage.moveClocks(earlierByMs: moved)
+                        pacer.move(earlierByNs: Int64(moved * 1e6))
+                    }
                 }
                 // The background driver has no mixed sink to feed (reconcile would have
                 // chosen the sink mode); the device and sink drivers do.

@@ -156,11 +156,11 @@ final class ReceiveSet {
 
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
     /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
-    /// `movedMs`: this render came that much before its period (RenderPhase). Returns
-    /// what the phase policy needs: the least slack (ms) of the frames played (nil:
-    /// none), whether a talking stream concealed a frame, and whether nothing played.
+    /// Returns what the phase policy needs: the least slack (ms) of the frames played
+    /// (nil: none), whether a talking stream held its clock for a late frame, and
+    /// whether nothing played.
     @discardableResult
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false, movedMs: Double = 0) -> PlayedBlock {
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false) -> PlayedBlock {
         var slack = Double.infinity, endSlack = Double.infinity
         var held = false
         var played = false
@@ -170,7 +170,7 @@ final class ReceiveSet {
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
             if s.active {
-                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap, movedMs: movedMs)
+                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap)
                 slack = min(slack, s.blockSlackMs)
                 endSlack = min(endSlack, s.blockEndSlackMs)
                 held = held || s.blockHeld
@@ -179,6 +179,19 @@ final class ReceiveSet {
             s.lock.unlock()
         }
         return PlayedBlock(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil, held: held, quiet: !played)
+    }
+
+    /// The renderer's ticks move `ms` earlier (negative: later) from its next render
+    /// (RenderPhase): every live slot's jitter buffer is told now, under the slot's
+    /// lock, so frames inserted until then are placed on the grid it moves to.
+    func moveClocks(earlierByMs ms: Double) {
+        for i in 0..<slots.count {
+            let s = slots[i]
+            guard s.live.load(ordering: .acquiring) else { continue }
+            s.lock.lock()
+            if s.active { s.jitter.moveClock(earlierByMs: ms) }
+            s.lock.unlock()
+        }
     }
 }
 

@@ -65,7 +65,8 @@ final class RemoteSlot {
     var levelAtNs: UInt64 = 0
     /// What the last render saw (render thread, under `lock`): the least slack (ms) of
     /// the frames it played (infinity: none; against the target and a talkspurt end's
-    /// lateness, and against the latter alone), whether a talkspurt concealed a frame,
+    /// lateness, and against the latter alone), whether a talkspurt held its clock for
+    /// a late frame (the buffer grew its cushion),
     /// and whether the stream played anything but silence or comfort noise (or was
     /// in a talkspurt).
     var blockSlackMs = Double.infinity
@@ -164,13 +165,10 @@ final class RemoteSlot {
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
     /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
     /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
-    /// the render lock). `movedMs`: this render came that much earlier than the clock's
-    /// period (RenderPhase). Leaves blockSlackMs and blockHeld set. Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false, movedMs: Double = 0) {
+    /// the render lock). Leaves blockSlackMs, blockEndSlackMs, blockHeld and blockPlayed
+    /// set. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false) {
         drainInbox()
-        // This render came `movedMs` early (negative: late): the buffer takes the move
-        // at its next tick.
-        if movedMs != 0 { jitter.moveClock(earlierByMs: movedMs) }
         blockSlackMs = .infinity
         blockEndSlackMs = .infinity
         blockHeld = false
@@ -214,6 +212,7 @@ final class RemoteSlot {
     /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied).
     private func decodeNext(nowMs: Double) {
         let n = frameSamples
+        let waitedBefore = jitter.stats.waited
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
         // Frames shorter than the block are all decided at the block's start, and
         // longer ones span blocks (a move of the block's phase is a fraction of theirs):
@@ -226,7 +225,7 @@ final class RemoteSlot {
             blockSlackMs = min(blockSlackMs, slack * Double(n) / 48)
             blockEndSlackMs = min(blockEndSlackMs, jitter.playedEndSlackTicks * Double(n) / 48)
         }
-        if playout == .conceal && jitter.talking { blockHeld = true }
+        if jitter.stats.waited != waitedBefore && jitter.talking { blockHeld = true }
         if playout != .silence && playout != .comfortNoise { blockPlayed = true }
         // A mono stream is L = R. The stereo decoder gives that for decoded packets,
         // but its concealment and comfort noise draw each channel's noise apart.

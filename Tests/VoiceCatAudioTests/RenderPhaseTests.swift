@@ -115,15 +115,15 @@ final class RenderPhaseTests: XCTestCase {
     }
 
     /// Renders every 20 ms, moved by RenderPhase when `aligned`, as the sink driver
-    /// and the receive slots do: each stream inserts what arrived, is told the move
-    /// decided at the block before and plays; the policy takes the least slack of the
-    /// streams that played a frame.
+    /// and the receive slots do: each stream inserts what arrived and plays; the policy
+    /// takes the least slack of the streams that played a frame, and a move is told to
+    /// every buffer at once (it takes it at its next tick).
     func render(_ traces: [[Sent]], ticks: Int, aligned: Bool) -> Run {
         let jbs = traces.map { _ in JitterBuffer() }
         var next = traces.map { _ in 0 }
         var phase = RenderPhase()
         var run = Run(streams: traces.map { _ in Played() })
-        var now = 0.0, moved = 0.0
+        var now = 0.0
         for _ in 0..<ticks {
             var slack = Double.infinity, endSlack = Double.infinity
             var held = false, played = false
@@ -137,7 +137,7 @@ final class RenderPhaseTests: XCTestCase {
                     }
                     next[n] += 1
                 }
-                jb.moveClock(earlierByMs: moved)
+                let waited = jb.stats.waited
                 let playout = jb.next(atMs: now)
                 switch playout {
                 case .packet(let s):
@@ -153,14 +153,17 @@ final class RenderPhaseTests: XCTestCase {
                     slack = min(slack, jb.playedSlackTicks * 20)
                     endSlack = min(endSlack, jb.playedEndSlackTicks * 20)
                 }
-                held = held || (playout == .conceal && jb.talking)
+                held = held || (jb.stats.waited != waited && jb.talking)
                 played = played || jb.talking || (playout != .silence && playout != .comfortNoise)
             }
-            moved = 0
+            var moved = 0.0
             if aligned {
                 moved = phase.rendered(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil,
                                        held: held, quiet: !played)
-                if moved != 0 { run.moves.append(moved) }
+                if moved != 0 {
+                    run.moves.append(moved)
+                    for jb in jbs { jb.moveClock(earlierByMs: moved) }
+                }
             }
             run.leads.append(phase.leadMs)
             now += 20 - moved
@@ -281,4 +284,31 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(slacks[55] - slacks[40], 4, accuracy: 0.01, "4 ms later: 4 ms more")
         XCTAssertEqual(jb.stats.plcFrames, 0)
     }
+
+    /// A move later lengthens the period before the moved tick: a frame that arrives
+    /// in the extension (told before it is inserted, as the driver tells the slots) is
+    /// placed by that length, so nothing but the move shows in the slack.
+    func testAFrameInAPeriodAMoveLaterLengthenedKeepsItsLateness() {
+        // Frames arrive 18 ms into each period, ticks 14 ms in (each frame waits 16 ms
+        // for the tick after); 8 ms later from tick 31 on, so frame 31 (at 638 ms) comes
+        // before tick 31 (at 642 ms), 4 ms into the 8 ms the move added.
+        let jb = JitterBuffer()
+        var slacks: [Double] = []
+        var next = 0
+        for tick in 0..<60 {
+            if tick == 31 { jb.moveClock(earlierByMs: -8) }
+            let now = Double(tick) * 20 + 14 + (tick >= 31 ? 8 : 0)
+            while Double(next) * 20 + 18 <= now {
+                let tag: [UInt8] = [0, 0]
+                _ = tag.withUnsafeBytes { jb.insert(seq: UInt64(next), timestamp: UInt32(next * 960), flags: next == 0 ? .marker : [],
+                                                    payload: $0, arrivalMs: Double(next) * 20 + 18) }
+                next += 1
+            }
+            if case .packet(let s) = jb.next(atMs: now) { jb.release(s) }
+            slacks.append(jb.playedSlackTicks * 20)
+        }
+        XCTAssertEqual(slacks[50] - slacks[25], 8, accuracy: 0.01, "8 ms later: 8 ms more to spare, nothing else")
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+    }
+
 }
