@@ -911,10 +911,13 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * a block may come up to 10 ms early or late (20 ms either way while nobody talks),
  * seldom more often than every 60 ms, while the thread stays within 20 ms behind and
  * 40 ms ahead of a steady 20 ms schedule (it runs in real time over any longer span;
- * the audio itself has no gap or jump). The sink runs on an audio
- * thread: it must not block. Setting, replacing or clearing returns only after a
- * running call of the previous sink has returned. Returns VC_ERR_STATE from inside
- * any callback of the client (the sink cannot wait for itself). Callback-safe: no.
+ * the audio itself has no gap or jump). A host that plays the mix on an audio device
+ * of its own gains nothing from that (its queue just holds more): it should pull the
+ * mix from the device's callback (vc_read_mixed_pcm), so its device is the clock.
+ * The sink runs on an audio thread: it must not block. Setting, replacing or
+ * clearing returns only after a running call of the previous sink has returned.
+ * Returns VC_ERR_STATE from inside any callback of the client (the sink cannot wait
+ * for itself). Callback-safe: no.
  */
 int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
 
