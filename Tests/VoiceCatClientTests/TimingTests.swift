@@ -173,7 +173,11 @@ final class TimingTests: XCTestCase {
         }
         print("alex → sam: talkspurts played \(try sam.streamStats(ssrc: aSSRC).jitter.talkspurts) for \(spurts) fed")
         print("alex → sam: target 400 ms into each talkspurt: \(targets)")
-        if stalls == 0 { XCTAssertTrue(targets.dropFirst().allSatisfy { $0 <= 60 }, "a fed pause left the target raised: \(targets)") }
+        // Real-time quality too (the target follows the render thread's timing, which a
+        // ThreadSanitizer build slows and stalls): the normal build judges it.
+        if stalls == 0 && !Sanitizers.thread {
+            XCTAssertTrue(targets.dropFirst().allSatisfy { $0 <= 60 }, "a fed pause left the target raised: \(targets)")
+        }
 
         // One alignment per talkspurt: where the start and the end of each talkspurt
         // sit in sam's output (the sink's timeline) differ by less than a millisecond.
