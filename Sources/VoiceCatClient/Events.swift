@@ -13,7 +13,13 @@ final class EventQueue {
     private var head = 0
     private let capacity: Int
 
-    init(capacity: Int) { self.capacity = max(1, capacity) }
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+        // Room for the queue and the popped head it compacts past 256: pushes (on the
+        // network thread, in steady state too) never grow the array. A queue set larger
+        // than 4096 may still grow, once, past that.
+        items.reserveCapacity(min(self.capacity, 4096) + 258)
+    }
 
     func push(_ e: ClientEvent) {
         cond.withLock {
