@@ -40,9 +40,6 @@ public struct RenderPhase: Sendable {
     /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
     /// within (−periodMs, 2 periodMs).
     public private(set) var leadMs = 0.0
-    /// Moves made, and their sizes summed (ms), for statistics and tests.
-    public private(set) var moves = 0
-    public private(set) var movedMs = 0.0
 
     private var blocks = 0
     private var leastSlackMs = Double.infinity
@@ -88,8 +85,6 @@ public struct RenderPhase: Sendable {
 
     private mutating func record(_ ms: Double) -> Double {
         leadMs += ms
-        moves += 1
-        movedMs += abs(ms)
         return ms
     }
 

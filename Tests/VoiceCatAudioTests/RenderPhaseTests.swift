@@ -15,7 +15,6 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(p.rendered(slackMs: 13, endSlackMs: nil, held: false, quiet: false), 9 - p.marginMs, "the least slack of the window, less the margin")
         for _ in 0..<9 { XCTAssertEqual(p.rendered(slackMs: p.marginMs + 0.5, endSlackMs: nil, held: false, quiet: false), 0, "under a step: stays") }
         XCTAssertEqual(p.leadMs, 9 - p.marginMs)
-        XCTAssertEqual(p.moves, 1)
         // A large slack is taken a step at a time.
         for _ in 0..<2 { _ = p.rendered(slackMs: 30, endSlackMs: nil, held: false, quiet: false) }
         XCTAssertEqual(p.rendered(slackMs: 30, endSlackMs: nil, held: false, quiet: false), p.maxStepMs)
@@ -263,6 +262,18 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertLessThan(median(waitsB), 10, "the later talker's frames play soon after they arrive")
     }
 
+    /// Inserts frames `next`, `next + 1`, … of a continuous 20 ms stream (the first
+    /// with the marker) that arrived (at `arrivalMs(frame)`) by `nowMs`.
+    func insertArrived(_ jb: JitterBuffer, by nowMs: Double, next: inout Int, arrivalMs: (Int) -> Double) {
+        while arrivalMs(next) <= nowMs {
+            let tag: [UInt8] = [0, 0]
+            let f = next
+            _ = tag.withUnsafeBytes { jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: f == 0 ? .marker : [], payload: $0,
+                                                arrivalMs: arrivalMs(f)) }
+            next += 1
+        }
+    }
+
     /// The buffer's side: a move told (either way) is taken at its next tick and shows
     /// in what the played frame had to spare; arrivals keep their lateness.
     func testAMovedClockShowsInTheSlackAtTheNextTick() {
@@ -298,12 +309,7 @@ final class RenderPhaseTests: XCTestCase {
         for tick in 0..<60 {
             if tick == 31 { jb.moveClock(earlierByMs: -8) }
             let now = Double(tick) * 20 + 14 + (tick >= 31 ? 8 : 0)
-            while Double(next) * 20 + 18 <= now {
-                let tag: [UInt8] = [0, 0]
-                _ = tag.withUnsafeBytes { jb.insert(seq: UInt64(next), timestamp: UInt32(next * 960), flags: next == 0 ? .marker : [],
-                                                    payload: $0, arrivalMs: Double(next) * 20 + 18) }
-                next += 1
-            }
+            insertArrived(jb, by: now, next: &next) { Double($0) * 20 + 18 }
             if case .packet(let s) = jb.next(atMs: now) { jb.release(s) }
             slacks.append(jb.playedSlackTicks * 20)
         }
@@ -311,4 +317,36 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(jb.stats.plcFrames, 0)
     }
 
+    /// A renderer that stalls past what its pacer catches up on (PeriodPacer.wait skips
+    /// periods: `next = now`) ticks later from then on, and the pacer tells nobody. The
+    /// buffer absorbs that by itself: every arrival after the skip comes that much
+    /// earlier against the ticks, its baseline (the earliest recent lateness) follows at
+    /// once, and the histogram holds lateness against the baseline of its day, so the
+    /// target stays; the extra cushion is shed. Told as a move later, it does the same.
+    func testAStallThePacerSkippedLeavesTheTargetWhereItWas() {
+        func run(tell: Bool) -> (before: Double, after: Double, stats: JitterStats, slackMs: Double) {
+            let jb = JitterBuffer()
+            var next = 0
+            var before = 0.0
+            for tick in 0..<600 {
+                // Ticks 14 ms into each period; 30 ms later from tick 200 on.
+                let skip = tick >= 200 ? 30.0 : 0
+                if tick == 200 && tell { jb.moveClock(earlierByMs: -skip) }
+                let now = Double(tick) * 20 + 14 + skip
+                // Frames 2–6 ms into their period (a fixed pattern of jitter).
+                insertArrived(jb, by: now, next: &next) { Double($0) * 20 + 2 + Double($0 * 7 % 5) }
+                if case .packet(let s) = jb.next(atMs: now) { jb.release(s) }
+                if tick == 199 { before = jb.targetMs }
+            }
+            return (before, jb.targetMs, jb.stats, jb.playedSlackTicks * 20)
+        }
+        for tell in [false, true] {
+            let r = run(tell: tell)
+            print("stall skipped (told: \(tell)): target \(r.before) → \(r.after) ms, shed \(r.stats.skipped), slack \(r.slackMs) ms")
+            XCTAssertEqual(r.after, r.before, accuracy: 0.01, "the skip leaves the target where it was")
+            XCTAssertEqual(r.stats.plcFrames, 0)
+            XCTAssertEqual(r.stats.late, 0)
+            XCTAssertEqual(r.stats.skipped, 1, "30 ms more cushion: one frame shed")
+        }
+    }
 }
