@@ -898,15 +898,16 @@ int vc_set_external_playback(vc_client *c, int enabled);
 /**
  * Sets (fn non-NULL) or clears (NULL) the sink that receives the FINAL stereo mix,
  * 20 ms of audio per call in the output format (960 frames and channels = 2 unless
- * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz
- * the count varies by a frame from block to block, and at any rate but 48 kHz the
+ * vc_set_mixed_output_block_ms chose 10 ms blocks for sink mode, or
+ * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz,
+ * 100 Hz for 10 ms blocks, the count varies by a frame from block to block, and at any rate but 48 kHz the
  * first block after the format is set is short by the resampler's delay, about
  * 2 ms), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
  * blocks it plays (a tap); in pull mode it is not called. In sink mode nothing else
  * sets the clock, so the mixer thread moves its blocks towards the moment the
- * talkers' frames (of 20 ms; other frame sizes keep the phase where it is) have
+ * talkers' frames (as long as the block; other frame sizes keep the phase where it is) have
  * arrived with their jitter cushion, rather than up to 20 ms later at a fixed phase:
  * a block may come up to 10 ms early or late (20 ms either way while nobody talks),
  * seldom more often than every 60 ms, while the thread stays within 20 ms behind and
@@ -920,6 +921,26 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * for itself). Callback-safe: no.
  */
 int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
+
+/**
+ * The length of the blocks the mixer thread renders in sink mode: `ms` 20 (the
+ * default) or 10. With 10, every call of the mixed sink (and of the per-speaker sink
+ * and each recording's write, which that thread feeds too) carries 10 ms of audio
+ * (480 frames at 48 kHz), once per 10 ms, and everything vc_set_mixed_output_sink
+ * says of 20 ms holds for 10: blocks up to 5 ms early or late (10 ms either way while
+ * nobody talks), the thread within 10 ms behind and 20 ms ahead of a steady 10 ms
+ * schedule. It is for channels of 10 ms frames (vc_audio_config.frame_us 10000): a
+ * 20 ms block decides both of its frames at its start, so the second waits up to
+ * 10 ms longer than it must, and the block's phase cannot follow such frames; a
+ * 10 ms block plays each frame as soon as it has its cushion, like a 20 ms block does
+ * 20 ms frames. Frames longer than the block are played across blocks (the phase then
+ * stays where it is). The device, background and pull modes keep their blocks (20 ms;
+ * a pull renders what it is asked for). Takes effect now: a mixer thread that runs is
+ * restarted with it (its next block comes a block after the call). Returns
+ * VC_ERR_INVALID_ARG for any other `ms`, VC_ERR_STATE from inside a callback of the
+ * client. Callback-safe: no.
+ */
+int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
 
 /**
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
@@ -968,7 +989,8 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
 
 /**
  * Sets (fn non-NULL) or clears (NULL) the per-speaker sink: for every rendered block
- * (20 ms, or the size a pull renders), one call per remote stream with its ssrc,
+ * (20 ms, the block vc_set_mixed_output_block_ms chose in sink mode, or the size a
+ * pull renders), one call per remote stream with its ssrc,
  * user id, kind and its decoded PCM after this listener's noise reduction, before
  * gain, mute and mixing (a stream muted with vc_set_remote_stream still comes here),
  * in the output format. It runs on the thread that renders the mix (the device's

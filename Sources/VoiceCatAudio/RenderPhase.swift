@@ -30,10 +30,10 @@ public struct RenderPhase: Sendable {
     public var marginMs = 1.5
     /// Moves smaller than this are not worth the irregular block (ms).
     public var minStepMs = 1.0
-    /// The most one move takes (ms): more is taken at the next window.
-    public var maxStepMs = 10.0
+    /// The most one move takes (ms): more is taken at the next window. Half a period.
+    public var maxStepMs: Double
     /// The renderer's period (ms): a move of a whole period keeps the phase.
-    public var periodMs = 20.0
+    public var periodMs: Double
     /// Blocks that played a frame needed before a move.
     public var windowBlocks = 3
 
@@ -47,7 +47,10 @@ public struct RenderPhase: Sendable {
     /// A talking stream held its clock since the last quiet block: no move earlier.
     private var held = false
 
-    public init() {}
+    public init(periodMs: Double = 20) {
+        self.periodMs = periodMs
+        maxStepMs = periodMs / 2
+    }
 
     /// One block was rendered. `slackMs` / `endSlackMs`: the least slack among the
     /// frames it played, against the target and the talkspurt end's lateness / the

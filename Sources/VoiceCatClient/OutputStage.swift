@@ -86,6 +86,8 @@ final class OutputStage {
 
     /// The render block: 20 ms at 48 kHz (every render is at most this long).
     static let block = 960
+    /// The blocks (ms) the mixer thread may render in sink mode (vc_set_mixed_output_block_ms).
+    static let sinkBlockMs = [10, 20]
     /// The most frames a block gives in any output format (192 kHz, plus the
     /// resampler's rounding).
     static let maxOutFrames = FormatConverter.rates.upperBound * block / 48000 + 2
@@ -110,6 +112,8 @@ final class OutputStage {
     private var connected = false
     private var suspended = false
     private var playbackDevice: String
+    /// The mixer thread's block in sink mode (48 kHz frames).
+    private var sinkBlock = OutputStage.block
     private var driver: RenderDriver?
 
     /// Serializes renders (a driver's, or vc_read_mixed_pcm callers') and guards the
@@ -197,6 +201,15 @@ final class OutputStage {
     }
 
     var currentPlaybackDevice: String { reconcileLock.withLock { playbackDevice } }
+
+    /// vc_set_mixed_output_block_ms: the mixer thread renders blocks of `ms` (one of
+    /// sinkBlockMs) in sink mode from now on (a running one is restarted with it).
+    func setSinkBlock(ms: Int) throws {
+        guard OutputStage.sinkBlockMs.contains(ms) else {
+            throw ClientError.invalidArgument("the mixed output's block must be 10 or 20 ms (got \(ms))")
+        }
+        try change(\.sinkBlock, to: ms * 48)
+    }
 
     /// Sets or clears the mixed sink. Returns once a running call of the previous sink
     /// has returned (never call it from the render thread).
@@ -355,7 +368,8 @@ final class OutputStage {
         } else {
             want = .pull
         }
-        if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice { return nil }
+        let block = want == .sink ? sinkBlock : OutputStage.block
+        if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block { return nil }
         if driver == nil && want == .pull { return nil }
         // Stop what runs; the mix is the pull callers' until the next driver starts.
         if let d = driver {
@@ -376,7 +390,8 @@ final class OutputStage {
             }
         }
         setMode(want)
-        driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil)
+        driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil,
+                              blockFrames: block)
         return failure
     }
 
@@ -573,17 +588,20 @@ struct PlaybackDevice {
 final class RenderDriver {
     let mode: OutputStage.Mode
     let deviceName: String
+    /// Frames of each render (48 kHz): OutputStage.block, or the sink's block.
+    let blockFrames: Int
     private let stop = StopFlag()
     private let wakeup = Condition()
     private var thread: SystemThread?
 
-    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: PlaybackDevice?, startsDown: Bool) {
+    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: PlaybackDevice?, startsDown: Bool, blockFrames: Int) {
         self.mode = mode
         self.deviceName = deviceName
+        self.blockFrames = blockFrames
         let stop = self.stop, wakeup = self.wakeup
         thread = SystemThread(name: mode == .device ? "vc-playback" : "vc-mixer") { [unowned stage] in
             RenderDriver.run(stage: stage, mode: mode, deviceName: deviceName, first: device, startsDown: startsDown,
-                             stop: stop, wakeup: wakeup)
+                             frames: blockFrames, stop: stop, wakeup: wakeup)
         }
     }
 
@@ -594,10 +612,9 @@ final class RenderDriver {
     }
 
     private static func run(stage: OutputStage, mode: OutputStage.Mode, deviceName: String, first: PlaybackDevice?, startsDown: Bool,
-                            stop: StopFlag, wakeup: Condition) {
+                            frames: Int, stop: StopFlag, wakeup: Condition) {
         if let owner = stage.owner { ThreadIdentity.mark(owner: owner, role: ThreadRole.render.rawValue) }
         defer { ThreadIdentity.clear() }
-        let frames = OutputStage.block
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
         buf.initialize(repeating: 0, count: frames * 2)
         let out = UnsafeMutablePointer<Int16>.allocate(capacity: OutputStage.maxOutFrames * 2)
@@ -609,7 +626,7 @@ final class RenderDriver {
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
         var pacer = PeriodPacer(periodFrames: frames)
         // Only the sink driver picks its own phase: a device's clock is the device's.
-        var phase = RenderPhase()
+        var phase = RenderPhase(periodMs: Double(frames) / 48)
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()

@@ -181,11 +181,11 @@ final class RemoteSlot {
         if fifoCount == 0 && frameSamples == frames {
             // One codec frame is the block (20 ms frames): mixed from where it was
             // decoded, not copied through the FIFO.
-            decodeNext(nowMs: nowMs)
+            decodeNext(nowMs: nowMs, block: frames)
             mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
         } else {
             while fifoCount < frames {
-                decodeNext(nowMs: nowMs)
+                decodeNext(nowMs: nowMs, block: frames)
                 pushFIFO(decoded, frames: frameSamples)
             }
             // Up to two contiguous pieces of the ring.
@@ -209,8 +209,9 @@ final class RemoteSlot {
         }
     }
 
-    /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied).
-    private func decodeNext(nowMs: Double) {
+    /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied)
+    /// for a render of `block` frames.
+    private func decodeNext(nowMs: Double, block: Int) {
         let n = frameSamples
         let waitedBefore = jitter.stats.waited
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
@@ -219,7 +220,7 @@ final class RemoteSlot {
         // the buffer's slack does not say what a move would cost them, so they hold the
         // phase where it is (no slack to give, nothing asked for).
         let slack = jitter.playedSlackTicks
-        if !slack.isNaN && n != OutputStage.block {
+        if !slack.isNaN && n != block {
             blockSlackMs = min(blockSlackMs, 0)
         } else if !slack.isNaN {
             blockSlackMs = min(blockSlackMs, slack * Double(n) / 48)

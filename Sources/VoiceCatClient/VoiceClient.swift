@@ -768,6 +768,12 @@ public final class VoiceClient {
         output.setSink(fn.map(SinkBox.init))
     }
 
+    /// vc_set_mixed_output_block_ms: the block the mixer thread renders in sink mode.
+    public func setMixedOutputBlock(ms: Int) throws {
+        try refuseInCallback("vc_set_mixed_output_block_ms")
+        try failing { try output.setSinkBlock(ms: ms) }
+    }
+
     /// vc_set_remote_stream_sink: each remote stream's decoded blocks (after the
     /// listener's NR, before gain, mute and mixing) in the output format.
     public func setSpeakerSink(_ fn: ((SpeakerBlock) -> Void)?) throws {

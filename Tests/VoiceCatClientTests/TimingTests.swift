@@ -6,6 +6,7 @@ import Foundation
 import VoiceCatAudio
 @testable import VoiceCatClient
 import VoiceCatProtocol
+import VoiceCatServerCore
 import VoiceCatSimulation
 import VoiceCatSystem
 import VoiceCatTestSupport
@@ -207,15 +208,30 @@ final class TimingTests: XCTestCase {
                                  "talkspurts changed their alignment: \(spread) (those with a late wake: \(spurtFedLate))")
     }
 
-    /// A host feeding 5 s of speech in one call is heard whole, at real time.
     /// Sink mode: the mixer thread moves its ticks to the talkers' frames (RenderPhase)
-    /// and keeps its promise to the host: never more than 40 ms ahead of a steady 20 ms
+    /// and keeps its promise to the host: never more than two blocks ahead of a steady
     /// schedule, whatever the talkers' phases do, and nothing concealed for it. Two
     /// talkers take turns, each talkspurt fed at another phase (7 ms further on).
     func testTheSinksTicksFollowTheTalkersAndStayInRealTime() throws {
-        let alex = try client("alex", channel: "Lobby")
-        let bob = try client("bob", channel: "Lobby")
-        let sam = try client("sam", channel: "Lobby")
+        try sinkTicksFollowTheTalkers(channel: "Lobby", blockMs: 20)
+    }
+
+    /// The same on a channel of 10 ms frames with 10 ms sink blocks
+    /// (vc_set_mixed_output_block_ms): every call carries 10 ms, the ticks follow the
+    /// 10 ms frames, and the thread stays within two blocks (20 ms) ahead.
+    func testTenMillisecondBlocksFollowTenMillisecondFrames() throws {
+        server.stop()
+        var ten = AudioConfig.speech
+        ten.frameMicros = 10_000
+        server = try TestServer { $0.channels = [ChannelConfig(name: "Lobby10", audio: ten)] }
+        try sinkTicksFollowTheTalkers(channel: "Lobby10", blockMs: 10)
+    }
+
+    func sinkTicksFollowTheTalkers(channel: String, blockMs: Int) throws {
+        let alex = try client("alex", channel: channel)
+        let bob = try client("bob", channel: channel)
+        let sam = try client("sam", channel: channel)
+        try sam.setMixedOutputBlock(ms: blockMs)
         alex.setInputMode(.continuous)
         bob.setInputMode(.continuous)
         let aSid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
@@ -223,20 +239,23 @@ final class TimingTests: XCTestCase {
         let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: aSid)), bSSRC = try XCTUnwrap(bob.ssrc(ofStream: bSid))
         try sam.waitForRemote(ssrc: aSSRC)
         try sam.waitForRemote(ssrc: bSSRC)
-        // Each sink call's time, from the mixer thread (preallocated; read after the sink is cleared).
-        let capacity = 1000
+        // Each sink call's time and frames, from the mixer thread (preallocated; read
+        // after the sink is cleared).
+        let capacity = 2000
         let times = UnsafeMutablePointer<UInt64>.allocate(capacity: capacity)
         defer { times.deallocate() }
+        let sizes = UnsafeMutablePointer<Int>.allocate(capacity: capacity)
+        defer { sizes.deallocate() }
         let count = UnsafeMutablePointer<Int>.allocate(capacity: 1)
         defer { count.deallocate() }
         count.pointee = 0
-        nonisolated(unsafe) let t = times, n = count
-        try sam.setSink { _, _ in
-            if n.pointee < capacity { t[n.pointee] = MonotonicClock.nanoseconds(); n.pointee += 1 }
+        nonisolated(unsafe) let t = times, z = sizes, n = count
+        try sam.setSink { _, frames in
+            if n.pointee < capacity { t[n.pointee] = MonotonicClock.nanoseconds(); z[n.pointee] = frames; n.pointee += 1 }
         }
         let probe = StallProbe()
         probe.start()
-        usleep(400_000)     // 20 blocks before anyone talks: the schedule's base
+        usleep(400_000)     // 20 periods or more before anyone talks: the schedule's base
         let speech = Signal.glidingVoice(seconds: 0.6, amplitude: 0.3)
         let spurts = 8
         for spurt in 0..<spurts {
@@ -254,15 +273,17 @@ final class TimingTests: XCTestCase {
         let stalls = probe.stop().count
         try sam.setSink(nil)
         let calls = count.pointee
-        XCTAssertGreaterThan(calls, 300, "the sink was called every 20 ms")
-        // d_k = call k − k × 20 ms: constant for a steady schedule, lower by the lead.
+        let blockNs = Int64(blockMs) * 1_000_000
+        XCTAssertGreaterThan(calls, 300 * 20 / blockMs, "the sink was called every \(blockMs) ms")
+        XCTAssertEqual(Set((0..<calls).map { sizes[$0] }), [blockMs * 48], "every call carries one block")
+        // d_k = call k − k blocks: constant for a steady schedule, lower by the lead.
         // Wake-up delays and stalls only raise it, so the base is the least of the
         // first quiet blocks (nothing moves before anyone talks).
-        let d = (0..<calls).map { Double(Int64(times[$0]) - Int64($0) * 20_000_000) / 1e6 }
+        let d = (0..<calls).map { Double(Int64(times[$0]) - Int64($0) * blockNs) / 1e6 }
         let base = d[5..<20].min()!
         let lead = d.map { base - $0 }
-        print("sink schedule: \(calls) calls, largest lead \(lead.max()!) ms, stalls seen \(stalls)")
-        XCTAssertLessThanOrEqual(lead.max()!, 42, "the sink ran more than 40 ms ahead of its 20 ms schedule")
+        print("sink schedule (\(blockMs) ms blocks): \(calls) calls, largest lead \(lead.max()!) ms, stalls seen \(stalls)")
+        XCTAssertLessThanOrEqual(lead.max()!, Double(2 * blockMs + 2), "the sink ran more than two blocks ahead of its schedule")
         for ssrc in [aSSRC, bSSRC] {
             let st = try sam.streamStats(ssrc: ssrc)
             print("ssrc \(ssrc): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
@@ -275,6 +296,7 @@ final class TimingTests: XCTestCase {
         }
     }
 
+    /// A host feeding 5 s of speech in one call is heard whole, at real time.
     func testFiveSecondsFedInOneCallAreHeardWholeAtRealTime() throws {
         let alex = try client("alex", channel: "Lobby")
         let sam = try client("sam", channel: "Lobby")

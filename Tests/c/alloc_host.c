@@ -6,6 +6,8 @@
  *
  *   alloc_host PORT MODE SECONDS [resample]
  *     MODE: sink   - external playback, a mixed-output sink (the client's mixer thread)
+ *           sink10 - the same with 10 ms sink blocks (vc_set_mixed_output_block_ms): each
+ *                    20 ms frame is played across two blocks
  *           pull   - external playback, a host thread calls vc_read_mixed_pcm every 20 ms
  *           device - playback on a file-backed ALSA PCM, with a sink tapping it
  *     resample: conversion everywhere: the talker's stream runs at 44.1 kHz and is fed
@@ -131,9 +133,12 @@ static void on_speaker(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_ki
     atomic_fetch_add(&speaker_blocks, 1);
 }
 
+static atomic_long sink_frames;
+
 static void on_sink(void *user, const int16_t *pcm, uint32_t frames, uint32_t channels) {
-    (void)user; (void)pcm; (void)frames; (void)channels;
+    (void)user; (void)pcm; (void)channels;
     atomic_fetch_add(&sink_calls, 1);
+    atomic_fetch_add(&sink_frames, (long)frames);
 }
 
 #define CHECK(cond, ...) do { if (cond) passed++; else { failed++; fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); } } while (0)
@@ -159,7 +164,7 @@ static vc_client *connect_client(int port, const char *name, int external, const
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) { fprintf(stderr, "usage: alloc_host PORT sink|pull|device SECONDS [resample]\n"); return 2; }
+    if (argc < 4) { fprintf(stderr, "usage: alloc_host PORT sink|sink10|pull|device SECONDS [resample]\n"); return 2; }
     int port = atoi(argv[1]);
     const char *mode = argv[2];
     int seconds = atoi(argv[3]);
@@ -191,7 +196,13 @@ int main(int argc, char **argv) {
     pthread_t feed_thread, pull_thread;
     pthread_create(&feed_thread, NULL, feeder, NULL);
     if (strcmp(mode, "pull") == 0) pthread_create(&pull_thread, NULL, puller, NULL);
-    else vc_set_mixed_output_sink(listener, on_sink, NULL);
+    else {
+        if (strcmp(mode, "sink10") == 0 && vc_set_mixed_output_block_ms(listener, 10) != VC_OK) {
+            fprintf(stderr, "10 ms sink blocks refused\n");
+            return 2;
+        }
+        vc_set_mixed_output_sink(listener, on_sink, NULL);
+    }
 
     sleep(2);  /* warm-up: connections, first talkspurt, buffers sized */
     /* ... and the stream's loss protection settled: on this clean path the listener's
@@ -203,12 +214,13 @@ int main(int argc, char **argv) {
         usleep(100 * 1000);
     }
     sleep(1);
-    long calls0 = atomic_load(&sink_calls) + atomic_load(&pulls), feeds0 = atomic_load(&feeds);
+    long calls0 = atomic_load(&sink_calls) + atomic_load(&pulls), feeds0 = atomic_load(&feeds), frames0 = atomic_load(&sink_frames);
     atomic_store(&counting, 1);
     sleep((unsigned)seconds);
     atomic_store(&counting, 0);
     long n = atomic_load(&allocations);
     long calls = atomic_load(&sink_calls) + atomic_load(&pulls) - calls0, fed = atomic_load(&feeds) - feeds0;
+    long sunk = atomic_load(&sink_frames) - frames0;
 
     atomic_store(&running, 0);
     pthread_join(feed_thread, NULL);
@@ -240,6 +252,9 @@ int main(int argc, char **argv) {
     CHECK(n == 0, "%s mode: %ld allocations in steady state", mode, n);
     CHECK(fed >= seconds * 50 / 2, "%s mode: only %ld frames fed", mode, fed);
     CHECK(calls >= seconds * 50 / 2, "%s mode: only %ld blocks rendered", mode, calls);
+    if (strcmp(mode, "sink10") == 0)   /* 10 ms blocks: 480 frames each (48 kHz), twice as many calls */
+        CHECK(calls >= seconds * 100 / 2 && sunk % 480 == 0 && labs(sunk - calls * 480) <= 480,   /* a call may fall between the reads */
+              "sink10 mode: %ld calls of %ld frames in all", calls, sunk);
     CHECK(have_stats && st.packets_received >= (unsigned long long)seconds * 50 / 2, "%s mode: the listener received too little", mode);
     if (resample) CHECK(speakers >= seconds * 50 / 2, "%s mode: only %ld per-speaker blocks", mode, speakers);
 

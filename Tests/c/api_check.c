@@ -64,6 +64,7 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_get_connection_stats(c, &cs), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_external_playback(c, 1), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_mixed_output_sink(c, NULL, NULL), VC_ERR_INVALID_ARG);
+        EXPECT(vc_set_mixed_output_block_ms(c, 10), VC_ERR_INVALID_ARG);
         EXPECT(vc_read_mixed_pcm(c, pcm, 960), VC_ERR_INVALID_ARG);
         EXPECT(vc_poll_event(c, &ev, 0), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_event_callback(c, NULL, NULL), VC_ERR_INVALID_ARG);
@@ -382,7 +383,7 @@ static void null_args_on_a_live_client(int port) {
 /* ---- the audio edge: formats, levels, per-speaker sink, recordings, devices ---- */
 
 static vc_client *edge_listener;
-static atomic_int speaker_calls, speaker_done, inside_read, inside_set, inside_join, inside_stats, inside_format;
+static atomic_int speaker_calls, speaker_done, inside_read, inside_set, inside_join, inside_stats, inside_format, inside_block;
 
 static void edge_speaker_sink(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind, const int16_t *pcm,
                               uint32_t frames, uint32_t channels) {
@@ -396,6 +397,7 @@ static void edge_speaker_sink(void *user, uint32_t ssrc, uint32_t user_id, vc_st
     atomic_store(&inside_set, vc_set_remote_stream_sink(edge_listener, NULL, NULL));
     atomic_store(&inside_join, vc_join_channel(edge_listener, "Lobby"));
     atomic_store(&inside_format, vc_set_output_format(edge_listener, 8000, 1));
+    atomic_store(&inside_block, vc_set_mixed_output_block_ms(edge_listener, 10));
     atomic_store(&inside_stats, vc_get_stream_stats(edge_listener, ssrc, &st));
     atomic_store(&speaker_done, 1);   /* every result above is stored */
 }
@@ -462,6 +464,14 @@ static void audio_edge(int port) {
     EXPECT(vc_read_mixed_pcm_f32(c, fout, 320), VC_OK);
     EXPECT(vc_read_mixed_pcm_f32(c, fout, 0), VC_OK);
 
+    /* The mixed sink's block: 10 or 20 ms, nothing else. */
+    EXPECT(vc_set_mixed_output_block_ms(c, 0), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_mixed_output_block_ms(c, 5), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_mixed_output_block_ms(c, 40), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_mixed_output_block_ms(c, 0xFFFFFFFFu), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_mixed_output_block_ms(c, 10), VC_OK);
+    EXPECT(vc_set_mixed_output_block_ms(c, 20), VC_OK);
+
     /* Remote levels: the listener's entry has them (floor while nothing renders). */
     vc_remote_stream_info info[4];
     size_t count = 0;
@@ -476,6 +486,7 @@ static void audio_edge(int port) {
     EXPECT(atomic_load(&inside_set), VC_ERR_STATE);
     EXPECT(atomic_load(&inside_join), VC_ERR_STATE);
     EXPECT(atomic_load(&inside_format), VC_ERR_STATE);
+    EXPECT(atomic_load(&inside_block), VC_ERR_STATE);
     EXPECT(atomic_load(&inside_stats), VC_OK);
     EXPECT(vc_set_remote_stream_sink(c, NULL, NULL), VC_OK);
     EXPECT(vc_set_remote_stream_sink(c, NULL, NULL), VC_OK);

@@ -345,6 +345,39 @@ def test_devices_switch_mid_session_and_bad_ones_are_refused(server):
                 fed.set_capture_device("null")
 
 
+def test_ten_ms_sink_blocks_carry_the_talkers_audio_480_frames_at_a_time(server):
+    """set_sink_block_ms(10): every sink call has 10 ms (480 frames at 48 kHz) and the
+    audio is the talker's; other values are refused; 20 goes back."""
+    frames_seen = []
+    chunks = []
+
+    def sink(pcm, frames):
+        frames_seen.append(frames)
+        chunks.append(pcm)
+
+    with joined(server, "block-talker") as talker, joined(server, "block-listener") as listener:
+        with pytest.raises(voicecat.InvalidArgument):
+            listener.set_sink_block_ms(15)
+        with pytest.raises(ValueError):
+            listener.set_sink_block_ms(-10)
+        listener.set_sink_block_ms(10)
+        listener.set_sink(sink)
+        talker.set_input_mode(InputMode.CONTINUOUS)
+        signal = tone(440, 1.0)
+        with talker.start_stream(StreamKind.MIC) as mic:
+            pace([signal[i:i + 960] for i in range(0, len(signal), 960)], mic.feed)
+            mic.drain(timeout=2)
+            time.sleep(0.3)
+        listener.set_sink(None)
+        listener.set_sink_block_ms(20)
+    assert frames_seen and set(frames_seen) == {480}, f"block sizes seen: {sorted(set(frames_seen))}"
+    left = array.array("h", b"".join(chunks))[0::2]
+    # The loudest 0.8 s of what was sunk is the 0.3 tone (RMS 0.212 of full scale).
+    window = 48000 * 8 // 10
+    loudest = max(rms(left[i:i + window]) for i in range(0, max(1, len(left) - window), 4800))
+    assert loudest > 0.18 * 32767, f"the tone was not heard whole: RMS {loudest / 32767:.3f} of full scale"
+
+
 def test_bad_arguments_raise_the_documented_exceptions(server, tmp_path):
     with joined(server, "edge-bad") as client:
         for rate in (7999, 192001):

@@ -768,7 +768,8 @@ class Client:
         """Sets (or clears, with None) the sink of the final mix, in the output format
         (48 kHz stereo unless :meth:`set_output_format` says otherwise).
 
-        ``fn(pcm, frames)`` is called once per 20 ms of audio on an audio thread of the
+        ``fn(pcm, frames)`` is called once per 20 ms of audio (or per 10 ms: see
+        :meth:`set_sink_block_ms`) on an audio thread of the
         library (see ``vc_set_mixed_output_sink``): ``pcm`` is ``bytes`` of
         ``frames`` * channels int16 samples, or with ``numpy=True`` a read-only numpy
         view of shape (frames, channels) valid only during the call (copy what you
@@ -796,6 +797,16 @@ class Client:
         cfunc = _lib.SINK_FN(trampoline)
         self._call("vc_set_mixed_output_sink", cfunc, None)
         self._core.sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
+
+    def set_sink_block_ms(self, ms: int) -> None:
+        """The length of the blocks the sink gets: 20 ms (the default) or 10 ms
+        (``vc_set_mixed_output_block_ms``). 10 ms is for channels of 10 ms frames: each
+        block is then played as soon as its frame has arrived, not both frames of a
+        20 ms block at its start. It applies to the sinks this client's own thread
+        feeds (the mix sink, and the per-speaker sink and recordings beside it); a
+        playback device and :meth:`read_mix` keep theirs. InvalidArgument for any
+        other value, StateError from a callback."""
+        self._call("vc_set_mixed_output_block_ms", _uint(ms, "ms"))
 
     def set_output_format(self, sample_rate: int = SAMPLE_RATE, channels: int = 2) -> None:
         """The format of every PCM this client hands out from now on: the mix sink,

@@ -248,6 +248,8 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_read_mixed_pcm", ctypes.c_int, [_P, c_int16_p, ctypes.c_uint32]),
     # int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
     ("vc_read_mixed_pcm_f32", ctypes.c_int, [_P, c_float_p, ctypes.c_uint32]),
+    # int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
+    ("vc_set_mixed_output_block_ms", ctypes.c_int, [_P, ctypes.c_uint32]),
     # int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
     ("vc_set_output_format", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_uint32]),
     # int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *user);
