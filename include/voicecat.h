@@ -936,7 +936,7 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * 20 ms frames. Frames longer than the block are played across blocks (the phase then
  * stays where it is). The device, background and pull modes keep their blocks (20 ms;
  * a pull renders what it is asked for). Takes effect now: a mixer thread that runs is
- * restarted with it (its next block comes a block after the call). Returns
+ * restarted with it (its schedule starts again from the call). Returns
  * VC_ERR_INVALID_ARG for any other `ms`, VC_ERR_STATE from inside a callback of the
  * client. Callback-safe: no.
  */

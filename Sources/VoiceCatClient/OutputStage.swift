@@ -208,7 +208,12 @@ final class OutputStage {
         guard OutputStage.sinkBlockMs.contains(ms) else {
             throw ClientError.invalidArgument("the mixed output's block must be 10 or 20 ms (got \(ms))")
         }
-        try change(\.sinkBlock, to: ms * 48)
+        // No device is opened for it: the sink driver is restarted, or nothing runs
+        // that renders for the sink now.
+        reconcileLock.withLock {
+            sinkBlock = ms * 48
+            _ = reconcile(openNow: false)
+        }
     }
 
     /// Sets or clears the mixed sink. Returns once a running call of the previous sink
