@@ -4,7 +4,8 @@
 // (continuous input mode) in real time: one channel frame per frame period at
 // absolute times, a quiet speech-like background with loud tone bursts that start
 // exactly on a frame boundary. A listener with a mixed-output sink (its vc-mixer
-// thread renders a 20 ms block every 20 ms) timestamps each block as the sink gets
+// thread renders a block each block length: 20 ms, or 10 ms on the channel of 10 ms frames,
+// vc_set_mixed_output_block_ms) timestamps each block as the sink gets
 // it and finds the bursts' onsets in it.
 //
 // A frame fed at time t was captured over [t - frame, t], so a burst starting on
@@ -16,7 +17,7 @@
 //
 // The phase between the feeder's frames and the mixer's ticks decides up to a
 // render period of the result and stays fixed while a stream talks without a
-// pause, so every figure is taken at 8 phases spread evenly over the 20 ms tick:
+// pause, so every figure is taken at 8 phases spread evenly over the tick:
 //   continuous   at each phase a new stream (a fresh jitter buffer) talks 1.2 s
 //                without a pause; bursts at 0.5 s and 0.9 s
 //   talkspurts   one stream talks 0.8 s, pauses 0.3 s, and so on, each talkspurt
@@ -108,7 +109,11 @@ func runLatency(_ args: Arguments) throws {
     guard let audio = feeder.currentChannelAudio else { fail("no channel settings") }
     let fs = audio.frameSamples
     let frameNs = UInt64(audio.frameMicros) * 1000
-    let renderNs: UInt64 = 20_000_000
+    // The sink's blocks as long as the frames where they can be (10 ms: what a host on
+    // a channel of 10 ms frames asks for with vc_set_mixed_output_block_ms), else 20 ms.
+    let blockMs = audio.frameMicros == 10_000 ? 10 : 20
+    try listener.setMixedOutputBlock(ms: blockMs)
+    let renderNs = UInt64(blockMs) * 1_000_000
     let lookahead = encoderLookahead(audio)
     let lookaheadNs = UInt64(lookahead) * 1_000_000_000 / 48000
     func frames(ms: Int) -> Int { ms * 1000 / Int(audio.frameMicros) }
@@ -227,6 +232,7 @@ func runLatency(_ args: Arguments) throws {
     report("spurts_concealed_in_pauses", Double(pauseConcealed))
     report("spurts_late", Double(stats?.jitter.late ?? 0))
     report("frame_ms", Double(audio.frameMicros) / 1000)
+    report("block_ms", Double(blockMs))
     report("lookahead_ms", Double(lookahead) / 48)
     report("floor_ms", Double(audio.frameMicros) / 1000 + Double(lookahead) / 48)
     feeder.shutdown()

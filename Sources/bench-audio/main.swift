@@ -127,10 +127,10 @@ and 64 streams, 4 otherwise); the µs columns are the medians.
 - idle: a connected, joined client, nothing sent or played: process CPU per second over 4 s.
 - latency: a feeder and a listener client through the server; onsets (tone bursts on frame boundaries) fed in real \
 time and found in the sink's blocks; latency = sink block time + onset offset in the block − capture time of the \
-onset; floor = frame + the encoder's lookahead (OPUS_GET_LOOKAHEAD); 2 onsets at each of 8 phases of the 20 ms render \
-tick. Continuous: a new stream at each phase talks 1.2 s without a pause; talkspurts: one stream, 0.8 s talkspurts \
+onset; floor = frame + the encoder's lookahead (OPUS_GET_LOOKAHEAD); 2 onsets at each of 8 phases of the render \
+tick. The sink's blocks are as long as the frames (vc_set_mixed_output_block_ms 10 on the 10 ms channel). Continuous: a new stream at each phase talks 1.2 s without a pause; talkspurts: one stream, 0.8 s talkspurts \
 with 0.3 s pauses, each at the next phase (its first talkspurt not counted). The render tick alone adds 0–20 ms \
-(10 ms on average over the phases).
+(10 ms on average over the phases; 0–10 ms with 10 ms blocks).
 - allocations: malloc/calloc/realloc/memalign calls in the whole process (VoiceCatAllocCounter interposes malloc) over \
 the steady-state windows above, per frame sent or received.
 """
@@ -243,7 +243,7 @@ func runAll(_ args: Arguments) {
             for (key, label) in [("continuous", "continuous talk"), ("spurts", "talkspurts")] {
                 let med = c.result("\(key)_median_ms"), p95 = c.result("\(key)_p95_ms")
                 let complete = c.result("\(key)_matched") == c.result("\(key)_expected")
-                rows.append(Row(what: "feed → sink latency − floor, \(ms) ms frames, \(label): median (p95)",
+                rows.append(Row(what: "feed → sink latency − floor, \(ms) ms frames (\(ms) ms sink blocks), \(label): median (p95)",
                                 engine: "\(fmt(med, 1)) (\(fmt(p95, 1))) ms", baseline: "floor \(fmt(c.result("floor_ms"), 1)) ms",
                                 ratio: "", goal: "median ≤ 12 ms", result: verdict(med <= 12 && complete)))
             }
