@@ -880,7 +880,7 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *    back; meanwhile the taps still get their blocks every 20 ms. A device that
  *    offers no 48 kHz is played at its rate through a resampler.
  *  - sink: external playback 1 and a mixed sink set: a mixer thread of the client
- *    renders every 20 ms and calls the sinks (at a phase that follows the talkers'
+ *    renders every 20 ms (or 10: vc_set_mixed_output_block_ms) and calls the sinks (at a phase that follows the talkers'
  *    frames: see vc_set_mixed_output_sink).
  *  - background: otherwise, when a per-speaker sink is set or a recording runs
  *    (vc_set_remote_stream_sink, vc_start_recording): a thread of the client
@@ -910,7 +910,7 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * talkers' frames (as long as the block; other frame sizes keep the phase where it is) have
  * arrived with their jitter cushion, rather than up to 20 ms later at a fixed phase:
  * a block may come up to 10 ms early or late (20 ms either way while nobody talks),
- * seldom more often than every 60 ms, while the thread stays within 20 ms behind and
+ * seldom more often than every 3 blocks (60 ms), while the thread stays within 20 ms behind and
  * 40 ms ahead of a steady 20 ms schedule (it runs in real time over any longer span;
  * the audio itself has no gap or jump). A host that plays the mix on an audio device
  * of its own gains nothing from that (its queue just holds more): it should pull the
@@ -928,15 +928,18 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * and each recording's write, which that thread feeds too) carries 10 ms of audio
  * (480 frames at 48 kHz), once per 10 ms, and everything vc_set_mixed_output_sink
  * says of 20 ms holds for 10: blocks up to 5 ms early or late (10 ms either way while
- * nobody talks), the thread within 10 ms behind and 20 ms ahead of a steady 10 ms
- * schedule. It is for channels of 10 ms frames (vc_audio_config.frame_us 10000): a
+ * nobody talks), seldom more often than every 30 ms, the thread within 10 ms behind
+ * and 20 ms ahead of a steady 10 ms schedule. It is for channels of 10 ms frames (vc_audio_config.frame_us 10000): a
  * 20 ms block decides both of its frames at its start, so the second waits up to
  * 10 ms longer than it must, and the block's phase cannot follow such frames; a
  * 10 ms block plays each frame as soon as it has its cushion, like a 20 ms block does
  * 20 ms frames. Frames longer than the block are played across blocks (the phase then
  * stays where it is). The device, background and pull modes keep their blocks (20 ms;
- * a pull renders what it is asked for). Takes effect now: a mixer thread that runs is
- * restarted with it (its schedule starts again from the call). Returns
+ * a pull renders what it is asked for). Takes effect now: a mixer thread that runs
+ * with another block is restarted with it and keeps its schedule (the next block
+ * comes when the previous one's successor was due). Best set before the sink (or
+ * while nobody talks): a stream that talks through a change from 10 to 20 ms may
+ * be heard up to 10 ms later until its next pause. Returns
  * VC_ERR_INVALID_ARG for any other `ms`, VC_ERR_STATE from inside a callback of the
  * client. Callback-safe: no.
  */

@@ -23,6 +23,7 @@ for mode in sink pull device; do
     "$ex/alloc_host" "$port" "$mode" "${ALLOC_RESAMPLE_SECONDS:-5}" resample
 done
 "$ex/alloc_host" "$port" sink10 "${ALLOC_RESAMPLE_SECONDS:-5}"
+"$ex/alloc_host" "$port" sink10 "${ALLOC_RESAMPLE_SECONDS:-5}" resample
 
 # The two examples through the server: a 1.5 s tone spoken by one, recorded by the other.
 sox -n -r 48000 -c 1 -b 16 "$work/tone.wav" synth 1.5 sine 440 vol 0.3

@@ -12,7 +12,7 @@
 //               playback device (resampled when the device does not run at 48 kHz);
 //               a device that fails is reopened on a backoff.
 //   sink        otherwise, external && a mixed sink is set: a driver thread renders
-//               every 20 ms and hands the block to the sinks and recordings; no
+//               a block every 20 ms (or 10: vc_set_mixed_output_block_ms) and hands the block to the sinks and recordings; no
 //               clock but its own decides, so its ticks follow the talkers' frames
 //               (RenderPhase: the phase moves, the rate stays real time).
 //   background  otherwise, a per-speaker sink is set or a recording runs: a driver
@@ -122,6 +122,9 @@ final class OutputStage {
     /// When the mix was last rendered (ms, monotonic): talk state follows playout
     /// while someone renders.
     let lastRenderMs = Atomic<UInt64>(0)
+    /// When the running driver's next block is due (monotonic ns; 0: unknown, a
+    /// device's clock decides), so a driver that replaces it keeps its schedule.
+    fileprivate let driverNextDueNs = Atomic<UInt64>(0)
     // The renderer's state (renderLock).
     private var format = OutputFormat()
     private var mixConverter: FormatConverter
@@ -203,10 +206,11 @@ final class OutputStage {
     var currentPlaybackDevice: String { reconcileLock.withLock { playbackDevice } }
 
     /// vc_set_mixed_output_block_ms: the mixer thread renders blocks of `ms` (one of
-    /// sinkBlockMs) in sink mode from now on (a running one is restarted with it).
+    /// sinkBlockMs) in sink mode from now on (a running one with another block is
+    /// restarted with it, on its schedule).
     func setSinkBlock(ms: Int) throws {
         guard OutputStage.sinkBlockMs.contains(ms) else {
-            throw ClientError.invalidArgument("the mixed output's block must be 10 or 20 ms (got \(ms))")
+            throw ClientError.invalidArgument("the mixed output's block must be 10 or 20 ms (got \(ms) ms)")
         }
         // No device is opened for it: the sink driver is restarted, or nothing runs
         // that renders for the sink now.
@@ -490,7 +494,7 @@ final class OutputStage {
         if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
             return nil
         }
-        let played = renderBlock(into: buf, frames: frames)
+        let played = renderBlock(into: buf, frames: frames, fixedBlock: true)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
         return (n, format.channels, played)
@@ -500,7 +504,7 @@ final class OutputStage {
     /// speaker's block to the per-speaker sink and its recording (renderLock held).
     /// Returns what the block played, for the driver's phase.
     @discardableResult
-    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int) -> PlayedBlock {
+    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, fixedBlock: Bool = false) -> PlayedBlock {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
         // What arrived up to now is played by this render (the clock is read first: a
@@ -508,7 +512,7 @@ final class OutputStage {
         receive.readForRender()
         let tapping = speakerSink.isSet || recorders.recordsSpeakers
         bus.clear(frames: frames)
-        let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping)
+        let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, fixedBlock: fixedBlock)
         bus.render(into: out, frames: frames)
         // The echo canceller's far-end reference: what is being played.
         if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
@@ -630,6 +634,16 @@ final class RenderDriver {
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
         var pacer = PeriodPacer(periodFrames: frames)
+        // A driver that replaces another (a new block length, another mode) takes over
+        // its schedule: its first block comes when the other's next one was due, so
+        // the jitter buffers' ticks do not jump earlier (a jump nobody is told of makes
+        // every arrival after it look late).
+        let due = stage.driverNextDueNs.exchange(0, ordering: .acquiringAndReleasing)
+        let startNs = MonotonicClock.nanoseconds()
+        if due > startNs && due - startNs <= 20_000_000 {
+            pacer.resume(at: due)
+            pacer.wait()
+        }
         // Only the sink driver picks its own phase: a device's clock is the device's.
         var phase = RenderPhase(periodMs: Double(frames) / 48)
         while !stop.isSet {
@@ -682,7 +696,12 @@ final class RenderDriver {
                     }
                 }
             }
-            if device?.device.pacesItself != true { pacer.wait() }
+            if device?.device.pacesItself != true {
+                stage.driverNextDueNs.store(pacer.nextDueNs, ordering: .releasing)
+                pacer.wait()
+            } else {
+                stage.driverNextDueNs.store(0, ordering: .releasing)
+            }
         }
         device?.device.close()
     }

@@ -160,7 +160,7 @@ final class ReceiveSet {
     /// (nil: none), whether a talking stream held its clock for a late frame, and
     /// whether nothing played.
     @discardableResult
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false) -> PlayedBlock {
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false, fixedBlock: Bool = false) -> PlayedBlock {
         var slack = Double.infinity, endSlack = Double.infinity
         var held = false
         var played = false
@@ -170,7 +170,7 @@ final class ReceiveSet {
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
             if s.active {
-                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap)
+                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap, fixedBlock: fixedBlock)
                 slack = min(slack, s.blockSlackMs)
                 endSlack = min(endSlack, s.blockEndSlackMs)
                 held = held || s.blockHeld

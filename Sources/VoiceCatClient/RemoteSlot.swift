@@ -23,6 +23,8 @@ final class RemoteSlot {
     private let fifo: UnsafeMutablePointer<Int16>      // stereo ring
     private var fifoRead = 0
     private var fifoCount = 0
+    /// The last frame decoded was silence (nothing to play): what the FIFO holds of it is.
+    private var lastDecodeSilent = true
 
     // Identity (written by the network thread under `lock`).
     var active = false
@@ -131,7 +133,7 @@ final class RemoteSlot {
         overflowsSeen = 0
         reportHold = 0
         decoder.reset()
-        fifoRead = 0; fifoCount = 0
+        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
         talking = false
@@ -165,10 +167,22 @@ final class RemoteSlot {
     /// Decodes until `frames` are buffered, then adds them (scaled) to the bus.
     /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
     /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
-    /// the render lock). Leaves blockSlackMs, blockEndSlackMs, blockHeld and blockPlayed
-    /// set. Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false) {
+    /// the render lock). `fixedBlock`: a driver renders blocks of one length (a pull
+    /// renders what the host asks for). Leaves blockSlackMs, blockEndSlackMs, blockHeld
+    /// and blockPlayed set. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false, fixedBlock: Bool = false) {
         drainInbox()
+        // Decoded audio left past a whole number of blocks (the block length changed,
+        // or a host's pulls of other sizes came before the driver) would delay this
+        // stream by that much for as long as it lives. Once it is silence (the last
+        // frame decoded was, and nothing older is left) it is dropped: nothing is heard
+        // missing, and the stream plays at the block's start again. (Frames and blocks
+        // divide one another: every frame length is 2.5–60 ms, every block 10 or 20.)
+        if fixedBlock && lastDecodeSilent && fifoCount <= frameSamples && fifoCount % frames != 0 {
+            let stray = fifoCount % frames
+            fifoRead = (fifoRead + stray) % RemoteSlot.fifoCapacity
+            fifoCount -= stray
+        }
         blockSlackMs = .infinity
         blockEndSlackMs = .infinity
         blockHeld = false
@@ -179,7 +193,7 @@ final class RemoteSlot {
         var sum: Int64 = 0
         var peak: Int32 = 0
         if fifoCount == 0 && frameSamples == frames {
-            // One codec frame is the block (20 ms frames): mixed from where it was
+            // One codec frame is the block: mixed from where it was
             // decoded, not copied through the FIFO.
             decodeNext(nowMs: nowMs, block: frames)
             mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
@@ -215,6 +229,7 @@ final class RemoteSlot {
         let n = frameSamples
         let waitedBefore = jitter.stats.waited
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+        lastDecodeSilent = playout == .silence
         // Frames shorter than the block are all decided at the block's start, and
         // longer ones span blocks (a move of the block's phase is a fraction of theirs):
         // the buffer's slack does not say what a move would cost them, so they hold the

@@ -247,6 +247,13 @@ public struct PeriodPacer {
         next += periodNs
     }
 
+    /// When the next period is due (monotonic ns).
+    public var nextDueNs: UInt64 { next }
+
+    /// The next period is due at `ns` (and the others a period apart after it): a
+    /// consumer that takes over another's schedule.
+    public mutating func resume(at ns: UInt64) { next = ns }
+
     /// The next period (and all after it) comes `ns` earlier (negative: later).
     public mutating func move(earlierByNs ns: Int64) {
         next = ns >= 0 ? (next > UInt64(ns) ? next - UInt64(ns) : 0) : next + ns.magnitude

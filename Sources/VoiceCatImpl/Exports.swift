@@ -701,11 +701,7 @@ public func vc_set_mixed_output_sink(_ p: OpaquePointer?, _ fn: vc_pcm_sink_fn?,
 
 @_cdecl("vc_set_mixed_output_block_ms")
 public func vc_set_mixed_output_block_ms(_ p: OpaquePointer?, _ ms: UInt32) -> Int32 {
-    withClient(p) { b in
-        guard ms == 10 || ms == 20 else { throw invalid("vc_set_mixed_output_block_ms: ms must be 10 or 20 (got \(ms))") }
-        try b.client.setMixedOutputBlock(ms: Int(ms))
-        return VC_OK
-    }
+    withClient(p) { b in try b.client.setMixedOutputBlock(ms: Int(clamping: ms)); return VC_OK }
 }
 
 @_cdecl("vc_set_remote_stream_sink")

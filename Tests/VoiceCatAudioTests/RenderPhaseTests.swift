@@ -20,6 +20,22 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(p.rendered(slackMs: 30, endSlackMs: nil, held: false, quiet: false), p.maxStepMs)
     }
 
+    /// A 10 ms renderer (10 ms sink blocks): half its period at most per move, within
+    /// a period behind and two ahead, a period given back while nothing plays.
+    func testATenMillisecondRendererScalesItsBounds() {
+        var p = RenderPhase(periodMs: 10)
+        XCTAssertEqual(p.maxStepMs, 5)
+        var lead: [Double] = []
+        for _ in 0..<30 {
+            _ = p.rendered(slackMs: 30, endSlackMs: nil, held: false, quiet: false)
+            lead.append(p.leadMs)
+        }
+        XCTAssertEqual(lead.max()!, 15, accuracy: 1e-9, "5 ms at a time, then no move that would reach 20 ms ahead")
+        XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: false, quiet: true), -10, "a period given back")
+        for _ in 0..<30 { _ = p.rendered(slackMs: 2, endSlackMs: -30, held: false, quiet: false) }
+        XCTAssertGreaterThan(p.leadMs, -10, "never a period behind")
+    }
+
     func testAConcealedFrameStopsMovesEarlierUntilNothingPlays() {
         var p = RenderPhase()
         _ = p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false)
