@@ -396,6 +396,12 @@ def test_bad_arguments_raise_the_documented_exceptions(server, tmp_path):
             client.read_mix(10, dtype="int8")
         with pytest.raises(TypeError, match="callable"):
             client.set_speaker_sink(42)
+        with pytest.raises(TypeError, match="callable"):
+            client.set_sink("not a function")
+        with pytest.raises(TypeError, match="callable"):
+            client.set_event_handler(3)
+        with pytest.raises(TypeError, match="callable"):
+            voicecat.set_log_handler("print")
         with pytest.raises(ValueError):
             client.start_recording("")
         with pytest.raises(voicecat.InvalidArgument, match="no-such-dir"):

@@ -63,6 +63,13 @@ class FailureBox:
 global_failures = FailureBox()
 
 
+def require_callable(fn: object, what: str) -> None:
+    """TypeError now for a callback that cannot be called (not at its first call, on a
+    library thread, far from the mistake)."""
+    if not callable(fn):
+        raise TypeError(f"{what}: fn must be callable or None, not {type(fn).__name__}")
+
+
 class Guarded:
     """Calls ``fn`` from a library thread; the first exception disables it (see module doc)."""
 
@@ -121,6 +128,8 @@ def set_log_handler(fn: Optional[Callable[[LogLevel, str], None]]) -> None:
     on any client or of any module function.
     """
     global _log_handler, _log_cfunc
+    if fn is not None:
+        require_callable(fn, "set_log_handler")
     lib = _lib.get()
     handler = Guarded("log handler", fn if fn is not None else route_to_logging, global_failures)
     cfunc = _make_log_cfunc(handler)

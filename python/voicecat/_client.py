@@ -13,7 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 from . import _lib, _pcm
-from ._callbacks import FailureBox, Guarded, global_failures, in_callback
+from ._callbacks import FailureBox, Guarded, global_failures, in_callback, require_callable
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
@@ -775,12 +775,13 @@ class Client:
         view of shape (frames, channels) valid only during the call (copy what you
         keep). At rates that are not a multiple of 50 Hz ``frames`` varies by one from
         block to block. It must not block. Returns once a running call of the previous
-        sink has returned.
+        sink has returned. TypeError when ``fn`` is not callable.
         """
         if fn is None:
             self._call("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
             self._core.sink_cfunc = None
             return
+        require_callable(fn, "set_sink")
         if numpy:
             _pcm.require_numpy("set_sink(numpy=True)")
         def deliver(pointer: Any, frames: int, channels: int) -> None:
@@ -885,8 +886,7 @@ class Client:
             self._call("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(), None)
             self._core.speaker_sink_cfunc = None
             return
-        if not callable(fn):
-            raise TypeError(f"set_speaker_sink: fn must be callable or None, not {type(fn).__name__}")
+        require_callable(fn, "set_speaker_sink")
         if numpy:
             _pcm.require_numpy("set_speaker_sink(numpy=True)")
 
@@ -942,10 +942,13 @@ class Client:
     def set_event_handler(self, fn: Optional[EventHandler]) -> None:
         """Calls ``fn(event)`` for every event, on the client's network thread, in order
         (None clears). It must not block (media waits meanwhile), and only callback-safe
-        calls may be made from it. Events are also queued for :meth:`poll_event` either way."""
+        calls may be made from it. Events are also queued for :meth:`poll_event` either way.
+        TypeError when ``fn`` is not callable."""
         _raise_pending(self._core)
         if self.closed:
             raise StateError(ErrorCode.STATE, "the client is closed")
+        if fn is not None:
+            require_callable(fn, "set_event_handler")
         self._core.event_handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
         _update_event_callback(self._core)
 
