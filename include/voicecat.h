@@ -32,7 +32,8 @@
  *    only functions marked "callback-safe: yes" may be called; the others return
  *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
  *    returns only after a call of it that is running has returned (so `user` may
- *    be freed right after), except when done from inside that very callback.
+ *    be freed right after). From inside that very callback, vc_set_event_callback
+ *    returns at once; the sink setters return VC_ERR_STATE there.
  *  - Ownership. The library never keeps pointers the caller passes in, except the
  *    callback function pointers and their `user` pointers, which must stay valid
  *    until replaced or the client is destroyed. Strings it returns are static or
@@ -889,7 +890,7 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *  - pull: every other case (external playback 1 without a sink; or external 0
  *    while not connected or suspended): nothing renders by itself and
  *    vc_read_mixed_pcm() renders on the caller's thread.
- * 1 here: no playback device is opened. 0 while connected opens the device now and
+ * `enabled` nonzero (1) here: no playback device is opened. 0 while connected opens the device now and
  * returns VC_ERR_DEVICE with the device's reason if it cannot (the previous mode
  * stays). Callback-safe: no.
  */
@@ -909,13 +910,19 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * sets the clock, so the mixer thread moves its blocks towards the moment the
  * talkers' frames (as long as the block; other frame sizes keep the phase where it is) have
  * arrived with their jitter cushion, rather than up to 20 ms later at a fixed phase:
- * a block may come up to 10 ms early or late (20 ms either way while nobody talks),
+ * a block may come up to 10 ms early or late (20 ms either way in a block in which
+ * no stream plays a frame, as between talkspurts: VC_EVENT_TALK_STOP comes a
+ * hangover later),
  * seldom more often than every 3 blocks (60 ms), while the thread stays within 20 ms behind and
  * 40 ms ahead of a steady 20 ms schedule (it runs in real time over any longer span;
  * the audio itself has no gap or jump). A host that plays the mix on an audio device
  * of its own gains nothing from that (its queue just holds more): it should pull the
  * mix from the device's callback (vc_read_mixed_pcm), so its device is the clock.
- * The sink runs on an audio thread: it must not block. Setting, replacing or
+ * The sink runs on an audio thread: it must not block. A sink that blocks for longer
+ * than two blocks delays the thread past what it catches up on (two blocks back to
+ * back): the rest is skipped, and every stream then holds that much more audio,
+ * which its jitter buffer sheds as late frames (a 200 ms stall loses about 160 ms of
+ * each talking stream), so that the mix stays in real time. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
  * Returns VC_ERR_STATE from inside any callback of the client (the sink cannot wait
  * for itself). Callback-safe: no.
@@ -949,7 +956,8 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * Pull mode, for hosts that own an audio callback: decodes and mixes exactly
  * `frames` frames of the output format now into `out` (frames × channels int16;
  * 48 kHz stereo unless vc_set_output_format says otherwise). Silence when nothing
- * plays. Call it at the rate the audio is consumed: each call advances the playout
+ * plays; `frames` 0 renders nothing, and any count is served (a large one renders
+ * block after block on the calling thread). Call it at the rate the audio is consumed: each call advances the playout
  * clock of every remote stream by what it rendered (at another output rate, the
  * frames a conversion gave beyond `frames` are kept for the next call, so over
  * time the clock follows what was pulled). A per-speaker sink set on the client is
