@@ -943,8 +943,9 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * 20 ms frames. Frames longer than the block are played across blocks (the phase then
  * stays where it is). The device, background and pull modes keep their blocks (20 ms;
  * a pull renders what it is asked for). Takes effect now: a mixer thread that runs
- * with another block is restarted with it and keeps its schedule (the next block
- * comes when the previous one's successor was due). Best set before the sink (or
+ * with another block is restarted with it and keeps its schedule and phase (the
+ * next block comes when the previous one's successor was due; a 20 ms block after
+ * 10 ms ones, when the second 10 ms block it covers would have). Best set before the sink (or
  * while nobody talks): a stream that talks through a change from 10 to 20 ms may
  * be heard up to 10 ms later until its next pause. Returns
  * VC_ERR_INVALID_ARG for any other `ms`, VC_ERR_STATE from inside a callback of the

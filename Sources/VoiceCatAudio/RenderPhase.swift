@@ -47,9 +47,12 @@ public struct RenderPhase: Sendable {
     /// A talking stream held its clock since the last quiet block: no move earlier.
     private var held = false
 
-    public init(periodMs: Double = 20) {
+    /// `leadMs`: where a renderer that takes over another's schedule starts (the
+    /// other's lead), so the bounds hold over both.
+    public init(periodMs: Double = 20, leadMs: Double = 0) {
         self.periodMs = periodMs
         maxStepMs = periodMs / 2
+        self.leadMs = leadMs.isFinite ? leadMs : 0
     }
 
     /// One block was rendered. `slackMs` / `endSlackMs`: the least slack among the

@@ -125,6 +125,11 @@ final class OutputStage {
     /// When the running driver's next block is due (monotonic ns; 0: unknown, a
     /// device's clock decides), so a driver that replaces it keeps its schedule.
     fileprivate let driverNextDueNs = Atomic<UInt64>(0)
+    /// ...and how far ahead of its schedule that driver's ticks were (RenderPhase's
+    /// lead, as the bits of a Double).
+    fileprivate let driverLeadBits = Atomic<UInt64>(0)
+    /// ...and the frames of its blocks.
+    fileprivate let driverBlockFrames = Atomic<Int>(0)
     // The renderer's state (renderLock).
     private var format = OutputFormat()
     private var mixConverter: FormatConverter
@@ -638,14 +643,24 @@ final class RenderDriver {
         // its schedule: its first block comes when the other's next one was due, so
         // the jitter buffers' ticks do not jump earlier (a jump nobody is told of makes
         // every arrival after it look late).
+        // Its phase starts from the other's lead, so it stays within the bounds the
+        // header promises across the change. A longer block than the other's comes
+        // that much later: it is decided when the last of the shorter blocks it covers
+        // would have been (a 20 ms block after 10 ms ones holds a frame that a slot
+        // would otherwise decode 10 ms before its tick, and miss).
         let due = stage.driverNextDueNs.exchange(0, ordering: .acquiringAndReleasing)
         let startNs = MonotonicClock.nanoseconds()
-        if due > startNs && due - startNs <= 20_000_000 {
-            pacer.resume(at: due)
+        var leadMs = 0.0
+        // (The other stops when it wakes for its next block, so that is often just past.)
+        if due != 0 && due + 20_000_000 >= startNs && due <= startNs + 20_000_000 {
+            let before = stage.driverBlockFrames.load(ordering: .acquiring)
+            let longerNs = before > 0 && frames > before ? UInt64(frames - before) * 1_000_000_000 / 48000 : 0
+            pacer.resume(at: due + longerNs)
             pacer.wait()
+            leadMs = Double(bitPattern: stage.driverLeadBits.load(ordering: .acquiring)) - Double(longerNs) / 1e6
         }
         // Only the sink driver picks its own phase: a device's clock is the device's.
-        var phase = RenderPhase(periodMs: Double(frames) / 48)
+        var phase = RenderPhase(periodMs: Double(frames) / 48, leadMs: mode == .sink ? leadMs : 0)
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -697,6 +712,8 @@ final class RenderDriver {
                 }
             }
             if device?.device.pacesItself != true {
+                stage.driverLeadBits.store(phase.leadMs.bitPattern, ordering: .relaxed)
+                stage.driverBlockFrames.store(frames, ordering: .relaxed)
                 stage.driverNextDueNs.store(pacer.nextDueNs, ordering: .releasing)
                 pacer.wait()
             } else {

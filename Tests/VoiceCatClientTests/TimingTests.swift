@@ -227,7 +227,18 @@ final class TimingTests: XCTestCase {
         try sinkTicksFollowTheTalkers(channel: "Lobby10", blockMs: 10)
     }
 
-    func sinkTicksFollowTheTalkers(channel: String, blockMs: Int) throws {
+    /// The block changes between 20 and 10 ms in the middle of talkspurts
+    /// (vc_set_mixed_output_block_ms while the mixer thread runs): each new thread
+    /// takes over the old one's schedule (no block comes early for it), nothing is
+    /// concealed for it, and the half frame a 10 ms block leaves of a 20 ms frame is
+    /// gone once the talker pauses.
+    func testTheBlockChangesWhileTalkersTalk() throws {
+        try sinkTicksFollowTheTalkers(channel: "Lobby", blockMs: 20, switchBlocks: true)
+    }
+
+    /// `switchBlocks`: the block alternates between `blockMs` and 10 ms, changed 15
+    /// frames into each talkspurt.
+    func sinkTicksFollowTheTalkers(channel: String, blockMs: Int, switchBlocks: Bool = false) throws {
         let alex = try client("alex", channel: channel)
         let bob = try client("bob", channel: channel)
         let sam = try client("sam", channel: channel)
@@ -263,6 +274,12 @@ final class TimingTests: XCTestCase {
             usleep(UInt32(7_000 * spurt % 20_000))
             let start = MonotonicClock.nanoseconds()
             for b in 0..<30 {
+                if switchBlocks && b == 15 {
+                    // From a thread of its own: the change waits for the mixer thread,
+                    // and the feeder must keep real time.
+                    let ms = spurt % 2 == 0 ? 10 : blockMs
+                    Thread.detachNewThread { do { try sam.setMixedOutputBlock(ms: ms) } catch { XCTFail("\(error)") } }
+                }
                 try feed(c, sid, speech[(b * 960)..<(b * 960 + 960)])
                 let due = start + UInt64(b + 1) * 20_000_000
                 let now = MonotonicClock.nanoseconds()
@@ -273,13 +290,17 @@ final class TimingTests: XCTestCase {
         let stalls = probe.stop().count
         try sam.setSink(nil)
         let calls = count.pointee
-        let blockNs = Int64(blockMs) * 1_000_000
         XCTAssertGreaterThan(calls, 300 * 20 / blockMs, "the sink was called every \(blockMs) ms")
-        XCTAssertEqual(Set((0..<calls).map { sizes[$0] }), [blockMs * 48], "every call carries one block")
-        // d_k = call k − k blocks: constant for a steady schedule, lower by the lead.
-        // Wake-up delays and stalls only raise it, so the base is the least of the
-        // first quiet blocks (nothing moves before anyone talks).
-        let d = (0..<calls).map { Double(Int64(times[$0]) - Int64($0) * blockNs) / 1e6 }
+        XCTAssertEqual(Set((0..<calls).map { sizes[$0] }), switchBlocks ? [480, blockMs * 48] : [blockMs * 48],
+                       "every call carries one block")
+        // d_k = call k − the audio of the calls before it: constant for a steady
+        // schedule, lower by the lead. Wake-up delays and stalls only raise it, so the
+        // base is the least of the first quiet blocks (nothing moves before anyone talks).
+        var audioNs: Int64 = 0
+        let d = (0..<calls).map { k -> Double in
+            defer { audioNs += Int64(sizes[k]) * 1_000_000 / 48 }
+            return Double(Int64(times[k]) - audioNs) / 1e6
+        }
         let base = d[5..<20].min()!
         let lead = d.map { base - $0 }
         print("sink schedule (\(blockMs) ms blocks): \(calls) calls, largest lead \(lead.max()!) ms, stalls seen \(stalls)")
@@ -293,6 +314,11 @@ final class TimingTests: XCTestCase {
         }
         if !Sanitizers.thread && stalls == 0 {
             XCTAssertGreaterThan(lead.max()!, 3, "the ticks never moved towards the talkers' frames")
+        }
+        if switchBlocks {
+            // After the last pause nothing is left of a frame: a stream's buffer and
+            // FIFO are empty (a half frame left would read 10 ms).
+            for ssrc in [aSSRC, bSSRC] { XCTAssertEqual(try sam.streamStats(ssrc: ssrc).currentDepthMs, 0, "ssrc \(ssrc)") }
         }
     }
 
