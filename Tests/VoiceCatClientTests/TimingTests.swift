@@ -303,7 +303,7 @@ final class TimingTests: XCTestCase {
         }
         let base = d[5..<20].min()!
         let lead = d.map { base - $0 }
-        print("sink schedule (\(blockMs) ms blocks): \(calls) calls, largest lead \(lead.max()!) ms, stalls seen \(stalls)")
+        print("sink schedule (\(blockMs) ms blocks): \(calls) calls, largest lead \(lead.max()!) ms, least \(lead.min()!) ms, stalls seen \(stalls)")
         XCTAssertLessThanOrEqual(lead.max()!, Double(2 * blockMs + 2), "the sink ran more than two blocks ahead of its schedule")
         for ssrc in [aSSRC, bSSRC] {
             let st = try sam.streamStats(ssrc: ssrc)
@@ -313,7 +313,9 @@ final class TimingTests: XCTestCase {
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls + 2, "frames concealed on a clean path")
         }
         if !Sanitizers.thread && stalls == 0 {
-            XCTAssertGreaterThan(lead.max()!, 3, "the ticks never moved towards the talkers' frames")
+            // Either way: with 10 ms blocks the talkers' phases are never more than 5 ms
+            // off, and as many moves go later as earlier.
+            XCTAssertGreaterThan(lead.max()! - lead.min()!, 3, "the ticks never moved towards the talkers' frames")
         }
         if switchBlocks {
             // After the last pause nothing is left of a frame: a stream's buffer and
