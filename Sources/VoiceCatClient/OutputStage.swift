@@ -122,14 +122,6 @@ final class OutputStage {
     /// When the mix was last rendered (ms, monotonic): talk state follows playout
     /// while someone renders.
     let lastRenderMs = Atomic<UInt64>(0)
-    /// When the running driver's next block is due (monotonic ns; 0: unknown, a
-    /// device's clock decides), so a driver that replaces it keeps its schedule.
-    fileprivate let driverNextDueNs = Atomic<UInt64>(0)
-    /// ...and how far ahead of its schedule that driver's ticks were (RenderPhase's
-    /// lead, as the bits of a Double).
-    fileprivate let driverLeadBits = Atomic<UInt64>(0)
-    /// ...and the frames of its blocks.
-    fileprivate let driverBlockFrames = Atomic<Int>(0)
     // The renderer's state (renderLock).
     private var format = OutputFormat()
     private var mixConverter: FormatConverter
@@ -385,9 +377,11 @@ final class OutputStage {
         let block = want == .sink ? sinkBlock : OutputStage.block
         if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block { return nil }
         if driver == nil && want == .pull { return nil }
-        // Stop what runs; the mix is the pull callers' until the next driver starts.
+        // Stop what runs; the mix is the pull callers' until the next driver starts,
+        // which takes over its schedule.
+        var previous: RenderDriver.Schedule? = nil
         if let d = driver {
-            d.stopAndJoin()
+            previous = d.stopAndJoin()
             driver = nil
             setMode(.pull)
         }
@@ -405,7 +399,7 @@ final class OutputStage {
         }
         setMode(want)
         driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil,
-                              blockFrames: block)
+                              blockFrames: block, after: previous)
         return failure
     }
 
@@ -607,26 +601,42 @@ final class RenderDriver {
     private let stop = StopFlag()
     private let wakeup = Condition()
     private var thread: SystemThread?
+    /// Where a stopped driver's schedule was, for the driver that replaces it: written
+    /// by the driver's thread as it ends, read after it was joined.
+    final class Schedule: @unchecked Sendable {
+        /// When the block it did not render was due (monotonic ns; 0: a device's clock).
+        var nextDueNs: UInt64 = 0
+        /// Its RenderPhase lead (ms), and its blocks (frames).
+        var leadMs = 0.0
+        var blockFrames = 0
+    }
+    private let schedule = Schedule()
 
-    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: PlaybackDevice?, startsDown: Bool, blockFrames: Int) {
+    /// `after`: the schedule of the driver this one replaces (nil: none just stopped).
+    init(mode: OutputStage.Mode, stage: OutputStage, deviceName: String, device: PlaybackDevice?, startsDown: Bool, blockFrames: Int,
+         after previous: Schedule?) {
         self.mode = mode
         self.deviceName = deviceName
         self.blockFrames = blockFrames
-        let stop = self.stop, wakeup = self.wakeup
+        schedule.blockFrames = blockFrames
+        let stop = self.stop, wakeup = self.wakeup, schedule = self.schedule
         thread = SystemThread(name: mode == .device ? "vc-playback" : "vc-mixer") { [unowned stage] in
             RenderDriver.run(stage: stage, mode: mode, deviceName: deviceName, first: device, startsDown: startsDown,
-                             frames: blockFrames, stop: stop, wakeup: wakeup)
+                             frames: blockFrames, previous: previous, schedule: schedule, stop: stop, wakeup: wakeup)
         }
     }
 
-    func stopAndJoin() {
+    /// Stops the thread; returns where its schedule was.
+    @discardableResult
+    func stopAndJoin() -> Schedule {
         wakeup.withLock { stop.set(); wakeup.broadcast() }
         thread?.join()
         thread = nil
+        return schedule
     }
 
     private static func run(stage: OutputStage, mode: OutputStage.Mode, deviceName: String, first: PlaybackDevice?, startsDown: Bool,
-                            frames: Int, stop: StopFlag, wakeup: Condition) {
+                            frames: Int, previous: Schedule?, schedule: Schedule, stop: StopFlag, wakeup: Condition) {
         if let owner = stage.owner { ThreadIdentity.mark(owner: owner, role: ThreadRole.render.rawValue) }
         defer { ThreadIdentity.clear() }
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
@@ -648,19 +658,24 @@ final class RenderDriver {
         // that much later: it is decided when the last of the shorter blocks it covers
         // would have been (a 20 ms block after 10 ms ones holds a frame that a slot
         // would otherwise decode 10 ms before its tick, and miss).
-        let due = stage.driverNextDueNs.exchange(0, ordering: .acquiringAndReleasing)
+        let due = previous?.nextDueNs ?? 0
         let startNs = MonotonicClock.nanoseconds()
         var leadMs = 0.0
         // (The other stops when it wakes for its next block, so that is often just past.)
-        if due != 0 && due + 20_000_000 >= startNs && due <= startNs + 20_000_000 {
-            let before = stage.driverBlockFrames.load(ordering: .acquiring)
-            let longerNs = before > 0 && frames > before ? UInt64(frames - before) * 1_000_000_000 / 48000 : 0
+        if let p = previous, due != 0 && due + 20_000_000 >= startNs && due <= startNs + 20_000_000 {
+            let longerNs = frames > p.blockFrames ? UInt64(frames - p.blockFrames) * 1_000_000_000 / 48000 : 0
             pacer.resume(at: due + longerNs)
             pacer.wait()
-            leadMs = Double(bitPattern: stage.driverLeadBits.load(ordering: .acquiring)) - Double(longerNs) / 1e6
+            leadMs = p.leadMs - Double(longerNs) / 1e6
         }
         // Only the sink driver picks its own phase: a device's clock is the device's.
         var phase = RenderPhase(periodMs: Double(frames) / 48, leadMs: mode == .sink ? leadMs : 0)
+        // What the driver that replaces this one takes over (read after the join).
+        var nextDueNs: UInt64 = 0
+        defer {
+            schedule.nextDueNs = nextDueNs
+            schedule.leadMs = phase.leadMs
+        }
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -712,12 +727,10 @@ final class RenderDriver {
                 }
             }
             if device?.device.pacesItself != true {
-                stage.driverLeadBits.store(phase.leadMs.bitPattern, ordering: .relaxed)
-                stage.driverBlockFrames.store(frames, ordering: .relaxed)
-                stage.driverNextDueNs.store(pacer.nextDueNs, ordering: .releasing)
+                nextDueNs = pacer.nextDueNs
                 pacer.wait()
             } else {
-                stage.driverNextDueNs.store(0, ordering: .releasing)
+                nextDueNs = 0
             }
         }
         device?.device.close()

@@ -806,7 +806,8 @@ class Client:
         20 ms block at its start. It applies to the sinks this client's own thread
         feeds (the mix sink, and the per-speaker sink and recordings beside it); a
         playback device and :meth:`read_mix` keep theirs. InvalidArgument for any
-        other value, StateError from a callback."""
+        other value (ValueError below 0, TypeError for a non-integer), StateError from a
+        callback."""
         self._call("vc_set_mixed_output_block_ms", _uint(ms, "ms"))
 
     def set_output_format(self, sample_rate: int = SAMPLE_RATE, channels: int = 2) -> None:
