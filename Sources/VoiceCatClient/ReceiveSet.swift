@@ -21,6 +21,10 @@ final class ReceiveSet {
     let boundsLock = Lock()
     var defaultBounds = JitterBounds.none
 
+    /// One decoded codec frame, stereo: every slot decodes into it in turn while the
+    /// renderer renders (RemoteSlot.render; the output stage's render lock).
+    private let decodeScratch = RemoteSlot.allocateScratch()
+
     init(capacity: Int) throws {
         var s: [RemoteSlot] = []
         do { for _ in 0..<capacity { s.append(try RemoteSlot()) } } catch {
@@ -28,6 +32,8 @@ final class ReceiveSet {
         }
         slots = s
     }
+
+    deinit { decodeScratch.deallocate() }
 
     // MARK: network thread
 
@@ -170,7 +176,7 @@ final class ReceiveSet {
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
             if s.active {
-                s.render(into: bus, frames: frames, nowMs: nowMs, tap: tap, fixedBlock: fixedBlock)
+                s.render(into: bus, frames: frames, nowMs: nowMs, scratch: decodeScratch, tap: tap, fixedBlock: fixedBlock)
                 slack = min(slack, s.blockSlackMs)
                 endSlack = min(endSlack, s.blockEndSlackMs)
                 held = held || s.blockHeld

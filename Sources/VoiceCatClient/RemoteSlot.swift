@@ -19,12 +19,13 @@ final class RemoteSlot {
     let decoder: OpusDecoderBox
     let dred = DREDRecovery()
     var dredWanted = false
-    private let decoded: UnsafeMutablePointer<Int16>   // one frame, stereo
     private let fifo: UnsafeMutablePointer<Int16>      // stereo ring
     private var fifoRead = 0
     private var fifoCount = 0
     /// The last frame decoded was silence (nothing to play): what the FIFO holds of it is.
     private var lastDecodeSilent = true
+    /// A mono stream's decoder may still give L ≠ R (it concealed since it last gave L = R).
+    private var channelsApart = false
 
     // Identity (written by the network thread under `lock`).
     var active = false
@@ -102,15 +103,21 @@ final class RemoteSlot {
     init() throws {
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
-        decoded = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
-        decoded.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
         fifo = .allocate(capacity: RemoteSlot.fifoCapacity * 2)
         fifo.initialize(repeating: 0, count: RemoteSlot.fifoCapacity * 2)
         tap = .allocate(capacity: RemoteSlot.tapCapacity * 2)
         tap.initialize(repeating: 0, count: RemoteSlot.tapCapacity * 2)
     }
 
-    deinit { decoded.deallocate(); fifo.deallocate(); tap.deallocate() }
+    deinit { fifo.deallocate(); tap.deallocate() }
+
+    /// A buffer of one codec frame (maxFrameSamples, stereo) for `render(scratch:)`;
+    /// the caller deallocates it.
+    static func allocateScratch() -> UnsafeMutablePointer<Int16> {
+        let p = UnsafeMutablePointer<Int16>.allocate(capacity: maxFrameSamples * 2)
+        p.initialize(repeating: 0, count: maxFrameSamples * 2)
+        return p
+    }
 
     /// Prepares the slot for a new stream (network thread, lock held by caller).
     func configure(_ r: RemoteStream, username: String) {
@@ -133,7 +140,7 @@ final class RemoteSlot {
         overflowsSeen = 0
         reportHold = 0
         decoder.reset()
-        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true
+        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true; channelsApart = false
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
         talking = false
@@ -168,9 +175,12 @@ final class RemoteSlot {
     /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
     /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
     /// the render lock). `fixedBlock`: a driver renders blocks of one length (a pull
-    /// renders what the host asks for). Leaves blockSlackMs, blockEndSlackMs, blockHeld
-    /// and blockPlayed set. Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, tap tapWanted: Bool = false, fixedBlock: Bool = false) {
+    /// renders what the host asks for). `scratch`: the renderer's buffer of one codec
+    /// frame (maxFrameSamples stereo), which every slot decodes into in turn: it stays
+    /// in cache, where a buffer per slot would be cold at each decode. Leaves
+    /// blockSlackMs, blockEndSlackMs, blockHeld and blockPlayed set. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, scratch decoded: UnsafeMutablePointer<Int16>,
+                tap tapWanted: Bool = false, fixedBlock: Bool = false) {
         drainInbox()
         // Decoded audio left past a whole number of blocks (the block length changed,
         // or a host's pulls of other sizes came before the driver) would delay this
@@ -195,11 +205,16 @@ final class RemoteSlot {
         if fifoCount == 0 && frameSamples == frames {
             // One codec frame is the block: mixed from where it was
             // decoded, not copied through the FIFO.
-            decodeNext(nowMs: nowMs, block: frames)
-            mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
+            decodeNext(into: decoded, nowMs: nowMs, block: frames)
+            if !lastDecodeSilent {
+                mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
+            } else if tapping {
+                // Silence adds nothing to the bus and the level: only the tap is written.
+                tap.update(repeating: 0, count: frames * 2)
+            }
         } else {
             while fifoCount < frames {
-                decodeNext(nowMs: nowMs, block: frames)
+                decodeNext(into: decoded, nowMs: nowMs, block: frames)
                 pushFIFO(decoded, frames: frameSamples)
             }
             // Up to two contiguous pieces of the ring.
@@ -225,9 +240,10 @@ final class RemoteSlot {
 
     /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied)
     /// for a render of `block` frames.
-    private func decodeNext(nowMs: Double, block: Int) {
+    private func decodeNext(into decoded: UnsafeMutablePointer<Int16>, nowMs: Double, block: Int) {
         let n = frameSamples
         let waitedBefore = jitter.stats.waited
+        let concealedBefore = jitter.stats.plcFrames
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
         lastDecodeSilent = playout == .silence
         // Frames shorter than the block are all decided at the block's start, and
@@ -243,9 +259,27 @@ final class RemoteSlot {
         }
         if jitter.stats.waited != waitedBefore && jitter.talking { blockHeld = true }
         if playout != .silence && playout != .comfortNoise { blockPlayed = true }
-        // A mono stream is L = R. The stereo decoder gives that for decoded packets,
-        // but its concealment and comfort noise draw each channel's noise apart.
-        if channels == 1 { for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] } }
+        // A mono stream is L = R. The stereo decoder gives that for decoded packets
+        // (and silence is zeros), but its concealment and comfort noise draw each
+        // channel's noise apart, and its memory carries the difference into the
+        // packets decoded next, fading: from a concealment on, frames are made L = R
+        // until one decodes that way by itself.
+        if channels == 1 {
+            switch playout {
+            case .packet where jitter.stats.plcFrames == concealedBefore:
+                if channelsApart {
+                    var i = 0
+                    while i < n && decoded[2 * i] == decoded[2 * i + 1] { i += 1 }
+                    channelsApart = i < n
+                    while i < n { decoded[2 * i + 1] = decoded[2 * i]; i += 1 }
+                }
+            case .silence:
+                break
+            default:
+                channelsApart = true
+                for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] }
+            }
+        }
         switch jitter.talkEdge {
         case .started: spurtsStarted &+= 1
         case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
@@ -261,15 +295,21 @@ final class RemoteSlot {
                           tapping: Bool, sum: inout Int64, peak: inout Int32) {
         if gain != 0 { bus.add(piece, frames: run, gain: gain, at: offset) }
         if tapping { (tap + offset * 2).update(from: piece, count: run * 2) }
-        var s: Int64 = 0
-        var p: Int32 = 0
-        for i in 0..<(run * 2) {
-            let v = Int32(piece[i])
-            s &+= Int64(v &* v)
-            p = max(p, v < 0 ? 0 &- v : v)
+        // Exact integer sums in two loops the compiler vectorizes: a stereo pair's
+        // squares fit in a UInt32 (2 × 2^30), summed into a UInt64; the extremes as
+        // Int16 (a single loop with an Int64 sum of each square ran twice as long).
+        var s: UInt64 = 0
+        for i in 0..<run {
+            let l = Int32(piece[2 * i]), r = Int32(piece[2 * i + 1])
+            s &+= UInt64(UInt32(bitPattern: l &* l) &+ UInt32(bitPattern: r &* r))
         }
-        sum &+= s
-        peak = max(peak, p)
+        var hi: Int16 = 0, lo: Int16 = 0
+        for i in 0..<(run * 2) {
+            hi = max(hi, piece[i])
+            lo = min(lo, piece[i])
+        }
+        sum &+= Int64(s)
+        peak = max(peak, max(Int32(hi), 0 &- Int32(lo)))
     }
 
     private func pushFIFO(_ src: UnsafeMutablePointer<Int16>, frames: Int) {

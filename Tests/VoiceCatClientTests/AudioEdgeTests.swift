@@ -495,11 +495,12 @@ final class AudioEdgeTests: XCTestCase {
             let rmsDB = Float(20 * log10(amplitude / sqrt(2))), peakDB = Float(20 * log10(amplitude))
             // The listener plays it a jitter buffer later: two readings in a row (two
             // different blocks) at the tone's level while it plays there.
-            var remote: [Float] = [], matched = 0
+            var remote: [Float] = [], peaks: [Float] = [], matched = 0
             for _ in 0..<50 where matched < 2 {
-                let r = try XCTUnwrap(sam.remoteStreams().first { $0.ssrc == ssrc }).levelRMSDBFS
-                remote.append(r)
-                matched = abs(r - rmsDB) <= 2 ? matched + 1 : 0
+                let info = try XCTUnwrap(sam.remoteStreams().first { $0.ssrc == ssrc })
+                remote.append(info.levelRMSDBFS)
+                peaks.append(info.levelPeakDBFS)
+                matched = abs(info.levelRMSDBFS - rmsDB) <= 2 ? matched + 1 : 0
                 usleep(25_000)
             }
             done.wait()
@@ -508,6 +509,7 @@ final class AudioEdgeTests: XCTestCase {
             XCTAssertEqual(l.rmsDBFS, rmsDB, accuracy: 1)
             XCTAssertEqual(l.peakDBFS, peakDB, accuracy: 1)
             XCTAssertEqual(matched, 2, "the decoded stream's level (through Opus) reads the tone's within 2 dB: \(remote)")
+            if matched == 2 { XCTAssertEqual(peaks.last!, peakDB, accuracy: 2, "and its peak the tone's peak: \(peaks.suffix(2))") }
         }
         usleep(400_000)
         XCTAssertEqual(try alex.inputLevel(streamID: sid).rmsDBFS, BlockLevel.floorDBFS, "no frame for 250 ms: the floor")

@@ -22,6 +22,8 @@ final class BlockLengthTests: XCTestCase {
     func render(_ s: RemoteSlot, _ blocks: [Int], packets: [[UInt8]], clockMs: inout Double, next: inout Int,
                 fixedBlock: Bool) -> [Int16] {
         let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.allocateScratch()
+        defer { scratch.deallocate() }
         var pcm = [Int16](repeating: 0, count: 1920)
         var left: [Int16] = []
         for n in blocks {
@@ -33,7 +35,7 @@ final class BlockLengthTests: XCTestCase {
                 next += 1
             }
             bus.clear(frames: n)
-            s.lock.withLock { s.render(into: bus, frames: n, nowMs: clockMs, fixedBlock: fixedBlock) }
+            s.lock.withLock { s.render(into: bus, frames: n, nowMs: clockMs, scratch: scratch, fixedBlock: fixedBlock) }
             pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: n) }
             left += stride(from: 0, to: 2 * n, by: 2).map { pcm[$0] }
             clockMs += Double(n) / 48

@@ -306,7 +306,11 @@ final class ImpairedNetworkTests: XCTestCase {
         usleep(500_000)
         try sam.setSink(nil)
         let stats = try sam.streamStats(ssrc: ssrc)
-        let (out, _, t0) = rec.snapshot
+        let (out, right, t0) = rec.snapshot
+        // A mono stream plays L = R, its FEC and concealed frames too (the stereo
+        // decoder draws each channel's concealment noise apart; the slot copies L).
+        let apart = zip(out, right).filter { $0 != $1 }.count
+        XCTAssertEqual(apart, 0, "\(apart) of \(out.count) samples of a mono stream differ between L and R")
         let offset = Int(Int64(feedStart) - Int64(t0)) * 48 / 1_000_000
         let shifted = offset > 0 && offset < out.count ? Array(out[offset...]) : out
         // The delay moves as the buffer stretches and catches up: correlate 100 ms windows.

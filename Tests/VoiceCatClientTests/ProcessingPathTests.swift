@@ -53,6 +53,8 @@ final class ProcessingPathTests: XCTestCase {
     /// Plays both streams tick by tick; returns each slot's own output (left channel).
     func play(_ a: RemoteSlot, _ b: RemoteSlot, _ pa: [[UInt8]], _ pb: [[UInt8]]) -> ([Int16], [Int16]) {
         let busA = MixBus(capacityFrames: 960), busB = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.allocateScratch()
+        defer { scratch.deallocate() }
         var outA: [Int16] = [], outB: [Int16] = []
         var pcm = [Int16](repeating: 0, count: 1920)
         for k in 0..<pa.count {
@@ -61,7 +63,7 @@ final class ProcessingPathTests: XCTestCase {
             }
             for (slot, bus) in [(a, busA), (b, busB)] {
                 bus.clear(frames: 960)
-                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
                 pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
                 let left = stride(from: 0, to: 1920, by: 2).map { pcm[$0] }
                 if slot === a { outA += left } else { outB += left }
@@ -101,6 +103,8 @@ final class ProcessingPathTests: XCTestCase {
         let pa = try Self.packets(Self.noisySpeech(seconds: 6, snrDB: 5, seed: 4, f0: 180))
         let (c, a, _) = try listener(nrOnA: true)
         let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.allocateScratch()
+        defer { scratch.deallocate() }
         // A stream as vc_stream_start builds it, with NS/AGC/AEC, fed through the gate.
         let slot = c.streams.slots[0]
         let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
@@ -118,7 +122,7 @@ final class ProcessingPathTests: XCTestCase {
         func step(_ k: Int) throws {
             pa[k].withUnsafeBytes { _ = a.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
             bus.clear(frames: 960)
-            a.lock.withLock { a.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
+            a.lock.withLock { a.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
             c.streams.farEnd.pushStereo(out, frames: 960)
             try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1, now: UInt64(k) * 20_000_000) } }
@@ -142,6 +146,8 @@ final class ProcessingPathTests: XCTestCase {
         let enc = try OpusEncoderBox(config: audio)
         let pcm = Self.noisySpeech(seconds: 2, snrDB: 20, seed: 6, f0: 160)
         let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.allocateScratch()
+        defer { scratch.deallocate() }
         var buf = [UInt8](repeating: 0, count: 1500)
         for k in 0..<100 {
             let n = try pcm.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + k * 960, into: $0) } }
@@ -152,7 +158,7 @@ final class ProcessingPathTests: XCTestCase {
             }
             if k >= 1 {  // play a frame behind, so the frame after the loss is already here
                 bus.clear(frames: 960)
-                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10) }
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
             }
         }
         let st = slot.jitter.stats
