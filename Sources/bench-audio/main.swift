@@ -122,7 +122,7 @@ VoiceCat = the listener's whole process CPU (getrusage, every thread) less the b
 over windows of 1.2 s. Bare = at the same time in the same process, a thread of its own: N opus decoders decoding \
 the same packets plus MixBus add and limiter per 20 ms block, one block every 20 ms (the cadence the engine runs at, \
 the thread's wakeups included), its CPU per decoded frame. Both at once, so both see the same load (identical work \
-varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (8 windows for 16 \
+varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (16 windows for 16 \
 and 64 streams, 4 otherwise); the µs columns are the medians.
 - idle: a connected, joined client, nothing sent or played: process CPU per second over 4 s.
 - latency: a feeder and a listener client through the server; onsets (tone bursts on frame boundaries) fed in real \
@@ -204,7 +204,7 @@ func runAll(_ args: Arguments) {
         for n in sizes {
             let streams = "\(n) stream\(n == 1 ? "" : "s")"
             // The sizes with a goal get more windows: the machine is shared and noisy.
-            let windows = n >= 16 ? 8 : 4
+            let windows = n >= 16 ? 16 : 4
             say("receive + mix of \(streams): \(windows) windows of 1.2 s, the bare baseline running beside ...")
             let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)", "--windows", "\(windows)",
                                   "--verbose", args.string("verbose", "0")])
