@@ -59,6 +59,7 @@ typedef struct vcshim_dred_fns {
     int (*parse)(void *dred_dec, void *dred, const unsigned char *data, opus_int32 len, opus_int32 max_dred_samples,
                  opus_int32 sampling_rate, int *dred_end, int defer_processing);
     int (*decode)(OpusDecoder *st, const void *dred, opus_int32 dred_offset, opus_int16 *pcm, opus_int32 frame_size);
+    int (*decode_float)(OpusDecoder *st, const void *dred, opus_int32 dred_offset, float *pcm, opus_int32 frame_size);
 } vcshim_dred_fns;
 
 static vcshim_dred_fns dred_fns;
@@ -74,8 +75,10 @@ static void dred_resolve(void) {
         dlsym(RTLD_DEFAULT, "opus_dred_parse");
     dred_fns.decode = (int (*)(OpusDecoder *, const void *, opus_int32, opus_int16 *, opus_int32))
         dlsym(RTLD_DEFAULT, "opus_decoder_dred_decode");
+    dred_fns.decode_float = (int (*)(OpusDecoder *, const void *, opus_int32, float *, opus_int32))
+        dlsym(RTLD_DEFAULT, "opus_decoder_dred_decode_float");
     dred_ok = dred_fns.decoder_create && dred_fns.decoder_destroy && dred_fns.alloc && dred_fns.free_ &&
-              dred_fns.parse && dred_fns.decode;
+              dred_fns.parse && dred_fns.decode && dred_fns.decode_float;
 }
 
 int vcshim_dred_available(void) { pthread_once(&dred_once, dred_resolve); return dred_ok; }
@@ -101,14 +104,23 @@ void vcshim_dred_destroy(void *state) {
     free(s);
 }
 
-int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size) {
-    vcshim_dred_state *s = state;
+/* Parses `packet`'s DRED; 1 when it covers the frame_size samples before the
+ * packet's own audio (the lost frame ends where the packet starts). */
+static int dred_covers(vcshim_dred_state *s, const unsigned char *packet, int len, int frame_size) {
     if (!s || !packet || len <= 0) return 0;
     int dred_end = 0;
     int r = dred_fns.parse(s->dec, s->dred, packet, len, 48000, 48000, &dred_end, 0);
-    if (r <= 0) return r;  /* no DRED in this packet, or an error */
-    /* The lost frame ends where this packet's audio starts: its redundancy sits
-     * frame_size samples back. */
-    if (r < frame_size) return 0;
+    return r >= frame_size;  /* r <= 0: no DRED in this packet, or an error */
+}
+
+int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size) {
+    vcshim_dred_state *s = state;
+    if (!dred_covers(s, packet, len, frame_size)) return 0;
     return dred_fns.decode(dec, s->dred, frame_size, pcm, frame_size);
+}
+
+int vcshim_dred_recover_float(void *state, OpusDecoder *dec, const unsigned char *packet, int len, float *pcm, int frame_size) {
+    vcshim_dred_state *s = state;
+    if (!dred_covers(s, packet, len, frame_size)) return 0;
+    return dred_fns.decode_float(dec, s->dred, frame_size, pcm, frame_size);
 }

@@ -18,9 +18,18 @@ public final class DREDRecovery {
     public var isActive: Bool { state != nil }
 
     /// Rebuilds the `frames` samples just before `packet` into `out` (stereo, the
-    /// decoder's layout). False when DRED is unavailable or the packet has none.
-    public func recover(decoder: OpusDecoderBox, packet: UnsafeRawBufferPointer, frames: Int, into out: UnsafeMutablePointer<Int16>) -> Bool {
-        guard let state, let base = packet.baseAddress, packet.count > 0 else { return false }
-        return vcshim_dred_recover(state, decoder.dec, base.assumingMemoryBound(to: UInt8.self), Int32(packet.count), out, Int32(frames)) > 0
+    /// decoder's layout). Returns the samples per channel written: 0 when DRED is
+    /// unavailable, the packet has none, or it failed.
+    public func recover(decoder: OpusDecoderBox, packet: UnsafeRawBufferPointer, frames: Int, into out: UnsafeMutablePointer<Int16>) -> Int {
+        guard let state, let base = packet.baseAddress, packet.count > 0 else { return 0 }
+        return max(0, Int(vcshim_dred_recover(state, decoder.dec, base.assumingMemoryBound(to: UInt8.self), Int32(packet.count), out,
+                                              Int32(frames))))
+    }
+
+    /// The same into float PCM (full scale ±1.0).
+    public func recover(decoder: OpusDecoderBox, packet: UnsafeRawBufferPointer, frames: Int, into out: UnsafeMutablePointer<Float>) -> Int {
+        guard let state, let base = packet.baseAddress, packet.count > 0 else { return 0 }
+        return max(0, Int(vcshim_dred_recover_float(state, decoder.dec, base.assumingMemoryBound(to: UInt8.self), Int32(packet.count),
+                                                    out, Int32(frames))))
     }
 }

@@ -45,6 +45,13 @@ public final class MixBus {
         for i in 0..<(frames * 2) { dst[i] += Float(pcm[i]) * g }
     }
 
+    /// Adds `frames` interleaved stereo float samples (full scale ±1.0) scaled by
+    /// `gain`, starting at frame `offset` of the accumulator.
+    public func add(_ pcm: UnsafePointer<Float>, frames: Int, gain: Float, at offset: Int = 0) {
+        let dst = acc + offset * 2
+        for i in 0..<(frames * 2) { dst[i] += pcm[i] * gain }
+    }
+
     /// Limits and converts the accumulator into interleaved stereo int16.
     public func render(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         for i in 0..<(frames * 2) {

@@ -143,13 +143,25 @@ public final class OpusDecoderBox {
     /// `frames` stereo samples at `out`. With `fec`, decodes the in-band FEC copy of
     /// the previous frame carried by `packet`. Returns samples per channel.
     public func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool = false, frames: Int, into out: UnsafeMutablePointer<Int16>) throws -> Int {
+        try decode(packet, fec: fec, "opus_decode") { opus_decode(dec, $0, $1, out, Int32(frames), $2) }
+    }
+
+    /// The same as float (`opus_decode_float`): full scale ±1.0, not clipped. Cheaper
+    /// than the int16 API, which decodes to float and then soft-clips and converts.
+    public func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool = false, frames: Int, into out: UnsafeMutablePointer<Float>) throws -> Int {
+        try decode(packet, fec: fec, "opus_decode_float") { opus_decode_float(dec, $0, $1, out, Int32(frames), $2) }
+    }
+
+    /// Calls `call(data, length, decode_fec)` with the packet, or with no data (PLC).
+    private func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool, _ name: String,
+                        _ call: (UnsafePointer<UInt8>?, Int32, Int32) -> Int32) throws -> Int {
         let n: Int32
         if let p = packet, p.count > 0 {
-            n = opus_decode(dec, p.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(p.count), out, Int32(frames), fec ? 1 : 0)
+            n = call(p.baseAddress!.assumingMemoryBound(to: UInt8.self), Int32(p.count), fec ? 1 : 0)
         } else {
-            n = opus_decode(dec, nil, 0, out, Int32(frames), 0)
+            n = call(nil, 0, 0)
         }
-        guard n >= 0 else { throw CodecError("opus_decode", n) }
+        guard n >= 0 else { throw CodecError(name, n) }
         return Int(n)
     }
 }

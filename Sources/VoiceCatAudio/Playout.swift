@@ -3,6 +3,13 @@
 // its successor's in-band FEC or DRED, PLC, comfort noise, or silence). Written once
 // for the client's receive slots and the quality bench's simulated listener.
 
+/// Where a decoded frame goes: int16 (`opus_decode`, soft-clipped to full scale) or
+/// float (`opus_decode_float`, full scale ±1.0, not clipped; cheaper).
+public enum DecodedFrame {
+    case int16(UnsafeMutablePointer<Int16>)
+    case float(UnsafeMutablePointer<Float>)
+}
+
 extension OpusDecoderBox {
     /// Asks `jitter` for the next period at `nowMs` and decodes it into `out`
     /// (`frames` stereo samples). `dred`: the stream's DRED state when the channel
@@ -12,16 +19,23 @@ extension OpusDecoderBox {
     @discardableResult
     public func playNext(from jitter: JitterBuffer, dred: DREDRecovery?, frames n: Int, nowMs: Double,
                          into out: UnsafeMutablePointer<Int16>) -> JitterBuffer.Playout {
+        playNext(from: jitter, dred: dred, frames: n, nowMs: nowMs, into: .int16(out))
+    }
+
+    /// The same into either sample type.
+    @discardableResult
+    public func playNext(from jitter: JitterBuffer, dred: DREDRecovery?, frames n: Int, nowMs: Double,
+                         into out: DecodedFrame) -> JitterBuffer.Playout {
         let playout = jitter.next(atMs: nowMs)
         switch playout {
         case .packet(let slot):
-            let ok = (try? decode(jitter.payload(slot), frames: n, into: out)) != nil
+            let ok = decode(jitter.payload(slot), fec: false, frames: n, into: out)
             jitter.release(slot)
             if !ok { jitter.countConcealed(); conceal(frames: n, into: out) }
         case .fec(let slot):
-            if let dred, dred.recover(decoder: self, packet: jitter.payload(slot), frames: n, into: out) {
+            if let dred, recover(dred, packet: jitter.payload(slot), frames: n, into: out) {
                 jitter.fecWasDRED()
-            } else if (try? decode(jitter.payload(slot), fec: true, frames: n, into: out)) == nil {
+            } else if !decode(jitter.payload(slot), fec: true, frames: n, into: out) {
                 jitter.fecFailed()
                 conceal(frames: n, into: out)
             }
@@ -29,12 +43,45 @@ extension OpusDecoderBox {
             // A lost frame, or a DTX pause: the decoder's PLC / comfort noise, not digital silence.
             conceal(frames: n, into: out)
         case .silence:
-            out.update(repeating: 0, count: n * 2)
+            zero(frames: n, out)
         }
         return playout
     }
 
-    private func conceal(frames n: Int, into out: UnsafeMutablePointer<Int16>) {
-        if (try? decode(nil, frames: n, into: out)) == nil { out.update(repeating: 0, count: n * 2) }
+    /// False when the decoder failed. A packet shorter than the frame (a sender's
+    /// 10 ms packet on a 20 ms stream) decodes fewer samples: the rest is silence, not
+    /// what the buffer held before (the receive path decodes every stream into one).
+    private func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool, frames n: Int, into out: DecodedFrame) -> Bool {
+        let got: Int?
+        switch out {
+        case .int16(let p): got = try? decode(packet, fec: fec, frames: n, into: p)
+        case .float(let p): got = try? decode(packet, fec: fec, frames: n, into: p)
+        }
+        guard let got else { return false }
+        if got < n { zero(from: got, frames: n, out) }
+        return true
+    }
+
+    private func recover(_ dred: DREDRecovery, packet: UnsafeRawBufferPointer, frames n: Int, into out: DecodedFrame) -> Bool {
+        let got: Int
+        switch out {
+        case .int16(let p): got = dred.recover(decoder: self, packet: packet, frames: n, into: p)
+        case .float(let p): got = dred.recover(decoder: self, packet: packet, frames: n, into: p)
+        }
+        guard got > 0 else { return false }
+        if got < n { zero(from: got, frames: n, out) }
+        return true
+    }
+
+    /// Silence in frames `from..<frames` (stereo).
+    private func zero(from: Int = 0, frames n: Int, _ out: DecodedFrame) {
+        switch out {
+        case .int16(let p): (p + from * 2).update(repeating: 0, count: (n - from) * 2)
+        case .float(let p): (p + from * 2).update(repeating: 0, count: (n - from) * 2)
+        }
+    }
+
+    private func conceal(frames n: Int, into out: DecodedFrame) {
+        if !decode(nil, fec: false, frames: n, into: out) { zero(frames: n, out) }
     }
 }

@@ -21,9 +21,9 @@ final class ReceiveSet {
     let boundsLock = Lock()
     var defaultBounds = JitterBounds.none
 
-    /// One decoded codec frame, stereo: every slot decodes into it in turn while the
-    /// renderer renders (RemoteSlot.render; the output stage's render lock).
-    private let decodeScratch = RemoteSlot.allocateScratch()
+    /// One decoded codec frame, stereo, int16 and float: every slot decodes into it in
+    /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
+    private let decodeScratch = RemoteSlot.Scratch()
 
     init(capacity: Int) throws {
         var s: [RemoteSlot] = []

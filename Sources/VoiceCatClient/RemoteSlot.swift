@@ -24,8 +24,6 @@ final class RemoteSlot {
     private var fifoCount = 0
     /// The last frame decoded was silence (nothing to play): what the FIFO holds of it is.
     private var lastDecodeSilent = true
-    /// A mono stream's decoder may still give L ≠ R (it concealed since it last gave L = R).
-    private var channelsApart = false
 
     // Identity (written by the network thread under `lock`).
     var active = false
@@ -111,12 +109,20 @@ final class RemoteSlot {
 
     deinit { fifo.deallocate(); tap.deallocate() }
 
-    /// A buffer of one codec frame (maxFrameSamples, stereo) for `render(scratch:)`;
-    /// the caller deallocates it.
-    static func allocateScratch() -> UnsafeMutablePointer<Int16> {
-        let p = UnsafeMutablePointer<Int16>.allocate(capacity: maxFrameSamples * 2)
-        p.initialize(repeating: 0, count: maxFrameSamples * 2)
-        return p
+    /// One codec frame (maxFrameSamples, stereo) as int16 and as float, for
+    /// `render(scratch:)`; its owner deallocates it.
+    struct Scratch {
+        let int16: UnsafeMutablePointer<Int16>
+        let float: UnsafeMutablePointer<Float>
+
+        init() {
+            int16 = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
+            int16.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
+            float = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
+            float.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
+        }
+
+        func deallocate() { int16.deallocate(); float.deallocate() }
     }
 
     /// Prepares the slot for a new stream (network thread, lock held by caller).
@@ -140,7 +146,7 @@ final class RemoteSlot {
         overflowsSeen = 0
         reportHold = 0
         decoder.reset()
-        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true; channelsApart = false
+        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
         talking = false
@@ -175,12 +181,11 @@ final class RemoteSlot {
     /// `nowMs`: the monotonic time of this render. `tap`: also copy the block, before
     /// gain and mute, into the per-speaker tap (frames ≤ tapCapacity; the caller holds
     /// the render lock). `fixedBlock`: a driver renders blocks of one length (a pull
-    /// renders what the host asks for). `scratch`: the renderer's buffer of one codec
-    /// frame (maxFrameSamples stereo), which every slot decodes into in turn: it stays
-    /// in cache, where a buffer per slot would be cold at each decode. Leaves
-    /// blockSlackMs, blockEndSlackMs, blockHeld and blockPlayed set. Lock held by caller.
-    func render(into bus: MixBus, frames: Int, nowMs: Double, scratch decoded: UnsafeMutablePointer<Int16>,
-                tap tapWanted: Bool = false, fixedBlock: Bool = false) {
+    /// renders what the host asks for). `scratch`: the renderer's buffers of one codec
+    /// frame, which every slot decodes into in turn: they stay in cache, where a
+    /// buffer per slot would be cold at each decode. Leaves blockSlackMs,
+    /// blockEndSlackMs, blockHeld and blockPlayed set. Lock held by caller.
+    func render(into bus: MixBus, frames: Int, nowMs: Double, scratch: Scratch, tap tapWanted: Bool = false, fixedBlock: Bool = false) {
         drainInbox()
         // Decoded audio left past a whole number of blocks (the block length changed,
         // or a host's pulls of other sizes came before the driver) would delay this
@@ -199,36 +204,43 @@ final class RemoteSlot {
         blockPlayed = jitter.talking
         let gain: Float = settings.muted ? 0 : settings.gain
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
-        // Integer sums (exact, and the loop vectorizes: a Float sum's order may not change).
-        var sum: Int64 = 0
-        var peak: Int32 = 0
-        if fifoCount == 0 && frameSamples == frames {
-            // One codec frame is the block: mixed from where it was
-            // decoded, not copied through the FIFO.
-            decodeNext(into: decoded, nowMs: nowMs, block: frames)
+        // The block's level: the sum of its squares and its largest magnitude (full scale 1).
+        var sumSquares: Double = 0
+        var peak: Float = 0
+        if fifoCount == 0 && frameSamples == frames && noiseReducer == nil {
+            // One codec frame is the block: decoded as float (the int16 API decodes to
+            // float too, then soft-clips and converts) and mixed from there; the bus
+            // limits the mix.
+            decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames)
             if !lastDecodeSilent {
-                mixPiece(decoded, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sum: &sum, peak: &peak)
+                mixFloat(scratch.float, frames: frames, into: bus, gain: gain, tapping: tapping, sumSquares: &sumSquares, peak: &peak)
             } else if tapping {
                 // Silence adds nothing to the bus and the level: only the tap is written.
                 tap.update(repeating: 0, count: frames * 2)
             }
+        } else if fifoCount == 0 && frameSamples == frames {
+            // The same as int16, which the listener's noise reducer takes (a silent
+            // frame is mixed too: the reducer's output carries its last window's tail).
+            decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames)
+            mixPiece(scratch.int16, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sumSquares: &sumSquares,
+                     peak: &peak)
         } else {
             while fifoCount < frames {
-                decodeNext(into: decoded, nowMs: nowMs, block: frames)
-                pushFIFO(decoded, frames: frameSamples)
+                decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames)
+                pushFIFO(scratch.int16, frames: frameSamples)
             }
             // Up to two contiguous pieces of the ring.
             var left = frames
             while left > 0 {
                 let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
                 mixPiece(fifo + fifoRead * 2, frames: run, at: frames - left, into: bus, gain: gain, tapping: tapping,
-                         sum: &sum, peak: &peak)
+                         sumSquares: &sumSquares, peak: &peak)
                 fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
                 fifoCount -= run
                 left -= run
             }
         }
-        level = BlockLevel(rms: frames > 0 ? Float((Double(sum) / Double(frames * 2)).squareRoot() / 32768) : 0, peak: Float(peak) / 32768)
+        level = BlockLevel(rms: frames > 0 ? Float((sumSquares / Double(frames * 2)).squareRoot()) : 0, peak: min(peak, 1))
         levelAtNs = MonotonicClock.nanoseconds()
         if tapping {
             tapFrames = frames
@@ -238,12 +250,11 @@ final class RemoteSlot {
         }
     }
 
-    /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied)
-    /// for a render of `block` frames.
-    private func decodeNext(into decoded: UnsafeMutablePointer<Int16>, nowMs: Double, block: Int) {
+    /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied
+    /// to int16) for a render of `block` frames.
+    private func decodeNext(into decoded: DecodedFrame, nowMs: Double, block: Int) {
         let n = frameSamples
         let waitedBefore = jitter.stats.waited
-        let concealedBefore = jitter.stats.plcFrames
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
         lastDecodeSilent = playout == .silence
         // Frames shorter than the block are all decided at the block's start, and
@@ -259,25 +270,13 @@ final class RemoteSlot {
         }
         if jitter.stats.waited != waitedBefore && jitter.talking { blockHeld = true }
         if playout != .silence && playout != .comfortNoise { blockPlayed = true }
-        // A mono stream is L = R. The stereo decoder gives that for decoded packets
-        // (and silence is zeros), but its concealment and comfort noise draw each
-        // channel's noise apart, and its memory carries the difference into the
-        // packets decoded next, fading: from a concealment on, frames are made L = R
-        // until one decodes that way by itself.
-        if channels == 1 {
-            switch playout {
-            case .packet where jitter.stats.plcFrames == concealedBefore:
-                if channelsApart {
-                    var i = 0
-                    while i < n && decoded[2 * i] == decoded[2 * i + 1] { i += 1 }
-                    channelsApart = i < n
-                    while i < n { decoded[2 * i + 1] = decoded[2 * i]; i += 1 }
-                }
-            case .silence:
-                break
-            default:
-                channelsApart = true
-                for i in 0..<n { decoded[2 * i + 1] = decoded[2 * i] }
+        // A mono stream is L = R. The stereo decoder's concealment and comfort noise
+        // draw each channel's noise apart, its memory carries that into the packets
+        // decoded next, and a sender's packet may say stereo: every frame is made so.
+        if channels == 1 && playout != .silence {
+            switch decoded {
+            case .int16(let p): for i in 0..<n { p[2 * i + 1] = p[2 * i] }
+            case .float(let p): for i in 0..<n { p[2 * i + 1] = p[2 * i] }
             }
         }
         switch jitter.talkEdge {
@@ -285,14 +284,41 @@ final class RemoteSlot {
         case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
         case .none: break
         }
-        // Listener-side NR: after decode, before gain and mixing.
-        noiseReducer?.process(decoded, frames: n)
+        // Listener-side NR: after decode, before gain and mixing (render decodes int16
+        // for a stream that has it).
+        if case .int16(let p) = decoded { noiseReducer?.process(p, frames: n) }
+    }
+
+    /// Adds a float frame (full scale ±1.0, not clipped) to the bus (scaled), to the
+    /// tap (rounded and clipped to int16), and to the block's level.
+    private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, into bus: MixBus, gain: Float, tapping: Bool,
+                          sumSquares: inout Double, peak: inout Float) {
+        let count = run * 2
+        if gain != 0 { bus.add(piece, frames: run, gain: gain) }
+        if tapping { for i in 0..<count { tap[i] = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded()))) } }
+        // Eight lanes at a time (a scalar Float sum or max would not vectorize: its
+        // order may not change; `replacing` lowers to a compare and blend).
+        let raw = UnsafeRawPointer(piece)
+        var squares = SIMD8<Float>(), hi = SIMD8<Float>(), lo = SIMD8<Float>()
+        var i = 0
+        while i + 8 <= count {
+            let v = raw.loadUnaligned(fromByteOffset: i * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
+            squares += v * v
+            hi = hi.replacing(with: v, where: v .> hi)
+            lo = lo.replacing(with: v, where: v .< lo)
+            i += 8
+        }
+        var s = Double(squares.sum())
+        var p = max(hi.max(), -lo.min())
+        while i < count { let x = piece[i]; s += Double(x * x); p = max(p, abs(x)); i += 1 }
+        sumSquares += s
+        peak = max(peak, p)
     }
 
     /// Adds `frames` of `piece` at block offset `at` to the bus (scaled), to the tap,
     /// and to the block's level sums.
     private func mixPiece(_ piece: UnsafeMutablePointer<Int16>, frames run: Int, at offset: Int, into bus: MixBus, gain: Float,
-                          tapping: Bool, sum: inout Int64, peak: inout Int32) {
+                          tapping: Bool, sumSquares: inout Double, peak: inout Float) {
         if gain != 0 { bus.add(piece, frames: run, gain: gain, at: offset) }
         if tapping { (tap + offset * 2).update(from: piece, count: run * 2) }
         // Exact integer sums in two loops the compiler vectorizes: a stereo pair's
@@ -308,8 +334,8 @@ final class RemoteSlot {
             hi = max(hi, piece[i])
             lo = min(lo, piece[i])
         }
-        sum &+= Int64(s)
-        peak = max(peak, max(Int32(hi), 0 &- Int32(lo)))
+        sumSquares += Double(s) / (32768 * 32768)
+        peak = max(peak, Float(max(Int32(hi), 0 &- Int32(lo))) / 32768)
     }
 
     private func pushFIFO(_ src: UnsafeMutablePointer<Int16>, frames: Int) {

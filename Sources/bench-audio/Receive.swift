@@ -8,8 +8,9 @@
 //
 // Bare: in this process, at the same time, a thread of its own (bench-bare) does
 // what the renderer does per 20 ms block without the engine around it: N
-// OpusDecoderBox decode the same packets (the same PacketPool the talker sends) and
-// a MixBus adds them and limits the block, one block every 20 ms (the cadence the
+// OpusDecoderBox decode the same packets (the same PacketPool the talker sends) to
+// float, as the renderer does, and a MixBus adds them and limits the block, one
+// block every 20 ms (the cadence the
 // engine runs at, its wakeups included). Its CPU (scheduler run time) per decoded
 // frame; the engine's is the process's less that thread's. Running both at once
 // puts them under the same load (this machine is shared: identical work varies by
@@ -136,7 +137,7 @@ final class BareDecodeMix {
     let pool: PacketPool
     let decoders: [OpusDecoderBox]
     let bus = MixBus(capacityFrames: 960)
-    let decoded = UnsafeMutablePointer<Int16>.allocate(capacity: 2880 * 2)
+    let decoded = UnsafeMutablePointer<Float>.allocate(capacity: 2880 * 2)
     let out = UnsafeMutablePointer<Int16>.allocate(capacity: 960 * 2)
     private var frame = 0
     /// Blocks the paced thread has done.

@@ -72,6 +72,59 @@ final class OpusTests: XCTestCase {
         }
     }
 
+    /// playNext decodes a period as int16 or as float: the same audio either way, and
+    /// a packet shorter than the frame (a 10 ms packet on a 20 ms stream) leaves the
+    /// rest of the frame silent, not what the buffer held before (the receive path
+    /// decodes every stream into one buffer: it would be another stream's audio).
+    func testPlayNextGivesTheSameAudioAsInt16AndFloatAndSilenceAfterAShortPacket() throws {
+        var ten = AudioConfig.speech
+        ten.frameMicros = 10_000
+        let enc20 = try OpusEncoderBox(config: .speech), enc10 = try OpusEncoderBox(config: ten)
+        let tone = (0..<(960 * 6)).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        var packets: [[UInt8]] = []
+        var buf = [UInt8](repeating: 0, count: 1500)
+        for k in 0..<6 {
+            // Frames 0-4 are 20 ms packets; frame 5 is a 10 ms packet.
+            let e = k == 5 ? enc10 : enc20
+            let len = try tone.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try e.encode(p.baseAddress! + k * 960, into: $0) } }
+            packets.append(Array(buf[0..<len]))
+        }
+        func play(float: Bool) throws -> [[Float]] {
+            let jitter = JitterBuffer(capacity: 16, maxPayload: 1500)
+            jitter.reset(frameSamples: 960)
+            let dec = try OpusDecoderBox()
+            for (k, p) in packets.enumerated() {
+                p.withUnsafeBytes { _ = jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: k == 0 ? .marker : [], payload: $0,
+                                                      arrivalMs: Double(k) * 20) }
+            }
+            var frames: [[Float]] = []
+            var i16 = [Int16](repeating: 0, count: 1920), f32 = [Float](repeating: 0, count: 1920)
+            var t = 40.0
+            while frames.count < 6 && t < 400 {
+                // What another stream decoded into the buffer before.
+                for i in 0..<1920 { i16[i] = 12345; f32[i] = 0.376 }
+                let playout = float
+                    ? f32.withUnsafeMutableBufferPointer { dec.playNext(from: jitter, dred: nil, frames: 960, nowMs: t, into: .float($0.baseAddress!)) }
+                    : i16.withUnsafeMutableBufferPointer { dec.playNext(from: jitter, dred: nil, frames: 960, nowMs: t, into: $0.baseAddress!) }
+                t += 20
+                guard case .packet = playout else { continue }
+                frames.append(float ? f32 : i16.map { Float($0) / 32768 })
+            }
+            return frames
+        }
+        let a = try play(float: false), b = try play(float: true)
+        XCTAssertEqual(a.count, 6, "every packet played")
+        XCTAssertEqual(b.count, 6)
+        for k in 0..<min(a.count, b.count) {
+            let worst = zip(a[k], b[k]).map { abs($0 - $1) }.max()!
+            XCTAssertLessThanOrEqual(worst, 2.0 / 32768, "frame \(k): int16 and float differ by \(worst * 32768) LSB")
+        }
+        for f in [a.last!, b.last!] {
+            XCTAssertGreaterThan(f[0..<960].map(abs).max()!, 0.05, "the short packet's 10 ms play")
+            XCTAssertEqual(f[960..<1920].map(abs).max()!, 0, "the rest of its frame is silence")
+        }
+    }
+
     func testBadConfigurationIsACodecError() {
         var cfg = AudioConfig.speech
         cfg.frameMicros = 30000

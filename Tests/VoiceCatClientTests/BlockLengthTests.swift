@@ -22,7 +22,7 @@ final class BlockLengthTests: XCTestCase {
     func render(_ s: RemoteSlot, _ blocks: [Int], packets: [[UInt8]], clockMs: inout Double, next: inout Int,
                 fixedBlock: Bool) -> [Int16] {
         let bus = MixBus(capacityFrames: 960)
-        let scratch = RemoteSlot.allocateScratch()
+        let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         var pcm = [Int16](repeating: 0, count: 1920)
         var left: [Int16] = []

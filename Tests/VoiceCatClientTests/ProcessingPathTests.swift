@@ -53,7 +53,7 @@ final class ProcessingPathTests: XCTestCase {
     /// Plays both streams tick by tick; returns each slot's own output (left channel).
     func play(_ a: RemoteSlot, _ b: RemoteSlot, _ pa: [[UInt8]], _ pb: [[UInt8]]) -> ([Int16], [Int16]) {
         let busA = MixBus(capacityFrames: 960), busB = MixBus(capacityFrames: 960)
-        let scratch = RemoteSlot.allocateScratch()
+        let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         var outA: [Int16] = [], outB: [Int16] = []
         var pcm = [Int16](repeating: 0, count: 1920)
@@ -103,7 +103,7 @@ final class ProcessingPathTests: XCTestCase {
         let pa = try Self.packets(Self.noisySpeech(seconds: 6, snrDB: 5, seed: 4, f0: 180))
         let (c, a, _) = try listener(nrOnA: true)
         let bus = MixBus(capacityFrames: 960)
-        let scratch = RemoteSlot.allocateScratch()
+        let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         // A stream as vc_stream_start builds it, with NS/AGC/AEC, fed through the gate.
         let slot = c.streams.slots[0]
@@ -146,7 +146,7 @@ final class ProcessingPathTests: XCTestCase {
         let enc = try OpusEncoderBox(config: audio)
         let pcm = Self.noisySpeech(seconds: 2, snrDB: 20, seed: 6, f0: 160)
         let bus = MixBus(capacityFrames: 960)
-        let scratch = RemoteSlot.allocateScratch()
+        let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         var buf = [UInt8](repeating: 0, count: 1500)
         for k in 0..<100 {

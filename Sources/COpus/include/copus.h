@@ -47,5 +47,7 @@ void vcshim_dred_destroy(void *state);
  * into pcm (interleaved, the decoder's channels). Returns the samples written, 0
  * when the packet carries no usable DRED, or a negative Opus error. */
 int vcshim_dred_recover(void *state, OpusDecoder *dec, const unsigned char *packet, int len, int16_t *pcm, int frame_size);
+/* The same into float PCM (full scale ±1.0). */
+int vcshim_dred_recover_float(void *state, OpusDecoder *dec, const unsigned char *packet, int len, float *pcm, int frame_size);
 
 #endif
