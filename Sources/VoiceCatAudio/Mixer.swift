@@ -52,6 +52,17 @@ public final class MixBus {
         for i in 0..<(frames * 2) { dst[i] += pcm[i] * gain }
     }
 
+    /// Adds `frames` mono float samples to both channels, scaled by `gain`, starting
+    /// at frame `offset` of the accumulator.
+    public func addMono(_ pcm: UnsafePointer<Float>, frames: Int, gain: Float, at offset: Int = 0) {
+        let dst = acc + offset * 2
+        for i in 0..<frames {
+            let v = pcm[i] * gain
+            dst[2 * i] += v
+            dst[2 * i + 1] += v
+        }
+    }
+
     /// Limits and converts the accumulator into interleaved stereo int16.
     public func render(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         for i in 0..<(frames * 2) {

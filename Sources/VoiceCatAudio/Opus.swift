@@ -125,22 +125,39 @@ public final class OpusEncoderBox {
     }
 }
 
-/// An Opus decoder with stereo 48 kHz output: a mono stream decodes to L = R.
+/// An Opus decoder at 48 kHz, stereo output (a mono stream decodes to L = R) unless
+/// set to mono for a mono stream (`setChannels(1)`: a quarter or so cheaper, and one
+/// sample per frame). Its state is sized for stereo once, so either fits.
 public final class OpusDecoderBox {
     let dec: OpaquePointer
+    /// Output channels: every decode writes `frames × channels` samples.
+    public private(set) var channels = 2
 
     public init() throws {
-        var err: Int32 = 0
-        guard let d = opus_decoder_create(48000, 2, &err), err == 0 else { throw CodecError("opus_decoder_create", err) }
-        dec = d
+        let raw = UnsafeMutableRawPointer.allocate(byteCount: Int(opus_decoder_get_size(2)), alignment: 16)
+        dec = OpaquePointer(raw)
+        let err = opus_decoder_init(dec, 48000, 2)
+        guard err == 0 else { raw.deallocate(); throw CodecError("opus_decoder_init", err) }
     }
 
-    deinit { opus_decoder_destroy(dec) }
+    deinit { UnsafeMutableRawPointer(dec).deallocate() }
 
     public func reset() { _ = vcshim_opus_decoder_reset(dec) }
 
+    /// Starts over with `channels` (1 or 2) output channels (a new stream; no allocation).
+    public func setChannels(_ channels: Int) {
+        let c = channels == 1 ? 1 : 2
+        if c != self.channels {
+            // Cannot fail for 48 kHz and 1 or 2 channels in a state sized for 2.
+            _ = opus_decoder_init(dec, 48000, Int32(c))
+            self.channels = c
+        } else {
+            reset()
+        }
+    }
+
     /// Decodes a packet (or conceals a lost frame when `packet` is nil) into
-    /// `frames` stereo samples at `out`. With `fec`, decodes the in-band FEC copy of
+    /// `frames` samples of `channels` channels at `out`. With `fec`, decodes the in-band FEC copy of
     /// the previous frame carried by `packet`. Returns samples per channel.
     public func decode(_ packet: UnsafeRawBufferPointer?, fec: Bool = false, frames: Int, into out: UnsafeMutablePointer<Int16>) throws -> Int {
         try decode(packet, fec: fec, "opus_decode") { opus_decode(dec, $0, $1, out, Int32(frames), $2) }

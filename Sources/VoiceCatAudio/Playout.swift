@@ -12,7 +12,7 @@ public enum DecodedFrame {
 
 extension OpusDecoderBox {
     /// Asks `jitter` for the next period at `nowMs` and decodes it into `out`
-    /// (`frames` stereo samples). `dred`: the stream's DRED state when the channel
+    /// (`frames` samples of the decoder's `channels`). `dred`: the stream's DRED state when the channel
     /// and the loaded libopus both have DRED. The jitter buffer's statistics count
     /// what was rebuilt and what was concealed; `jitter.talkEdge` tells talkspurts.
     /// Returns the jitter buffer's decision (a `.fec` slot is still held).
@@ -73,11 +73,12 @@ extension OpusDecoderBox {
         return true
     }
 
-    /// Silence in frames `from..<frames` (stereo).
+    /// Silence in frames `from..<frames` (of `channels`).
     private func zero(from: Int = 0, frames n: Int, _ out: DecodedFrame) {
+        let c = channels
         switch out {
-        case .int16(let p): (p + from * 2).update(repeating: 0, count: (n - from) * 2)
-        case .float(let p): (p + from * 2).update(repeating: 0, count: (n - from) * 2)
+        case .int16(let p): (p + from * c).update(repeating: 0, count: (n - from) * c)
+        case .float(let p): (p + from * c).update(repeating: 0, count: (n - from) * c)
         }
     }
 

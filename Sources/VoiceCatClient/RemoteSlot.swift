@@ -145,7 +145,7 @@ final class RemoteSlot {
         lossMeter.reset()
         overflowsSeen = 0
         reportHold = 0
-        decoder.reset()
+        decoder.setChannels(channels)   // a mono stream decodes mono: cheaper
         fifoRead = 0; fifoCount = 0; lastDecodeSilent = true
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
@@ -213,7 +213,8 @@ final class RemoteSlot {
             // limits the mix.
             decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames)
             if !lastDecodeSilent {
-                mixFloat(scratch.float, frames: frames, into: bus, gain: gain, tapping: tapping, sumSquares: &sumSquares, peak: &peak)
+                mixFloat(scratch.float, frames: frames, channels: channels, into: bus, gain: gain, tapping: tapping,
+                         sumSquares: &sumSquares, peak: &peak)
             } else if tapping {
                 // Silence adds nothing to the bus and the level: only the tap is written.
                 tap.update(repeating: 0, count: frames * 2)
@@ -270,14 +271,12 @@ final class RemoteSlot {
         }
         if jitter.stats.waited != waitedBefore && jitter.talking { blockHeld = true }
         if playout != .silence && playout != .comfortNoise { blockPlayed = true }
-        // A mono stream is L = R. The stereo decoder's concealment and comfort noise
-        // draw each channel's noise apart, its memory carries that into the packets
-        // decoded next, and a sender's packet may say stereo: every frame is made so.
-        if channels == 1 && playout != .silence {
-            switch decoded {
-            case .int16(let p): for i in 0..<n { p[2 * i + 1] = p[2 * i] }
-            case .float(let p): for i in 0..<n { p[2 * i + 1] = p[2 * i] }
-            }
+        // A mono stream decodes mono (L = R by construction, whatever its packets say):
+        // int16 is widened to stereo in place, from the end (NR, the FIFO and the tap
+        // take stereo); float stays mono and is added to both channels (mixFloat).
+        if channels == 1, case .int16(let p) = decoded {
+            var i = n - 1
+            while i >= 0 { let v = p[i]; p[2 * i + 1] = v; p[2 * i] = v; i -= 1 }
         }
         switch jitter.talkEdge {
         case .started: spurtsStarted &+= 1
@@ -289,13 +288,26 @@ final class RemoteSlot {
         if case .int16(let p) = decoded { noiseReducer?.process(p, frames: n) }
     }
 
-    /// Adds a float frame (full scale ±1.0, not clipped) to the bus (scaled), to the
-    /// tap (rounded and clipped to int16), and to the block's level.
-    private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, into bus: MixBus, gain: Float, tapping: Bool,
-                          sumSquares: inout Double, peak: inout Float) {
-        let count = run * 2
-        if gain != 0 { bus.add(piece, frames: run, gain: gain) }
-        if tapping { for i in 0..<count { tap[i] = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded()))) } }
+    /// Adds a float frame (full scale ±1.0, not clipped; mono or stereo) to the bus
+    /// (scaled), to the tap (stereo, rounded and clipped to int16), and to the block's
+    /// level (a mono frame counts as L = R).
+    private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, channels: Int, into bus: MixBus, gain: Float,
+                          tapping: Bool, sumSquares: inout Double, peak: inout Float) {
+        let count = run * channels
+        if gain != 0 {
+            if channels == 1 { bus.addMono(piece, frames: run, gain: gain) } else { bus.add(piece, frames: run, gain: gain) }
+        }
+        if tapping {
+            if channels == 1 {
+                for i in 0..<run {
+                    let v = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded())))
+                    tap[2 * i] = v
+                    tap[2 * i + 1] = v
+                }
+            } else {
+                for i in 0..<count { tap[i] = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded()))) }
+            }
+        }
         // Eight lanes at a time (a scalar Float sum or max would not vectorize: its
         // order may not change; `replacing` lowers to a compare and blend).
         let raw = UnsafeRawPointer(piece)
@@ -311,7 +323,7 @@ final class RemoteSlot {
         var s = Double(squares.sum())
         var p = max(hi.max(), -lo.min())
         while i < count { let x = piece[i]; s += Double(x * x); p = max(p, abs(x)); i += 1 }
-        sumSquares += s
+        sumSquares += channels == 1 ? 2 * s : s
         peak = max(peak, p)
     }
 

@@ -9,7 +9,8 @@
 // Bare: in this process, at the same time, a thread of its own (bench-bare) does
 // what the renderer does per 20 ms block without the engine around it: N
 // OpusDecoderBox decode the same packets (the same PacketPool the talker sends) to
-// float, as the renderer does, and a MixBus adds them and limits the block, one
+// float, with as many channels as the stream has, as the renderer does, and a
+// MixBus adds them and limits the block, one
 // block every 20 ms (the cadence the
 // engine runs at, its wakeups included). Its CPU (scheduler run time) per decoded
 // frame; the engine's is the process's less that thread's. Running both at once
@@ -151,7 +152,11 @@ final class BareDecodeMix {
         self.audio = audio
         self.streams = streams
         pool = try PacketPool(audio: audio, signals: min(streams, Bench.signalCount), framesPerSignal: Bench.framesPerSignal)
-        decoders = try (0..<streams).map { _ in try OpusDecoderBox() }
+        decoders = try (0..<streams).map { _ in
+            let d = try OpusDecoderBox()
+            d.setChannels(audio.channels)   // as the engine decodes a mono stream
+            return d
+        }
         decoded.initialize(repeating: 0, count: 2880 * 2)
         out.initialize(repeating: 0, count: 960 * 2)
     }
@@ -168,7 +173,11 @@ final class BareDecodeMix {
                 pool.packet(stream: i, frame: frame + j).withUnsafeBytes { p in
                     _ = try? decoders[i].decode(p, frames: fs, into: decoded)
                 }
-                bus.add(decoded, frames: fs, gain: 1, at: j * fs)
+                if audio.channels == 1 {
+                    bus.addMono(decoded, frames: fs, gain: 1, at: j * fs)
+                } else {
+                    bus.add(decoded, frames: fs, gain: 1, at: j * fs)
+                }
             }
         }
         bus.render(into: out, frames: 960)

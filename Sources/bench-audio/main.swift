@@ -120,7 +120,7 @@ sends spread over the frame period) through the server process; the client's ren
 thread (vc-mixer: external playback with a mixed-output sink, a 20 ms block every 20 ms, the sink only counts). \
 VoiceCat = the listener's whole process CPU (getrusage, every thread) less the baseline's thread, per received frame, \
 over windows of 1.2 s. Bare = at the same time in the same process, a thread of its own: N opus decoders decoding \
-the same packets to float (as the engine does) plus MixBus add and limiter per 20 ms block, one block every 20 ms (the cadence the engine runs at, \
+the same packets to float, mono for a mono stream (as the engine does), plus MixBus add and limiter per 20 ms block, one block every 20 ms (the cadence the engine runs at, \
 the thread's wakeups included), its CPU per decoded frame. Both at once, so both see the same load (identical work \
 varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (16 windows for 16 \
 and 64 streams, 4 otherwise); the µs columns are the medians.

@@ -89,15 +89,17 @@ final class OpusTests: XCTestCase {
             let len = try tone.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try e.encode(p.baseAddress! + k * 960, into: $0) } }
             packets.append(Array(buf[0..<len]))
         }
-        func play(float: Bool) throws -> [[Float]] {
+        func play(float: Bool, channels: Int) throws -> [[Float]] {
             let jitter = JitterBuffer(capacity: 16, maxPayload: 1500)
             jitter.reset(frameSamples: 960)
             let dec = try OpusDecoderBox()
+            dec.setChannels(channels)
             for (k, p) in packets.enumerated() {
                 p.withUnsafeBytes { _ = jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: k == 0 ? .marker : [], payload: $0,
                                                       arrivalMs: Double(k) * 20) }
             }
             var frames: [[Float]] = []
+            // Stereo-sized: what another stream decoded into it before.
             var i16 = [Int16](repeating: 0, count: 1920), f32 = [Float](repeating: 0, count: 1920)
             var t = 40.0
             while frames.count < 6 && t < 400 {
@@ -108,20 +110,22 @@ final class OpusTests: XCTestCase {
                     : i16.withUnsafeMutableBufferPointer { dec.playNext(from: jitter, dred: nil, frames: 960, nowMs: t, into: $0.baseAddress!) }
                 t += 20
                 guard case .packet = playout else { continue }
-                frames.append(float ? f32 : i16.map { Float($0) / 32768 })
+                frames.append(Array((float ? f32 : i16.map { Float($0) / 32768 })[0..<(960 * channels)]))
             }
             return frames
         }
-        let a = try play(float: false), b = try play(float: true)
-        XCTAssertEqual(a.count, 6, "every packet played")
-        XCTAssertEqual(b.count, 6)
-        for k in 0..<min(a.count, b.count) {
-            let worst = zip(a[k], b[k]).map { abs($0 - $1) }.max()!
-            XCTAssertLessThanOrEqual(worst, 2.0 / 32768, "frame \(k): int16 and float differ by \(worst * 32768) LSB")
-        }
-        for f in [a.last!, b.last!] {
-            XCTAssertGreaterThan(f[0..<960].map(abs).max()!, 0.05, "the short packet's 10 ms play")
-            XCTAssertEqual(f[960..<1920].map(abs).max()!, 0, "the rest of its frame is silence")
+        for channels in [2, 1] {
+            let a = try play(float: false, channels: channels), b = try play(float: true, channels: channels)
+            XCTAssertEqual(a.count, 6, "every packet played")
+            XCTAssertEqual(b.count, 6)
+            for k in 0..<min(a.count, b.count) {
+                let worst = zip(a[k], b[k]).map { abs($0 - $1) }.max()!
+                XCTAssertLessThanOrEqual(worst, 2.0 / 32768, "\(channels) ch, frame \(k): int16 and float differ by \(worst * 32768) LSB")
+            }
+            for f in [a.last!, b.last!] {
+                XCTAssertGreaterThan(f[0..<(480 * channels)].map(abs).max()!, 0.05, "the short packet's 10 ms play")
+                XCTAssertEqual(f[(480 * channels)...].map(abs).max()!, 0, "\(channels) ch: the rest of its frame is silence")
+            }
         }
     }
 
