@@ -56,10 +56,16 @@ final class TrustAndDestroyTests: XCTestCase {
         try bare.disconnect()
 
         // NULL: the per-user default file (under this test process's XDG_CONFIG_HOME).
+        // Other tests of this process write it too, and an earlier server may have had
+        // this port (the kernel hands ephemeral ports out again): its line would make
+        // this server's identity look changed. Start from no file, and leave none
+        // (this server's own identity would do the same to a later test server).
+        let defaultFile = String(cString: getenv("XDG_CONFIG_HOME")) + "/voicecat/known_servers"
+        unlink(defaultFile)
+        defer { unlink(defaultFile) }
         let user = try VoiceClient(config: .testing(knownServers: nil))
         defer { user.shutdown() }
         try user.connect(host: "127.0.0.1", port: port, username: "sam", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
-        let defaultFile = String(cString: getenv("XDG_CONFIG_HOME")) + "/voicecat/known_servers"
         let recorded = try String(contentsOfFile: defaultFile, encoding: .utf8)
         XCTAssertTrue(recorded.contains("127.0.0.1:\(port) \(second.fingerprint)"), recorded)
     }
