@@ -991,8 +991,9 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * restarted). The playback device is not affected (it is fed at the rate it runs
  * at). Float output exists for pulls only
  * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
- * int16: the decoder's output is 16-bit, so a callback converts in a loop of its own
- * at no loss, and one sink type per kind keeps the API small.
+ * int16 (the mix is limited to 16 bits, a speaker's block rounded and clipped to
+ * them), so a callback converts in a loop of its own at no loss, and one sink type
+ * per kind keeps the API small.
  * Returns VC_ERR_INVALID_ARG (rate or channels out of range), VC_ERR_STATE (a
  * recording is running: its file has the format of its start; or from inside a
  * callback). Callback-safe: no.

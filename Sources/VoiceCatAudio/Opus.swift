@@ -148,9 +148,14 @@ public final class OpusDecoderBox {
     public func setChannels(_ channels: Int) {
         let c = channels == 1 ? 1 : 2
         if c != self.channels {
-            // Cannot fail for 48 kHz and 1 or 2 channels in a state sized for 2.
-            _ = opus_decoder_init(dec, 48000, Int32(c))
-            self.channels = c
+            // Does not fail for 48 kHz and 1 or 2 channels in a state sized for 2; if it
+            // did, the state is made stereo again (as created) rather than left half set.
+            if opus_decoder_init(dec, 48000, Int32(c)) == 0 {
+                self.channels = c
+            } else {
+                _ = opus_decoder_init(dec, 48000, 2)
+                self.channels = 2
+            }
         } else {
             reset()
         }

@@ -213,7 +213,7 @@ final class RemoteSlot {
             // limits the mix.
             decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames)
             if !lastDecodeSilent {
-                mixFloat(scratch.float, frames: frames, channels: channels, into: bus, gain: gain, tapping: tapping,
+                mixFloat(scratch.float, frames: frames, channels: decoder.channels, into: bus, gain: gain, tapping: tapping,
                          sumSquares: &sumSquares, peak: &peak)
             } else if tapping {
                 // Silence adds nothing to the bus and the level: only the tap is written.
@@ -241,7 +241,7 @@ final class RemoteSlot {
                 left -= run
             }
         }
-        level = BlockLevel(rms: frames > 0 ? Float((sumSquares / Double(frames * 2)).squareRoot()) : 0, peak: min(peak, 1))
+        level = BlockLevel(rms: frames > 0 ? min(Float((sumSquares / Double(frames * 2)).squareRoot()), 1) : 0, peak: min(peak, 1))
         levelAtNs = MonotonicClock.nanoseconds()
         if tapping {
             tapFrames = frames
@@ -274,7 +274,7 @@ final class RemoteSlot {
         // A mono stream decodes mono (L = R by construction, whatever its packets say):
         // int16 is widened to stereo in place, from the end (NR, the FIFO and the tap
         // take stereo); float stays mono and is added to both channels (mixFloat).
-        if channels == 1, case .int16(let p) = decoded {
+        if decoder.channels == 1, case .int16(let p) = decoded {
             var i = n - 1
             while i >= 0 { let v = p[i]; p[2 * i + 1] = v; p[2 * i] = v; i -= 1 }
         }
@@ -288,12 +288,41 @@ final class RemoteSlot {
         if case .int16(let p) = decoded { noiseReducer?.process(p, frames: n) }
     }
 
-    /// Adds a float frame (full scale ±1.0, not clipped; mono or stereo) to the bus
-    /// (scaled), to the tap (stereo, rounded and clipped to int16), and to the block's
-    /// level (a mono frame counts as L = R).
+    /// Adds a float frame (full scale ±1.0; mono or stereo) to the bus (scaled), to the
+    /// tap (stereo, rounded and clipped to int16), and to the block's level (a mono
+    /// frame counts as L = R). The float decoder does not clip: the frame is first
+    /// bounded to ±2 in place, as the int16 API does before its soft clip, so one
+    /// stream's overshoot (or a hostile sender's) cannot swamp the bus's limiter.
     private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, channels: Int, into bus: MixBus, gain: Float,
                           tapping: Bool, sumSquares: inout Double, peak: inout Float) {
         let count = run * channels
+        // Eight lanes at a time (a scalar Float sum or max would not vectorize: its
+        // order may not change; `replacing` lowers to a compare and blend).
+        let raw = UnsafeMutableRawPointer(piece)
+        let top = SIMD8<Float>(repeating: 2), bottom = SIMD8<Float>(repeating: -2)
+        var squares = SIMD8<Float>(), hi = SIMD8<Float>(), lo = SIMD8<Float>()
+        var i = 0
+        while i + 8 <= count {
+            let at = i * MemoryLayout<Float>.stride
+            var v = raw.loadUnaligned(fromByteOffset: at, as: SIMD8<Float>.self)
+            v = v.replacing(with: top, where: v .> top).replacing(with: bottom, where: v .< bottom)
+            raw.storeBytes(of: v, toByteOffset: at, as: SIMD8<Float>.self)
+            squares += v * v
+            hi = hi.replacing(with: v, where: v .> hi)
+            lo = lo.replacing(with: v, where: v .< lo)
+            i += 8
+        }
+        var s = Double(squares.sum())
+        var p = max(hi.max(), -lo.min())
+        while i < count {
+            let x = max(-2, min(2, piece[i]))
+            piece[i] = x
+            s += Double(x * x)
+            p = max(p, abs(x))
+            i += 1
+        }
+        sumSquares += channels == 1 ? 2 * s : s
+        peak = max(peak, p)
         if gain != 0 {
             if channels == 1 { bus.addMono(piece, frames: run, gain: gain) } else { bus.add(piece, frames: run, gain: gain) }
         }
@@ -308,23 +337,6 @@ final class RemoteSlot {
                 for i in 0..<count { tap[i] = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded()))) }
             }
         }
-        // Eight lanes at a time (a scalar Float sum or max would not vectorize: its
-        // order may not change; `replacing` lowers to a compare and blend).
-        let raw = UnsafeRawPointer(piece)
-        var squares = SIMD8<Float>(), hi = SIMD8<Float>(), lo = SIMD8<Float>()
-        var i = 0
-        while i + 8 <= count {
-            let v = raw.loadUnaligned(fromByteOffset: i * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
-            squares += v * v
-            hi = hi.replacing(with: v, where: v .> hi)
-            lo = lo.replacing(with: v, where: v .< lo)
-            i += 8
-        }
-        var s = Double(squares.sum())
-        var p = max(hi.max(), -lo.min())
-        while i < count { let x = piece[i]; s += Double(x * x); p = max(p, abs(x)); i += 1 }
-        sumSquares += channels == 1 ? 2 * s : s
-        peak = max(peak, p)
     }
 
     /// Adds `frames` of `piece` at block offset `at` to the bus (scaled), to the tap,

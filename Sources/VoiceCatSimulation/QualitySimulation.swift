@@ -78,6 +78,7 @@ public enum QualitySimulation {
         cfg.expectedPacketLoss = UInt32(lossPercent)
         let enc = try OpusEncoderBox(config: cfg)
         let dec = try OpusDecoderBox()
+        dec.setChannels(cfg.channels)   // a mono stream decodes mono, as the receive path does
         let n = cfg.frameSamples
         let frames = pcm.count / n
         var packets: [[UInt8]] = []
@@ -113,7 +114,7 @@ public enum QualitySimulation {
                     r.plcFrames += 1
                 }
             }
-            for i in 0..<n { r.pcm.append(out[2 * i]) }
+            for i in 0..<n { r.pcm.append(out[dec.channels * i]) }
         }
         return r
     }
@@ -125,6 +126,7 @@ public enum QualitySimulation {
                                 tickPhase: Double = 0.37) throws -> Result {
         let enc = try OpusEncoderBox(config: audio)
         let dec = try OpusDecoderBox()
+        dec.setChannels(audio.channels)
         var policy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
         let jitter = JitterBuffer(capacity: 64, maxPayload: 1500, frameSamples: audio.frameSamples)
         let meter = LossMeter()
@@ -195,7 +197,7 @@ public enum QualitySimulation {
                 r.lostRebuilt += 1
                 if speechSeqs.contains(jitter.seq(slot) &- 1) { r.lostSpeechRebuilt += 1 }
             }
-            for i in 0..<n { r.pcm.append(out[2 * i]) }
+            for i in 0..<n { r.pcm.append(out[dec.channels * i]) }
             if tick >= nextReport {
                 nextReport += Double(LossAggregation.reportIntervalMs)
                 let counts = meter.closeInterval()

@@ -72,6 +72,57 @@ final class ProcessingPathTests: XCTestCase {
         return (outA, outB)
     }
 
+    /// A slot reused for a stream of another channel count decodes with that many
+    /// channels: a stereo stream plays its two channels, then a mono one plays L = R
+    /// with nothing of the stereo stream left in it, then stereo again; one loss in
+    /// each (concealment) included.
+    func testASlotReusedAcrossChannelCountsPlaysEachStreamAsItIs() throws {
+        let c = try VoiceClient()
+        let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.Scratch()
+        defer { scratch.deallocate() }
+        var pcm = [Int16](repeating: 0, count: 1920)
+        for (round, audio) in [AudioConfig.music, .speech, .music].enumerated() {
+            let enc = try OpusEncoderBox(config: audio)
+            let ch = audio.channels
+            // Left: a 440 Hz tone; right (stereo): silence.
+            let input = (0..<(960 * 30)).flatMap { i -> [Int16] in
+                let l = Int16(9000 * sin(Double(i) * 2 * .pi * 440 / 48000))
+                return ch == 2 ? [l, 0] : [l]
+            }
+            var packets: [[UInt8]] = []
+            var buf = [UInt8](repeating: 0, count: 1500)
+            for f in 0..<30 {
+                let n = try input.withUnsafeBufferPointer { p in try buf.withUnsafeMutableBytes { try enc.encode(p.baseAddress! + f * 960 * ch, into: $0) } }
+                packets.append(Array(buf[0..<n]))
+            }
+            let ssrc = UInt32(4000 + round)
+            XCTAssertTrue(c.receive.add(RemoteStream(userID: 1, streamID: 1, ssrc: ssrc, kind: .mic, audio: audio), username: "a"))
+            let slot = try XCTUnwrap(c.receive.slots.first { $0.live.load(ordering: .acquiring) })
+            var left: [Int16] = [], right: [Int16] = []
+            for k in 0..<30 {
+                if k != 12 {
+                    packets[k].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: k == 0 ? .marker : [],
+                                                                       payload: $0, arrivalMs: Double(k) * 20) }
+                }
+                bus.clear(frames: 960)
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
+                pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+                left += stride(from: 0, to: 1920, by: 2).map { pcm[$0] }
+                right += stride(from: 1, to: 1920, by: 2).map { pcm[$0] }
+            }
+            XCTAssertNotNil(c.receive.remove(ssrc: ssrc))
+            let rms = { (x: ArraySlice<Int16>) in (x.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(max(1, x.count))).squareRoot() }
+            let heard = 960 * 3..<960 * 30
+            XCTAssertGreaterThan(rms(left[heard]), 3000, "round \(round): the tone plays")
+            if ch == 2 {
+                XCTAssertLessThan(rms(right[heard]), 0.1 * rms(left[heard]), "round \(round): a stereo stream keeps its silent right channel")
+            } else {
+                XCTAssertEqual(left, right, "round \(round): a mono stream plays L = R, its concealed frame too")
+            }
+        }
+    }
+
     func pausesRMS(_ x: [Int16]) -> Double {
         var acc = 0.0, n = 0
         for s in stride(from: 3, to: x.count / 48000, by: 2) {
