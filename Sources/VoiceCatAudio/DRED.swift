@@ -17,8 +17,8 @@ public final class DREDRecovery {
 
     public var isActive: Bool { state != nil }
 
-    /// Rebuilds the `frames` samples just before `packet` into `out` (stereo, the
-    /// decoder's layout). Returns the samples per channel written: 0 when DRED is
+    /// Rebuilds the `frames` samples just before `packet` into `out` (interleaved, the
+    /// decoder's channels). Returns the samples per channel written: 0 when DRED is
     /// unavailable, the packet has none, or it failed.
     public func recover(decoder: OpusDecoderBox, packet: UnsafeRawBufferPointer, frames: Int, into out: UnsafeMutablePointer<Int16>) -> Int {
         guard let state, let base = packet.baseAddress, packet.count > 0 else { return 0 }

@@ -328,13 +328,9 @@ final class RemoteSlot {
         }
         if tapping {
             if channels == 1 {
-                for i in 0..<run {
-                    let v = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded())))
-                    tap[2 * i] = v
-                    tap[2 * i + 1] = v
-                }
+                for i in 0..<run { let v = int16Sample(piece[i]); tap[2 * i] = v; tap[2 * i + 1] = v }
             } else {
-                for i in 0..<count { tap[i] = Int16(max(-32768, min(32767, (piece[i] * 32768).rounded()))) }
+                for i in 0..<count { tap[i] = int16Sample(piece[i]) }
             }
         }
     }

@@ -10,8 +10,7 @@
 // what the renderer does per 20 ms block without the engine around it: N
 // OpusDecoderBox decode the same packets (the same PacketPool the talker sends) to
 // float, with as many channels as the stream has, as the renderer does, and a
-// MixBus adds them and limits the block, one
-// block every 20 ms (the cadence the
+// MixBus adds them and limits the block, one block every 20 ms (the cadence the
 // engine runs at, its wakeups included). Its CPU (scheduler run time) per decoded
 // frame; the engine's is the process's less that thread's. Running both at once
 // puts them under the same load (this machine is shared: identical work varies by
