@@ -4,7 +4,6 @@
 public struct ReplayWindow: Sendable {
     /// Width of the window in sequence numbers.
     public static let size: UInt64 = 1024
-    private static let words = Int(size / 64)
 
     public enum Verdict: Equatable, Sendable {
         case fresh
@@ -14,11 +13,13 @@ public struct ReplayWindow: Sendable {
         case tooOld
     }
 
-    private var bits: [UInt64]
+    /// One bit per seq of the window, in the value itself: no heap storage to copy on
+    /// write or to allocate when a slot or session gets a new window.
+    private var bits = InlineArray<16, UInt64>(repeating: 0)
     private var highest: UInt64 = 0
     private var started = false
 
-    public init() { bits = [UInt64](repeating: 0, count: ReplayWindow.words) }
+    public init() {}
 
     /// The highest seq accepted so far (nil before the first).
     public var highestSeen: UInt64? { started ? highest : nil }
@@ -53,7 +54,7 @@ public struct ReplayWindow: Sendable {
         } else if seq > highest {
             let d = seq - highest
             if d >= ReplayWindow.size {
-                for i in 0..<bits.count { bits[i] = 0 }
+                bits = InlineArray(repeating: 0)
             } else {
                 var s = highest + 1
                 while s < seq { clear(s); s += 1 }
