@@ -237,6 +237,9 @@ public final class JitterBuffer {
     private let flagSets: UnsafeMutablePointer<FrameFlags>
     private let used: UnsafeMutablePointer<Bool>
     public private(set) var count = 0
+    /// No slot at or past this index is used: the scans stop here (a new frame takes
+    /// the lowest free slot, so the used ones stay near the start).
+    private var usedEnd = 0
 
     // Sequence and timestamp tracking.
     private var haveTimestamp = false
@@ -320,6 +323,7 @@ public final class JitterBuffer {
         self.frameSamples = frameSamples
         for i in 0..<capacity { used[i] = false }
         count = 0
+        usedEnd = 0
         stats = JitterStats()
         haveTimestamp = false; haveSeq = false
         ticks = 0
@@ -395,6 +399,7 @@ public final class JitterBuffer {
 
     public func release(_ slot: Int) {
         if used[slot] { used[slot] = false; count -= 1 }
+        while usedEnd > 0 && !used[usedEnd - 1] { usedEnd -= 1 }
     }
 
     /// Periods of comfort noise left in a DTX pause.
@@ -420,7 +425,7 @@ public final class JitterBuffer {
     /// the arrival, so a frame handed over late in a batch counts from its arrival).
     @discardableResult
     public func insert(seq: UInt64, timestamp: UInt32, flags: FrameFlags, payload: UnsafeRawBufferPointer, arrivalMs: Double) -> InsertResult {
-        for i in 0..<capacity where used[i] && seqs[i] == seq {
+        for i in 0..<usedEnd where used[i] && seqs[i] == seq {
             stats.duplicates += 1
             return .duplicate
         }
@@ -451,7 +456,8 @@ public final class JitterBuffer {
             return .late
         }
         var slot = -1
-        for i in 0..<capacity where !used[i] { slot = i; break }
+        for i in 0..<usedEnd where !used[i] { slot = i; break }
+        if slot < 0 && usedEnd < capacity { slot = usedEnd }
         if slot < 0 {
             let o = oldestSlot()!
             release(o)
@@ -465,6 +471,7 @@ public final class JitterBuffer {
         seqs[slot] = seq
         flagSets[slot] = flags
         used[slot] = true
+        usedEnd = max(usedEnd, slot + 1)
         count += 1
         if count == 1 || ext > newestTS { newestTS = ext }
         if !flags.contains(.dtx) { packetBytesAverage += (Double(n) - packetBytesAverage) / 32 }
@@ -530,12 +537,19 @@ public final class JitterBuffer {
             endLateTicks = min(1, max(l - baseline - medianTicks, endLateTicks * 0.9))
         }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
+        // The ring's minimum, kept as it moves: rescanned only when the entry that
+        // leaves was the minimum and the one that comes is not below it.
+        let leaving = historyCount == JitterBuffer.historyFrames ? history[historyNext] : Double.infinity
         history[historyNext] = l
         historyNext = (historyNext + 1) % JitterBuffer.historyFrames
         historyCount = min(historyCount + 1, JitterBuffer.historyFrames)
-        var m = Double.infinity
-        for i in 0..<historyCount { m = min(m, history[i]) }
-        baseline = m
+        if historyCount == 1 || l <= baseline {
+            baseline = l
+        } else if leaving == baseline {
+            var m = Double.infinity
+            for i in 0..<historyCount { m = min(m, history[i]) }
+            baseline = m
+        }
         addToHistogram(l - baseline)
     }
 
@@ -588,20 +602,20 @@ public final class JitterBuffer {
     // MARK: Playout
 
     private func slot(at ts: Int64) -> Int? {
-        for i in 0..<capacity where used[i] && timestamps[i] == ts { return i }
+        for i in 0..<usedEnd where used[i] && timestamps[i] == ts { return i }
         return nil
     }
 
     private func oldestSlot() -> Int? {
         var best = -1
         var bestTS = Int64.max
-        for i in 0..<capacity where used[i] && timestamps[i] < bestTS { best = i; bestTS = timestamps[i] }
+        for i in 0..<usedEnd where used[i] && timestamps[i] < bestTS { best = i; bestTS = timestamps[i] }
         return best < 0 ? nil : best
     }
 
     private func oldestTS() -> Int64 {
         var best = Int64.max
-        for i in 0..<capacity where used[i] && timestamps[i] < best { best = timestamps[i] }
+        for i in 0..<usedEnd where used[i] && timestamps[i] < best { best = timestamps[i] }
         return best
     }
 
