@@ -25,6 +25,13 @@
 //   bench-audio          the client's audio paths against bare libopus (`make bench`; docs/benchmarks.md).
 import PackageDescription
 
+// The modules on the audio path (per-frame work: frame open, jitter buffer, decode, mix)
+// leave the run-time exclusivity checks to debug builds, where every test runs with them.
+// In release builds each access to a class's stored property from outside its file costs a
+// swift_beginAccess/endAccess pair (a thread-local lookup); a received frame made ~26 of them
+// (perf uprobes on the renderer thread, 64 streams). The compile-time checks stay in both.
+let audioPathSettings: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
+
 let package = Package(
     name: "VoiceCat",
     products: [
@@ -45,14 +52,15 @@ let package = Package(
         .target(name: "CAlsa", linkerSettings: [.linkedLibrary("asound")]),
         .target(name: "CLinux"),
         .target(name: "CFuzzerDriver"),
-        .target(name: "VoiceCatProtocol", dependencies: ["CSodium"]),
+        .target(name: "VoiceCatProtocol", dependencies: ["CSodium"], swiftSettings: audioPathSettings),
         .target(name: "VoiceCatSystem", dependencies: ["CLinux"]),
-        .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"]),
+        .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"], swiftSettings: audioPathSettings),
         .target(name: "VoiceCatABI"),
         // Entry points for the struct layouts of earlier releases (symbol versions, the ABI policy).
         .target(name: "VoiceCatCompat"),
         .target(name: "VoiceCatDevices", dependencies: ["CAlsa", "VoiceCatSystem"]),
-        .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
+        .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"],
+                swiftSettings: audioPathSettings),
         .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI", "VoiceCatCompat"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
