@@ -714,33 +714,42 @@ extension VoiceClient {
         let hang = UInt64(config.talkHangoverMs)
         let playing = output.lastRenderMs.load(ordering: .relaxed) + 200 > now
         receive.forEachStream { ssrc, s in
-            var change: vc_event_type? = nil
-            s.lock.withLock {
-                if playing {
-                    if s.spurtsStarted != s.seenStarted {
-                        s.seenStarted = s.spurtsStarted
-                        if !s.talking { s.talking = true; change = .talkStart }
-                    }
-                    s.seenEnded = s.spurtsEnded
-                    if s.talking && s.seenEnded == s.seenStarted && now >= s.spurtEndNs / 1_000_000 + hang {
-                        s.talking = false
-                        change = .talkStop
-                    }
-                } else {
-                    s.seenStarted = s.spurtsStarted
-                    s.seenEnded = s.spurtsEnded
-                    let last = s.lastPacketMs.load(ordering: .relaxed)
-                    let recent = last != 0 && now < last + hang
-                    if recent && !s.talking { s.talking = true; change = .talkStart }
-                    if !recent && s.talking { s.talking = false; change = .talkStop }
+            // The counts are the renderer's (atomics), `talking` is written only here:
+            // the slot's lock is taken only to change it (host threads read it under
+            // the lock), never to look.
+            let was = s.talking
+            var talking = was
+            var started = false, stopped = false
+            if playing {
+                let count = s.spurtsStarted.load(ordering: .acquiring)
+                if count != s.seenStarted {
+                    s.seenStarted = count
+                    if !talking { talking = true; started = true }
                 }
+                s.seenEnded = s.spurtsEnded.load(ordering: .acquiring)
+                // A talkspurt begun and ended (hangover included) since the last look
+                // is reported as both.
+                if talking && s.seenEnded == s.seenStarted && now >= s.spurtEndNs.load(ordering: .relaxed) / 1_000_000 + hang {
+                    talking = false
+                    stopped = true
+                }
+            } else {
+                s.seenStarted = s.spurtsStarted.load(ordering: .acquiring)
+                s.seenEnded = s.spurtsEnded.load(ordering: .acquiring)
+                let last = s.lastPacketMs.load(ordering: .relaxed)
+                let recent = last != 0 && now < last + hang
+                if recent && !talking { talking = true; started = true }
+                if !recent && talking { talking = false; stopped = true }
             }
-            if let type = change {
+            if talking != was { s.lock.withLock { s.talking = talking } }
+            func raise(_ type: vc_event_type) {
                 var e = ClientEvent(type: type)
                 e.ssrc = ssrc; e.userID = s.userID
                 e.text = s.username; e.kind = s.kind.rawValue
                 events.raise(e)
             }
+            if started { raise(.talkStart) }
+            if stopped { raise(.talkStop) }
         }
     }
 }

@@ -46,11 +46,13 @@ final class RemoteSlot {
     /// Talk state as reported to the host (network thread, under `lock`).
     var talking = false
     /// Talkspurts whose first frame was played / that ended in playout, and when the
-    /// last one ended (render thread, under `lock`; the network thread raises the
-    /// talk events from them).
-    var spurtsStarted: UInt64 = 0
-    var spurtsEnded: UInt64 = 0
-    var spurtEndNs: UInt64 = 0
+    /// last one ended (monotonic ns). The renderer counts them (under `lock`); the
+    /// network thread reads them without the lock to raise the talk events, so its
+    /// periodic look never waits for a slot the renderer is decoding. `spurtEndNs` is
+    /// stored before `spurtsEnded` is released.
+    let spurtsStarted = Atomic<UInt64>(0)
+    let spurtsEnded = Atomic<UInt64>(0)
+    let spurtEndNs = Atomic<UInt64>(0)
     /// What the network thread saw of them (network thread only).
     var seenStarted: UInt64 = 0
     var seenEnded: UInt64 = 0
@@ -150,7 +152,8 @@ final class RemoteSlot {
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
         talking = false
-        spurtsStarted = 0; spurtsEnded = 0; spurtEndNs = 0; seenStarted = 0; seenEnded = 0
+        spurtsStarted.store(0, ordering: .relaxed); spurtsEnded.store(0, ordering: .relaxed); spurtEndNs.store(0, ordering: .relaxed)
+        seenStarted = 0; seenEnded = 0
         level = BlockLevel()
         levelAtNs = 0
     }
@@ -279,8 +282,10 @@ final class RemoteSlot {
             while i >= 0 { let v = p[i]; p[2 * i + 1] = v; p[2 * i] = v; i -= 1 }
         }
         switch jitter.talkEdge {
-        case .started: spurtsStarted &+= 1
-        case .ended: spurtsEnded &+= 1; spurtEndNs = MonotonicClock.nanoseconds()
+        case .started: spurtsStarted.wrappingAdd(1, ordering: .releasing)
+        case .ended:
+            spurtEndNs.store(MonotonicClock.nanoseconds(), ordering: .relaxed)
+            spurtsEnded.wrappingAdd(1, ordering: .releasing)
         case .none: break
         }
         // Listener-side NR: after decode, before gain and mixing (render decodes int16
