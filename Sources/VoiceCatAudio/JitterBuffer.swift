@@ -587,8 +587,13 @@ public final class JitterBuffer {
         var done = (false, false, false, false, false)
         var cumulative = 0.0
         let last = JitterBuffer.histogramBins - 1
+        // The smallest share not yet placed: most bins only add and compare with it.
+        // (Two-argument mins: the variadic one allocates its arguments in debug builds.)
+        func smallest(_ a: Double, _ b: Double, _ c: Double, _ d: Double, _ e: Double) -> Double { min(min(min(a, b), min(c, d)), e) }
+        var next = smallest(want.0, want.1, want.2, want.3, want.4)
         for k in 0...last {
             cumulative += bins[k]
+            guard cumulative >= next || k == last else { continue }
             let at = Double(k) / Double(JitterBuffer.binsPerTick)
             if !done.0 && (cumulative >= want.0 || k == last) { q.0 = at; done.0 = true }
             if !done.1 && (cumulative >= want.1 || k == last) { q.1 = at; done.1 = true }
@@ -596,6 +601,8 @@ public final class JitterBuffer {
             if !done.3 && (cumulative >= want.3 || k == last) { q.3 = at; done.3 = true }
             if !done.4 && (cumulative >= want.4 || k == last) { q.4 = at; done.4 = true }
             if done.0 && done.1 && done.2 && done.3 && done.4 { break }
+            next = smallest(done.0 ? .infinity : want.0, done.1 ? .infinity : want.1, done.2 ? .infinity : want.2,
+                            done.3 ? .infinity : want.3, done.4 ? .infinity : want.4)
         }
     }
 
