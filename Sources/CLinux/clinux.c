@@ -81,7 +81,9 @@ uint64_t vcshim_timestampns(const struct msghdr *msg) {
     return 0;
 }
 
-int vcshim_timerfd_create(void) { return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC); }
+int vcshim_timerfd_create(int nonblocking) {
+    return timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | (nonblocking ? TFD_NONBLOCK : 0));
+}
 
 int vcshim_timerfd_arm_abs(int fd, uint64_t at_ns) {
     struct itimerspec t;

@@ -8,7 +8,9 @@
 //     wakeup of their own, and a frame that arrived before the render is played by it.
 //   * the network thread (vc-network) otherwise: while nothing renders (pull mode
 //     without pulls, no device), while binding, and whenever the renderer has not
-//     read for `rendererStaleNs`.
+//     read for `rendererStaleNs`. It does not wake to look: the renderer keeps a
+//     lease (a timerfd the network thread polls) moving ahead of it as it reads, and
+//     the lease runs out only when the reads stop.
 // Each datagram's arrival time is the kernel's (SO_TIMESTAMPNS), so the jitter
 // statistics do not depend on which thread read it or when.
 // What the renderer reads that is not voice: keepalive echoes go to the network
@@ -40,6 +42,12 @@ final class MediaInput: @unchecked Sendable {
     let rendererMayRead = Atomic<Bool>(false)
     /// When a renderer last read the socket (monotonic ns, 0: not yet).
     let rendererReadNs = Atomic<UInt64>(0)
+    /// Expires `rendererStaleNs` after a renderer's read, give or take half of it: the
+    /// renderer moves it on when less than half is left (every other 20 ms block), the
+    /// network thread polls it while the renderer reads (renewLease, leaseExpired).
+    let lease: DeadlineTimer
+    /// When the lease is armed to expire (monotonic ns; whoever arms it last).
+    private let leaseUntilNs = Atomic<UInt64>(0)
 
     let packetsIn = Atomic<UInt64>(0)
     let bytesIn = Atomic<UInt64>(0)
@@ -54,7 +62,8 @@ final class MediaInput: @unchecked Sendable {
     private let echoHead = Atomic<Int>(0)
     private let echoTail = Atomic<Int>(0)
 
-    init() {
+    init() throws(SystemError) {
+        lease = try DeadlineTimer(polled: true)
         echoSeq.initialize(repeating: 0, count: MediaInput.echoCapacity)
         echoStamp.initialize(repeating: 0, count: MediaInput.echoCapacity)
         echoAtMs.initialize(repeating: 0, count: MediaInput.echoCapacity)
@@ -110,8 +119,27 @@ final class MediaInput: @unchecked Sendable {
         return last != 0 && nowNs &- last < MediaInput.rendererStaleNs
     }
 
-    /// When the renderer's reading goes stale if it does not read again (ms).
-    var rendererStaleAtMs: UInt64 { (rendererReadNs.load(ordering: .relaxed) + MediaInput.rendererStaleNs) / 1_000_000 + 1 }
+    /// The renderer, having read at `nowNs`: moves the lease on when less than half of
+    /// it is left (one timerfd_settime, never blocking).
+    func renewLease(nowNs: UInt64) {
+        guard leaseUntilNs.load(ordering: .relaxed) < nowNs + MediaInput.rendererStaleNs / 2 else { return }
+        let until = nowNs + MediaInput.rendererStaleNs
+        leaseUntilNs.store(until, ordering: .relaxed)
+        lease.arm(atNs: until)
+    }
+
+    /// The network thread, its poll having found the lease readable (or to be sure one
+    /// is pending): takes the expiry away and, while the renderer still reads, arms it
+    /// for when the reads go stale (the renderer's last renewal may end before that).
+    /// Arms racing with the renderer's only ever make it expire early: the network
+    /// thread looks again.
+    func leaseExpired(nowNs: UInt64) {
+        lease.consume()
+        guard rendererReads(nowNs: nowNs) else { return }
+        let until = rendererReadNs.load(ordering: .relaxed) + MediaInput.rendererStaleNs + 1_000_000
+        leaseUntilNs.store(until, ordering: .relaxed)
+        lease.arm(atNs: until)
+    }
 
     /// Hands the keepalive echoes a renderer read to `body` (seq, echoed timestamp, arrival ms).
     func takeEchoes(_ body: (UInt64, UInt32, UInt64) -> Void) {
@@ -151,7 +179,9 @@ extension ReceiveSet {
             input.pushEcho(seq: h.seq, stamp: h.timestamp, atMs: arrivalNs / 1_000_000)
         }
         input.give()
-        input.rendererReadNs.store(MonotonicClock.nanoseconds(), ordering: .relaxed)
+        let now = MonotonicClock.nanoseconds()
+        input.rendererReadNs.store(now, ordering: .relaxed)
+        input.renewLease(nowNs: now)
     }
 
     /// Reads every datagram waiting (token held): voice frames go to their slots, the

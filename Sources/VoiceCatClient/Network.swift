@@ -211,19 +211,19 @@ extension VoiceClient {
             let nowMs = MonotonicClock.milliseconds()
             let byRenderer = rendererReadsMedia(media)
             let watchUDP = !byRenderer && nowMs >= udpQuietUntilMs
-            var until = nextTimerMs(media, control)
-            if byRenderer {
-                until = min(until, receive.input.rendererStaleAtMs)
-            } else if !watchUDP {
-                until = min(until, udpQuietUntilMs)
-            }
+            var until = nextTimerMs(media, control, byRenderer: byRenderer)
+            if !byRenderer && !watchUDP { until = min(until, udpQuietUntilMs) }
             let timeout = Int32(clamping: max(0, Int64(until) - Int64(nowMs)))
             pollSet.removeAll()
             pollSet.add(wake.readFD, events: Int16(POLLIN))
             pollSet.add(conn.socket.fd, events: Int16(POLLIN))
             if watchUDP { pollSet.add(sock.fd, events: Int16(POLLIN)) }
+            // While the renderer reads, its lease says when it stopped (MediaInput).
+            let leaseIndex = pollSet.fds.count
+            if byRenderer { pollSet.add(receive.input.lease.descriptor, events: Int16(POLLIN)) }
             _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
+            if byRenderer && pollSet.fds[leaseIndex].revents != 0 { receive.input.leaseExpired(nowNs: MonotonicClock.nanoseconds()) }
             if let e = hostEnd() { return e }
             if pollSet.fds[1].revents != 0 {
                 do {
@@ -282,7 +282,7 @@ extension VoiceClient {
     }
 
     /// When the next timer of the network thread is due (ms, monotonic).
-    func nextTimerMs(_ media: MediaPathState, _ control: ControlLiveness) -> UInt64 {
+    func nextTimerMs(_ media: MediaPathState, _ control: ControlLiveness, byRenderer: Bool) -> UInt64 {
         let configured = UInt64(config.keepaliveMs)
         // The keepalive at the period in force (timers() shortens it when streams
         // become active; anything that makes them active also wakes this thread).
@@ -291,11 +291,7 @@ extension VoiceClient {
         if media.binder != nil { t = min(t, media.nextBindMs) }
         t = min(t, control.nextPingMs, control.lastHeardMs + ControlLiveness.timeoutMs(keepaliveMs: configured) + 1)
         t = min(t, nextLossReportMs(media))
-        // While someone talks, look at the playout every 50 ms for the end of it.
-        var anyTalking = false
-        receive.forEachStream { _, s in if s.talking { anyTalking = true } }
-        if anyTalking { t = min(t, MonotonicClock.milliseconds() + 50) }
-        return t
+        return min(t, nextTalkLookMs(byRenderer: byRenderer))
     }
 
     // MARK: control messages
@@ -702,6 +698,36 @@ extension VoiceClient {
         updateTalkState(now: now)
         reportLosses(conn, media: &media, now: now)
         return nil
+    }
+
+    /// When updateTalkState must look next (ms; .max: nothing to time). While the mix
+    /// plays, the renderer wakes this thread when a talkspurt starts or ends, so what is
+    /// left to time is an edge not looked at yet (looks are 20 ms apart), each ended
+    /// talkspurt's hangover and, unless the renderer reads the media socket (its lease
+    /// then wakes this thread when the renders stop), the mix stopping (talk state then
+    /// follows arrivals). While nothing plays: every 50 ms while anyone talks.
+    func nextTalkLookMs(byRenderer: Bool) -> UInt64 {
+        let now = MonotonicClock.milliseconds()
+        let hang = UInt64(config.talkHangoverMs)
+        let lastRender = output.lastRenderMs.load(ordering: .relaxed)
+        let playing = lastRender + 200 > now
+        let soonest = talkCheckedMs + 20
+        var t = UInt64.max
+        receive.forEachStream { _, s in
+            guard playing else {
+                if s.talking { t = min(t, now + 50) }
+                return
+            }
+            let started = s.spurtsStarted.load(ordering: .acquiring)
+            let ended = s.spurtsEnded.load(ordering: .acquiring)
+            if started != s.seenStarted || ended != s.seenEnded {
+                t = min(t, soonest)
+            } else if s.talking {
+                if ended == started { t = min(t, max(soonest, s.spurtEndNs.load(ordering: .relaxed) / 1_000_000 + hang)) }
+                if !byRenderer { t = min(t, lastRender + 200) }
+            }
+        }
+        return t
     }
 
     /// Talk state follows what is played: TALK_START when the first frame of a

@@ -15,7 +15,9 @@ final class ReceiveSet {
     /// token; read by it, or by the token's holder.
     private var bySSRC: [UInt32: Int] = [:]
     /// The media socket's reader state (MediaInput.swift).
-    let input = MediaInput()
+    let input: MediaInput
+    /// Wakes the network thread (a talkspurt began or ended in a render).
+    private let networkWake: WakePipe
     /// Jitter bounds for streams without their own (ControlPlane.swift). The lock is taken
     /// before a slot's lock, never after: a stream added while the bounds change gets them.
     let boundsLock = Lock()
@@ -25,12 +27,14 @@ final class ReceiveSet {
     /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
     private let decodeScratch = RemoteSlot.Scratch()
 
-    init(capacity: Int) throws {
+    init(capacity: Int, networkWake: WakePipe) throws {
         var s: [RemoteSlot] = []
         do { for _ in 0..<capacity { s.append(try RemoteSlot()) } } catch {
             throw ClientError.codec("cannot create Opus decoders: \(error)")
         }
         slots = s
+        do { input = try MediaInput() } catch { throw ClientError.noMemory("the media input's timer could not be created: \(error)") }
+        self.networkWake = networkWake
     }
 
     deinit { decodeScratch.deallocate() }
@@ -170,6 +174,7 @@ final class ReceiveSet {
         var slack = Double.infinity, endSlack = Double.infinity
         var held = false
         var played = false
+        var talkEdge = false
         // Indices, not `for s in slots`: a debug build allocates an iterator there.
         for i in 0..<slots.count {
             let s = slots[i]
@@ -181,9 +186,13 @@ final class ReceiveSet {
                 endSlack = min(endSlack, s.blockEndSlackMs)
                 held = held || s.blockHeld
                 played = played || s.blockPlayed
+                talkEdge = talkEdge || s.blockTalkEdge
             }
             s.lock.unlock()
         }
+        // The network thread raises TALK_START / TALK_STOP: it does not look on a timer
+        // while the mix plays (a non-blocking pipe write, at talkspurt edges only).
+        if talkEdge { networkWake.wake() }
         return PlayedBlock(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil, held: held, quiet: !played)
     }
 

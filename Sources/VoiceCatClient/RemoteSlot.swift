@@ -76,6 +76,8 @@ final class RemoteSlot {
     var blockEndSlackMs = Double.infinity
     var blockHeld = false
     var blockPlayed = false
+    /// The last render started or ended a talkspurt (the network thread raises the event).
+    var blockTalkEdge = false
 
     // The per-speaker tap: the last rendered block of this stream before gain and
     // mute (48 kHz stereo), with the identity it was rendered under. Written and read
@@ -205,6 +207,7 @@ final class RemoteSlot {
         blockEndSlackMs = .infinity
         blockHeld = false
         blockPlayed = jitter.talking
+        blockTalkEdge = false
         let gain: Float = settings.muted ? 0 : settings.gain
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
         // The block's level: the sum of its squares and its largest magnitude (full scale 1).
@@ -282,8 +285,11 @@ final class RemoteSlot {
             while i >= 0 { let v = p[i]; p[2 * i + 1] = v; p[2 * i] = v; i -= 1 }
         }
         switch jitter.talkEdge {
-        case .started: spurtsStarted.wrappingAdd(1, ordering: .releasing)
+        case .started:
+            spurtsStarted.wrappingAdd(1, ordering: .releasing)
+            blockTalkEdge = true
         case .ended:
+            blockTalkEdge = true
             spurtEndNs.store(MonotonicClock.nanoseconds(), ordering: .relaxed)
             spurtsEnded.wrappingAdd(1, ordering: .releasing)
         case .none: break

@@ -125,11 +125,11 @@ public final class VoiceClient {
             throw ClientError.noMemory("the send pacer's timer could not be created: \(error)")
         }
         Sodium.ensureInitialized()
-        receive = try ReceiveSet(capacity: config.maxRemoteStreams)
         do {
             wake = try WakePipe()
             cancel = try Canceller()
         } catch { throw ClientError.noMemory("\(error)") }
+        receive = try ReceiveSet(capacity: config.maxRemoteStreams, networkWake: wake)
         events = EventHub(capacity: config.eventQueueSize, wake: wake)
         streams.events = events
         output = try OutputStage(receive: receive, streams: streams, events: events, backend: config.backend,

@@ -140,13 +140,22 @@ public final class AtomicCounter: Sendable {
 }
 
 /// A one-shot wake-up at a monotonic time that any thread can move earlier or later
-/// without waking the thread that waits on it (a timerfd). One thread waits.
+/// without waking the thread that waits on it (a timerfd). One thread waits: in
+/// wait(), or (a `polled` timer) by watching `descriptor` for POLLIN and calling
+/// consume() when it is readable.
 public final class DeadlineTimer: @unchecked Sendable {
     private let fd: Int32
 
-    public init() throws(SystemError) {
-        fd = try syscallValue("timerfd_create") { vcshim_timerfd_create() }
+    public init(polled: Bool = false) throws(SystemError) {
+        fd = try syscallValue("timerfd_create") { vcshim_timerfd_create(polled ? 1 : 0) }
     }
+
+    /// The timerfd, readable once the armed time has passed (until consume()).
+    public var descriptor: Int32 { fd }
+
+    /// A polled timer: takes the expiry away, so the descriptor is not readable until
+    /// the next armed time passes. Never blocks (a re-arm in between may have taken it).
+    public func consume() { _ = vcshim_timerfd_wait(fd) }
 
     deinit { Glibc.close(fd) }
 
@@ -156,7 +165,7 @@ public final class DeadlineTimer: @unchecked Sendable {
     /// No wake-up until armed again.
     public func disarm() { _ = vcshim_timerfd_arm_abs(fd, 0) }
 
-    /// Blocks until the armed time (for ever while disarmed).
+    /// Blocks until the armed time (for ever while disarmed). Not for a polled timer.
     public func wait() {
         while vcshim_timerfd_wait(fd) != 0 && errno == EINTR {}
     }

@@ -305,6 +305,92 @@ final class ControlPlaneTests: XCTestCase {
         XCTAssertEqual(String(cString: vc_event_type_name(vc_event_type(rawValue: 999))), "VC_EVENT_UNKNOWN")
     }
 
+    /// While the host pulls the mix, its pulls read the media socket and the network
+    /// thread does not wake to look at the playout: the renderer wakes it when a
+    /// talkspurt starts or ends, and TALK_STOP comes talk_hangover_ms (300) after the last
+    /// frame was played. Once the pulls stop, the renderer's lease on the socket runs out,
+    /// the network thread reads the frames (connection stats count them) and the talk
+    /// events follow arrivals.
+    func testTalkEventsFollowThePullsAndThenArrivalsOnceThePullsStop() throws {
+        let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
+        let listener = try CHost(port: server.port, name: "listener", channel: "Lobby")
+        let sid = try talker.startStream(kind: VC_STREAM_MIC)
+        let ssrc = try listener.wait("REMOTE_STREAM_ADDED") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED }.ssrc
+        let tone = (0..<960).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        /// Feeds one second (50 frames of 20 ms) at real time on a thread of its own;
+        /// `lastFedMs` says when the last frame was fed.
+        let lastFedMs = Shared<UInt64>(0)
+        func talkOneSecond() -> Thread {
+            let feeder = Thread {
+                let t0 = MonotonicClock.nanoseconds()
+                for k in 0..<50 {
+                    let due = t0 + UInt64(k) * 20_000_000, now = MonotonicClock.nanoseconds()
+                    if due > now { usleep(UInt32((due - now) / 1000)) }
+                    _ = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(talker.h, sid, $0.baseAddress, 960, 1) }
+                }
+                lastFedMs.value = MonotonicClock.milliseconds()
+            }
+            feeder.start()
+            return feeder
+        }
+        func packetsIn() -> UInt64 {
+            var st = vc_connection_stats()
+            XCTAssertEqual(vc_get_connection_stats(listener.h, &st), VC_OK)
+            return st.packets_in
+        }
+        let pulling = Shared(true)
+        let puller = Thread {
+            var buf = [Int16](repeating: 0, count: 1920)
+            var k: UInt64 = 0
+            let t0 = MonotonicClock.nanoseconds()
+            while pulling.value {
+                _ = buf.withUnsafeMutableBufferPointer { vc_read_mixed_pcm(listener.h, $0.baseAddress, 960) }
+                k += 1
+                let due = t0 + k * 20_000_000, now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+        puller.start()
+        defer { pulling.value = false; while puller.isExecuting { usleep(1000) } }
+        usleep(200_000)
+
+        // Played: TALK_START once the first frame is, TALK_STOP 300 ms after the last.
+        var t0 = MonotonicClock.milliseconds()
+        var feeder = talkOneSecond()
+        _ = try listener.wait("TALK_START while pulling") { $0.type == VC_EVENT_TALK_START && $0.ssrc == ssrc }
+        let startAfter = MonotonicClock.milliseconds() - t0
+        _ = try listener.wait("TALK_STOP while pulling", timeoutMs: 3000) { $0.type == VC_EVENT_TALK_STOP && $0.ssrc == ssrc }
+        while feeder.isExecuting { usleep(1000) }
+        let stopAfter = MonotonicClock.milliseconds() - lastFedMs.value
+        print("while pulling: TALK_START \(startAfter) ms after the first frame was fed, TALK_STOP \(stopAfter) ms after the last")
+        // The first frame is played a frame, the network and the jitter buffer's
+        // cushion after it is fed; the last likewise, then the 300 ms hangover.
+        XCTAssertLessThan(startAfter, 250)
+        XCTAssertGreaterThanOrEqual(stopAfter, 300)
+        XCTAssertLessThan(stopAfter, 700)
+
+        // The pulls stop: the network thread takes the socket over within the lease.
+        pulling.value = false
+        while puller.isExecuting { usleep(1000) }
+        usleep(300_000)
+        let before = packetsIn()
+        t0 = MonotonicClock.milliseconds()
+        feeder = talkOneSecond()
+        let start = try listener.wait("TALK_START from arrivals") { $0.type == VC_EVENT_TALK_START && $0.ssrc == ssrc }
+        let startAfter2 = MonotonicClock.milliseconds() - t0
+        _ = try listener.wait("TALK_STOP from arrivals", timeoutMs: 3000) { $0.type == VC_EVENT_TALK_STOP && $0.ssrc == ssrc }
+        while feeder.isExecuting { usleep(1000) }
+        let stopAfter2 = MonotonicClock.milliseconds() - lastFedMs.value
+        let got = packetsIn() - before
+        print("nothing pulls: \(got) datagrams read, TALK_START \(startAfter2) ms after the first frame was fed, "
+              + "TALK_STOP \(stopAfter2) ms after the last")
+        XCTAssertEqual(start.user_id, talker.me)
+        XCTAssertGreaterThanOrEqual(got, 45, "the network thread reads the frames nobody renders")
+        XCTAssertLessThan(startAfter2, 120, "the network thread reads within the lease once the pulls stop")
+        XCTAssertGreaterThanOrEqual(stopAfter2, 250)
+        XCTAssertLessThan(stopAfter2, 700)
+    }
+
     func testJitterBoundsAreHonouredInTargetDepth() throws {
         let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
         let listener = try CHost(port: server.port, name: "listener", channel: "Lobby")

@@ -56,10 +56,12 @@ int vcshim_enable_timestampns(int fd);
 uint64_t vcshim_timestampns(const struct msghdr *msg);
 
 /* timerfd(2) on CLOCK_MONOTONIC (<sys/timerfd.h> is not in Swift's Glibc module):
- * create with TFD_CLOEXEC (blocking reads); arm one-shot at an absolute time in ns
- * (0: disarm; a time already past expires at once); wait for the expiry (a blocking
- * read of the expiry count; -1 with errno on failure, EINTR included). */
-int vcshim_timerfd_create(void);
+ * create with TFD_CLOEXEC (blocking reads; with `nonblocking`, TFD_NONBLOCK: for a
+ * timer watched by poll); arm one-shot at an absolute time in ns (0: disarm; a time
+ * already past expires at once); wait for the expiry (a read of the expiry count,
+ * blocking unless created non-blocking; -1 with errno on failure, EINTR and EAGAIN
+ * included). */
+int vcshim_timerfd_create(int nonblocking);
 int vcshim_timerfd_arm_abs(int fd, uint64_t at_ns);
 int vcshim_timerfd_wait(int fd);
 
