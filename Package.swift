@@ -25,12 +25,17 @@
 //   bench-audio          the client's audio paths against bare libopus (`make bench`; docs/benchmarks.md).
 import PackageDescription
 
-// The modules on the audio path (per-frame work: frame open, jitter buffer, decode, mix)
-// leave the run-time exclusivity checks to debug builds, where every test runs with them.
-// In release builds each access to a class's stored property from outside its file costs a
-// swift_beginAccess/endAccess pair (a thread-local lookup); a received frame made ~26 of them
-// (perf uprobes on the renderer thread, 64 streams). The compile-time checks stay in both.
-let audioPathSettings: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
+// The pure audio core (VoiceCatAudio: jitter buffer, codec wrappers, mixer, DSP) leaves
+// the run-time exclusivity checks to debug builds. In release builds each access to a
+// class's stored property that the optimizer cannot prove exclusive costs a
+// swift_beginAccess/endAccess pair (a thread-local lookup): perf uprobes on the listener's
+// renderer thread counted ~26 per received frame at 64 streams, most in the jitter buffer.
+// The run-time check catches a same-thread re-entry; the core never calls host code (its
+// only closures are the engine's own: Reframer's emit, the decoder's call), and its tests
+// and the engine's run in debug with the checks on. The client engine calls host code
+// (sinks, event and log callbacks, which may call back in: c-test and py-test do, against
+// the release library) and keeps the checks in every build, as do the protocol and server.
+let audioCoreSettings: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"], .when(configuration: .release))]
 
 let package = Package(
     name: "VoiceCat",
@@ -52,15 +57,14 @@ let package = Package(
         .target(name: "CAlsa", linkerSettings: [.linkedLibrary("asound")]),
         .target(name: "CLinux"),
         .target(name: "CFuzzerDriver"),
-        .target(name: "VoiceCatProtocol", dependencies: ["CSodium"], swiftSettings: audioPathSettings),
+        .target(name: "VoiceCatProtocol", dependencies: ["CSodium"]),
         .target(name: "VoiceCatSystem", dependencies: ["CLinux"]),
-        .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"], swiftSettings: audioPathSettings),
+        .target(name: "VoiceCatAudio", dependencies: ["COpus", "CSpeexDSP", "VoiceCatProtocol"], swiftSettings: audioCoreSettings),
         .target(name: "VoiceCatABI"),
         // Entry points for the struct layouts of earlier releases (symbol versions, the ABI policy).
         .target(name: "VoiceCatCompat"),
         .target(name: "VoiceCatDevices", dependencies: ["CAlsa", "VoiceCatSystem"]),
-        .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"],
-                swiftSettings: audioPathSettings),
+        .target(name: "VoiceCatClient", dependencies: ["VoiceCatABI", "VoiceCatAudio", "VoiceCatDevices", "VoiceCatProtocol", "VoiceCatSystem"]),
         .target(name: "VoiceCatImpl", dependencies: ["VoiceCatClient", "VoiceCatABI", "VoiceCatCompat"]),
         .target(name: "VoiceCatServerCore", dependencies: ["VoiceCatProtocol", "VoiceCatSystem"]),
         .executableTarget(name: "voicecat-server", dependencies: ["VoiceCatServerCore"]),
