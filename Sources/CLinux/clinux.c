@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,7 +19,7 @@ _Static_assert(offsetof(struct vcshim_mmsghdr, msg_len) == offsetof(struct mmsgh
 int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags) {
     return accept4(fd, addr, (socklen_t *)len, flags);
 }
-int vcshim_pipe2(int fds[2], int flags) { return pipe2(fds, flags); }
+int vcshim_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 void vcshim_set_thread_name(const char *name) {
     char buf[16];
     strncpy(buf, name, 15);

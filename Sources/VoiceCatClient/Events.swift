@@ -60,9 +60,9 @@ final class EventHub {
     private let lock = Lock()
     private var outbox: [ClientEvent] = []
     private var taken: [ClientEvent] = []
-    private let wake: WakePipe
+    private let wake: WakeEvent
 
-    init(capacity: Int, wake: WakePipe) {
+    init(capacity: Int, wake: WakeEvent) {
         queue = EventQueue(capacity: capacity)
         self.wake = wake
     }

@@ -10,7 +10,9 @@
 //     without pulls, no device), while binding, and whenever the renderer has not
 //     read for `rendererStaleNs`. It does not wake to look: the renderer keeps a
 //     lease (a timerfd the network thread polls) moving ahead of it as it reads, and
-//     the lease runs out only when the reads stop.
+//     the lease runs out when the reads stop (or come more than 25 ms apart: a host
+//     pulling large chunks; the network thread then arms it for when the reads would
+//     be stale and sleeps again).
 // Each datagram's arrival time is the kernel's (SO_TIMESTAMPNS), so the jitter
 // statistics do not depend on which thread read it or when.
 // What the renderer reads that is not voice: keepalive echoes go to the network
@@ -42,8 +44,8 @@ final class MediaInput: @unchecked Sendable {
     let rendererMayRead = Atomic<Bool>(false)
     /// When a renderer last read the socket (monotonic ns, 0: not yet).
     let rendererReadNs = Atomic<UInt64>(0)
-    /// Expires `rendererStaleNs` after a renderer's read, give or take half of it: the
-    /// renderer moves it on when less than half is left (every other 20 ms block), the
+    /// Expires 25–50 ms (half to all of `rendererStaleNs`) after a renderer's last read:
+    /// the renderer moves it on when less than half is left (every other 20 ms block), the
     /// network thread polls it while the renderer reads (renewLease, leaseExpired).
     let lease: DeadlineTimer
     /// When the lease is armed to expire (monotonic ns; whoever arms it last).
@@ -128,15 +130,17 @@ final class MediaInput: @unchecked Sendable {
         lease.arm(atNs: until)
     }
 
-    /// The network thread, its poll having found the lease readable (or to be sure one
-    /// is pending): takes the expiry away and, while the renderer still reads, arms it
-    /// for when the reads go stale (the renderer's last renewal may end before that).
-    /// Arms racing with the renderer's only ever make it expire early: the network
-    /// thread looks again.
-    func leaseExpired(nowNs: UInt64) {
+    /// The network thread, its poll having found the lease readable: takes the expiry
+    /// away and, while the renderer still reads, arms the lease for when the reads go
+    /// stale (a renderer that reads further apart than half the lease, or an arm racing
+    /// the renderer's, lets it expire early). The read time is loaded before the clock,
+    /// so a read in between is not taken for one from the future (stale).
+    func leaseExpired() {
         lease.consume()
-        guard rendererReads(nowNs: nowNs) else { return }
-        let until = rendererReadNs.load(ordering: .relaxed) + MediaInput.rendererStaleNs + 1_000_000
+        let last = rendererReadNs.load(ordering: .relaxed)
+        guard rendererMayRead.load(ordering: .relaxed), last != 0,
+              MonotonicClock.nanoseconds() &- last < MediaInput.rendererStaleNs else { return }
+        let until = last + MediaInput.rendererStaleNs + 1_000_000
         leaseUntilNs.store(until, ordering: .relaxed)
         lease.arm(atNs: until)
     }

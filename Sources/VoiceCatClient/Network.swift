@@ -215,7 +215,7 @@ extension VoiceClient {
             if !byRenderer && !watchUDP { until = min(until, udpQuietUntilMs) }
             let timeout = Int32(clamping: max(0, Int64(until) - Int64(nowMs)))
             pollSet.removeAll()
-            pollSet.add(wake.readFD, events: Int16(POLLIN))
+            pollSet.add(wake.fd, events: Int16(POLLIN))
             pollSet.add(conn.socket.fd, events: Int16(POLLIN))
             if watchUDP { pollSet.add(sock.fd, events: Int16(POLLIN)) }
             // While the renderer reads, its lease says when it stopped (MediaInput).
@@ -223,7 +223,7 @@ extension VoiceClient {
             if byRenderer { pollSet.add(receive.input.lease.descriptor, events: Int16(POLLIN)) }
             _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
-            if byRenderer && pollSet.fds[leaseIndex].revents != 0 { receive.input.leaseExpired(nowNs: MonotonicClock.nanoseconds()) }
+            if byRenderer && pollSet.fds[leaseIndex].revents != 0 { receive.input.leaseExpired() }
             if let e = hostEnd() { return e }
             if pollSet.fds[1].revents != 0 {
                 do {

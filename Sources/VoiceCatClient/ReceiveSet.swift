@@ -17,7 +17,7 @@ final class ReceiveSet {
     /// The media socket's reader state (MediaInput.swift).
     let input: MediaInput
     /// Wakes the network thread (a talkspurt began or ended in a render).
-    private let networkWake: WakePipe
+    private let networkWake: WakeEvent
     /// Jitter bounds for streams without their own (ControlPlane.swift). The lock is taken
     /// before a slot's lock, never after: a stream added while the bounds change gets them.
     let boundsLock = Lock()
@@ -27,7 +27,7 @@ final class ReceiveSet {
     /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
     private let decodeScratch = RemoteSlot.Scratch()
 
-    init(capacity: Int, networkWake: WakePipe) throws {
+    init(capacity: Int, networkWake: WakeEvent) throws {
         var s: [RemoteSlot] = []
         do { for _ in 0..<capacity { s.append(try RemoteSlot()) } } catch {
             throw ClientError.codec("cannot create Opus decoders: \(error)")

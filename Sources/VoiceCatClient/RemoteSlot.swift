@@ -43,12 +43,13 @@ final class RemoteSlot {
     /// enabled, released when disabled or when the slot gets another stream.
     var noiseReducer: NoiseReducer?
 
-    /// Talk state as reported to the host (network thread, under `lock`).
+    /// Talk state as reported to the host: written by the network thread under `lock`
+    /// (which host threads take to read it), read by it without.
     var talking = false
     /// Talkspurts whose first frame was played / that ended in playout, and when the
     /// last one ended (monotonic ns). The renderer counts them (under `lock`); the
     /// network thread reads them without the lock to raise the talk events, so its
-    /// periodic look never waits for a slot the renderer is decoding. `spurtEndNs` is
+    /// look never waits for a slot the renderer is decoding. `spurtEndNs` is
     /// stored before `spurtsEnded` is released.
     let spurtsStarted = Atomic<UInt64>(0)
     let spurtsEnded = Atomic<UInt64>(0)

@@ -92,7 +92,7 @@ public final class VoiceClient {
     let localStreamCount = Atomic<Int>(0)
 
     // Parts.
-    let wake: WakePipe
+    let wake: WakeEvent
     let events: EventHub
     let streams: StreamTable
     let receive: ReceiveSet
@@ -126,7 +126,7 @@ public final class VoiceClient {
         }
         Sodium.ensureInitialized()
         do {
-            wake = try WakePipe()
+            wake = try WakeEvent()
             cancel = try Canceller()
         } catch { throw ClientError.noMemory("\(error)") }
         receive = try ReceiveSet(capacity: config.maxRemoteStreams, networkWake: wake)

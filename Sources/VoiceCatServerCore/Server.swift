@@ -40,7 +40,7 @@ public final class Server {
     var live: ServerConfig
     let listener: Socket
     let udp: Socket
-    let wake: WakePipe
+    let wake: WakeEvent
     let poll: EventPoll
     /// Connections by descriptor.
     var connections: [Connection?] = []
@@ -134,7 +134,7 @@ public final class Server {
         try udp.setNonBlocking()
         udp.setReceiveBuffer(4 << 20)
         udp.setSendBuffer(4 << 20)
-        wake = try WakePipe()
+        wake = try WakeEvent()
         poll = try EventPoll(capacity: Server.maxEvents)
         nextSSRC = 1000 + (Sodium.randomUInt32() % 1000)
         installChannels(config.channels)
@@ -175,7 +175,7 @@ public final class Server {
     public func run() {
         log("voicecat-server listening on \(config.bindHost):\(port) (TCP+UDP), fingerprint \(fingerprint)")
         do {
-            try poll.add(wake.readFD, .readable, data: Server.systemToken(wake.readFD))
+            try poll.add(wake.fd, .readable, data: Server.systemToken(wake.fd))
             try poll.add(listener.fd, .readable, data: Server.systemToken(listener.fd))
             try poll.add(udp.fd, .readable, data: Server.systemToken(udp.fd))
         } catch {
@@ -195,7 +195,7 @@ public final class Server {
             turn &+= 1
             var i = 0
             while i < n { dispatch(poll.event(i)); i += 1 }
-            // Requests from other threads (they also write the wake pipe, so the wait ends).
+            // Requests from other threads (they also wake the loop, so the wait ends).
             let (stop, reload) = requestLock.withLock { () -> (Bool, ServerConfig?) in
                 defer { pendingReload = nil }
                 return (stopRequested, pendingReload)
@@ -235,7 +235,7 @@ public final class Server {
         let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: e.data))
         let serial = UInt32(truncatingIfNeeded: e.data >> 32)
         if serial == 0 {
-            if fd == wake.readFD { wake.drain() } else if fd == listener.fd { acceptConnections() } else if fd == udp.fd { drainUDP() }
+            if fd == wake.fd { wake.drain() } else if fd == listener.fd { acceptConnections() } else if fd == udp.fd { drainUDP() }
             return
         }
         guard let c = connection(fd), c.serial == serial, !c.closed else { return }

@@ -1,4 +1,4 @@
-// Blocking waits that another thread can cut short: a Canceller is a pipe every
+// Blocking waits that another thread can cut short: a Canceller is an eventfd every
 // cancellable wait polls beside its own descriptor, so a destroy or disconnect
 // ends a connect or a request at once instead of after its timeout.
 import Glibc
@@ -11,15 +11,15 @@ public struct CancelledError: Error, CustomStringConvertible {
 }
 
 public final class Canceller: @unchecked Sendable {
-    private let pipe: WakePipe
+    private let event: WakeEvent
     private let fired = Atomic<Bool>(false)
 
-    public init() throws(SystemError) { pipe = try WakePipe() }
+    public init() throws(SystemError) { event = try WakeEvent() }
 
     /// Cancels every wait in progress and every later one until `reset`.
     public func cancel() {
         fired.store(true, ordering: .sequentiallyConsistent)
-        pipe.wake()
+        event.wake()
     }
 
     public var isCancelled: Bool { fired.load(ordering: .sequentiallyConsistent) }
@@ -27,13 +27,13 @@ public final class Canceller: @unchecked Sendable {
     /// Arms the canceller again (a new connect).
     public func reset() {
         fired.store(false, ordering: .sequentiallyConsistent)
-        pipe.drain()
+        event.drain()
     }
 
     /// Waits until `fd` has `events`, the deadline passes (false), or a cancel
     /// (throws CancelledError).
     public func wait(fd: Int32, events: Int16, deadlineMs: UInt64) throws -> Bool {
-        var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: pipe.readFD, events: Int16(POLLIN), revents: 0)]
+        var fds = [pollfd(fd: fd, events: events, revents: 0), pollfd(fd: event.fd, events: Int16(POLLIN), revents: 0)]
         while true {
             if isCancelled { throw CancelledError() }
             let left = Int32(clamping: max(0, Int64(deadlineMs) - Int64(MonotonicClock.milliseconds())))
@@ -47,7 +47,7 @@ public final class Canceller: @unchecked Sendable {
 
     /// Sleeps until the deadline or a cancel (throws CancelledError).
     public func sleep(untilMs deadline: UInt64) throws {
-        var p = pollfd(fd: pipe.readFD, events: Int16(POLLIN), revents: 0)
+        var p = pollfd(fd: event.fd, events: Int16(POLLIN), revents: 0)
         while MonotonicClock.milliseconds() < deadline {
             if isCancelled { throw CancelledError() }
             let left = Int32(clamping: max(0, Int64(deadline) - Int64(MonotonicClock.milliseconds())))

@@ -266,25 +266,19 @@ public struct PollSet {
     }
 }
 
-/// A pipe used to wake a poll loop from another thread.
-public final class WakePipe {
-    public let readFD: Int32
-    public let writeFD: Int32
+/// Wakes a poll loop from another thread: an eventfd (readable while woken). A wake is
+/// one write of a counter that takes a spinlock in the kernel, never a sleeping lock (a
+/// pipe's write takes the pipe's mutex), so the audio path may wake a loop.
+public final class WakeEvent {
+    /// Watch it for POLLIN.
+    public let fd: Int32
 
     public init() throws(SystemError) {
-        var fds: [Int32] = [0, 0]
-        try syscallValue("pipe2") { vcshim_pipe2(&fds, O_NONBLOCK | O_CLOEXEC) }
-        readFD = fds[0]; writeFD = fds[1]
+        fd = try syscallValue("eventfd") { vcshim_eventfd() }
     }
-    deinit { close(readFD); close(writeFD) }
+    deinit { close(fd) }
 
-    public func wake() { var b: UInt8 = 1; _ = Glibc.write(writeFD, &b, 1) }
-    /// Reads the wake-up bytes away into a buffer on the stack: no allocation per
-    /// wake-up (an array here cost the network thread one per wake-up).
-    public func drain() {
-        var sink: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
-        withUnsafeMutableBytes(of: &sink) { b in
-            while Glibc.read(readFD, b.baseAddress, b.count) > 0 {}
-        }
-    }
+    public func wake() { var one: UInt64 = 1; _ = Glibc.write(fd, &one, 8) }
+    /// Takes the wake-ups away (one read of the counter).
+    public func drain() { var count: UInt64 = 0; _ = Glibc.read(fd, &count, 8) }
 }
