@@ -220,7 +220,7 @@ extension VoiceClient {
             if watchUDP { pollSet.add(sock.fd, events: Int16(POLLIN)) }
             // While the renderer reads, its lease says when it stopped (MediaInput).
             let leaseIndex = pollSet.fds.count
-            if byRenderer { pollSet.add(receive.input.lease.descriptor, events: Int16(POLLIN)) }
+            if byRenderer { pollSet.add(receive.input.lease.fd, events: Int16(POLLIN)) }
             _ = try? pollSet.wait(timeoutMs: timeout)
             if pollSet.fds[0].revents != 0 { wake.drain() }
             if byRenderer && pollSet.fds[leaseIndex].revents != 0 { receive.input.leaseExpired() }
@@ -700,6 +700,14 @@ extension VoiceClient {
         return nil
     }
 
+    /// Talk state looks at most this often (playout moves in 20 ms blocks: looking
+    /// more often finds nothing new).
+    static let talkLookMs: UInt64 = 20
+    /// The mix counts as playing while it rendered this recently; talk state follows
+    /// arrivals otherwise, looked at this often while anyone talks.
+    static let mixPlayingMs: UInt64 = 200
+    static let talkArrivalLookMs: UInt64 = 50
+
     /// When updateTalkState must look next (ms; .max: nothing to time). While the mix
     /// plays, the renderer wakes this thread when a talkspurt starts or ends, so what is
     /// left to time is an edge not looked at yet (looks are 20 ms apart), each ended
@@ -710,12 +718,12 @@ extension VoiceClient {
         let now = MonotonicClock.milliseconds()
         let hang = UInt64(config.talkHangoverMs)
         let lastRender = output.lastRenderMs.load(ordering: .relaxed)
-        let playing = lastRender + 200 > now
-        let soonest = talkCheckedMs + 20
+        let playing = lastRender + VoiceClient.mixPlayingMs > now
+        let soonest = talkCheckedMs + VoiceClient.talkLookMs
         var t = UInt64.max
         receive.forEachStream { _, s in
             guard playing else {
-                if s.talking { t = min(t, now + 50) }
+                if s.talking { t = min(t, now + VoiceClient.talkArrivalLookMs) }
                 return
             }
             let started = s.spurtsStarted.load(ordering: .acquiring)
@@ -724,7 +732,7 @@ extension VoiceClient {
                 t = min(t, soonest)
             } else if s.talking {
                 if ended == started { t = min(t, max(soonest, s.spurtEndNs.load(ordering: .relaxed) / 1_000_000 + hang)) }
-                if !byRenderer { t = min(t, lastRender + 200) }
+                if !byRenderer { t = min(t, lastRender + VoiceClient.mixPlayingMs) }
             }
         }
         return t
@@ -734,11 +742,10 @@ extension VoiceClient {
     /// talkspurt was played, TALK_STOP the hangover after the last one was. While
     /// nothing plays the mix (pull mode without pulls), it follows arrivals instead.
     func updateTalkState(now: UInt64) {
-        // Playout moves in 20 ms blocks: looking more often finds nothing new.
-        guard now >= talkCheckedMs + 20 else { return }
+        guard now >= talkCheckedMs + VoiceClient.talkLookMs else { return }
         talkCheckedMs = now
         let hang = UInt64(config.talkHangoverMs)
-        let playing = output.lastRenderMs.load(ordering: .relaxed) + 200 > now
+        let playing = output.lastRenderMs.load(ordering: .relaxed) + VoiceClient.mixPlayingMs > now
         receive.forEachStream { ssrc, s in
             // The counts are the renderer's (atomics), `talking` is written only here:
             // the slot's lock is taken only to change it (host threads read it under

@@ -191,7 +191,7 @@ final class ReceiveSet {
             s.lock.unlock()
         }
         // The network thread raises TALK_START / TALK_STOP: it does not look on a timer
-        // while the mix plays (a non-blocking pipe write, at talkspurt edges only).
+        // while the mix plays (one eventfd write, at talkspurt edges only).
         if talkEdge { networkWake.wake() }
         return PlayedBlock(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil, held: held, quiet: !played)
     }

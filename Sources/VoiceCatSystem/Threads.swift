@@ -141,17 +141,15 @@ public final class AtomicCounter: Sendable {
 
 /// A one-shot wake-up at a monotonic time that any thread can move earlier or later
 /// without waking the thread that waits on it (a timerfd). One thread waits: in
-/// wait(), or (a `polled` timer) by watching `descriptor` for POLLIN and calling
-/// consume() when it is readable.
+/// wait(), or (a `polled` timer) by watching `fd` for POLLIN and calling consume()
+/// when it is readable.
 public final class DeadlineTimer: @unchecked Sendable {
-    private let fd: Int32
+    /// The timerfd, readable once the armed time has passed (until consume() or a re-arm).
+    public let fd: Int32
 
     public init(polled: Bool = false) throws(SystemError) {
         fd = try syscallValue("timerfd_create") { vcshim_timerfd_create(polled ? 1 : 0) }
     }
-
-    /// The timerfd, readable once the armed time has passed (until consume()).
-    public var descriptor: Int32 { fd }
 
     /// A polled timer: takes the expiry away, so the descriptor is not readable until
     /// the next armed time passes. Never blocks (a re-arm in between may have taken it).
