@@ -11,9 +11,9 @@ import VoiceCatSystem
 
 final class ReceiveSet {
     let slots: [RemoteSlot]
-    /// ssrc → slot index. Changed by the network thread holding the media input's
-    /// token; read by it, or by the token's holder.
-    private var bySSRC: [UInt32: Int] = [:]
+    /// ssrc → slot index (SSRCIndex.swift). Changed by the network thread holding the
+    /// media input's token; read by it, or by the token's holder.
+    private let bySSRC: SSRCIndex
     /// The media socket's reader state (MediaInput.swift).
     let input: MediaInput
     /// Wakes the network thread (a talkspurt began or ended in a render).
@@ -33,6 +33,7 @@ final class ReceiveSet {
             throw ClientError.codec("cannot create Opus decoders: \(error)")
         }
         slots = s
+        bySSRC = SSRCIndex(slots: capacity)
         do { input = try MediaInput() } catch { throw ClientError.noMemory("the media input's timer could not be created: \(error)") }
         self.networkWake = networkWake
     }
@@ -58,7 +59,7 @@ final class ReceiveSet {
             s.lock.withLock { s.configure(r, username: username); s.applyJitterBounds(defaultBounds) }
             s.live.store(true, ordering: .releasing)
         }
-        bySSRC[r.ssrc] = idx
+        bySSRC.insert(r.ssrc, slot: idx)
         return true
     }
 
@@ -67,7 +68,7 @@ final class ReceiveSet {
     func remove(ssrc: UInt32) -> (userID: UInt32, wasTalking: Bool, username: String)? {
         input.take()
         defer { input.give() }
-        guard let idx = bySSRC.removeValue(forKey: ssrc) else { return nil }
+        guard let idx = bySSRC.remove(ssrc) else { return nil }
         let s = slots[idx]
         let r = s.lock.withLock { () -> (UInt32, Bool, String) in
             let was = s.talking
@@ -82,15 +83,15 @@ final class ReceiveSet {
 
     /// Stops receiving everything (the session ended or the channel changed).
     func removeAll() {
-        for ssrc in Array(bySSRC.keys) { remove(ssrc: ssrc) }
+        for ssrc in bySSRC.ssrcs { remove(ssrc: ssrc) }
     }
 
     /// The ssrcs being received (network thread; a copy, for control paths).
-    var ssrcs: [UInt32] { Array(bySSRC.keys) }
+    var ssrcs: [UInt32] { bySSRC.ssrcs }
 
     /// Calls `body` with each received ssrc and its slot (network thread; allocates nothing).
     func forEachStream(_ body: (UInt32, RemoteSlot) -> Void) {
-        for (ssrc, idx) in bySSRC { body(ssrc, slots[idx]) }
+        bySSRC.forEach { ssrc, idx in body(ssrc, slots[idx]) }
     }
 
     // MARK: host threads
