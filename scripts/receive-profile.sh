@@ -13,7 +13,7 @@ set -euo pipefail
 streams=${1:-64}
 bin=.build/release/bench-audio
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+trap '[ -n "${KEEP:-}" ] && cp "$out/perf.data" "$KEEP"; rm -rf "$out"' EXIT
 [ -x "$bin" ] || { echo "build it first: swift build -c release --product bench-audio" >&2; exit 2; }
 "$bin" --only receive --streams "$streams" > "$out/bench.txt" 2>&1 &
 bench=$!

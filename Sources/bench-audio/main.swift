@@ -162,7 +162,8 @@ func runAll(_ args: Arguments) {
 
     if only.contains("send") {
         say("send path: 11 s of real-time feed ...")
-        let c = Child(["send", "--port", port, "--fingerprint", fingerprint])
+        // --control 1 (an A/A check of the method) is the send role's: pass it on.
+        let c = Child(["send", "--port", port, "--fingerprint", fingerprint, "--control", "\(args.int("control", 0))"])
         c.finish()
         let r = c.result("ratio")
         rows.append(Row(what: "send: CPU per 20 ms frame, feed + pacer threads / bare opus_encode",
