@@ -193,7 +193,7 @@ final class StreamTable {
             if MonotonicClock.milliseconds() >= deadline {
                 throw ClientError.timeout("stream \(id) still has audio queued after \(timeoutMs) ms")
             }
-            drainCond.withLock { drainCond.wait(untilMs: min(deadline, MonotonicClock.milliseconds() + 50)) }
+            drainCond.withLock { _ = drainCond.wait(untilMs: min(deadline, MonotonicClock.milliseconds() + 50)) }
         }
     }
 

@@ -208,7 +208,13 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
     guard let raw = getenv("JB_TUNE") else { return t }
     for item in String(cString: raw).split(separator: ",") {
         let kv = item.split(separator: "=")
-        guard kv.count == 2, let v = Double(kv[1]) else { continue }
+        // A knob that does not parse, or is not a finite number of sane size (nan, inf,
+        // 1e300), stops the run: a NaN share would place every quantile in the
+        // histogram's last bin unnoticed, and a huge catchUpTicks would trap.
+        guard kv.count == 2, let v = Double(kv[1]), v.isFinite, abs(v) < 1e9 else {
+            fputs("JB_TUNE: \"\(item)\" is not knob=<finite number>\n", stderr)
+            exit(2)
+        }
         switch kv[0] {
         case "quantile": t.quantile = v
         case "startQuantile": t.startQuantile = v
@@ -223,7 +229,9 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
         case "waitTicks": t.waitTicks = v
         case "waitLikelihood": t.waitLikelihood = v
         case "fecLossRate": t.fecLossRate = v
-        default: print("unknown knob \(kv[0])")
+        default:
+            fputs("JB_TUNE: unknown knob \(kv[0])\n", stderr)
+            exit(2)
         }
     }
     return t
