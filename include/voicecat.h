@@ -536,9 +536,10 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
 /**
  * Disconnects (if connected), stops every thread of the client and frees it.
  * NULL is a no-op. May be called while other threads are inside calls on the same
- * client: a connect in progress is cancelled, blocking calls (join, stream start,
- * vc_poll_event) return promptly (VC_ERR_STATE, or 0 events), and destroy waits
- * for every call in flight before it frees the client. Blocks until the client's
+ * client: a connect in progress is cancelled, blocking calls return promptly (join
+ * and stream start VC_ERR_STATE, vc_poll_event 0 events, vc_stream_drain
+ * VC_ERR_NOT_FOUND: its stream stopped), and destroy waits for every call in
+ * flight before it frees the client. Blocks until the client's
  * threads have finished. The handle is invalid afterwards (later calls with it
  * return VC_ERR_INVALID_ARG). Must not be called from inside a callback of the
  * same client (it is then ignored and an error is logged).

@@ -12,6 +12,8 @@ final class EventQueue {
     private var items: [ClientEvent] = []
     private var head = 0
     private let capacity: Int
+    /// Set by `close` (the client is being destroyed): waiters return at once.
+    private var closed = false
 
     init(capacity: Int) {
         self.capacity = max(1, capacity)
@@ -30,21 +32,25 @@ final class EventQueue {
         }
     }
 
-    /// The oldest event, waiting up to `timeoutMs` (negative: forever).
+    /// The oldest event, waiting up to `timeoutMs` (negative: forever). nil when none
+    /// came in time, and at once once the queue is closed.
     func pop(timeoutMs: Int) -> ClientEvent? {
         cond.lock(); defer { cond.unlock() }
         let deadline: UInt64? = timeoutMs < 0 ? nil : MonotonicClock.milliseconds() + UInt64(timeoutMs)
-        while items.count == head {
+        while items.count == head && !closed {
             if let d = deadline, MonotonicClock.milliseconds() >= d { return nil }
-            cond.wait(untilMs: deadline)
+            _ = cond.wait(untilMs: deadline)
         }
+        guard !closed else { return nil }
         let e = items[head]
         head += 1
         return e
     }
 
-    /// Wakes every waiter (a destroy while a host thread waits in vc_poll_event).
-    func interruptWaiters() { cond.withLock { cond.broadcast() } }
+    /// Closes the queue (a destroy): every waiter in vc_poll_event returns 0 events at
+    /// once, and so does every later pop. A wake alone would not do: a waiter woken
+    /// with nothing queued waits again, and destroy waits for it.
+    func close() { cond.withLock { closed = true; cond.broadcast() } }
 }
 
 /// The host's event callback.

@@ -196,4 +196,59 @@ final class TrustAndDestroyTests: XCTestCase {
         XCTAssertLessThanOrEqual(fds1, fds0, "a descriptor outlived its client")
         XCTAssertGreaterThanOrEqual(stagesHit.keys.count, 3, "the points should spread over the stages")
     }
+    /// A host thread waiting in vc_poll_event (no timeout, and a long one) when another
+    /// thread destroys the client returns 0 at once, and destroy returns, whether the
+    /// client never connected or connected and disconnected: nothing raises an event
+    /// then to wake the waiter (a wake alone left it waiting and destroy hung).
+    func testDestroyReleasesAThreadWaitingForEventsWhenNothingIsConnected() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        for (connectFirst, timeoutMs) in [(false, Int32(-1)), (false, 8000), (true, -1)] {
+            var h: OpaquePointer? = nil
+            var cfg = vc_client_config_default()
+            cfg.external_playback = 1
+            XCTAssertEqual(vc_client_create(&cfg, &h), VC_OK)
+            let handle = h
+            if connectFirst {
+                let rc = "127.0.0.1".withCString { host in
+                    "poller".withCString { user in
+                        var p = vc_connect_params(host: host, port: server.port, username: user, password: nil, server_fingerprint: nil,
+                                                  timeout_ms: 5000, allow_unverified: 1)
+                        return vc_connect(handle, &p)
+                    }
+                }
+                XCTAssertEqual(rc, VC_OK)
+                XCTAssertEqual(vc_disconnect(handle), VC_OK)
+                var e = vc_event()
+                while vc_poll_event(handle, &e, 0) == 1 {}
+            }
+            let result = Atomic<Int32>(99)
+            let waiting = Atomic<Bool>(false)
+            let poller = SystemThread(name: "poller") {
+                var e = vc_event()
+                waiting.store(true, ordering: .sequentiallyConsistent)
+                result.store(vc_poll_event(handle, &e, timeoutMs), ordering: .sequentiallyConsistent)
+            }
+            while !waiting.load(ordering: .sequentiallyConsistent) { usleep(1000) }
+            usleep(200_000)   // well inside its wait
+            XCTAssertEqual(result.load(ordering: .sequentiallyConsistent), 99, "the poller returned before the destroy")
+            let t0 = MonotonicClock.milliseconds()
+            // Destroy on a thread of its own, so a hang fails this test instead of stopping it.
+            let destroyed = Atomic<Bool>(false)
+            let destroyer = SystemThread(name: "destroyer") {
+                vc_client_destroy(handle)
+                destroyed.store(true, ordering: .sequentiallyConsistent)
+            }
+            while !destroyed.load(ordering: .sequentiallyConsistent) && MonotonicClock.milliseconds() < t0 + 10_000 { usleep(1000) }
+            let ms = MonotonicClock.milliseconds() - t0
+            XCTAssertTrue(destroyed.load(ordering: .sequentiallyConsistent),
+                          "connected first: \(connectFirst), timeout \(timeoutMs): vc_client_destroy did not return in 10 s")
+            guard destroyed.load(ordering: .sequentiallyConsistent) else { return }   // the threads are stuck: do not join
+            destroyer.join()
+            poller.join()
+            XCTAssertEqual(result.load(ordering: .sequentiallyConsistent), 0, "vc_poll_event after a destroy")
+            // Well under the 8 s timeout: the waiter was released, not timed out.
+            XCTAssertLessThan(ms, 6000, "connected first: \(connectFirst), timeout \(timeoutMs): destroy took \(ms) ms")
+        }
+    }
 }
