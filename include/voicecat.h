@@ -962,7 +962,11 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * block after block on the calling thread). Call it at the rate the audio is consumed: each call advances the playout
  * clock of every remote stream by what it rendered (at another output rate, the
  * frames a conversion gave beyond `frames` are kept for the next call, so over
- * time the clock follows what was pulled). A per-speaker sink set on the client is
+ * time the clock follows what was pulled). A call that renders several 20 ms blocks
+ * takes their audio at once, so every remote stream then keeps that much in hand
+ * (target_depth_ms includes it; held 2 s after the last call that large), from the
+ * first talkspurt on: the size of the pulls adds to the delay, and pulls of 10–20 ms
+ * give the least. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while

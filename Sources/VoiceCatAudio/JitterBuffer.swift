@@ -48,7 +48,10 @@
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
-//     fresh stream with no history plays it at once). Pauses realign for free:
+//     fresh stream with no history plays it at once, unless a lower bound or the
+//     consumer's burst (setConsumerBurst: a host pulling several periods at a time)
+//     asks for frames in hand: then once that many are here, or it has waited that
+//     long). Pauses realign for free:
 //     every talkspurt, and every comfort-noise update in a pause, starts there.
 //   * Late frames are waited for, not given up: a missing frame with nothing newer
 //     buffered holds the clock (the period is concealed) while the cushion is
@@ -280,6 +283,10 @@ public final class JitterBuffer {
     private var fecCushion = false                    // losses seen that FEC can rebuild
     private var packetsSinceFEC = Int.max             // inserted since the last one flagged FEC
     private var minTicks = 0.0, maxTicks = 25.0       // bounds (setBounds), in ticks
+    /// A talkspurt's first frame held for a lower bound with no history yet (advance):
+    /// ticks it was held at, and the time of the first of them (NaN: none, or no times).
+    private var heldStartTicks = 0
+    private var heldStartMs = Double.nan
 
     // Playout clock.
     private var playing = false
@@ -337,7 +344,7 @@ public final class JitterBuffer {
         playedSlackTicks = .nan
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
-        starvedTicks = 0; excessTicks = 0
+        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan
         packetBytesAverage = 0; lastPlayedQuiet = false
         recoveryAvailable = false
         applyBounds()
@@ -362,9 +369,24 @@ public final class JitterBuffer {
 
     public var bounds: (minMs: Double, maxMs: Double) { (boundMinMs, boundMaxMs) }
 
+    /// Audio the consumer takes at one instant, when more than one period (ms): a
+    /// host that pulls 100 ms at a time needs every frame of those 100 ms when it
+    /// pulls, so the cushion is at least the frames after the first of them, from the
+    /// first talkspurt on (the histogram would learn it only from underruns). 0: the
+    /// consumer takes a period (or less) at a time. Kept across reset, as the bounds.
+    public func setConsumerBurst(ms: Double) {
+        burstMs = ms.isFinite ? min(max(0, ms), JitterBuffer.maxTargetMs) : 0
+        applyBounds()
+    }
+
+    public private(set) var burstMs = 0.0
+    /// The consumer's burst in ticks: frames that must be here when it takes them.
+    private var burstTicks = 0.0
+
     private func applyBounds() {
         let poolTicks = Double(capacity - 2)
-        minTicks = min((boundMinMs / frameMs).rounded(.up), poolTicks)
+        burstTicks = burstMs > 0 ? (burstMs / frameMs).rounded(.up) : 0
+        minTicks = min(max((boundMinMs / frameMs).rounded(.up), burstTicks), poolTicks)
         maxTicks = max(minTicks, min((boundMaxMs / frameMs).rounded(.down), poolTicks))
     }
 
@@ -662,6 +684,17 @@ public final class JitterBuffer {
         pendingGrid += ms / frameMs
     }
 
+    /// Periods the held first frame has waited, counting this tick: by the tick times
+    /// when the consumer gives them (one that takes several periods at one instant
+    /// gives each the same time: they are not periods of waiting), else by ticks.
+    private func heldStartPeriods() -> Double {
+        heldStartTicks += 1
+        guard tickTimesKnown > 0 else { return Double(heldStartTicks - 1) }
+        let now = tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))]
+        if heldStartMs.isNaN { heldStartMs = now }
+        return (now - heldStartMs) / frameMs
+    }
+
     private func advance() -> Playout {
         defer { ticks += 1 }
         talkEdge = .none
@@ -670,10 +703,21 @@ public final class JitterBuffer {
         let fs = Int64(frameSamples)
         let target = targetTicks
         if !playing {
-            guard let o = oldestSlot() else { return pausePlayout() }
+            guard let o = oldestSlot() else { heldStartTicks = 0; heldStartMs = .nan; return pausePlayout() }
             // A talkspurt (or a comfort-noise update) starts when its first frame has
-            // the cushion the distribution asks for; with nothing known yet, at once.
+            // the cushion the distribution asks for; with nothing known yet, at once,
+            // or, under a lower bound (a host's, or a consumer taking several periods
+            // at once), once that many frames after it are here or it has waited that
+            // many periods (a talkspurt shorter than the bound).
             if historyCount > 0 && cushion(timestamps[o]) < startTicks { return pausePlayout() }
+            // The cushion above is counted on the consumer's ticks, which a consumer
+            // taking several at one instant crowds together: its burst is also counted
+            // in frames here (or in time waited).
+            let need = historyCount > 0 ? burstTicks : minTicks
+            if need > 0 && Double(newestTS - timestamps[o]) / Double(fs) < need && heldStartPeriods() < need {
+                return pausePlayout()
+            }
+            heldStartTicks = 0; heldStartMs = .nan
             playing = true
             starvedTicks = 0; excessTicks = 0
             nextTS = timestamps[o]

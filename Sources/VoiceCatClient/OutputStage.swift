@@ -135,6 +135,14 @@ final class OutputStage {
     /// driver stays away for one and a half of them, so a host that pulls 100 ms at a
     /// time is not mistaken for one that stopped.
     private var pullGapNs: UInt64 = 0
+    /// The most blocks one pull rendered lately (renderLock): a host that pulls several
+    /// blocks at a time takes all of their audio at once, so every stream's jitter
+    /// buffer keeps that much in hand (ReceiveSet.setConsumerBurst). Held for
+    /// `burstHoldNs` after the last pull that large, so pulls of varying sizes do not
+    /// move it each time.
+    private var burstBlocks = 0
+    private var burstSinceNs: UInt64 = 0
+    static let burstHoldNs: UInt64 = 2_000_000_000
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
     /// (read before pulling, without a lock, and again under renderLock).
@@ -411,7 +419,14 @@ final class OutputStage {
         case .device: v = 2
         case .background: v = 3
         }
-        renderLock.withLock { modeValue.store(v, ordering: .releasing) }
+        renderLock.withLock {
+            modeValue.store(v, ordering: .releasing)
+            // A driver renders one block at a time: no burst to keep in hand.
+            if v == 1 || v == 2, burstBlocks > 1 {
+                burstBlocks = 0
+                receive.setConsumerBurst(ms: 0)
+            }
+        }
     }
 
     /// Something takes the rendered blocks besides the device: a sink, or a recording.
@@ -446,6 +461,11 @@ final class OutputStage {
         if lastPullNs != 0 { pullGapNs = min(now &- lastPullNs, 1_000_000_000) }
         lastPullNs = now
         let ch = format.channels
+        // The blocks this pull renders, known before it renders them: the jitter
+        // buffers learn the burst before its first frame is played.
+        let rate = format.sampleRate
+        let fresh = max(0, frames - pullRestCount)
+        noteBurst(blocks: (fresh * 48000 / rate + OutputStage.block - 1) / OutputStage.block, nowNs: now)
         var done = 0
         while done < frames {
             if pullRestCount > 0 {
@@ -458,7 +478,6 @@ final class OutputStage {
             }
             // Enough 48 kHz frames for what is still missing, at most one block.
             let need = frames - done
-            let rate = format.sampleRate
             let chunk = rate == 48000 ? min(OutputStage.block, need) : max(1, min(OutputStage.block, (need * 48000 + rate - 1) / rate))
             renderBlock(into: pullMix, frames: chunk)
             let (p, n) = handOutMix(pullMix, frames: chunk)
@@ -471,6 +490,21 @@ final class OutputStage {
             }
             done += take
         }
+    }
+
+    /// A pull rendered `blocks` blocks at once (renderLock held): more than one, and
+    /// its audio is all taken now (see burstBlocks).
+    private func noteBurst(blocks: Int, nowNs: UInt64) {
+        let before = burstBlocks
+        if blocks >= burstBlocks {
+            burstBlocks = blocks
+            burstSinceNs = nowNs
+        } else if nowNs &- burstSinceNs > OutputStage.burstHoldNs {
+            burstBlocks = blocks
+            burstSinceNs = nowNs
+        }
+        let ms = { (b: Int) in b > 1 ? Double(b * OutputStage.block) / 48 : 0 }
+        if ms(burstBlocks) != ms(before) { receive.setConsumerBurst(ms: ms(burstBlocks)) }
     }
 
     private func refusal() -> ClientError? {

@@ -22,6 +22,9 @@ final class ReceiveSet {
     /// before a slot's lock, never after: a stream added while the bounds change gets them.
     let boundsLock = Lock()
     var defaultBounds = JitterBounds.none
+    /// Audio the renderer takes at one instant beyond a block (a host pulling several
+    /// blocks at a time), for every stream's jitter buffer (boundsLock).
+    private var consumerBurstMs = 0.0
 
     /// One decoded codec frame, stereo, int16 and float: every slot decodes into it in
     /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
@@ -56,7 +59,11 @@ final class ReceiveSet {
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
         boundsLock.withLock {
-            s.lock.withLock { s.configure(r, username: username); s.applyJitterBounds(defaultBounds) }
+            s.lock.withLock {
+                s.configure(r, username: username)
+                s.applyJitterBounds(defaultBounds)
+                s.jitter.setConsumerBurst(ms: consumerBurstMs)
+            }
             s.live.store(true, ordering: .releasing)
         }
         bySSRC.insert(r.ssrc, slot: idx)
@@ -92,6 +99,21 @@ final class ReceiveSet {
     /// Calls `body` with each received ssrc and its slot (network thread; allocates nothing).
     func forEachStream(_ body: (UInt32, RemoteSlot) -> Void) {
         bySSRC.forEach { ssrc, idx in body(ssrc, slots[idx]) }
+    }
+
+    /// The renderer takes `ms` of audio at one instant (0: a block or less): every
+    /// stream's jitter buffer keeps that much in hand (JitterBuffer.setConsumerBurst).
+    /// Called by the renderer when it changes; takes boundsLock, then each slot's lock.
+    func setConsumerBurst(ms: Double) {
+        boundsLock.withLock {
+            guard ms != consumerBurstMs else { return }
+            consumerBurstMs = ms
+            for i in 0..<slots.count {
+                let s = slots[i]
+                guard s.live.load(ordering: .acquiring) else { continue }
+                s.lock.withLock { s.jitter.setConsumerBurst(ms: ms) }
+            }
+        }
     }
 
     // MARK: host threads
