@@ -733,7 +733,12 @@ public func vc_set_output_format(_ p: OpaquePointer?, _ sampleRate: UInt32, _ ch
 @_cdecl("vc_read_mixed_pcm_f32")
 public func vc_read_mixed_pcm_f32(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Float>?, _ frames: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let out else { throw invalid("vc_read_mixed_pcm_f32: out is NULL") }
+        guard let out else {
+            guard frames == 0 else { throw invalid("vc_read_mixed_pcm_f32: out is NULL") }
+            var none: Float = 0
+            try b.client.readMixedFloat(into: &none, frames: 0)
+            return VC_OK
+        }
         try b.client.readMixedFloat(into: out, frames: Int(frames))
         return VC_OK
     }
@@ -755,7 +760,13 @@ public func vc_stop_recording(_ p: OpaquePointer?, _ ssrc: UInt32) -> Int32 {
 @_cdecl("vc_read_mixed_pcm")
 public func vc_read_mixed_pcm(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<Int16>?, _ frames: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let out else { throw invalid("vc_read_mixed_pcm: out is NULL") }
+        guard let out else {
+            // frames 0 renders nothing: no buffer is needed (the mode is still checked).
+            guard frames == 0 else { throw invalid("vc_read_mixed_pcm: out is NULL") }
+            var none: Int16 = 0
+            try b.client.readMixed(into: &none, frames: 0)
+            return VC_OK
+        }
         try b.client.readMixed(into: out, frames: Int(frames))
         return VC_OK
     }

@@ -368,6 +368,8 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_list_remote_streams(c, NULL, 0, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_get_connection_stats(c, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_read_mixed_pcm(c, NULL, 960), VC_ERR_INVALID_ARG);
+    EXPECT(vc_read_mixed_pcm(c, NULL, 0), VC_OK);      /* frames 0 renders nothing */
+    EXPECT(vc_read_mixed_pcm_f32(c, NULL, 0), VC_OK);
     EXPECT(vc_read_mixed_pcm(c, pcm, 960), VC_OK);
     EXPECT(vc_poll_event(c, NULL, 0), VC_ERR_INVALID_ARG);
     EXPECT(vc_last_error(c, NULL, 10), VC_ERR_INVALID_ARG);
