@@ -91,14 +91,21 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     assert "Nowhere" in nowhere.stderr
     missing = voicecat_cmd("speak", str(tmp_path / "missing.wav"), server=server, check=7)
     assert "missing.wav" in missing.stderr
-    low_rate = tmp_path / "low.wav"
-    with wave.open(str(low_rate), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(22050)
-        w.writeframes(bytes(4410))
-    wrong_rate = voicecat_cmd("speak", str(low_rate), server=server, check=7)
-    assert "22050 Hz" in wrong_rate.stderr and "48000" in wrong_rate.stderr
+    # Any rate the library resamples is spoken (espeak-ng writes 22050 Hz); below it, refused.
+    def silent_wav(name, rate):   # 0.1 s of mono 16-bit silence at `rate`
+        path = tmp_path / name
+        with wave.open(str(path), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(rate)
+            w.writeframes(bytes(2 * rate // 10))
+        return path
+    low_rate = silent_wav("low.wav", 22050)
+    spoke = voicecat_cmd("speak", str(low_rate), "--user", unique("cli-22k"), "--tail", "0", server=server, check=0)
+    assert "spoke 0.10 s" in spoke.stdout, spoke.stdout
+    too_low = silent_wav("too-low.wav", 4000)
+    wrong_rate = voicecat_cmd("speak", str(too_low), server=server, check=7)
+    assert "4000 Hz" in wrong_rate.stderr and "8000..192000" in wrong_rate.stderr
     not_wav = tmp_path / "text.wav"
     not_wav.write_text("hello")
     voicecat_cmd("speak", str(not_wav), server=server, check=7)

@@ -52,7 +52,7 @@ class ExitCode(IntEnum):
     DEVICE = 6
     """An audio device could not be opened."""
     FILE = 7
-    """The input file cannot be read or is not 48 kHz 16-bit PCM WAV, or the output cannot be written."""
+    """The input file cannot be read or is not 16-bit PCM WAV at 8000..192000 Hz, or the output cannot be written."""
     LIBRARY = 8
     """libvoicecat could not be loaded."""
     INTERRUPTED = 130
@@ -164,24 +164,26 @@ def _join(args: argparse.Namespace, client: Client) -> None:
 # ---- speak ---------------------------------------------------------------------------------
 
 
-def _read_wav(path: str) -> "tuple[bytes, int]":
+def _read_wav(path: str) -> "tuple[bytes, int, int]":
+    """The file's PCM, channels and rate: 16-bit, mono or stereo, 8000..192000 Hz (the
+    library resamples to the channel's 48 kHz)."""
     try:
         with wave.open(path, "rb") as w:
             rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
             pcm = w.readframes(w.getnframes())
     except (OSError, EOFError, wave.Error) as e:
         raise CommandError(ExitCode.FILE, f"{path}: cannot read it as a WAV file ({e})") from e
-    if width != 2 or rate != SAMPLE_RATE or channels not in (1, 2):
+    if width != 2 or not 8000 <= rate <= 192000 or channels not in (1, 2):
         raise CommandError(ExitCode.FILE, f"{path}: {rate} Hz, {8 * width}-bit, {channels} channels; need "
-                           f"48000 Hz 16-bit mono or stereo (convert: sox {path} -r 48000 -b 16 out.wav)")
-    return pcm, channels
+                           f"16-bit mono or stereo at 8000..192000 Hz (convert: sox {path} -r 48000 -b 16 out.wav)")
+    return pcm, channels, rate
 
 
 def cmd_speak(args: argparse.Namespace) -> ExitCode:
     """Speaks a WAV file into the channel in real time."""
-    pcm, channels = _read_wav(args.file)
+    pcm, channels, rate = _read_wav(args.file)
     frames = len(pcm) // (2 * channels)
-    seconds = frames / SAMPLE_RATE
+    seconds = frames / rate
     kind = StreamKind[args.kind.upper()]
     progress = Progress(args.progress)
     with _client(args, "voicecat speak") as client:
@@ -190,10 +192,10 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
         if kind == StreamKind.MIC and args.gate == "off":
             client.set_input_mode(InputMode.CONTINUOUS)
         sent_before = client.connection_stats().packets_out
-        with client.start_stream(kind, channels) as stream:
+        with client.start_stream(kind, channels, sample_rate=rate) as stream:
             _note(args, f"speaking {args.file} ({seconds:.2f} s) into {args.channel} on {where}")
             # The library sends what is fed at real time; keep about a second queued.
-            second = SAMPLE_RATE * 2 * channels
+            second = rate * 2 * channels
             fed = 0
             while fed < len(pcm) or stream.queued_ms > 0:
                 if fed < len(pcm) and stream.queued_ms < 1000:
@@ -497,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("speak", cmd_speak, [common, server])
-    p.add_argument("file", metavar="FILE.wav", help="48 kHz 16-bit mono or stereo WAV")
+    p.add_argument("file", metavar="FILE.wav", help="16-bit mono or stereo WAV at any rate 8000..192000 Hz")
     p.add_argument("--kind", choices=["mic", "screen_audio", "aux_device"], default="mic", help="stream kind")
     p.add_argument("--gate", choices=["off", "vad"], default="off",
                    help="MIC input gate: off sends everything (default), vad only what is louder than the threshold")
