@@ -213,8 +213,9 @@ typedef struct vc_client_config {
                                         echo (VC_EVENT_VOICE_DISCONNECTED); idle, after 3.5 periods. The
                                         control connection is declared dead when nothing came on it for
                                         max(3 x keepalive_ms, 3 s) (a Ping is answered at once). */
-    uint32_t max_remote_streams;   /**< receive slots preallocated; default 32 */
-    uint32_t event_queue_size;     /**< events kept for vc_poll_event; default 256 (oldest dropped past it) */
+    uint32_t max_remote_streams;   /**< receive slots preallocated (1..1024); default 32 */
+    uint32_t event_queue_size;     /**< events kept for vc_poll_event (1..65536); default 256 (oldest
+                                        dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
     const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" */
     uint32_t talk_hangover_ms;     /**< VC_EVENT_TALK_STOP comes this long after the last frame of a talkspurt

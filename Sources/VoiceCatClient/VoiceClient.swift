@@ -113,6 +113,9 @@ public final class VoiceClient {
         guard config.maxRemoteStreams >= 1 && config.maxRemoteStreams <= 1024 else {
             throw ClientError.invalidArgument("max_remote_streams must be 1..1024 (got \(config.maxRemoteStreams))")
         }
+        guard (1...65536).contains(config.eventQueueSize) else {
+            throw ClientError.invalidArgument("event_queue_size must be 1..65536 (got \(config.eventQueueSize))")
+        }
         guard config.talkHangoverMs <= 5000 else {
             throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
         }

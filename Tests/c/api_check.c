@@ -137,6 +137,16 @@ static void null_and_bad_handles(void) {
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
     cd.resampler_quality = -1;
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    cd = vc_client_config_default();
+    EXPECT((int)cd.event_queue_size, 256);
+    cd.event_queue_size = 0;                     /* 1..65536 */
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    cd.event_queue_size = 70000;
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    cd = vc_client_config_default();
+    cd.max_remote_streams = 0;                   /* 1..1024 */
+    EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    EXPECT(bad_cfg == NULL, 1);
 }
 
 static void null_args_on_a_live_client(int port) {
