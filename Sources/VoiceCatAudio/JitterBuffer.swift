@@ -371,21 +371,22 @@ public final class JitterBuffer {
 
     /// Audio the consumer takes at one instant, when more than one period (ms): a
     /// host that pulls 100 ms at a time needs every frame of those 100 ms when it
-    /// pulls, so the cushion is at least the frames after the first of them, from the
-    /// first talkspurt on (the histogram would learn it only from underruns). 0: the
-    /// consumer takes a period (or less) at a time. Kept across reset, as the bounds.
+    /// pulls, so from the first talkspurt on (the histogram would learn it only from
+    /// underruns) the cushion beyond the frame in play is at least the burst's frames:
+    /// the last of them is needed up to the burst less a period before its tick would
+    /// be on an even clock, and arrivals fall anywhere between two pulls (one more).
+    /// Within what the buffer holds. 0: the consumer takes a period (or less) at a
+    /// time. Kept across reset, as the bounds.
     public func setConsumerBurst(ms: Double) {
         burstMs = ms.isFinite ? min(max(0, ms), JitterBuffer.maxTargetMs) : 0
         applyBounds()
     }
 
     public private(set) var burstMs = 0.0
-    /// The consumer's burst in ticks: frames that must be here when it takes them.
-    private var burstTicks = 0.0
 
     private func applyBounds() {
         let poolTicks = Double(capacity - 2)
-        burstTicks = burstMs > 0 ? (burstMs / frameMs).rounded(.up) : 0
+        let burstTicks = burstMs > 0 ? (burstMs / frameMs).rounded(.up) : 0
         minTicks = min(max((boundMinMs / frameMs).rounded(.up), burstTicks), poolTicks)
         maxTicks = max(minTicks, min((boundMaxMs / frameMs).rounded(.down), poolTicks))
     }
@@ -705,16 +706,15 @@ public final class JitterBuffer {
         if !playing {
             guard let o = oldestSlot() else { heldStartTicks = 0; heldStartMs = .nan; return pausePlayout() }
             // A talkspurt (or a comfort-noise update) starts when its first frame has
-            // the cushion the distribution asks for; with nothing known yet, at once,
-            // or, under a lower bound (a host's, or a consumer taking several periods
-            // at once), once that many frames after it are here or it has waited that
-            // many periods (a talkspurt shorter than the bound).
-            if historyCount > 0 && cushion(timestamps[o]) < startTicks { return pausePlayout() }
-            // The cushion above is counted on the consumer's ticks, which a consumer
-            // taking several at one instant crowds together: its burst is also counted
-            // in frames here (or in time waited).
-            let need = historyCount > 0 ? burstTicks : minTicks
-            if need > 0 && Double(newestTS - timestamps[o]) / Double(fs) < need && heldStartPeriods() < need {
+            // the cushion the distribution asks for (at least the lower bound); with
+            // nothing known yet, at once, or, under a lower bound (a host's, or a
+            // consumer taking several periods at once), once that many frames after it
+            // are here or it has waited that many periods (a talkspurt shorter than
+            // the bound).
+            if historyCount > 0 {
+                if cushion(timestamps[o]) < startTicks { return pausePlayout() }
+            } else if minTicks > 0 && Double(newestTS - timestamps[o]) / Double(fs) < minTicks
+                        && heldStartPeriods() < minTicks {
                 return pausePlayout()
             }
             heldStartTicks = 0; heldStartMs = .nan

@@ -457,6 +457,8 @@ final class OutputStage {
         renderLock.lock()
         defer { renderLock.unlock() }
         if let e = refusal() { throw e }
+        // Nothing to render: not a pull (no clock, burst or background yield moves).
+        guard frames > 0 else { return }
         let now = MonotonicClock.nanoseconds()
         if lastPullNs != 0 { pullGapNs = min(now &- lastPullNs, 1_000_000_000) }
         lastPullNs = now
@@ -527,6 +529,9 @@ final class OutputStage {
         if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
             return nil
         }
+        // A background driver renders a block at a time once the host stopped pulling:
+        // the pulls' burst is let go as after smaller pulls (held 2 s).
+        if mode == .background { noteBurst(blocks: 1, nowNs: MonotonicClock.nanoseconds()) }
         let played = renderBlock(into: buf, frames: frames, fixedBlock: true)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
