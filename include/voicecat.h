@@ -538,7 +538,8 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * Disconnects (if connected), stops every thread of the client and frees it.
  * NULL is a no-op. May be called while other threads are inside calls on the same
  * client: a connect in progress is cancelled, blocking calls return promptly (join
- * and stream start VC_ERR_STATE, vc_poll_event 0 events, vc_stream_drain
+ * and stream start VC_ERR_STATE; vc_poll_event with the VC_EVENT_DISCONNECTED the
+ * destroy raised if the client was connected, else 0 events; vc_stream_drain
  * VC_ERR_NOT_FOUND: its stream stopped), and destroy waits for every call in
  * flight before it frees the client. Blocks until the client's
  * threads have finished. The handle is invalid afterwards (later calls with it
@@ -966,9 +967,9 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * frames a conversion gave beyond `frames` are kept for the next call, so over
  * time the clock follows what was pulled). A call that renders several 20 ms blocks
  * takes their audio at once, so every remote stream then keeps that much in hand
- * (target_depth_ms includes it; held 2 s after the last call that large), from the
- * first talkspurt on: the size of the pulls adds to the delay, and pulls of 10–20 ms
- * give the least. A per-speaker sink set on the client is
+ * (target_depth_ms includes it; at most 500 ms of it counts; held 2 s after the last call that
+ * large), from the first talkspurt on: the size of the pulls adds to the delay, and
+ * pulls of 10–20 ms give the least. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while

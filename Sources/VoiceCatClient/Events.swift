@@ -33,23 +33,24 @@ final class EventQueue {
     }
 
     /// The oldest event, waiting up to `timeoutMs` (negative: forever). nil when none
-    /// came in time, and at once once the queue is closed.
+    /// came in time, and without waiting once the queue is closed and empty.
     func pop(timeoutMs: Int) -> ClientEvent? {
         cond.lock(); defer { cond.unlock() }
         let deadline: UInt64? = timeoutMs < 0 ? nil : MonotonicClock.milliseconds() + UInt64(timeoutMs)
-        while items.count == head && !closed {
+        while items.count == head {
+            if closed { return nil }
             if let d = deadline, MonotonicClock.milliseconds() >= d { return nil }
             _ = cond.wait(untilMs: deadline)
         }
-        guard !closed else { return nil }
         let e = items[head]
         head += 1
         return e
     }
 
-    /// Closes the queue (a destroy): every waiter in vc_poll_event returns 0 events at
-    /// once, and so does every later pop. A wake alone would not do: a waiter woken
-    /// with nothing queued waits again, and destroy waits for it.
+    /// Closes the queue (a destroy, once its events are queued): a waiter in
+    /// vc_poll_event takes what is queued (the DISCONNECTED of a connected client),
+    /// then returns 0 events without waiting. A wake alone would not do: a waiter
+    /// woken with nothing queued waits again, and destroy waits for it.
     func close() { cond.withLock { closed = true; cond.broadcast() } }
 }
 

@@ -153,12 +153,12 @@ public final class VoiceClient {
             destroyed = true
             cond.broadcast()
         }
-        // A host thread waiting in vc_poll_event returns 0 events now.
-        events.queue.close()
         cancel.cancel()
         endSession(reason: VC_OK, text: "the client was destroyed")
         streams.pacer.stopAndJoin()
         output.shutdown()
+        // A host thread waiting in vc_poll_event takes what was queued, then returns.
+        events.queue.close()
     }
 
     // MARK: helpers

@@ -197,13 +197,14 @@ final class TrustAndDestroyTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(stagesHit.keys.count, 3, "the points should spread over the stages")
     }
     /// A host thread waiting in vc_poll_event (no timeout, and a long one) when another
-    /// thread destroys the client returns 0 at once, and destroy returns, whether the
-    /// client never connected or connected and disconnected: nothing raises an event
-    /// then to wake the waiter (a wake alone left it waiting and destroy hung).
+    /// thread destroys the client returns promptly, and destroy returns: with 0 events
+    /// when the client never connected or connected and disconnected (nothing raises
+    /// an event then to wake the waiter: a wake alone left it waiting and destroy
+    /// hung), with the DISCONNECTED the destroy raised when it was connected.
     func testDestroyReleasesAThreadWaitingForEventsWhenNothingIsConnected() throws {
         let server = try TestServer()
         defer { server.stop() }
-        for (connectFirst, timeoutMs) in [(false, Int32(-1)), (false, 8000), (true, -1)] {
+        for (connectFirst, timeoutMs, stayConnected) in [(false, Int32(-1), false), (false, 8000, false), (true, -1, false), (true, -1, true)] {
             var h: OpaquePointer? = nil
             var cfg = vc_client_config_default()
             cfg.external_playback = 1
@@ -218,16 +219,19 @@ final class TrustAndDestroyTests: XCTestCase {
                     }
                 }
                 XCTAssertEqual(rc, VC_OK)
-                XCTAssertEqual(vc_disconnect(handle), VC_OK)
+                if !stayConnected { XCTAssertEqual(vc_disconnect(handle), VC_OK) }
+                usleep(100_000)
                 var e = vc_event()
                 while vc_poll_event(handle, &e, 0) == 1 {}
             }
             let result = Atomic<Int32>(99)
+            let eventType = Atomic<Int32>(-1)
             let waiting = Atomic<Bool>(false)
             let poller = SystemThread(name: "poller") {
                 var e = vc_event()
                 waiting.store(true, ordering: .sequentiallyConsistent)
                 result.store(vc_poll_event(handle, &e, timeoutMs), ordering: .sequentiallyConsistent)
+                eventType.store(Int32(e.type.rawValue), ordering: .sequentiallyConsistent)
             }
             while !waiting.load(ordering: .sequentiallyConsistent) { usleep(1000) }
             usleep(200_000)   // well inside its wait
@@ -246,7 +250,13 @@ final class TrustAndDestroyTests: XCTestCase {
             guard destroyed.load(ordering: .sequentiallyConsistent) else { return }   // the threads are stuck: do not join
             destroyer.join()
             poller.join()
-            XCTAssertEqual(result.load(ordering: .sequentiallyConsistent), 0, "vc_poll_event after a destroy")
+            if stayConnected {
+                // Connected at the destroy: the waiter takes the DISCONNECTED it raised.
+                XCTAssertEqual(result.load(ordering: .sequentiallyConsistent), 1, "vc_poll_event during the destroy of a connected client")
+                XCTAssertEqual(eventType.load(ordering: .sequentiallyConsistent), Int32(VC_EVENT_DISCONNECTED.rawValue))
+            } else {
+                XCTAssertEqual(result.load(ordering: .sequentiallyConsistent), 0, "vc_poll_event after a destroy")
+            }
             // Well under the 8 s timeout: the waiter was released, not timed out.
             XCTAssertLessThan(ms, 6000, "connected first: \(connectFirst), timeout \(timeoutMs): destroy took \(ms) ms")
         }
