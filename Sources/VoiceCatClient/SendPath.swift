@@ -231,12 +231,16 @@ final class StreamTable {
 /// so the pacer does not wake at all while the host keeps up.
 final class SendPacer {
     private let timer: DeadlineTimer
-    /// Guards `armedAt` and the arming of the timer (never held across a pump).
-    private let lock = Mutex<Void>(())
+    /// Guards `armedAt` and the arming of the timer (never held across a pump). A
+    /// pthread mutex (`Lock`), as everywhere in the engine: ThreadSanitizer sees its
+    /// ordering (the standard library's futex `Mutex` it does not, and reported a race
+    /// between start and stopAndJoin that the lock excluded).
+    private let lock = Lock()
     /// The time the timer is armed for (.max: disarmed). Written under `lock`.
     private let armedAt = Atomic<UInt64>(.max)
     private let stopping = Atomic<Bool>(false)
-    private let threadLock = Mutex<SystemThread?>(nil)
+    private let threadLock = Lock()
+    private var thread: SystemThread?   // threadLock
 
     init() throws {
         timer = try DeadlineTimer()
@@ -244,7 +248,7 @@ final class SendPacer {
 
     /// Starts the thread (once), marking it as a thread of `owner`.
     func start(owner: AnyObject, table: StreamTable) {
-        threadLock.withLock { thread in
+        threadLock.withLock {
             guard thread == nil, !stopping.load(ordering: .acquiring) else { return }
             thread = SystemThread(name: "vc-send") { [unowned self, unowned owner, unowned table] in
                 ThreadIdentity.mark(owner: owner, role: ThreadRole.pacer.rawValue)
@@ -256,12 +260,12 @@ final class SendPacer {
     func stopAndJoin() {
         // Under the lock, and arm() does nothing once stopping: no kick can re-arm or
         // disarm the timer after this wake-up is set (the join would wait for ever).
-        lock.withLock { _ in
+        lock.withLock {
             stopping.store(true, ordering: .releasing)
             armedAt.store(1, ordering: .releasing)
             timer.arm(atNs: 1)
         }
-        let t = threadLock.withLock { thread -> SystemThread? in
+        let t = threadLock.withLock { () -> SystemThread? in
             let t = thread
             thread = nil
             return t
@@ -279,9 +283,9 @@ final class SendPacer {
     /// deadline moves a frame ahead each time).
     func kick(_ deadline: UInt64?, table: StreamTable) {
         if let deadline, deadline < armedAt.load(ordering: .acquiring) {
-            lock.withLock { _ in arm(min(deadline, armedAt.load(ordering: .relaxed))) }
+            lock.withLock { arm(min(deadline, armedAt.load(ordering: .relaxed))) }
         } else {
-            lock.withLock { _ in rearm(table) }
+            lock.withLock { rearm(table) }
         }
     }
 
@@ -307,7 +311,7 @@ final class SendPacer {
             if stopping.load(ordering: .acquiring) { return }
             // The one-shot timer expired: it is disarmed until armed again (a feed
             // during the pump arms it for its own deadline).
-            lock.withLock { _ in armedAt.store(.max, ordering: .releasing) }
+            lock.withLock { armedAt.store(.max, ordering: .releasing) }
             let now = MonotonicClock.nanoseconds()
             table.forEachLive { slot in
                 slot.lock.lock()
@@ -315,7 +319,7 @@ final class SendPacer {
                 slot.lock.unlock()
             }
             table.signalDrainWaiters()
-            lock.withLock { _ in rearm(table) }
+            lock.withLock { rearm(table) }
         }
     }
 }
