@@ -968,8 +968,9 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * time the clock follows what was pulled). A call that renders several 20 ms blocks
  * takes their audio at once, so every remote stream then keeps that much in hand
  * (target_depth_ms includes it; at most 500 ms of it counts; held 2 s after the last call that
- * large), from the first talkspurt on: the size of the pulls adds to the delay, and
- * pulls of 10–20 ms give the least. A per-speaker sink set on the client is
+ * large), from the first talkspurt on (a talkspurt that began before the largest
+ * pull was first seen may underrun once at it): the size of the pulls adds to the
+ * delay, and pulls of 10–20 ms give the least. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while
@@ -1110,7 +1111,7 @@ int vc_audio_restart(vc_client *c);
 /**
  * Takes the oldest queued event into *out, waiting up to timeout_ms (0 = do not
  * wait, negative = forever). Returns 1 when an event was taken, 0 when none came
- * (or the client is being destroyed), or a negative error. Events are queued
+ * (or the client is being destroyed and nothing is queued), or a negative error. Events are queued
  * whether or not a callback is set, by the network thread, in the order the
  * callback sees them. Callback-safe: yes (it does not wait there).
  */
