@@ -13,7 +13,8 @@
  *  - Results. Every call that can fail returns `int`: VC_OK (0) or a negative
  *    VC_ERR_* code; vc_strerror() gives static text. Every call that fails on a
  *    client records why in vc_last_error() (replacing the reason of any earlier
- *    failure), argument checks included.
+ *    failure), argument checks included; vc_client_create, vc_set_alsa_config and
+ *    vc_list_devices, which take no client, record theirs for vc_last_error(NULL).
  *  - Config structs come from a `*_default()` function and are then edited by field
  *    name, so new fields never break old callers (see the ABI policy below).
  *  - Audio at the API is interleaved int16_t (or float, full scale ±1.0, in the
@@ -501,7 +502,8 @@ void vc_set_log_callback(vc_log_fn fn, void *user);
  *   pcm.mic { type file slave.pcm { type null } file "/dev/null" infile "in.raw" format "raw" }
  * Names defined here are opened from this configuration, all others from ALSA's
  * own. Replaces what an earlier call set; NULL clears. Returns VC_ERR_INVALID_ARG
- * when the text does not parse (the previous configuration stays). Affects devices
+ * when the text does not parse (the previous configuration stays; vc_last_error(NULL,
+ * ...) gives ALSA's reason). Affects devices
  * opened afterwards. Thread-safe; callback-safe: yes.
  */
 int vc_set_alsa_config(const char *config_text);
@@ -511,8 +513,9 @@ int vc_set_alsa_config(const char *config_text);
  * vc_set_alsa_config. Fills up to `cap` entries (out may be NULL when cap is 0) and
  * sets *count to the total. Capture devices that record what the system plays
  * (monitor sources) have is_monitor = 1: name one of them as the device of a
- * VC_STREAM_SCREEN_AUDIO stream to share the desktop's sound. Thread-safe;
- * callback-safe: yes.
+ * VC_STREAM_SCREEN_AUDIO stream to share the desktop's sound. Returns
+ * VC_ERR_INVALID_ARG for count NULL, out NULL with cap above 0, or an unknown kind
+ * (vc_last_error(NULL, ...) says which). Thread-safe; callback-safe: yes.
  */
 int vc_list_devices(vc_device_kind kind, vc_device_info *out, size_t cap, size_t *count);
 
@@ -530,7 +533,8 @@ vc_stream_desc vc_stream_desc_default(void);
 /**
  * Creates a client. `cfg` may be NULL for defaults. On success *out is the new
  * handle. Returns VC_ERR_INVALID_ARG (out NULL, bad config), VC_ERR_NO_MEMORY,
- * VC_ERR_CODEC. Callback-safe: yes.
+ * VC_ERR_CODEC; vc_last_error(NULL, ...) then says which field was wrong and why
+ * ("vc_client_create: event_queue_size must be 1..65536 (got 0)"). Callback-safe: yes.
  */
 int vc_client_create(const vc_client_config *cfg, vc_client **out);
 
@@ -1135,7 +1139,10 @@ int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
  * is. The reason is kept per calling thread: a thread reads the reason of its own last
  * failed call on this client even while other threads' calls fail (a thread that made
  * no failed call reads the client's latest reason, whichever thread failed; thread
- * ids of ended threads may be reused). Returns VC_ERR_INVALID_ARG for a bad handle, a NULL buf or len 0 (recording
+ * ids of ended threads may be reused). With c NULL: the same for the functions that
+ * take no client (vc_client_create, vc_set_alsa_config, vc_list_devices), whose
+ * reasons are kept apart from every client's ("" when none failed). Returns
+ * VC_ERR_INVALID_ARG for a destroyed handle, a NULL buf or len 0 (recording
  * nothing: that would overwrite the text being asked for). Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);

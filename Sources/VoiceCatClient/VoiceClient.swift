@@ -101,13 +101,8 @@ public final class VoiceClient {
     let deviceLock = Lock()
     var audioSuspended = false
 
-    private let errorLock = Lock()
-    /// The latest failure of any thread, and the latest of each of the last few threads
-    /// that failed (oldest first): a thread reads its own call's reason even while
-    /// another thread's calls fail.
-    private var lastErrorText = ""
-    private var lastErrorByThread: [(thread: UInt, text: String)] = []
-    private static let errorThreads = 16
+    /// Why this client's calls failed (vc_last_error).
+    private let errors = ErrorRecord()
 
     public init(config: ClientConfig = ClientConfig()) throws {
         guard config.maxRemoteStreams >= 1 && config.maxRemoteStreams <= 1024 else {
@@ -184,20 +179,9 @@ public final class VoiceClient {
 
     /// The detailed message of the last failed call the calling thread made (of any
     /// thread's, when this one made none).
-    public var lastError: String {
-        let me = UInt(pthread_self())
-        return errorLock.withLock { lastErrorByThread.last(where: { $0.thread == me })?.text ?? lastErrorText }
-    }
+    public var lastError: String { errors.text }
     /// Records a failed call's message (every failing call records one).
-    public func recordError(_ text: String) {
-        let me = UInt(pthread_self())
-        errorLock.withLock {
-            lastErrorText = text
-            lastErrorByThread.removeAll { $0.thread == me }
-            lastErrorByThread.append((me, text))
-            if lastErrorByThread.count > VoiceClient.errorThreads { lastErrorByThread.removeFirst() }
-        }
-    }
+    public func recordError(_ text: String) { errors.record(text) }
 
     /// Records a failed call's reason (vc_last_error) and logs it at debug level: the
     /// host gets the error code itself, so an expected failure is not a warning.

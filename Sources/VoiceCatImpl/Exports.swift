@@ -117,6 +117,21 @@ func withClient(_ p: OpaquePointer?, _ body: (ClientBox) throws -> Int32) -> Int
     }
 }
 
+/// Why the functions that take no client failed: vc_last_error(NULL, ...).
+let processErrors = ErrorRecord()
+
+/// Runs a function that takes no client (`name` prefixes the reason). A thrown
+/// ClientError becomes its code and the calling thread's reason in `processErrors`,
+/// logged at debug level as a client's failures are.
+func withoutClient(_ name: String, _ body: () throws -> Int32) -> Int32 {
+    do { return try body() } catch {
+        let e = error as? ClientError ?? .noMemory("\(error)")
+        processErrors.record("\(name): \(e.description)")
+        ClientLog.log(3, "\(name): \(e.description)")
+        return e.code
+    }
+}
+
 func copyString(_ s: String, into buf: UnsafeMutablePointer<CChar>, capacity: Int) {
     guard capacity > 0 else { return }
     var n = 0
@@ -261,43 +276,36 @@ public func vc_stream_desc_default() -> vc_stream_desc {
 
 @_cdecl("vc_client_create")
 public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: UnsafeMutablePointer<OpaquePointer?>?) -> Int32 {
-    guard let out else { ClientLog.log(0, "vc_client_create: out is NULL"); return VC_ERR_INVALID_ARG }
-    out.pointee = nil
-    var c = ClientConfig()
-    if let cfg {
-        if let n = cfg.pointee.client_name { c.clientName = String(cString: n) }
-        c.keepaliveMs = cfg.pointee.keepalive_ms
-        c.maxRemoteStreams = Int(cfg.pointee.max_remote_streams)
-        c.eventQueueSize = Int(cfg.pointee.event_queue_size)
-        c.externalPlayback = cfg.pointee.external_playback != 0
-        if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
-        c.talkHangoverMs = cfg.pointee.talk_hangover_ms
-        if let k = cfg.pointee.known_servers_path {
-            guard let path = String(validatingCString: k) else {
-                ClientLog.log(0, "vc_client_create: known_servers_path is not valid UTF-8")
-                return VC_ERR_INVALID_ARG
+    withoutClient("vc_client_create") {
+        guard let out else { throw invalid("out is NULL") }
+        out.pointee = nil
+        var c = ClientConfig()
+        if let cfg {
+            if let n = cfg.pointee.client_name { c.clientName = String(cString: n) }
+            c.keepaliveMs = cfg.pointee.keepalive_ms
+            c.maxRemoteStreams = Int(cfg.pointee.max_remote_streams)
+            c.eventQueueSize = Int(cfg.pointee.event_queue_size)
+            c.externalPlayback = cfg.pointee.external_playback != 0
+            if let d = cfg.pointee.playback_device { c.playbackDevice = String(cString: d) }
+            c.talkHangoverMs = cfg.pointee.talk_hangover_ms
+            if let k = cfg.pointee.known_servers_path {
+                guard let path = String(validatingCString: k) else { throw invalid("known_servers_path is not valid UTF-8") }
+                c.knownServersPath = path
             }
-            c.knownServersPath = path
+            c.autoReconnect = cfg.pointee.auto_reconnect != 0
+            c.resamplerQuality = Int(cfg.pointee.resampler_quality)
+            c.lossReportMs = cfg.pointee.loss_report_ms
+            guard c.lossReportMs == 0 || (100...60_000).contains(c.lossReportMs) else {
+                throw invalid("loss_report_ms must be 0 or 100..60000 (got \(c.lossReportMs))")
+            }
         }
-        c.autoReconnect = cfg.pointee.auto_reconnect != 0
-        c.resamplerQuality = Int(cfg.pointee.resampler_quality)
-        c.lossReportMs = cfg.pointee.loss_report_ms
-        guard c.lossReportMs == 0 || (100...60_000).contains(c.lossReportMs) else {
-            ClientLog.log(0, "vc_client_create: loss_report_ms must be 0 or 100..60000, got \(c.lossReportMs)")
-            return VC_ERR_INVALID_ARG
+        let client = try VoiceClient(config: c)
+        guard let handle = Registry.add(ClientBox(client)) else {
+            throw ClientError.noMemory("\(Registry.capacity) clients are alive in this process")
         }
+        out.pointee = handle
+        return VC_OK
     }
-    let client: VoiceClient
-    do { client = try VoiceClient(config: c) } catch let e as ClientError {
-        ClientLog.log(0, "vc_client_create: \(e)")
-        return e.code
-    } catch { return VC_ERR_NO_MEMORY }
-    guard let handle = Registry.add(ClientBox(client)) else {
-        ClientLog.log(0, "vc_client_create: \(Registry.capacity) clients are alive in this process")
-        return VC_ERR_NO_MEMORY
-    }
-    out.pointee = handle
-    return VC_OK
 }
 
 @_cdecl("vc_client_destroy")
@@ -813,9 +821,13 @@ public func vc_set_event_callback(_ p: OpaquePointer?, _ fn: vc_event_fn?, _ use
 
 @_cdecl("vc_last_error")
 public func vc_last_error(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar>?, _ len: Int) -> Int32 {
+    guard let buf, len > 0 else { return VC_ERR_INVALID_ARG }
+    guard let p else {
+        copyString(processErrors.text, into: buf, capacity: len)
+        return VC_OK
+    }
     guard let (b, entry) = Registry.enter(p) else { return VC_ERR_INVALID_ARG }
     defer { Registry.leave(entry) }
-    guard let buf, len > 0 else { return VC_ERR_INVALID_ARG }
     copyString(b.client.lastError, into: buf, capacity: len)
     return VC_OK
 }
@@ -824,22 +836,27 @@ public func vc_last_error(_ p: OpaquePointer?, _ buf: UnsafeMutablePointer<CChar
 
 @_cdecl("vc_set_alsa_config")
 public func vc_set_alsa_config(_ text: UnsafePointer<CChar>?) -> Int32 {
-    do { try AlsaConfig.set(text.map { String(cString: $0) }) } catch {
-        ClientLog.log(0, "vc_set_alsa_config: \(error)")
-        return VC_ERR_INVALID_ARG
+    withoutClient("vc_set_alsa_config") {
+        do { try AlsaConfig.set(text.map { String(cString: $0) }) } catch { throw invalid("\(error)") }
+        return VC_OK
     }
-    return VC_OK
 }
 
 @_cdecl("vc_list_devices")
 public func vc_list_devices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_device_info>?, _ cap: Int,
                             _ count: UnsafeMutablePointer<Int>?) -> Int32 {
-    guard let count, cap == 0 || out != nil else { return VC_ERR_INVALID_ARG }
+    withoutClient("vc_list_devices") { try listDevices(kind, out, cap, count) }
+}
+
+private func listDevices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_device_info>?, _ cap: Int,
+                         _ count: UnsafeMutablePointer<Int>?) throws -> Int32 {
+    guard let count else { throw invalid("count is NULL") }
+    guard cap == 0 || out != nil else { throw invalid("out is NULL with cap \(cap)") }
     let dir: DeviceDirection
     switch kind {
     case VC_DEVICE_CAPTURE: dir = .capture
     case VC_DEVICE_PLAYBACK: dir = .playback
-    default: return VC_ERR_INVALID_ARG
+    default: throw invalid("kind \(kind.rawValue) is neither VC_DEVICE_CAPTURE nor VC_DEVICE_PLAYBACK")
     }
     let list = AlsaBackend.shared.listDevices(dir)
     count.pointee = list.count

@@ -68,7 +68,8 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_read_mixed_pcm(c, pcm, 960), VC_ERR_INVALID_ARG);
         EXPECT(vc_poll_event(c, &ev, 0), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_event_callback(c, NULL, NULL), VC_ERR_INVALID_ARG);
-        EXPECT(vc_last_error(c, buf, sizeof buf), VC_ERR_INVALID_ARG);
+        /* NULL reads the reasons of the functions that take no client (below). */
+        EXPECT(vc_last_error(c, buf, sizeof buf), c == NULL ? VC_OK : VC_ERR_INVALID_ARG);
         EXPECT(vc_set_input_mode(c, VC_INPUT_VAD), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_vad(c, 0.025f, 300), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_push_to_talk(c, 1), VC_ERR_INVALID_ARG);
@@ -120,6 +121,10 @@ static void null_and_bad_handles(void) {
     vc_client *refused = NULL;
     EXPECT(vc_client_create(&cd, &refused), VC_ERR_INVALID_ARG);
     EXPECT(refused == NULL, 1);
+    EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+    EXPECT(strstr(buf, "vc_client_create: loss_report_ms must be 0 or 100..60000 (got 50)") != NULL, 1);
+    EXPECT(vc_last_error(NULL, NULL, 10), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, buf, 0), VC_ERR_INVALID_ARG);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
     EXPECT((int)vc_version_number(), VC_VERSION_NUMBER);
     vc_stream_desc dd = vc_stream_desc_default();
@@ -141,12 +146,19 @@ static void null_and_bad_handles(void) {
     EXPECT((int)cd.event_queue_size, 256);
     cd.event_queue_size = 0;                     /* 1..65536 */
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+    EXPECT(strcmp(buf, "vc_client_create: event_queue_size must be 1..65536 (got 0)"), 0);
     cd.event_queue_size = 70000;
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
     cd = vc_client_config_default();
     cd.max_remote_streams = 0;                   /* 1..1024 */
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
     EXPECT(bad_cfg == NULL, 1);
+    EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+    EXPECT(strstr(buf, "max_remote_streams must be 1..1024 (got 0)") != NULL, 1);
+    EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+    EXPECT(strcmp(buf, "vc_client_create: out is NULL"), 0);
 }
 
 static void null_args_on_a_live_client(int port) {
@@ -167,10 +179,16 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_list_devices(VC_DEVICE_CAPTURE, NULL, 0, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_list_devices(VC_DEVICE_CAPTURE, NULL, 4, &count), VC_ERR_INVALID_ARG);
     EXPECT(vc_list_devices((vc_device_kind)7, devs, 4, &count), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "vc_list_devices: kind 7") != NULL, 1);
     EXPECT(vc_set_alsa_config("pcm.vc_api { type null }"), VC_OK);
     EXPECT(vc_list_devices(VC_DEVICE_PLAYBACK, devs, 4, &count), VC_OK);
     EXPECT(strcmp(devs[0].name, "vc_api"), 0);
     EXPECT(vc_set_alsa_config("pcm.broken { type"), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, reason, sizeof reason), VC_OK);
+    EXPECT(strncmp(reason, "vc_set_alsa_config: ", 20) == 0 && strlen(reason) > 20, 1);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);   /* a client's record is its own */
+    EXPECT(strstr(reason, "vc_set_alsa_config") == NULL, 1);
     EXPECT(vc_set_alsa_config(NULL), VC_OK);
     EXPECT(vc_set_input_mode(c, (vc_input_mode)9), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_input_mode(c, VC_INPUT_CONTINUOUS), VC_OK);

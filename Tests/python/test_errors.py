@@ -132,6 +132,20 @@ def test_library_errors_raise_the_subclass_of_their_code_with_the_reason(server)
                 captured.feed(b"\0\0" * 960)
 
 
+def test_a_refused_config_or_global_call_says_which_argument_and_why():
+    with pytest.raises(voicecat.InvalidArgument) as e:
+        voicecat.Client(event_queue_size=0)
+    assert e.value.detail == "vc_client_create: event_queue_size must be 1..65536 (got 0)"
+    assert "event_queue_size must be 1..65536" in str(e.value)
+    with pytest.raises(voicecat.InvalidArgument, match="max_remote_streams must be 1..1024"):
+        voicecat.Client(max_remote_streams=0)
+    with pytest.raises(voicecat.InvalidArgument, match="loss_report_ms must be 0 or 100..60000"):
+        voicecat.Client(loss_report_ms=50)
+    with pytest.raises(voicecat.InvalidArgument) as e:
+        voicecat.set_alsa_config("pcm.broken { type")
+    assert e.value.detail.startswith("vc_set_alsa_config: ") and len(e.value.detail) > 20
+
+
 def test_a_closed_client_says_so(server):
     c = voicecat.Client()
     c.close()

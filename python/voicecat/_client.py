@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, 
 from . import _lib, _pcm
 from ._callbacks import FailureBox, Guarded, global_failures, in_callback, require_callable
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for
+from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for, global_detail
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
                      RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
@@ -499,7 +499,7 @@ class Client:
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:
-            raise error_for(rc)
+            raise error_for(rc, global_detail())
         assert handle.value is not None
         self._core = _Core(handle.value)
         self._finalizer = weakref.finalize(self, self._core.destroy)

@@ -1,6 +1,7 @@
 """Exceptions: one class per VC_ERR_* code, and the error a failed callback leaves."""
 from __future__ import annotations
 
+import ctypes
 from typing import Dict, Type
 
 from . import _lib
@@ -16,7 +17,8 @@ class VoiceCatError(Exception):
     """A libvoicecat call failed.
 
     ``code`` is the :class:`ErrorCode`, ``detail`` why this call failed as the library
-    recorded it (``vc_last_error``; empty for calls not made on a client).
+    recorded it (``vc_last_error``: the client's record, or for the calls that take no
+    client, such as creating one, the library's own).
     """
 
     code: ErrorCode
@@ -99,10 +101,20 @@ def error_for(code: int, detail: str = "") -> VoiceCatError:
     return _BY_CODE.get(code, VoiceCatError)(code, detail)
 
 
+def global_detail() -> str:
+    """Why the calling thread's last call that takes no client failed
+    (``vc_last_error(NULL, ...)``: vc_client_create, vc_set_alsa_config, vc_list_devices)."""
+    buf = ctypes.create_string_buffer(512)
+    if int(_lib.get().vc_last_error(None, buf, len(buf))) != 0:
+        return ""
+    return buf.value.decode("utf-8", errors="replace")
+
+
 def check(code: int) -> int:
-    """Raises the exception for a negative result of a global call; returns the code otherwise."""
+    """Raises the exception for a negative result of a global call, with the library's
+    reason; returns the code otherwise."""
     if code < 0:
-        raise error_for(code)
+        raise error_for(code, global_detail())
     return code
 
 
