@@ -25,7 +25,7 @@
 // (`forgetFactor`). Quantiles of it set the cushion, in ticks beyond the frame in
 // play (played at the first tick whose cushion reaches them):
 //   * start: `startQuantile` (90 %), or `cleanQuantile` (99.8 %) when covering that
-//     costs at most `cleanStartTicks` (one period) more: a clean path, where no
+//     costs at most `cleanStartTicks` (half a period) more: a clean path, where no
 //     talkspurt then has to wait for its first late frame (a concealed period in the
 //     middle of speech, and a realignment) — the first complaint. A smaller
 //     setting trades that for delay where lateness is known within the period;
@@ -138,15 +138,17 @@ public final class JitterBuffer {
         /// A talkspurt starts with the cushion that covers this share: the cushion
         /// then grows towards the target by waiting for late frames.
         public var startQuantile = 0.9
-        /// ...unless covering this share costs at most one frame period more (a clean
+        /// ...unless covering this share costs at most `cleanStartTicks` more (a clean
         /// path): then talkspurts start with it, so none of them has to realign.
         public var cleanQuantile = 0.998
         /// How much more (in periods) covering `cleanQuantile` may cost than covering
-        /// `startQuantile` for a talkspurt to start with it (one period: a clean path
-        /// never waits at a talkspurt's start; 0.25 takes 2–5 ms off talkspurt delay in
-        /// bench-jitter, but a loopback whose rare late frames spread over more than a
-        /// quarter period then conceals a frame at the start of some talkspurts)...
-        public var cleanStartTicks = 1.0
+        /// `startQuantile` for a talkspurt to start with it. Half a period: bench-jitter's
+        /// TTS feeder on a clean LAN 19.5 ms (1.0: 20.9, 0.25: 15.9) and the
+        /// conversations 0.2–1.1 ms less, with the real loopback's talkspurt test as clean
+        /// as with 1.0 (0 or 1 frame concealed per run, idle and with a core busy);
+        /// 0.25 made that loopback conceal 2–5 frames at talkspurt starts in 2 of 3
+        /// runs (late frames spread over more than a quarter period)...
+        public var cleanStartTicks = 0.5
         /// ...and for the target to cover it.
         public var cleanTargetTicks = 1.0
         /// A rebased frame (a marker after a pause whose timestamps stood still, a route

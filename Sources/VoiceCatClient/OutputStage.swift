@@ -413,16 +413,16 @@ final class OutputStage {
 
     private func setMode(_ m: Mode) {
         let v: Int
+        let oneBlockAtATime: Bool   // a driver renders one block at a time: no burst to keep in hand
         switch m {
-        case .pull: v = 0
-        case .sink: v = 1
-        case .device: v = 2
-        case .background: v = 3
+        case .pull: v = 0; oneBlockAtATime = false
+        case .sink: v = 1; oneBlockAtATime = true
+        case .device: v = 2; oneBlockAtATime = true
+        case .background: v = 3; oneBlockAtATime = false
         }
         renderLock.withLock {
             modeValue.store(v, ordering: .releasing)
-            // A driver renders one block at a time: no burst to keep in hand.
-            if v == 1 || v == 2, burstBlocks > 1 {
+            if oneBlockAtATime, burstBlocks > 1 {
                 burstBlocks = 0
                 receive.setConsumerBurst(ms: 0)
             }
@@ -498,15 +498,15 @@ final class OutputStage {
     /// its audio is all taken now (see burstBlocks).
     private func noteBurst(blocks: Int, nowNs: UInt64) {
         let before = burstBlocks
-        if blocks >= burstBlocks {
-            burstBlocks = blocks
-            burstSinceNs = nowNs
-        } else if nowNs &- burstSinceNs > OutputStage.burstHoldNs {
+        if blocks >= burstBlocks || nowNs &- burstSinceNs > OutputStage.burstHoldNs {
             burstBlocks = blocks
             burstSinceNs = nowNs
         }
-        let ms = { (b: Int) in b > 1 ? Double(b * OutputStage.block) / 48 : 0 }
-        if ms(burstBlocks) != ms(before) { receive.setConsumerBurst(ms: ms(burstBlocks)) }
+        // One block is no burst: the receive set hears only when "several" changes.
+        let held = burstBlocks > 1 ? burstBlocks : 0
+        if held != (before > 1 ? before : 0) {
+            receive.setConsumerBurst(ms: Double(held * OutputStage.block) / 48)
+        }
     }
 
     private func refusal() -> ClientError? {
