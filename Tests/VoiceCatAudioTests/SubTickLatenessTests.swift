@@ -71,11 +71,12 @@ final class SubTickLatenessTests: XCTestCase {
         return sets
     }
 
-    func testACoverThatCostsUpToAPeriodIsTakenAtTalkspurtStartUnlessTunedCheaper() {
+    func testACoverThatCostsUpToHalfAPeriodIsTakenAtTalkspurtStartUnlessTunedCheaper() {
         // Frames arrive 5 ms before a tick, one in twenty 4 ms after it: 9 ms later,
-        // but past the tick. Known to whole ticks or within the period, the 99.8 % cover
-        // costs at most a period more than the 90 % one: every talkspurt after the first
-        // starts a period later and none has to wait (no concealed period in speech).
+        // but past the tick. Known to whole ticks, the 99.8 % cover costs a period more
+        // than the 90 % one (cleanTargetTicks); known within the period, 0.45 of one,
+        // under cleanStartTicks (0.5): every talkspurt after the first starts a period
+        // later and none has to wait (no concealed period in speech).
         // Tuned to take the cover only when it costs at most a quarter period
         // (cleanStartTicks 0.25; here it costs 0.45), talkspurts start on their first
         // frame's tick instead and the first late frame is waited for (one concealed
