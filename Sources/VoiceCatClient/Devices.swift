@@ -133,7 +133,7 @@ final class CaptureWorker {
             let (pcm, frames) = c.converter?.convert(buf, frames: c.period) ?? (UnsafePointer(buf), c.period)
             let due = slot.lock.withLock { () -> UInt64? in
                 guard let s = slot.stream, s.streamID == streamID else { return nil }
-                try? s.feed(pcm, frames: frames, channels: channels, now: MonotonicClock.nanoseconds())
+                try? s.feed(pcm, frames: frames, channels: channels, clock: MonotonicClock.nanoseconds)
                 return s.deadline
             }
             streams.rescheduled(due)

@@ -180,16 +180,20 @@ final class LocalStream {
     var isDrained: Bool { queuedFrames == 0 && reframer.pending == 0 }
 
     /// Queues `frames` of PCM (at inputRate) and sends what is due. Refused whole
-    /// (nothing queued) when the queue cannot take it.
-    func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, now: UInt64) throws {
+    /// (nothing queued) when the queue cannot take it. `clock` is read once the audio
+    /// is queued: converting a whole file takes tens of milliseconds, and a talkspurt
+    /// that starts now must start when its first frame is complete, not before, or its
+    /// first frame leaves late against the rest and every listener's jitter buffer
+    /// holds that lateness as extra delay (then sheds a frame of speech to lose it).
+    func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
         push(pcm, frames: frames, channels: channels)
-        pump(now: now)
+        pump(now: clock())
     }
 
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
     /// int16 a chunk at a time, then as `feed`.
-    func feedFloat(_ pcm: UnsafePointer<Float>, frames: Int, channels: Int, now: UInt64) throws {
+    func feedFloat(_ pcm: UnsafePointer<Float>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
         var done = 0
         while done < frames {
@@ -199,7 +203,7 @@ final class LocalStream {
             push(UnsafePointer(floatScratch), frames: n, channels: channels)
             done += n
         }
-        pump(now: now)
+        pump(now: clock())
     }
 
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted

@@ -645,23 +645,22 @@ public final class VoiceClient {
     /// vc_stream_feed_pcm: queues the PCM and sends what is due now; the pacer sends
     /// the rest at its time.
     public func feed(streamID: UInt32, pcm: UnsafePointer<Int16>, frames: Int, channels: Int) throws {
-        try feeding(streamID, channels: channels) { s, now in try s.feed(pcm, frames: frames, channels: channels, now: now) }
+        try feeding(streamID, channels: channels) { s in try s.feed(pcm, frames: frames, channels: channels, clock: MonotonicClock.nanoseconds) }
     }
 
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0), otherwise as `feed`.
     public func feedFloat(streamID: UInt32, pcm: UnsafePointer<Float>, frames: Int, channels: Int) throws {
-        try feeding(streamID, channels: channels) { s, now in try s.feedFloat(pcm, frames: frames, channels: channels, now: now) }
+        try feeding(streamID, channels: channels) { s in try s.feedFloat(pcm, frames: frames, channels: channels, clock: MonotonicClock.nanoseconds) }
     }
 
     /// Runs a feed on a fed stream under its slot lock, then wakes the pacer and drain
     /// waiters as needed.
-    private func feeding(_ streamID: UInt32, channels: Int, _ body: (LocalStream, UInt64) throws -> Void) throws {
+    private func feeding(_ streamID: UInt32, channels: Int, _ body: (LocalStream) throws -> Void) throws {
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
-        let now = MonotonicClock.nanoseconds()
         let due = try failing {
             try streams.withStream(streamID) { s, _ -> UInt64? in
                 guard s.externalFeed else { throw ClientError.state("stream \(streamID) captures from a device; it cannot be fed") }
-                try body(s, now)
+                try body(s)
                 return s.deadline
             }
         }

@@ -176,7 +176,7 @@ final class ProcessingPathTests: XCTestCase {
             a.lock.withLock { a.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
             out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
             c.streams.farEnd.pushStereo(out, frames: 960)
-            try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1, now: UInt64(k) * 20_000_000) } }
+            try mic.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress! + k * 960, frames: 960, channels: 1, clock: { UInt64(k) * 20_000_000 }) } }
         }
         for k in 0..<50 { try step(k) }
         let before = vc_alloc_count()
@@ -259,7 +259,7 @@ final class ProcessingPathTests: XCTestCase {
                 try outF.withUnsafeMutableBufferPointer { try c.readMixedFloat(into: $0.baseAddress!, frames: 320) }
             }
             try mic.withUnsafeBufferPointer { p in
-                try slot.lock.withLock { try s.feedFloat(p.baseAddress! + k * 882, frames: 882, channels: 1, now: UInt64(k) * 20_000_000) }
+                try slot.lock.withLock { try s.feedFloat(p.baseAddress! + k * 882, frames: 882, channels: 1, clock: { UInt64(k) * 20_000_000 }) }
             }
         }
         for k in 0..<50 { try step(k) }

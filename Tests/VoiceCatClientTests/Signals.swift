@@ -16,14 +16,15 @@ enum Signal {
     }
 
     /// Speech-like, but never periodic: the pitch glides (120–260 Hz) and the syllable
-    /// envelope wanders, so a 100 ms window aligns at exactly one lag.
-    static func glidingVoice(seconds: Double, amplitude: Double = 0.3, seed: Double = 0) -> [Int16] {
-        let n = Int(seconds * 48000)
+    /// envelope wanders, so a 100 ms window aligns at exactly one lag. The same sound
+    /// at any sample `rate`.
+    static func glidingVoice(seconds: Double, amplitude: Double = 0.3, seed: Double = 0, rate: Int = 48000) -> [Int16] {
+        let n = Int(seconds * Double(rate))
         var phase = 0.0
         return (0..<n).map { i in
-            let t = Double(i) / 48000
+            let t = Double(i) / Double(rate)
             let f0 = 190 + 55 * sin(2 * .pi * 0.9 * t + seed) + 15 * sin(2 * .pi * 2.3 * t + 1.7 * seed)
-            phase += 2 * .pi * f0 / 48000
+            phase += 2 * .pi * f0 / Double(rate)
             let env = 0.55 + 0.3 * sin(2 * .pi * 3.1 * t + seed) + 0.15 * sin(2 * .pi * 5.3 * t + 0.5)
             let s = sin(phase) + 0.5 * sin(2 * phase + 1) + 0.3 * sin(3 * phase + 2)
             return Int16(amplitude * 32767 * env * s / 1.8)
