@@ -654,8 +654,9 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
- * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls; with
- * a resampled stream the check counts the resampler's bound, a frame or two more).
+ * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls, which
+ * never exceeds max_queue_ms; a resampled stream's check counts the resampler's
+ * upper bound of its output, so a block may be refused a few samples early).
  * Thread safety: calls for one stream must not overlap (one feeding thread per
  * stream). Callback-safe: yes.
  */

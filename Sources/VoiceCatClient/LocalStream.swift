@@ -99,6 +99,9 @@ final class LocalStream {
     // The queue: whole frames in the channel's layout.
     private let queue: UnsafeMutablePointer<Int16>
     let maxQueueFrames: Int
+    /// The bound in 48 kHz samples, the partial frame included (max_queue_ms exactly,
+    /// at least two frames): what vc_stream_queued_ms can reach.
+    private let maxQueueSamples: Int
     private var queueHead = 0
     private(set) var queuedFrames = 0
     private var frameLength: Int { audio.frameSamples * audio.channels }
@@ -160,6 +163,7 @@ final class LocalStream {
         frameNs = UInt64(audio.frameMicros) * 1000
         let queueMs = externalFeed ? maxQueueMs : LocalStream.captureQueueMs
         maxQueueFrames = max(2, (queueMs * 1000 + Int(audio.frameMicros) - 1) / Int(audio.frameMicros))
+        maxQueueSamples = max(2 * audio.frameSamples, queueMs * 48)
         queue = .allocate(capacity: maxQueueFrames * frameLength)
         queue.initialize(repeating: 0, count: maxQueueFrames * frameLength)
     }
@@ -211,10 +215,11 @@ final class LocalStream {
     private func admit(frames: Int) throws {
         let at48 = fromMono?.outputBound(forInput: frames) ?? frames
         let completes = (reframer.pending + at48) / audio.frameSamples
-        guard queuedFrames + completes <= maxQueueFrames else {
+        let samples = queuedFrames * audio.frameSamples + reframer.pending + at48
+        guard queuedFrames + completes <= maxQueueFrames && samples <= maxQueueSamples else {
             throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queuedMs) ms queued of at most "
-                                       + "\(maxQueueFrames * Int(audio.frameMicros) / 1000) ms (max_queue_ms); "
-                                       + "nothing of this call was queued")
+                                       + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \((at48 * 10 / 48 + 5) / 10) ms "
+                                       + "would not fit; nothing of this call was queued")
         }
     }
 
@@ -340,10 +345,16 @@ final class LocalStream {
     }
 
     /// Stops the stream: queued audio is dropped; the last frame (the partial one, or
-    /// a silent one) goes out with the last-frame flag.
+    /// a silent one) goes out with the last-frame flag. An idle stream whose last
+    /// packet closed its talkspurt sends nothing more (a one-frame talkspurt of
+    /// silence would open and close its gate, GATE_OPENED then GATE_CLOSED).
     func finish() {
         queuedFrames = 0
         queueHead = 0
+        if !inSpurt && reframer.pending == 0 && packetSpurtClosed {
+            publishDeadline()
+            return
+        }
         if !inSpurt { startSpurt(now: MonotonicClock.nanoseconds()) }
         packetSpurtClosed = false
         endSpurt()

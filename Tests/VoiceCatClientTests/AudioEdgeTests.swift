@@ -557,6 +557,50 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertTrue(gate.allSatisfy { $0.streamID == sid && $0.ssrc == watched && $0.kind == StreamKind.mic.rawValue })
     }
 
+    /// Stopping a stream whose talkspurt already closed on the wire sends nothing and
+    /// opens no gate: it sent a one-frame talkspurt of silence (GATE_OPENED, then
+    /// GATE_CLOSED, seconds after the stream had gone quiet). One still talking ends
+    /// with a last frame.
+    func testStoppingAnIdleStreamSendsNothing() throws {
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: Impairment(), seed: 6)
+        defer { proxy.stop() }
+        let wire = NSLock()
+        var lasts = 0, packets = 0
+        proxy.observeUpstream { d in
+            guard let h = try? FrameHeader.parse(d), h.type == .voice else { return }
+            wire.lock(); defer { wire.unlock() }
+            packets += 1
+            if h.flags.contains(.lastFrame) { lasts += 1 }
+        }
+        let alex = try client("alex", channel: "Music", port: proxy.port)
+        let events = EventLog(alex)
+        alex.setInputMode(.continuous)
+        let gateEvents = { events.events.filter { $0.type == .gateOpened || $0.type == .gateClosed }.map { $0.type == .gateOpened ? "open" : "close" } }
+        for stillTalking in [false, true] {
+            let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let tone = Signal.tone(300, seconds: 0.3, amplitude: 0.2)
+            try tone.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: tone.count, channels: 1) }
+            if !stillTalking {
+                try alex.drain(streamID: sid, timeoutMs: 5_000)
+                usleep(200_000)   // the talkspurt ends: the queue ran dry
+            }
+            let (before, lastsBefore) = wire.withLock { (packets, lasts) }
+            let gateBefore = gateEvents()
+            try alex.stopStream(sid)
+            usleep(200_000)
+            let (sent, lastSent) = wire.withLock { (packets - before, lasts - lastsBefore) }
+            print("stopping a stream \(stillTalking ? "still talking" : "gone quiet"): \(sent) packets, \(lastSent) last frames; "
+                  + "gate events before \(gateBefore), after \(gateEvents())")
+            if stillTalking {
+                XCTAssertEqual(lastSent, 1, "a talking stream ends with a last frame")
+                XCTAssertEqual(gateEvents().last, "close")
+            } else {
+                XCTAssertEqual(sent, 0, "packets sent by stopping an idle stream")
+                XCTAssertEqual(gateEvents(), gateBefore, "gate events from stopping an idle stream")
+            }
+        }
+    }
+
     // MARK: recordings
 
     func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
