@@ -110,12 +110,12 @@ def joined(server: Server, prefix: str, channel: str = "Lobby", **kwargs: Any) -
     return client
 
 
-def tone(freq: float, seconds: float, amp: float = 0.3, channels: int = 1) -> "array.array[int]":
+def tone(freq: float, seconds: float, amp: float = 0.3, channels: int = 1, rate: int = 48000) -> "array.array[int]":
     """A sine as interleaved int16."""
-    n = int(seconds * 48000)
+    n = int(seconds * rate)
     out = array.array("h", bytes(2 * n * channels))
     for i in range(n):
-        v = int(amp * 32767 * math.sin(2 * math.pi * freq * i / 48000))
+        v = int(amp * 32767 * math.sin(2 * math.pi * freq * i / rate))
         for ch in range(channels):
             out[i * channels + ch] = v
     return out

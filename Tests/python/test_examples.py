@@ -17,13 +17,13 @@ from conftest import ROOT, goertzel, tone, unique
 EXAMPLES = os.path.join(ROOT, "examples", "python")
 
 
-def _tone_wav(path, freq, seconds):
-    """A 48 kHz 16-bit mono WAV file of a tone."""
+def _tone_wav(path, freq, seconds, rate=48000):
+    """A 16-bit mono WAV file of a tone."""
     with wave.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
-        w.setframerate(48000)
-        w.writeframes(tone(freq, seconds).tobytes())
+        w.setframerate(rate)
+        w.writeframes(tone(freq, seconds, rate=rate).tobytes())
     return path
 
 
@@ -53,7 +53,7 @@ def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, 
 
 
 def test_record_speakers_writes_each_talker_at_16k_mono(server, tmp_path):
-    speech = _tone_wav(tmp_path / "tone.wav", 520, 1.5)
+    speech = _tone_wav(tmp_path / "tone.wav", 520, 1.5, rate=22050)  # espeak-ng's rate: speak_wav.py resamples
     outdir = tmp_path / "speakers"
     outdir.mkdir()
     common = ["127.0.0.1", str(server.port)]
