@@ -646,8 +646,10 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * the moment it is complete and the talkspurt's start + k frames. So a host feeding
  * in real time gets no added delay (frames due now are sent on the calling thread)
  * and a host feeding a whole file at once is heard at real time (the client's
- * sender thread sends the rest). When the queue runs dry for a frame plus 20 ms,
- * the talkspurt ends: the partial frame is padded and sent with the last-frame
+ * sender thread sends the rest). When the queue has run dry for a frame plus a
+ * slack (5 ms for a host that feeds steadily, up to 40 ms for one whose blocks come
+ * late; none for a host that fed its last audio ahead of real time, such as a whole
+ * file), the talkspurt ends: the partial frame is padded and sent with the last-frame
  * flag; the next audio starts a new talkspurt (marker) whose timestamps advance by
  * the wall-clock time that passed, so listeners hear a pause. Never blocks (a full
  * socket buffer drops the frame) and does not allocate. While the server mutes this

@@ -19,7 +19,10 @@
 //     partial frame is padded and sent with the last-frame flag. The slack follows
 //     how late this host's frames usually come (5 ms for a steady feeder, up to
 //     40 ms for a jittery one), so a steady host's listeners learn of the pause
-//     within a few ms and a jittery host's talkspurts are not cut. The next audio starts a new talkspurt with the marker, and
+//     within a few ms and a jittery host's talkspurts are not cut. A host that fed
+//     nothing for the slack before its last frame left (a whole file, a sentence fed
+//     ahead of real time) is not waited for: its padded frame leaves on time.
+//     The next audio starts a new talkspurt with the marker, and
 //     its timestamp advances by the wall-clock time that passed, so receivers see a
 //     pause, not jitter.
 //   * Fed PCM at another rate than 48 kHz (vc_stream_desc.sample_rate) is resampled
@@ -117,6 +120,8 @@ final class LocalStream {
     private var anchorNs: UInt64 = 0
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
+    /// When the host last fed this stream (after the call's audio was queued).
+    private var lastFedNs: UInt64 = 0
     /// Frames taken from the queue in this talkspurt (sent or gated).
     private var spurtFrames: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -192,7 +197,7 @@ final class LocalStream {
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
         push(pcm, frames: frames, channels: channels)
-        pump(now: clock())
+        fed(now: clock())
     }
 
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
@@ -207,7 +212,7 @@ final class LocalStream {
             push(UnsafePointer(floatScratch), frames: n, channels: channels)
             done += n
         }
-        pump(now: clock())
+        fed(now: clock())
     }
 
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
@@ -240,6 +245,25 @@ final class LocalStream {
         }
     }
 
+    private func fed(now: UInt64) {
+        lastFedNs = now
+        pump(now: now)
+    }
+
+    /// How long past the frame period after the last frame was taken a dry queue waits
+    /// for more audio before it ends the talkspurt: until a frame plus the dry slack
+    /// after the host's last feed, at most the slack. A host that feeds as it goes
+    /// (its last frame left when fed) gets the whole slack for its next block; one
+    /// that stopped feeding at least the slack before its last frame left (a whole
+    /// file, a sentence fed ahead of real time) none: its padded last frame leaves on
+    /// time instead of a slack late, where a listener with a thin cushion would
+    /// conceal a frame for it.
+    private var dryWaitNs: UInt64 {
+        let slack = drySlackNs
+        let ahead = lastTakenNs > lastFedNs ? lastTakenNs - lastFedNs : 0
+        return slack - min(slack, ahead)
+    }
+
     /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
     func pump(now: UInt64) {
         // Audio is waiting (a partial frame too): a talkspurt runs, so the partial is
@@ -269,7 +293,7 @@ final class LocalStream {
             processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
         }
         // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
-        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ drySlackNs { endSpurt() }
+        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ dryWaitNs { endSpurt() }
         publishDeadline()
     }
 
@@ -280,7 +304,7 @@ final class LocalStream {
     /// When this stream next needs the pacer (nil: not until it is fed again).
     var deadline: UInt64? {
         guard inSpurt || queuedFrames > 0 else { return nil }
-        return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : lastTakenNs &+ frameNs &+ drySlackNs
+        return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : lastTakenNs &+ frameNs &+ dryWaitNs
     }
 
     private func startSpurt(now: UInt64) {
