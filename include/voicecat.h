@@ -348,8 +348,10 @@ typedef struct vc_stream_stats {
 
 /** Connection statistics. */
 typedef struct vc_connection_stats {
-    uint32_t media_rtt_ms;         /**< from the last keepalive echo; 0 = none yet */
-    uint32_t control_rtt_ms;       /**< from the last Ping/Pong; 0 = none yet */
+    uint32_t media_rtt_ms;         /**< from the last keepalive echo, whole ms (under 1 ms reads 1);
+                                        0 = none yet */
+    uint32_t control_rtt_ms;       /**< from the last Ping/Pong, whole ms (under 1 ms reads 1);
+                                        0 = none yet */
     uint64_t bytes_in, bytes_out;  /**< UDP payload bytes */
     uint64_t packets_in, packets_out;
     uint64_t auth_failures;        /**< media datagrams that failed authentication */
@@ -629,7 +631,8 @@ int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_
 
 /**
  * Stops a stream: audio still queued is dropped (call vc_stream_drain first to have
- * it sent), the last frame carries the last-frame flag, then the server is told.
+ * it sent), a talkspurt still open ends with a frame carrying the last-frame flag
+ * (a stream that has gone quiet sends nothing more), then the server is told.
  * Returns VC_ERR_NOT_FOUND for an unknown id. Callback-safe: no.
  */
 int vc_stream_stop(vc_client *c, uint32_t stream_id);
@@ -648,8 +651,8 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * and a host feeding a whole file at once is heard at real time (the client's
  * sender thread sends the rest). When the queue has run dry for a frame plus a
  * slack (5 ms for a host that feeds steadily, up to 40 ms for one whose blocks come
- * late; none for a host that fed its last audio ahead of real time, such as a whole
- * file), the talkspurt ends: the partial frame is padded and sent with the last-frame
+ * late; none after a call of a second or more, such as a whole file, once its audio
+ * is sent), the talkspurt ends: the partial frame is padded and sent with the last-frame
  * flag; the next audio starts a new talkspurt (marker) whose timestamps advance by
  * the wall-clock time that passed, so listeners hear a pause. Never blocks (a full
  * socket buffer drops the frame) and does not allocate. While the server mutes this
@@ -657,8 +660,9 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
  * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls, which
- * never exceeds max_queue_ms; a resampled stream's check counts the resampler's
- * upper bound of its output, so a block may be refused a few samples early).
+ * never exceeds max_queue_ms (or two frames, if more); a resampled stream's check
+ * counts the resampler's upper bound of its output, so a block may be refused up to
+ * about 1 ms per second of its audio early).
  * Thread safety: calls for one stream must not overlap (one feeding thread per
  * stream). Callback-safe: yes.
  */
@@ -1145,7 +1149,7 @@ int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
  * ids of ended threads may be reused). With c NULL: the same for the functions that
  * take no client (vc_client_create, vc_set_alsa_config, vc_list_devices), whose
  * reasons are kept apart from every client's ("" when none failed). Returns
- * VC_ERR_INVALID_ARG for a destroyed handle, a NULL buf or len 0 (recording
+ * VC_ERR_INVALID_ARG for an invalid or destroyed handle, a NULL buf or len 0 (recording
  * nothing: that would overwrite the text being asked for). Callback-safe: yes.
  */
 int vc_last_error(vc_client *c, char *buf, size_t len);

@@ -6,7 +6,8 @@
 //
 // The time model of fed audio (issue: hosts feed any amount at any time):
 //   * Fed PCM is reframed to the channel's frame size and queued (at most
-//     `maxQueueFrames`; past it a feed is refused whole, nothing queued is lost).
+//     `maxQueueSamples`, the partial frame included; past it a feed is refused whole,
+//     nothing queued is lost).
 //   * A talkspurt starts when a frame is complete and none is running. Frame k of a
 //     talkspurt is sent at max(the moment it is complete, anchor + k × frame): a
 //     host feeding in real time gets no added delay, a host feeding a whole file
@@ -19,9 +20,9 @@
 //     partial frame is padded and sent with the last-frame flag. The slack follows
 //     how late this host's frames usually come (5 ms for a steady feeder, up to
 //     40 ms for a jittery one), so a steady host's listeners learn of the pause
-//     within a few ms and a jittery host's talkspurts are not cut. A host that fed
-//     nothing for the slack before its last frame left (a whole file, a sentence fed
-//     ahead of real time) is not waited for: its padded frame leaves on time.
+//     within a few ms and a jittery host's talkspurts are not cut. After a call of a
+//     second or more (a whole file, a sentence) the host is not waited for once that
+//     audio is sent: its padded frame leaves on time.
 //     The next audio starts a new talkspurt with the marker, and
 //     its timestamp advances by the wall-clock time that passed, so receivers see a
 //     pause, not jitter.
@@ -44,6 +45,9 @@ final class LocalStream {
     static let minDrySlackNs: UInt64 = 5_000_000
     static let maxDrySlackNs: UInt64 = 40_000_000
     static let driftSlackNs: UInt64 = 2_000_000
+    /// A call bringing this much audio or more is a whole file or sentence, not a
+    /// real-time host's block (those are 2.5..a few hundred ms).
+    static let longFeedNs: UInt64 = 1_000_000_000
     static let zeroGateMs = 200
 
     let streamID: UInt32
@@ -120,8 +124,10 @@ final class LocalStream {
     private var anchorNs: UInt64 = 0
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
-    /// When the host last fed this stream (after the call's audio was queued).
+    /// When the host last fed this stream (after the call's audio was queued), and
+    /// whether that call brought at least `longFeedNs` of audio.
     private var lastFedNs: UInt64 = 0
+    private var lastFeedWasLong = false
     /// Frames taken from the queue in this talkspurt (sent or gated).
     private var spurtFrames: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -197,7 +203,7 @@ final class LocalStream {
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
         push(pcm, frames: frames, channels: channels)
-        fed(now: clock())
+        fed(frames: frames, now: clock())
     }
 
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
@@ -212,7 +218,7 @@ final class LocalStream {
             push(UnsafePointer(floatScratch), frames: n, channels: channels)
             done += n
         }
-        fed(now: clock())
+        fed(frames: frames, now: clock())
     }
 
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
@@ -245,21 +251,25 @@ final class LocalStream {
         }
     }
 
-    private func fed(now: UInt64) {
+    private func fed(frames: Int, now: UInt64) {
         lastFedNs = now
+        lastFeedWasLong = UInt64(frames) * 1_000_000_000 / UInt64(inputRate) >= LocalStream.longFeedNs
         pump(now: now)
     }
 
     /// How long past the frame period after the last frame was taken a dry queue waits
-    /// for more audio before it ends the talkspurt: until a frame plus the dry slack
-    /// after the host's last feed, at most the slack. A host that feeds as it goes
-    /// (its last frame left when fed) gets the whole slack for its next block; one
-    /// that stopped feeding at least the slack before its last frame left (a whole
-    /// file, a sentence fed ahead of real time) none: its padded last frame leaves on
-    /// time instead of a slack late, where a listener with a thin cushion would
-    /// conceal a frame for it.
+    /// for more audio before it ends the talkspurt: the dry slack, as the host's next
+    /// block may come a little late. After a call of at least `longFeedNs` (a whole
+    /// file, a sentence) there is no next block to wait for once the host is
+    /// done: the wait lasts until a frame plus the slack after that call, so the
+    /// padded last frame of a file leaves on time instead of a slack late (where a
+    /// listener with a thin cushion concealed a frame before it). A host feeding
+    /// real-time blocks looks like a file until its next block comes, so shorter
+    /// calls always get the whole slack (with blocks of a frame or more and no wait,
+    /// each block boundary raced the pacer and cut talkspurts).
     private var dryWaitNs: UInt64 {
         let slack = drySlackNs
+        guard lastFeedWasLong else { return slack }
         let ahead = lastTakenNs > lastFedNs ? lastTakenNs - lastFedNs : 0
         return slack - min(slack, ahead)
     }

@@ -122,12 +122,12 @@ let processErrors = ErrorRecord()
 
 /// Runs a function that takes no client (`name` prefixes the reason). A thrown
 /// ClientError becomes its code and the calling thread's reason in `processErrors`,
-/// logged at debug level as a client's failures are.
+/// logged as a warning (these were only logged before vc_last_error(NULL) said them).
 func withoutClient(_ name: String, _ body: () throws -> Int32) -> Int32 {
     do { return try body() } catch {
         let e = error as? ClientError ?? .noMemory("\(error)")
         processErrors.record("\(name): \(e.description)")
-        ClientLog.log(3, "\(name): \(e.description)")
+        ClientLog.log(1, "\(name): \(e.description)")
         return e.code
     }
 }

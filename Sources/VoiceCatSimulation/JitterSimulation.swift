@@ -274,8 +274,8 @@ public struct TraceGenerator {
         /// A text-to-speech host feeding sentences (2–6 s, 0.15–1.2 s apart) in chunks
         /// of 200–600 ms that it synthesises at 0.6–1.25 × real time; the library
         /// paces them (frame k of a talkspurt leaves at max(ready, start + k frames))
-        /// and ends the talkspurt when the queue runs dry for a frame plus 10 ms (less
-        /// how far ahead of its last frame the host fed, as LocalStream does).
+        /// and ends the talkspurt when the queue runs dry for a frame plus 10 ms (its
+        /// chunks are under a second: LocalStream waits the slack after them).
         case ttsFeeder
     }
 
@@ -324,7 +324,6 @@ public struct TraceGenerator {
         case .ttsFeeder:
             let slack = 10.0
             var synth = 0.0                 // the host's synthesis clock
-            var lastFed = 0.0               // when the host fed its previous chunk
             var inSpurt = false
             var spurtStart = 0.0, spurtSlot = 0, k = 0
             while out.count < frames {
@@ -335,17 +334,12 @@ public struct TraceGenerator {
                     let chunk = min(sentence - made, Int(rng.uniform(200, 600) / frameMs))
                     synth += Double(chunk) * frameMs * rng.uniform(0.6, 1.25)
                     for _ in 0..<chunk where out.count < frames {
-                        if inSpurt, let last = out.last {
-                            // The queue ran dry: the library waits a frame past the last frame
-                            // taken plus the slack, less how far the host's last feed came
-                            // before that frame (a host ahead of real time is not waited for);
-                            // a padded frame flagged last ends the talkspurt then.
-                            let waitMs = slack - min(slack, max(0, last.sendMs - lastFed))
-                            let end = last.sendMs + frameMs + waitMs
-                            if synth > end {
-                                out.append(Send(slot: spurtSlot + k, sendMs: end, flags: .lastFrame))
-                                inSpurt = false
-                            }
+                        let due = spurtStart + Double(k) * frameMs
+                        if inSpurt && synth > due + slack {
+                            // The queue ran dry for a frame plus the slack: a padded frame
+                            // flagged last ends the talkspurt when that is noticed.
+                            out.append(Send(slot: spurtSlot + k, sendMs: due + slack, flags: .lastFrame))
+                            inSpurt = false
                         }
                         if !inSpurt {
                             // Timestamps advance by the wall-clock time since the last talkspurt began.
@@ -357,7 +351,6 @@ public struct TraceGenerator {
                                         flags: k == 0 ? .marker : []))
                         k += 1
                     }
-                    lastFed = synth
                     made += chunk
                 }
                 synth += rng.uniform(150, 1200)      // the pause before the next sentence

@@ -157,14 +157,7 @@ final class ProcessingPathTests: XCTestCase {
         let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         // A stream as vc_stream_start builds it, with NS/AGC/AEC, fed through the gate.
-        let slot = c.streams.slots[0]
-        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
-                                slot: slot, table: c.streams)
-        // A connected client's send path: a snapshot with a key and a socket to a sink address.
-        let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
-        try sock.setNonBlocking()
-        slot.path = SendSnapshot(key: SymmetricKey.random(), socket: sock, address: try SocketAddress(host: "127.0.0.1", port: 9),
-                                 serverMuted: false)
+        let (s, slot) = try discardingStream(on: c)
         c.streams.aecStreams.add(1)
         s.apm = SpeexApm(frameSamples: 960, settings: SendProcessing(noiseSuppression: true, agc: true, echoCancellation: true))
         c.setInputMode(.continuous)
