@@ -338,7 +338,8 @@ extension VoiceClient {
         case .ping(let p):
             try? sender.send(.pong(Pong(timestamp: p.timestamp)))
         case .pong(let p):
-            if p.timestamp <= now { controlRttMs.store(UInt32(clamping: now &- p.timestamp), ordering: .relaxed) }
+            // Whole milliseconds, at least 1 once measured: 0 means none yet.
+            if p.timestamp <= now { controlRttMs.store(max(1, UInt32(clamping: now &- p.timestamp)), ordering: .relaxed) }
         case .userJoined(let u):
             if let p = joinProblem(u.member) { return refuse(m, p) }
             memberJoined(u.member, channelID: u.channelID)
@@ -605,7 +606,7 @@ extension VoiceClient {
 
     func keepaliveEchoed(seq: UInt64, stamp: UInt32, atMs: UInt64, media: inout MediaPathState) {
         let rtt = UInt32(truncatingIfNeeded: atMs) &- stamp
-        if rtt < 60_000 { mediaRttMs.store(rtt, ordering: .relaxed) }
+        if rtt < 60_000 { mediaRttMs.store(max(1, rtt), ordering: .relaxed) }   // 0 means none yet
         media.echoed(seq: seq, nowMs: max(atMs, media.lastEchoMs))
     }
 

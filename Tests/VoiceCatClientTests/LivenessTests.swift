@@ -124,6 +124,7 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(log.count(.voiceReconnected), 1)
         XCTAssertGreaterThanOrEqual(stats.keepalivesLost, 5, "a 5 s cut at 0.5 s keepalives loses about 10")
         XCTAssertLessThan(stats.keepalivesLost, stats.keepalivesSent)
+        XCTAssertGreaterThanOrEqual(stats.mediaRttMs, 1, "keepalives were echoed: an RTT, however short (0 means none yet)")
         XCTAssertTrue(stats.voiceConnected)
         XCTAssertEqual(feeder.failedFeeds, 0)
     }

@@ -109,9 +109,9 @@ class ConnectionStats:
     """Connection statistics (``vc_connection_stats``)."""
 
     media_rtt_ms: int
-    """From the last keepalive echo; 0 before the first (and under 1 ms)."""
+    """From the last keepalive echo, whole ms (under 1 ms reads 1); 0 before the first."""
     control_rtt_ms: int
-    """From the last Ping/Pong; 0 before the first (and under 1 ms)."""
+    """From the last Ping/Pong, whole ms (under 1 ms reads 1); 0 before the first."""
     bytes_in: int
     bytes_out: int
     packets_in: int
