@@ -650,9 +650,10 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * in real time gets no added delay (frames due now are sent on the calling thread)
  * and a host feeding a whole file at once is heard at real time (the client's
  * sender thread sends the rest). When the queue has run dry for a frame plus a
- * slack (5 ms for a host that feeds steadily, up to 40 ms for one whose blocks come
- * late; none after a call of a second or more, such as a whole file, once its audio
- * is sent), the talkspurt ends: the partial frame is padded and sent with the last-frame
+ * slack (5 ms for a host that feeds steadily, up to 40 ms for one whose single-frame
+ * blocks come late; none when the last call brought more than a second, such as a
+ * whole file, unless this host was seen to feed such blocks in real time), the
+ * talkspurt ends: the partial frame is padded and sent with the last-frame
  * flag; the next audio starts a new talkspurt (marker) whose timestamps advance by
  * the wall-clock time that passed, so listeners hear a pause. Never blocks (a full
  * socket buffer drops the frame) and does not allocate. While the server mutes this
@@ -661,8 +662,9 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
  * is queued and nothing queued is lost: retry after vc_stream_queued_ms falls, which
  * never exceeds max_queue_ms (or two frames, if more); a resampled stream's check
- * counts the resampler's upper bound of its output, so a block may be refused up to
- * about 1 ms per second of its audio early).
+ * counts the resampler's upper bound of its output, 2 samples more per 960 input
+ * frames, so a block may be refused that much early: about 2 ms per second of
+ * audio at 44.1 kHz, 8 ms at 192 kHz).
  * Thread safety: calls for one stream must not overlap (one feeding thread per
  * stream). Callback-safe: yes.
  */

@@ -20,9 +20,10 @@
 //     partial frame is padded and sent with the last-frame flag. The slack follows
 //     how late this host's frames usually come (5 ms for a steady feeder, up to
 //     40 ms for a jittery one), so a steady host's listeners learn of the pause
-//     within a few ms and a jittery host's talkspurts are not cut. After a call of a
-//     second or more (a whole file, a sentence) the host is not waited for once that
-//     audio is sent: its padded frame leaves on time.
+//     within a few ms and a jittery host's talkspurts are not cut. After a call of
+//     more than a second (a whole file, a sentence) the host is not waited for once
+//     that audio is sent: its padded frame leaves on time (unless the host was seen
+//     to feed such blocks in real time: its next block came right after such an end).
 //     The next audio starts a new talkspurt with the marker, and
 //     its timestamp advances by the wall-clock time that passed, so receivers see a
 //     pause, not jitter.
@@ -45,8 +46,9 @@ final class LocalStream {
     static let minDrySlackNs: UInt64 = 5_000_000
     static let maxDrySlackNs: UInt64 = 40_000_000
     static let driftSlackNs: UInt64 = 2_000_000
-    /// A call bringing this much audio or more is a whole file or sentence, not a
-    /// real-time host's block (those are 2.5..a few hundred ms).
+    /// A call bringing more audio than this is taken for a whole file or sentence,
+    /// not a real-time host's block (those are 2.5..a few hundred ms; one that feeds
+    /// longer blocks in real time shows it at its first block boundary).
     static let longFeedNs: UInt64 = 1_000_000_000
     static let zeroGateMs = 200
 
@@ -125,9 +127,14 @@ final class LocalStream {
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
     /// When the host last fed this stream (after the call's audio was queued), and
-    /// whether that call brought at least `longFeedNs` of audio.
+    /// whether that call brought more than `longFeedNs` of audio.
     private var lastFedNs: UInt64 = 0
     private var lastFeedWasLong = false
+    /// When a talkspurt last ended without waiting after a long call (0: it did not).
+    private var endedUnwaitedNs: UInt64 = 0
+    /// This host feeds long blocks at real time: its next block came within the slack
+    /// of a talkspurt ended without waiting. From then on it always gets the slack.
+    private var pacesLongBlocks = false
     /// Frames taken from the queue in this talkspurt (sent or gated).
     private var spurtFrames: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -252,24 +259,31 @@ final class LocalStream {
     }
 
     private func fed(frames: Int, now: UInt64) {
+        // A talkspurt ended unwaited just before this block: the host feeds long blocks
+        // in real time (one cut, then the slack for good).
+        if endedUnwaitedNs != 0 && now >= endedUnwaitedNs && now - endedUnwaitedNs <= drySlackNs { pacesLongBlocks = true }
+        endedUnwaitedNs = 0
         lastFedNs = now
-        lastFeedWasLong = UInt64(frames) * 1_000_000_000 / UInt64(inputRate) >= LocalStream.longFeedNs
+        // Device capture feeds 48 kHz periods whatever rate it asked of the device.
+        let rate = UInt64(externalFeed ? inputRate : 48000)
+        lastFeedWasLong = UInt64(frames) * 1_000_000_000 / rate > LocalStream.longFeedNs
         pump(now: now)
     }
 
     /// How long past the frame period after the last frame was taken a dry queue waits
     /// for more audio before it ends the talkspurt: the dry slack, as the host's next
-    /// block may come a little late. After a call of at least `longFeedNs` (a whole
+    /// block may come a little late. After a call of more than `longFeedNs` (a whole
     /// file, a sentence) there is no next block to wait for once the host is
     /// done: the wait lasts until a frame plus the slack after that call, so the
     /// padded last frame of a file leaves on time instead of a slack late (where a
     /// listener with a thin cushion concealed a frame before it). A host feeding
     /// real-time blocks looks like a file until its next block comes, so shorter
     /// calls always get the whole slack (with blocks of a frame or more and no wait,
-    /// each block boundary raced the pacer and cut talkspurts).
+    /// each block boundary raced the pacer and cut talkspurts), and a host whose
+    /// next block came within the slack of such an end (`pacesLongBlocks`) too.
     private var dryWaitNs: UInt64 {
         let slack = drySlackNs
-        guard lastFeedWasLong else { return slack }
+        guard lastFeedWasLong && !pacesLongBlocks else { return slack }
         let ahead = lastTakenNs > lastFedNs ? lastTakenNs - lastFedNs : 0
         return slack - min(slack, ahead)
     }
@@ -303,7 +317,10 @@ final class LocalStream {
             processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
         }
         // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
-        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ dryWaitNs { endSpurt() }
+        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ dryWaitNs {
+            if dryWaitNs < drySlackNs { endedUnwaitedNs = now }
+            endSpurt()
+        }
         publishDeadline()
     }
 

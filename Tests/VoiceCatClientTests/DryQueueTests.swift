@@ -9,10 +9,10 @@ import XCTest
 
 /// Stream 1 of `c` as vc_stream_start builds it (a MIC fed by the host, the channel's
 /// speech settings), with a connected client's send path to the discard port.
-func discardingStream(on c: VoiceClient) throws -> (LocalStream, StreamSlot) {
+func discardingStream(on c: VoiceClient, inputRate: Int = 48000) throws -> (LocalStream, StreamSlot) {
     let slot = c.streams.slots[0]
     let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
-                            slot: slot, table: c.streams)
+                            inputRate: inputRate, slot: slot, table: c.streams)
     let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
     try sock.setNonBlocking()
     slot.path = SendSnapshot(key: SymmetricKey.random(), socket: sock, address: try SocketAddress(host: "127.0.0.1", port: 9),
@@ -25,8 +25,8 @@ final class DryQueueTests: XCTestCase {
     /// The simulated clock's origin (a monotonic clock is far from 0).
     private let t0: UInt64 = 1_000_000_000_000
 
-    private func feed(_ s: LocalStream, _ slot: StreamSlot, ms count: Int, at t: UInt64) throws {
-        let pcm = [Int16](repeating: 1000, count: count * 48)
+    private func feed(_ s: LocalStream, _ slot: StreamSlot, ms count: Int, at t: UInt64, rate: Int = 48000) throws {
+        let pcm = [Int16](repeating: 1000, count: count * rate / 1000)
         try pcm.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress!, frames: pcm.count, channels: 1, clock: { t }) } }
     }
 
@@ -45,20 +45,58 @@ final class DryQueueTests: XCTestCase {
         }
     }
 
+    /// Pumps at each frame's time from `from` until the queue is empty; the last pump's time.
+    private func pumpDry(_ s: LocalStream, _ slot: StreamSlot, from: UInt64) -> UInt64 {
+        var t = from
+        while slot.lock.withLock({ s.queuedFrames }) > 0 {
+            t += 20 * ms
+            slot.lock.withLock { s.pump(now: t) }
+        }
+        return t
+    }
+
     func testAWholeFileEndsOnTimeOnceSent() throws {
+        for rate in [48000, 22050] {
+            let c = try VoiceClient()
+            let (s, slot) = try discardingStream(on: c, inputRate: rate)
+            c.setInputMode(.continuous)
+            // 1.51 s in one call: paced a frame at a time (at 48 kHz 75 frames, the last
+            // taken at 1480 ms), a partial frame left over.
+            try feed(s, slot, ms: 1510, at: t0, rate: rate)
+            let last = pumpDry(s, slot, from: t0)
+            // Nothing more can come of that call: the padded last frame is due with its slot.
+            XCTAssertEqual(slot.lock.withLock { s.deadline }, last + 20 * ms, "\(rate) Hz")
+            guard rate == 48000 else { continue }
+            XCTAssertEqual(last, t0 + 1480 * ms)
+            // A short call afterwards is a real-time host's block again: the slack is back.
+            try feed(s, slot, ms: 20, at: last + 10 * ms)
+            XCTAssertEqual(slot.lock.withLock { s.deadline }, last + 20 * ms, "the next frame is due in its slot")
+            slot.lock.withLock { s.pump(now: last + 20 * ms) }
+            XCTAssertEqual(slot.lock.withLock { s.deadline }, last + 45 * ms)
+        }
+    }
+
+    func testBlocksOfASecondAtRealTimeAreWaitedFor() throws {
         let c = try VoiceClient()
         let (s, slot) = try discardingStream(on: c)
         c.setInputMode(.continuous)
-        // 1.51 s in one call at 0: 75 frames paced at 0, 20, ..., 1480 ms, and 10 ms left over.
-        try feed(s, slot, ms: 1510, at: t0)
-        for k in 1..<75 { slot.lock.withLock { s.pump(now: t0 + UInt64(k) * 20 * ms) } }
-        XCTAssertEqual(slot.lock.withLock { s.queuedFrames }, 0)
-        // Nothing more can come of that call: the padded last frame is due with its slot.
-        XCTAssertEqual(slot.lock.withLock { s.deadline }, t0 + 1500 * ms)
-        // A short call afterwards is a real-time host's block again: the slack is back.
-        try feed(s, slot, ms: 20, at: t0 + 1490 * ms)
-        XCTAssertEqual(slot.lock.withLock { s.deadline }, t0 + 1500 * ms, "the next frame is due in its slot")
-        slot.lock.withLock { s.pump(now: t0 + 1500 * ms) }
-        XCTAssertEqual(slot.lock.withLock { s.deadline }, t0 + 1525 * ms)
+        // Exactly a second is a real-time block, not a file: the slack.
+        try feed(s, slot, ms: 1000, at: t0)
+        var last = pumpDry(s, slot, from: t0)
+        XCTAssertEqual(slot.lock.withLock { s.deadline }, last + 25 * ms)
+        // Longer blocks at real time: the first is taken for a file and its talkspurt ends
+        // on time; its successor comes right after, so from then on the slack is waited.
+        let (s2, slot2) = try discardingStream(on: c)
+        try feed(s2, slot2, ms: 1200, at: t0)
+        last = pumpDry(s2, slot2, from: t0)
+        XCTAssertEqual(slot2.lock.withLock { s2.deadline }, last + 20 * ms)
+        slot2.lock.withLock { s2.pump(now: last + 20 * ms) }
+        XCTAssertNil(slot2.lock.withLock { s2.deadline }, "the talkspurt ended")
+        for k in 1...2 {
+            let t = t0 + UInt64(k) * 1200 * ms + 1 * ms   // 1 ms after the block's time
+            try feed(s2, slot2, ms: 1200, at: t)
+            last = pumpDry(s2, slot2, from: t)
+            XCTAssertEqual(slot2.lock.withLock { s2.deadline }, last + 25 * ms, "block \(k)")
+        }
     }
 }

@@ -429,7 +429,7 @@ def cmd_ping(args: argparse.Namespace) -> ExitCode:
         print(f"server fingerprint {fingerprint}")
         if samples:
             print(f"media rtt: {len(samples)} keepalive echoes, min {min(samples)} / "
-                  f"avg {sum(samples) / len(samples):.1f} / max {max(samples)} ms (whole ms; 0 is under 1 ms); "
+                  f"avg {sum(samples) / len(samples):.1f} / max {max(samples)} ms (whole ms; under 1 ms reads 1); "
                   f"{final.keepalives_lost} of {final.keepalives_sent} keepalives lost")
         print(f"control rtt: {control_rtt} ms (last Ping/Pong)")
     if not samples:
