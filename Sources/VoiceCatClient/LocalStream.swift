@@ -317,8 +317,9 @@ final class LocalStream {
             processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
         }
         // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
-        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ dryWaitNs {
-            if dryWaitNs < drySlackNs { endedUnwaitedNs = now }
+        let wait = dryWaitNs
+        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ wait {
+            if wait < drySlackNs { endedUnwaitedNs = now }
             endSpurt()
         }
         publishDeadline()
