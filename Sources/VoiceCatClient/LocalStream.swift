@@ -12,21 +12,24 @@
 //     talkspurt is sent at max(the moment it is complete, anchor + k × frame): a
 //     host feeding in real time gets no added delay, a host feeding a whole file
 //     gets it paced at real time. A late frame goes out at once and leaves the
-//     schedule alone; a lone frame at most `driftSlackNs` early (a host whose clock
-//     runs a little fast) goes out at once and moves the schedule earlier, so pacing
-//     never accumulates delay.
-//   * When the queue has run dry for a frame plus a small slack since the last frame
-//     went out, the talkspurt ends: the
-//     partial frame is padded and sent with the last-frame flag. The slack follows
-//     how late this host's frames usually come (5 ms for a steady feeder, up to
-//     40 ms for a jittery one), so a steady host's listeners learn of the pause
-//     within a few ms and a jittery host's talkspurts are not cut. After a call of
-//     more than a second (a whole file, a sentence) the host is not waited for once
-//     that audio is sent: its padded frame leaves on time (unless the host was seen
-//     to feed such blocks in real time: its next block came right after such an end).
-//     The next audio starts a new talkspurt with the marker, and
-//     its timestamp advances by the wall-clock time that passed, so receivers see a
-//     pause, not jitter.
+//     schedule alone; the first frame a call completes (or a lone frame) at most
+//     `driftSlackNs` early (a host whose clock runs a little fast) goes out at once
+//     and moves the schedule earlier, so pacing never accumulates delay.
+//   * A real-time host's next block is expected when the last one's audio has
+//     passed (`lastFedNs` + `lastCallNs`; blocks of any length, whole frames or
+//     not). When the queue is dry and the later of that and a frame past the last
+//     frame taken has passed by a small slack, the talkspurt ends: the partial
+//     frame is padded and sent with the last-frame flag. The slack follows how late
+//     this host's blocks come against their expected time (5 ms for a steady
+//     feeder, up to 40 ms for a jittery one), so a steady host's listeners learn of
+//     the pause within a few ms and a jittery host's talkspurts are not cut. Measured
+//     against the host's own last block, a host whose clock runs slow is never
+//     taken for late. After a call of more than a second (a whole file, a sentence)
+//     the host is not waited for once that audio is sent: its padded frame leaves on
+//     time (unless the host was seen to feed such blocks in real time: its next
+//     block came right after such an end). The next audio starts a new talkspurt
+//     with the marker, and its timestamp advances by the wall-clock time that
+//     passed, so receivers see a pause, not jitter.
 //   * Fed PCM at another rate than 48 kHz (vc_stream_desc.sample_rate) is resampled
 //     before the reframer, by a converter per input channel count built with the
 //     stream; float PCM is converted to int16 in a preallocated chunk first.
@@ -34,6 +37,7 @@
 //     DTX), its empty frames are not. SCREEN_AUDIO and AUX_DEVICE streams on a
 //     channel without DTX stop sending after `zeroGateMs` of digital silence (a
 //     zero gate) and resume with the marker.
+import Glibc
 import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatProtocol
@@ -117,8 +121,10 @@ final class LocalStream {
     private let frameNs: UInt64
 
     // The talkspurt clock.
-    /// How late the host's frames come against their due time (a decaying peak, ns).
+    /// How late the host's blocks come against the end of the last one's audio (a
+    /// peak decaying with `latePeakDecayNs`, ns).
     private var feedLatePeakNs: Double = 0
+    static let latePeakDecayNs = 4e9
     private var drySlackNs: UInt64 {
         min(LocalStream.maxDrySlackNs, max(LocalStream.minDrySlackNs, UInt64(feedLatePeakNs * 1.5)))
     }
@@ -126,10 +132,11 @@ final class LocalStream {
     private var anchorNs: UInt64 = 0
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
-    /// When the host last fed this stream (after the call's audio was queued), and
-    /// whether that call brought more than `longFeedNs` of audio.
+    /// When the host last fed this stream (after the call's audio was queued; 0:
+    /// never), and how much audio that call brought (ns at its rate): a real-time
+    /// host's next block is due when that audio has passed.
     private var lastFedNs: UInt64 = 0
-    private var lastFeedWasLong = false
+    private var lastCallNs: UInt64 = 0
     /// When a talkspurt last ended without waiting after a long call (0: it did not).
     private var endedUnwaitedNs: UInt64 = 0
     /// This host feeds long blocks at real time: its next block came within the slack
@@ -209,14 +216,16 @@ final class LocalStream {
     /// holds that lateness as extra delay (then sheds a frame of speech to lose it).
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
+        let before = queuedFrames
         push(pcm, frames: frames, channels: channels)
-        fed(frames: frames, now: clock())
+        fed(frames: frames, now: clock(), queuedBefore: before)
     }
 
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
     /// int16 a chunk at a time, then as `feed`.
     func feedFloat(_ pcm: UnsafePointer<Float>, frames: Int, channels: Int, clock: () -> UInt64) throws {
         try admit(frames: frames)
+        let before = queuedFrames
         var done = 0
         while done < frames {
             let n = min(LocalStream.floatChunk, frames - done)
@@ -225,7 +234,7 @@ final class LocalStream {
             push(UnsafePointer(floatScratch), frames: n, channels: channels)
             done += n
         }
-        fed(frames: frames, now: clock())
+        fed(frames: frames, now: clock(), queuedBefore: before)
     }
 
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
@@ -258,56 +267,70 @@ final class LocalStream {
         }
     }
 
-    private func fed(frames: Int, now: UInt64) {
+    /// The host fed `frames` (at inputRate) at `now`, with `queuedBefore` whole frames
+    /// queued before them.
+    private func fed(frames: Int, now: UInt64, queuedBefore: Int) {
         // A talkspurt ended unwaited just before this block: the host feeds long blocks
         // in real time (one cut, then the slack for good).
         if endedUnwaitedNs != 0 && now >= endedUnwaitedNs && now - endedUnwaitedNs <= drySlackNs { pacesLongBlocks = true }
         endedUnwaitedNs = 0
+        var late: UInt64 = 0
+        if lastFedNs != 0 && now >= lastFedNs {
+            // How late this block came against the end of the last one's audio: a
+            // real-time host's jitter, learned for the slack. Later than the largest
+            // slack is a pause (the host had nothing to say), not jitter.
+            feedLatePeakNs *= exp(-Double(now - lastFedNs) / LocalStream.latePeakDecayNs)
+            let expected = lastFedNs &+ lastCallNs
+            if now > expected && now - expected <= LocalStream.maxDrySlackNs {
+                late = now - expected
+                feedLatePeakNs = max(feedLatePeakNs, Double(late))
+            }
+        }
         lastFedNs = now
         // Device capture feeds 48 kHz periods whatever rate it asked of the device.
         let rate = UInt64(externalFeed ? inputRate : 48000)
-        lastFeedWasLong = UInt64(frames) * 1_000_000_000 / rate > LocalStream.longFeedNs
-        pump(now: now)
+        lastCallNs = UInt64(frames) * 1_000_000_000 / rate
+        pump(now: now, freshHead: queuedBefore == 0, late: late)
     }
 
-    /// How long past the frame period after the last frame was taken a dry queue waits
-    /// for more audio before it ends the talkspurt: the dry slack, as the host's next
-    /// block may come a little late. After a call of more than `longFeedNs` (a whole
-    /// file, a sentence) there is no next block to wait for once the host is
-    /// done: the wait lasts until a frame plus the slack after that call, so the
-    /// padded last frame of a file leaves on time instead of a slack late (where a
-    /// listener with a thin cushion concealed a frame before it). A host feeding
-    /// real-time blocks looks like a file until its next block comes, so shorter
-    /// calls always get the whole slack (with blocks of a frame or more and no wait,
-    /// each block boundary raced the pacer and cut talkspurts), and a host whose
-    /// next block came within the slack of such an end (`pacesLongBlocks`) too.
-    private var dryWaitNs: UInt64 {
-        let slack = drySlackNs
-        guard lastFeedWasLong && !pacesLongBlocks else { return slack }
-        let ahead = lastTakenNs > lastFedNs ? lastTakenNs - lastFedNs : 0
-        return slack - min(slack, ahead)
+    /// When a dry queue ends the talkspurt (the queue empty, a talkspurt running), and
+    /// whether that time waits for the host. A real-time host's next block is due when
+    /// the last one's audio has passed, or when the frame after the last one taken is
+    /// (a host that fed ahead of real time); it may come a little late, so the queue
+    /// waits the dry slack past the later of the two. After a call of more than
+    /// `longFeedNs` (a whole file, a sentence) there is no next block to wait for
+    /// once that audio is sent: the padded last frame of a file leaves in its slot
+    /// instead of a slack late (where a listener with a thin cushion concealed a
+    /// frame before it). A host feeding long blocks in real time looks like that
+    /// until its next block comes right after such an end (`pacesLongBlocks`): from
+    /// then on it is waited for too.
+    private var dryEnd: (at: UInt64, waits: Bool) {
+        let nextFrame = lastTakenNs &+ frameNs
+        guard lastCallNs <= LocalStream.longFeedNs || pacesLongBlocks else { return (nextFrame, false) }
+        return (max(nextFrame, lastFedNs &+ lastCallNs) &+ drySlackNs, true)
     }
 
     /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
-    func pump(now: UInt64) {
+    /// `freshHead`: the head of the queue was completed by the block fed now;
+    /// `late`: how late that block came against the end of the last one's audio.
+    func pump(now: UInt64, freshHead: Bool = false, late: UInt64 = 0) {
         // Audio is waiting (a partial frame too): a talkspurt runs, so the partial is
-        // sent, padded, once the host stops feeding.
-        if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) { startSpurt(now: now) }
+        // sent, padded, once the host stops feeding. A talkspurt that starts with a
+        // late block (the last one ended because this block was late) keeps the time
+        // the host meant it for: its next blocks, on time, are not held back by that
+        // lateness (its first frame goes out at once, late).
+        if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) { startSpurt(at: now &- late) }
+        var fresh = freshHead
         while queuedFrames > 0 {
             let due = anchorNs &+ spurtFrames &* frameNs
             if due > now {
-                // A lone frame a little early: the host's clock runs fast; follow it.
-                guard queuedFrames == 1 && due - now <= LocalStream.driftSlackNs else { break }
+                // The frame a block completed (or a lone frame) a little early: the host's
+                // clock runs fast; follow it. (A late frame goes out at once; the
+                // schedule stays, so frames after it that come on time are not held back.)
+                guard (fresh || queuedFrames == 1) && due - now <= LocalStream.driftSlackNs else { break }
                 anchorNs -= due - now
             }
-            if queuedFrames == 1 {
-                // A real-time host: learn how much later than a frame period its frames
-                // come, for the dry slack. (A late frame goes out at once; the schedule
-                // stays, so frames after it that come on time are not held back.)
-                // (`now` was read before the lock: another thread may have taken a frame later.)
-                let gap = now > lastTakenNs ? now - lastTakenNs : 0
-                feedLatePeakNs = max(Double(gap > frameNs ? min(gap - frameNs, LocalStream.maxDrySlackNs) : 0), feedLatePeakNs * 0.995)
-            }
+            fresh = false
             let frame = queue + queueHead * frameLength
             queueHead = (queueHead + 1) % maxQueueFrames
             queuedFrames -= 1
@@ -316,11 +339,13 @@ final class LocalStream {
             lastTakenNs = max(lastTakenNs, now)
             processAndSend(UnsafePointer(frame), timestamp: ts, last: false)
         }
-        // Dry for a frame plus the slack since the last frame went out: the talkspurt ends.
-        let wait = dryWaitNs
-        if inSpurt && queuedFrames == 0 && now >= lastTakenNs &+ frameNs &+ wait {
-            if wait < drySlackNs { endedUnwaitedNs = now }
-            endSpurt()
+        // Dry past the host's next block and the slack: the talkspurt ends.
+        if inSpurt && queuedFrames == 0 {
+            let end = dryEnd
+            if now >= end.at {
+                if !end.waits { endedUnwaitedNs = now }
+                endSpurt()
+            }
         }
         publishDeadline()
     }
@@ -332,10 +357,10 @@ final class LocalStream {
     /// When this stream next needs the pacer (nil: not until it is fed again).
     var deadline: UInt64? {
         guard inSpurt || queuedFrames > 0 else { return nil }
-        return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : lastTakenNs &+ frameNs &+ dryWaitNs
+        return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : dryEnd.at
     }
 
-    private func startSpurt(now: UInt64) {
+    private func startSpurt(at now: UInt64) {
         inSpurt = true
         anchorNs = now
         lastTakenNs = now &- frameNs
@@ -407,7 +432,7 @@ final class LocalStream {
             publishDeadline()
             return
         }
-        if !inSpurt { startSpurt(now: MonotonicClock.nanoseconds()) }
+        if !inSpurt { startSpurt(at: MonotonicClock.nanoseconds()) }
         packetSpurtClosed = false
         endSpurt()
         publishDeadline()

@@ -26,8 +26,66 @@ final class DryQueueTests: XCTestCase {
     private let t0: UInt64 = 1_000_000_000_000
 
     private func feed(_ s: LocalStream, _ slot: StreamSlot, ms count: Int, at t: UInt64, rate: Int = 48000) throws {
-        let pcm = [Int16](repeating: 1000, count: count * rate / 1000)
+        try feed(s, slot, samples: count * rate / 1000, at: t)
+    }
+
+    private func feed(_ s: LocalStream, _ slot: StreamSlot, samples: Int, at t: UInt64) throws {
+        let pcm = [Int16](repeating: 1000, count: samples)
         try pcm.withUnsafeBufferPointer { p in try slot.lock.withLock { try s.feed(p.baseAddress!, frames: pcm.count, channels: 1, clock: { t }) } }
+    }
+
+    /// A real-time host: feeds `blocks` (when, how many µs of 48 kHz audio), the pacer
+    /// pumping the stream at each deadline before every block. Returns how many times
+    /// the talkspurt had ended (the queue taken for dry) when a block came, and the
+    /// most whole frames left queued right after a block was fed (a real-time host's
+    /// first frame goes out at once: a block of n frames leaves n - 1 at most).
+    private func play(_ blocks: [(at: UInt64, us: Int)]) throws -> (cuts: Int, maxLeft: Int) {
+        let c = try VoiceClient()
+        let (s, slot) = try discardingStream(on: c)
+        c.setInputMode(.continuous)
+        var cuts = 0, maxLeft = 0
+        for (k, b) in blocks.enumerated() {
+            while let d = slot.lock.withLock({ s.deadline }), d <= b.at { slot.lock.withLock { s.pump(now: d) } }
+            if k > 0 && slot.lock.withLock({ s.deadline }) == nil { cuts += 1 }
+            try feed(s, slot, samples: b.us * 48 / 1000, at: b.at)
+            maxLeft = max(maxLeft, slot.lock.withLock { s.queuedFrames })
+        }
+        return (cuts, maxLeft)
+    }
+
+    func testBlocksOfAnyLengthAtRealTimeAreNotCut() throws {
+        // Blocks that are not whole frames: a 30 ms block completes one frame or two, and
+        // the next comes 30 ms after the last, whatever went out when.
+        for us in [30_000, 50_000, 70_000, 12_500] {
+            let r = try play((0..<60).map { k in (t0 + UInt64(k * us) * 1000, us) })
+            XCTAssertEqual(r.cuts, 0, "\(us / 1000) ms blocks")
+            XCTAssertLessThanOrEqual(r.maxLeft, (us + 19_999) / 20_000 - 1, "\(us / 1000) ms blocks: nothing is held back")
+        }
+    }
+
+    func testAHostWhoseClockDriftsIsNeitherCutNorHeldBack() throws {
+        // 40 ms blocks from a host clock 0.1 % slow, then one 0.1 % fast, for 20 s. Slow:
+        // each block comes 40 µs later than the last one's audio ends; against the talkspurt's
+        // schedule that adds up past any slack (5 ms after 125 blocks), against the host's
+        // own last block it never does. Fast: each first frame is complete a little before
+        // its slot; held for it, the delay would grow by 40 µs a block.
+        for interval in [40_040, 39_960] {
+            let r = try play((0..<500).map { k in (t0 + UInt64(k * interval) * 1000, 40_000) })
+            XCTAssertEqual(r.cuts, 0, "blocks every \(interval) µs")
+            XCTAssertLessThanOrEqual(r.maxLeft, 1, "blocks every \(interval) µs: nothing is held back")
+        }
+    }
+
+    func testBlocksOfSeveralFramesThatComeLateTeachTheSlack() throws {
+        // 40 ms blocks on time, but every fifth comes 12 ms late: the first late one may
+        // end the talkspurt (5 ms of slack); the slack learns it, and the rest are waited for.
+        let blocks: [(at: UInt64, us: Int)] = (0..<100).map { k in
+            let us = k * 40_000 + (k % 5 == 4 ? 12_000 : 0)
+            return (t0 + UInt64(us) * 1000, 40_000)
+        }
+        let r = try play(blocks)
+        XCTAssertLessThanOrEqual(r.cuts, 1)
+        XCTAssertLessThanOrEqual(r.maxLeft, 1, "the blocks after a late one are not held back")
     }
 
     func testARealTimeHostsBlocksAreWaitedForTheSlack() throws {

@@ -90,6 +90,37 @@ final class TimingTests: XCTestCase {
         return (s, t)
     }
 
+    /// Records `ssrc`'s own timeline at `listener` (per-speaker sink, background mode):
+    /// its blocks' left channel, one after another. The returned function stops the
+    /// recording and gives what was heard.
+    func recordSpeaker(_ listener: VoiceClient, ssrc: UInt32) throws -> () throws -> [Int16] {
+        let lock = NSLock()
+        var heard: [Int16] = []
+        heard.reserveCapacity(48000 * 10)
+        try listener.setSpeakerSink { b in
+            guard b.ssrc == ssrc else { return }
+            lock.lock()
+            for i in 0..<b.frames { heard.append(b.pcm[i * b.channels]) }
+            lock.unlock()
+        }
+        return {
+            try listener.setSpeakerSink(nil)
+            return lock.withLock { heard }
+        }
+    }
+
+    /// Where 100 ms windows of `reference` (every `step` samples from 0.5 s on) sit in
+    /// `heard`, counted from a little before its first sound: the lag in samples, -1
+    /// where a window is not found.
+    func lags(of reference: [Int16], in heard: [Int16], step: Int) -> [Int] {
+        let onset = heard.firstIndex { abs(Int($0)) > 100 } ?? 0
+        let out = Array(heard[max(0, onset - 4800)...])
+        return stride(from: 24_000, to: reference.count - 9600, by: step).map { w in
+            let r = Signal.align(input: reference, output: out, maxLag: 48 * 300, window: w..<(w + 4800))
+            return r.ncc > 0.7 ? r.lag : -1
+        }
+    }
+
     /// Ten 2 s talkspurts with 1 s pauses, on a clean loopback, two ways at once:
     /// alex pauses feeding (a TTS bot between sentences); bob feeds all the time and
     /// pushes to talk. Nothing is concealed, each talkspurt keeps one alignment, the
@@ -392,17 +423,7 @@ final class TimingTests: XCTestCase {
             let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1, sampleRate: rate)
             let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
             try sam.waitForRemote(ssrc: ssrc)
-            // The speaker's own timeline (per-speaker sink, background mode): its blocks'
-            // left channel, one after another.
-            let lock = NSLock()
-            var heard: [Int16] = []
-            heard.reserveCapacity(48000 * 10)
-            try sam.setSpeakerSink { b in
-                guard b.ssrc == ssrc else { return }
-                lock.lock()
-                for i in 0..<b.frames { heard.append(b.pcm[i * b.channels]) }
-                lock.unlock()
-            }
+            let stopRecording = try recordSpeaker(sam, ssrc: ssrc)
             usleep(100_000)
             let probe = StallProbe()
             probe.start()
@@ -412,19 +433,9 @@ final class TimingTests: XCTestCase {
             try alex.drain(streamID: sid, timeoutMs: 15_000)
             usleep(500_000)
             let stalls = probe.stop().count
-            try sam.setSpeakerSink(nil)
+            let heard = try stopRecording()
             let st = try sam.streamStats(ssrc: ssrc)
-            lock.lock()
-            let whole = heard
-            lock.unlock()
-            // From a little before the first sound (the speaker's blocks before it are silence).
-            let onset = whole.firstIndex { abs(Int($0)) > 100 } ?? 0
-            let out = Array(whole[max(0, onset - 4800)...])
-            var lags: [Int] = []
-            for w in stride(from: 24_000, to: Int(seconds * 48000) - 9600, by: 48_000) {
-                let r = Signal.align(input: reference, output: out, maxLag: 48 * 300, window: w..<(w + 4800))
-                lags.append(r.ncc > 0.7 ? r.lag : -1)
-            }
+            let lags = lags(of: reference, in: heard, step: 48_000)
             print("\(seconds) s at \(rate) Hz fed in one call: received \(st.jitter.packetsReceived), late \(st.jitter.late), "
                   + "concealed \(st.jitter.plcFrames), skipped \(st.jitter.skipped), scheduling stalls \(stalls); "
                   + "lag each second (samples): \(lags)")
@@ -443,6 +454,55 @@ final class TimingTests: XCTestCase {
                 XCTAssertLessThanOrEqual(moves, Int(st.jitter.plcFrames), "\(rate) Hz: the alignment changed within the file: \(lags)")
             }
             alex.shutdown()   // the next rate's pair runs alone
+            sam.shutdown()
+        }
+    }
+
+    /// A host feeding blocks that are not whole frames in real time (10 ms blocks, as
+    /// WebRTC-style audio APIs deliver them, and 30 ms ones, on 20 ms frames) is heard
+    /// as one talkspurt with one alignment and nothing concealed. (Each 10 ms block was
+    /// taken for the end of the talk: its half frame was padded with silence and sent
+    /// with the last-frame flag, so the listener heard every other 10 ms replaced by
+    /// silence, one talkspurt per block.)
+    func testBlocksThatAreNotWholeFramesAreHeardAsOneTalkspurt() throws {
+        for blockMs in [10, 30] {
+            let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(blockMs)")
+            let stopRecording = try recordSpeaker(sam, ssrc: ssrc)
+            usleep(100_000)
+            let probe = StallProbe()
+            probe.start()
+            let seconds = 4.0
+            let speech = Signal.glidingVoice(seconds: seconds, amplitude: 0.3)
+            let block = blockMs * 48
+            var lateWakes = 0   // this thread woke past the sender's least dry slack (5 ms)
+            let start = MonotonicClock.nanoseconds()
+            for k in 0..<(speech.count / block) {
+                try feed(alex, sid, speech[(k * block)..<((k + 1) * block)])
+                let due = start + UInt64((k + 1) * block) * 1_000_000_000 / 48000
+                let now = MonotonicClock.nanoseconds()
+                if due > now {
+                    usleep(UInt32((due - now) / 1000))
+                    if MonotonicClock.nanoseconds() > due + 5_000_000 { lateWakes += 1 }
+                }
+            }
+            try alex.drain(streamID: sid, timeoutMs: 5000)
+            usleep(400_000)
+            let stalls = probe.stop().count + lateWakes
+            let heard = try stopRecording()
+            let st = try sam.streamStats(ssrc: ssrc)
+            let lags = lags(of: speech, in: heard, step: 24_000)
+            print("\(blockMs) ms blocks at real time: received \(st.jitter.packetsReceived), talkspurts \(st.jitter.talkspurts), "
+                  + "late \(st.jitter.late), concealed \(st.jitter.plcFrames), stalls \(stalls); lag each 0.5 s (samples): \(lags)")
+            if !Sanitizers.thread {
+                XCTAssertLessThanOrEqual(Int(st.jitter.talkspurts), 1 + stalls, "\(blockMs) ms blocks: the talk was cut")
+                XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 2 * stalls + 1, "\(blockMs) ms blocks: frames concealed on a clean path")
+                let found = lags.filter { $0 >= 0 }
+                XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(blockMs) ms blocks: not heard whole: \(lags)")
+                if stalls == 0, let first = found.first {
+                    XCTAssertTrue(found.allSatisfy { abs($0 - first) <= 48 }, "\(blockMs) ms blocks: the alignment changed: \(lags)")
+                }
+            }
+            alex.shutdown()
             sam.shutdown()
         }
     }
