@@ -422,13 +422,15 @@ final class LocalStream {
     }
 
     /// Stops the stream: queued audio is dropped; the last frame (the partial one, or
-    /// a silent one) goes out with the last-frame flag. An idle stream whose last
-    /// packet closed its talkspurt sends nothing more (a one-frame talkspurt of
-    /// silence would open and close its gate, GATE_OPENED then GATE_CLOSED).
+    /// a silent one) goes out with the last-frame flag. An idle stream (its talkspurt
+    /// ended, nothing pending) sends nothing more, even when its closing frame could
+    /// not be sent (server mute, media path down): a one-frame talkspurt of silence
+    /// would open and close its gate, GATE_OPENED then GATE_CLOSED, and listeners
+    /// take the stream's removal as its end anyway.
     func finish() {
         queuedFrames = 0
         queueHead = 0
-        if !inSpurt && reframer.pending == 0 && packetSpurtClosed {
+        if !inSpurt && reframer.pending == 0 {
             publishDeadline()
             return
         }

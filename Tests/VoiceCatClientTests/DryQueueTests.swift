@@ -157,4 +157,25 @@ final class DryQueueTests: XCTestCase {
             XCTAssertEqual(slot2.lock.withLock { s2.deadline }, last + 25 * ms, "block \(k)")
         }
     }
+
+    func testStoppingAfterAFailedCloseSendsNothing() throws {
+        // The talkspurt's padded last frame could not be sent (the server muted this user
+        // just then); the stream is idle when it is stopped: nothing more goes out (a
+        // silent frame would open and close the gate, GATE_OPENED then GATE_CLOSED, on a
+        // stream nobody hears).
+        let c = try VoiceClient()
+        let (s, slot) = try discardingStream(on: c)
+        c.setInputMode(.continuous)
+        try feed(s, slot, samples: 960 + 480, at: t0)
+        let open = try XCTUnwrap(slot.path)
+        let sent = slot.lock.withLock { s.packetsSent }
+        XCTAssertEqual(sent, 1)
+        slot.path = open.with(serverMuted: true)
+        let end = try XCTUnwrap(slot.lock.withLock { s.deadline })
+        slot.lock.withLock { s.pump(now: end) }
+        XCTAssertNil(slot.lock.withLock { s.deadline }, "the talkspurt ended")
+        slot.path = open
+        slot.lock.withLock { s.finish() }
+        XCTAssertEqual(slot.lock.withLock { s.packetsSent }, sent, "packets sent by stopping an idle stream")
+    }
 }
