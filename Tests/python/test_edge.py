@@ -168,7 +168,8 @@ def test_float32_feeds_go_to_the_library_as_they_are_and_int16_as_int16(server, 
 def test_a_44k1_float_feed_pulled_as_16k_mono_float_keeps_the_speech(server, speech):
     fed = numpy.asarray(samples(speech["a", 44100]), dtype=numpy.float32) / 32768
     pulled = []
-    with joined(server, "edge-44k-talker") as talker, joined(server, "edge-16k-listener") as listener:
+    with joined(server, "edge-44k-talker", resampler_quality=10) as talker, \
+            joined(server, "edge-16k-listener", resampler_quality=10) as listener:
         listener.set_output_format(16000, 1)
         assert listener.output_format == voicecat.OutputFormat(16000, 1)
         talker.set_input_mode(InputMode.CONTINUOUS)

@@ -141,6 +141,10 @@ def test_a_refused_config_or_global_call_says_which_argument_and_why():
         voicecat.Client(max_remote_streams=0)
     with pytest.raises(voicecat.InvalidArgument, match="loss_report_ms must be 0 or 100..60000"):
         voicecat.Client(loss_report_ms=50)
+    with pytest.raises(voicecat.InvalidArgument, match=r"resampler_quality must be within 0\.\.10 \(got 11\)"):
+        voicecat.Client(resampler_quality=11)
+    with pytest.raises(ValueError, match="resampler_quality"):
+        voicecat.Client(resampler_quality=-1)
     with pytest.raises(voicecat.InvalidArgument) as e:
         voicecat.set_alsa_config("pcm.broken { type")
     assert e.value.detail.startswith("vc_set_alsa_config: ") and len(e.value.detail) > 20

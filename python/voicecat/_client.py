@@ -453,7 +453,8 @@ class Client:
                  playback_device: Optional[str] = None, keepalive_ms: Optional[int] = None,
                  max_remote_streams: Optional[int] = None, event_queue_size: Optional[int] = None,
                  talk_hangover_ms: Optional[int] = None, known_servers_path: Optional[str] = None,
-                 auto_reconnect: bool = False, loss_report_ms: Optional[int] = None) -> None:
+                 auto_reconnect: bool = False, loss_report_ms: Optional[int] = None,
+                 resampler_quality: Optional[int] = None) -> None:
         """Creates the client.
 
         ``external_playback=True`` opens no playback device (take the mix with
@@ -472,7 +473,10 @@ class Client:
         UDP keepalive; 0.5 s while streams are active), 32 remote streams, 256 queued
         events, TALK_STOP 300 ms after a talkspurt's last frame was played, a loss report
         to the server every 1000 ms (``loss_report_ms``, 100..60000; 0: never, then this
-        listener's loss does not size its publishers' FEC).
+        listener's loss does not size its publishers' FEC), resampler quality 4
+        (``resampler_quality``, 0..10: SpeexDSP's, for every rate conversion of this
+        client: streams fed or captured at another rate than 48 kHz, :meth:`set_output_format`,
+        devices that do not run at 48 kHz; higher is cleaner and costs more CPU).
         """
         _raise_pending(None)
         _reap_orphans()
@@ -496,6 +500,8 @@ class Client:
         cfg.auto_reconnect = int(bool(auto_reconnect))
         if loss_report_ms is not None:
             cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms")
+        if resampler_quality is not None:
+            cfg.resampler_quality = _uint(resampler_quality, "resampler_quality", high=0x7FFFFFFF)
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:
