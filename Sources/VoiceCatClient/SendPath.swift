@@ -296,14 +296,18 @@ final class SendPacer {
         if at == .max { timer.disarm() } else { timer.arm(atNs: at) }
     }
 
-    /// Arms the timer for the earliest published deadline of the live streams (lock
-    /// held). Every change of a deadline is published before its kick, and every kick
-    /// ends here or arms earlier, so the last arming has seen every deadline.
-    private func rearm(_ table: StreamTable) {
+    /// Arms the timer for the earliest published deadline of the live streams, not
+    /// before `notBefore` (lock held). Every change of a deadline is published before
+    /// its kick, and every kick ends here or arms earlier, so the last arming has seen
+    /// every deadline.
+    private func rearm(_ table: StreamTable, notBefore: UInt64 = 0) {
         var next = UInt64.max
         table.forEachLive { slot in next = min(next, slot.due.load(ordering: .acquiring)) }
-        arm(next)
+        arm(next == .max ? next : max(next, notBefore))
     }
+
+    /// How soon a pass comes back for a stream whose lock was held (ns).
+    static let busyRetryNs: UInt64 = 1_000_000
 
     private func run(_ table: StreamTable) {
         while true {
@@ -312,14 +316,21 @@ final class SendPacer {
             // The one-shot timer expired: it is disarmed until armed again (a feed
             // during the pump arms it for its own deadline).
             lock.withLock { armedAt.store(.max, ordering: .releasing) }
+            // Only streams whose deadline has come; one whose lock is held is left for
+            // later (its host is feeding it, and a feed sends what is due itself; or a
+            // control call holds it): the pass does not wait for it, so one host
+            // resampling a whole file into its stream does not hold back the frames of
+            // the others. Such a pass comes back in `busyRetryNs`.
             let now = MonotonicClock.nanoseconds()
+            var busy = false
             table.forEachLive { slot in
-                slot.lock.lock()
+                guard slot.due.load(ordering: .acquiring) <= now else { return }
+                guard slot.lock.tryLock() else { busy = true; return }
                 slot.stream?.pump(now: now)
                 slot.lock.unlock()
             }
             table.signalDrainWaiters()
-            lock.withLock { rearm(table) }
+            lock.withLock { rearm(table, notBefore: busy ? now + SendPacer.busyRetryNs : 0) }
         }
     }
 }

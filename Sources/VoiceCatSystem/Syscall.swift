@@ -61,6 +61,8 @@ public final class Lock: @unchecked Sendable {
     deinit { pthread_mutex_destroy(m); m.deallocate() }
     public func lock() { pthread_mutex_lock(m) }
     public func unlock() { pthread_mutex_unlock(m) }
+    /// Takes the lock if it is free; false (not taken) when another thread holds it.
+    public func tryLock() -> Bool { pthread_mutex_trylock(m) == 0 }
     @inline(__always)
     public func withLock<T>(_ body: () throws -> T) rethrows -> T {
         lock(); defer { unlock() }

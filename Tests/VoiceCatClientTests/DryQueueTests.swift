@@ -178,4 +178,50 @@ final class DryQueueTests: XCTestCase {
         slot.lock.withLock { s.finish() }
         XCTAssertEqual(slot.lock.withLock { s.packetsSent }, sent, "packets sent by stopping an idle stream")
     }
+
+    func testTheSenderThreadDoesNotWaitForAStreamBeingFed() throws {
+        // Two streams with audio fed ahead of real time, sent by the client's sender
+        // thread. While one stream's lock is held (its host is resampling a whole file
+        // into it, tens of ms), the other's frames still go out at their time.
+        let c = try VoiceClient()
+        c.setInputMode(.continuous)
+        let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
+        try sock.setNonBlocking()
+        c.streams.publish(SendSnapshot(key: SymmetricKey.random(), socket: sock,
+                                       address: try SocketAddress(host: "127.0.0.1", port: 9), serverMuted: false))
+        var streams: [(LocalStream, StreamSlot)] = []
+        for k in 0..<2 {
+            let id = try c.streams.reserve()
+            let slot = try XCTUnwrap(c.streams.slot(for: id))
+            let s = try LocalStream(streamID: id, ssrc: 5000 + UInt32(k), kind: .mic, externalFeed: true, inputChannels: 1,
+                                    audio: .speech, slot: slot, table: c.streams)
+            c.streams.install(s)
+            streams.append((s, slot))
+        }
+        c.streams.pacer.start(owner: c, table: c.streams)
+        defer { c.streams.pacer.stopAndJoin() }
+        let pcm = [Int16](repeating: 1000, count: 48_000)
+        for (s, slot) in streams {
+            let due = try pcm.withUnsafeBufferPointer { p in
+                try slot.lock.withLock { () -> UInt64? in
+                    try s.feed(p.baseAddress!, frames: pcm.count, channels: 1, clock: MonotonicClock.nanoseconds)
+                    return s.deadline
+                }
+            }
+            c.streams.rescheduled(due)
+        }
+        usleep(100_000)
+        let (busy, busySlot) = streams[0], (other, otherSlot) = streams[1]
+        let sent = { otherSlot.lock.withLock { other.packetsSent } }
+        let before = sent()
+        busySlot.lock.lock()
+        usleep(200_000)
+        let during = sent() - before
+        busySlot.lock.unlock()
+        usleep(100_000)
+        print("frames of the other stream sent while one stream's lock was held for 200 ms: \(during); "
+              + "the held stream sent \(busySlot.lock.withLock { busy.packetsSent }) in all")
+        XCTAssertGreaterThanOrEqual(during, 7, "the sender thread waited for the stream being fed")
+        XCTAssertGreaterThanOrEqual(busySlot.lock.withLock { busy.packetsSent }, 15, "the held stream catches up once released")
+    }
 }
