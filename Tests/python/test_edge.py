@@ -165,6 +165,47 @@ def test_float32_feeds_go_to_the_library_as_they_are_and_int16_as_int16(server, 
 
 
 @needs_numpy
+def test_a_pull_racing_a_format_change_stays_inside_its_buffer(server):
+    # One thread pulls into a buffer sized for the format it sees; another switches the
+    # output between mono and stereo. The pull is sized and rendered in one format:
+    # nothing past the buffer is written (before, half of such pulls wrote twice the
+    # samples of a mono buffer once the library had switched to stereo).
+    sentinel, n = 12345, 320
+    buf = numpy.full(2 * n + 64, sentinel, dtype=numpy.int16)
+    stop = threading.Event()
+    pulls, overruns, errors = [0], [0], []
+    with joined(server, "edge-format-race") as client:
+        client.set_output_format(16000, 1)
+
+        def pull():
+            while not stop.is_set():
+                buf[n:] = sentinel
+                try:
+                    client.read_mix_into(buf[:n])
+                except Exception as e:  # noqa: BLE001 - counted, then asserted empty
+                    errors.append(repr(e))
+                    return
+                pulls[0] += 1
+                overruns[0] += bool((buf[n:] != sentinel).any())
+
+        def switch():
+            while not stop.is_set():
+                for channels in (2, 1):
+                    client.set_output_format(16000, channels)
+
+        threads = [threading.Thread(target=pull), threading.Thread(target=switch)]
+        for t in threads:
+            t.start()
+        time.sleep(2)
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert pulls[0] > 50
+    assert overruns[0] == 0, f"{overruns[0]} of {pulls[0]} pulls wrote past the buffer"
+
+
+@needs_numpy
 def test_a_44k1_float_feed_pulled_as_16k_mono_float_keeps_the_speech(server, speech):
     fed = numpy.asarray(samples(speech["a", 44100]), dtype=numpy.float32) / 32768
     pulled = []

@@ -1,6 +1,8 @@
 """Bad input gets a clear exception, and nothing is sent for it."""
 import array
 import ctypes
+import threading
+import time
 
 import pytest
 
@@ -58,6 +60,11 @@ def test_numpy_arrays_with_the_wrong_type_or_shape_are_refused(talker, mic):
     _refused(talker, mic, bad, ValueError, "NaN")
     bad[5] = numpy.inf
     _refused(talker, mic, bad, ValueError, "NaN or infinity")
+    # 2**32 frames or more cannot be said in one C call (the count is 32 bits); zeros
+    # from calloc: 8 GiB of address space that is never touched.
+    huge = numpy.zeros(2**32 + 960, dtype=numpy.int16)
+    _refused(talker, mic, huge, ValueError, "at most 4294967295")
+    del huge
 
 
 def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
@@ -158,6 +165,30 @@ def test_a_closed_client_says_so(server):
     with pytest.raises(voicecat.StateError, match="closed"):
         c.connect("127.0.0.1", server.port, "x")
     assert c.poll_event(0.1) is None
+    with pytest.raises(voicecat.StateError, match="closed"):
+        c.wait_event(timeout=5)
+
+
+def test_a_wait_for_an_event_ends_when_another_thread_closes_the_client(server):
+    c = joined(server, "err-wait")
+    with pytest.raises(ValueError, match="timeout"):
+        c.wait_event(timeout=-1)
+    outcome = []
+
+    def wait():
+        start = time.monotonic()
+        try:
+            c.wait_event(voicecat.EventType.TALK_START, timeout=20)
+        except Exception as e:  # noqa: BLE001 - the outcome is what is checked
+            outcome.append((type(e), time.monotonic() - start))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    c.close()
+    waiter.join(5)
+    assert not waiter.is_alive(), "wait_event still waits after close()"
+    assert outcome and outcome[0][0] is voicecat.StateError and outcome[0][1] < 3, outcome
 
 
 def test_every_entry_point_refuses_null_and_unknown_handles():

@@ -105,6 +105,11 @@ class _Core:
         self.speaker_sink_cfunc: Any = None
         #: What vc_set_output_format was last told (the library has no getter).
         self.output_format = OutputFormat()
+        #: Held across vc_set_output_format and every pull, so a pull's buffer is sized
+        #: for the format the library renders it in (a format changed by another thread
+        #: in between would have it write past the buffer). Reentrant: a callback inside
+        #: a pull that calls set_output_format gets the library's StateError, not a deadlock.
+        self.format_lock = threading.RLock()
         self.event_cfunc: Any = _lib.EVENT_FN(Guarded("event dispatcher", self._dispatch_event, self.failures))
 
     def _dispatch_event(self, _user: Optional[int], pointer: Any) -> None:
@@ -214,6 +219,8 @@ class Stream:
         block = _pcm.pcm_block(pcm, self.channels if channels is None else channels)
         if block.frames == 0:
             return 0
+        if block.frames > 0xFFFFFFFF:
+            raise ValueError(f"feed: {block.frames} frames in one call; at most {0xFFFFFFFF} (and what max_queue_ms holds)")
         name = "vc_stream_feed_pcm_f32" if block.f32 else "vc_stream_feed_pcm"
         with self._feed_lock:
             self._client._call(name, self.id, block.pointer, block.frames, block.channels)
@@ -825,8 +832,9 @@ class Client:
         InvalidArgument for a rate or channel count out of range, StateError while a
         recording runs (its file keeps the format of its start) or from a callback."""
         rate, ch = _uint(sample_rate, "sample_rate"), _uint(channels, "channels")
-        self._call("vc_set_output_format", rate, ch)
-        self._core.output_format = OutputFormat(rate, ch)
+        with self._core.format_lock:
+            self._call("vc_set_output_format", rate, ch)
+            self._core.output_format = OutputFormat(rate, ch)
 
     @property
     def output_format(self) -> OutputFormat:
@@ -846,16 +854,17 @@ class Client:
         n = _uint(frames, "frames")
         if dtype not in ("int16", "float32"):
             raise ValueError(f"read_mix: dtype must be 'int16' or 'float32', not {dtype!r}")
-        channels = self._core.output_format.channels
-        result: MixBlock
-        if _pcm.has_numpy():
-            np = _pcm.require_numpy("read_mix")
-            result = np.zeros((n, channels), dtype=np.float32 if dtype == "float32" else np.int16)
-        elif dtype == "float32":
-            result = array.array("f", bytes(4 * n * channels))
-        else:
-            result = array.array("h", bytes(2 * n * channels))
-        self.read_mix_into(result)
+        with self._core.format_lock:
+            channels = self._core.output_format.channels
+            result: MixBlock
+            if _pcm.has_numpy():
+                np = _pcm.require_numpy("read_mix")
+                result = np.zeros((n, channels), dtype=np.float32 if dtype == "float32" else np.int16)
+            elif dtype == "float32":
+                result = array.array("f", bytes(4 * n * channels))
+            else:
+                result = array.array("h", bytes(2 * n * channels))
+            self.read_mix_into(result)
         return result
 
     def read_mix_into(self, out: Any, frames: Optional[int] = None) -> int:
@@ -865,11 +874,12 @@ class Client:
         ±1.0), shaped (frames, channels) or (channels * frames,); a bytearray (int16);
         or an array('h') / array('f') / writable memoryview of int16 or float32.
         ValueError for another type, or a size that is not whole frames."""
-        block = _pcm.pcm_out(out, self._core.output_format.channels, "read_mix_into")
-        n = block.frames if frames is None else _uint(frames, "frames")
-        if n > block.frames:
-            raise ValueError(f"read_mix_into: the buffer holds {block.frames} frames, {n} asked")
-        self._call("vc_read_mixed_pcm_f32" if block.f32 else "vc_read_mixed_pcm", block.pointer, n)
+        with self._core.format_lock:
+            block = _pcm.pcm_out(out, self._core.output_format.channels, "read_mix_into")
+            n = block.frames if frames is None else _uint(frames, "frames")
+            if n > block.frames:
+                raise ValueError(f"read_mix_into: the buffer holds {block.frames} frames, {n} asked")
+            self._call("vc_read_mixed_pcm_f32" if block.f32 else "vc_read_mixed_pcm", block.pointer, n)
         return n
 
     def set_speaker_sink(self, fn: Optional[SpeakerSinkFn], *, numpy: bool = False) -> None:
@@ -989,16 +999,21 @@ class Client:
                 return
             yield event
 
-    def wait_event(self, *types: EventType, timeout: float = 10.0,
+    def wait_event(self, *types: EventType, timeout: Optional[float] = 10.0,
                    where: Optional[Callable[[Event], bool]] = None) -> Event:
         """Takes queued events until one of ``types`` (any if none given) for which
-        ``where`` holds arrives, and returns it; TimeoutError after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
+        ``where`` holds arrives, and returns it; TimeoutError after ``timeout`` seconds
+        (None: no limit), StateError once the client is closed (by another thread too),
+        ValueError for a negative timeout."""
+        wait = _millis(timeout, "timeout")
+        deadline = None if wait < 0 else time.monotonic() + wait / 1000
         while True:
-            event = self.poll_event(max(0.0, deadline - time.monotonic()))
+            event = self.poll_event(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if event is not None and (not types or event.type in types) and (where is None or where(event)):
                 return event
-            if time.monotonic() >= deadline:
+            if event is None and self.closed:
+                raise StateError(ErrorCode.STATE, "the client is closed")
+            if deadline is not None and time.monotonic() >= deadline:
                 names = ", ".join(t.name for t in types) or "any event"
                 raise TimeoutError(f"no {names} within {timeout} s")
 
