@@ -398,7 +398,10 @@ typedef struct vc_channel_info {
  * OPUS_SET_PACKET_LOSS_PERC) start at the channel's `fec` / `expected_packet_loss`
  * and then follow the loss its listeners report, which the server sums up for the
  * publisher (the report at a high quantile of the listeners): FEC off on a clean
- * path, on and sized to the measured loss when isolated losses are seen, never more
+ * path, on when isolated losses are seen, with an expected loss of a third of the
+ * measured loss (at least 1 %: Opus then spends fewer bits on the FEC copy and the
+ * frames that arrive keep more of their quality; bench-quality in
+ * docs/benchmarks.md), never more
  * than the channel's setting. More protection is taken at once, less only after
  * three reports in a row ask for it (about 3 s).
  */
@@ -993,7 +996,11 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * recording (vc_set_external_playback; the client's own thread then pauses while
  * the host pulls); returns VC_ERR_STATE while a thread of the client renders the
  * mix for a mixed sink or a device, and from inside the per-speaker sink.
- * Thread safety: concurrent calls on one client are served one after the other.
+ * Thread safety: concurrent calls on one client are served one after the other; a
+ * vc_set_output_format from another thread takes effect before or after a whole
+ * call, whose `frames` × channels are of the format in force when it is served (a
+ * host that changes the channel count from another thread while it pulls must size
+ * `out` for the larger, or not race the two).
  * Callback-safe: yes (except from the per-speaker sink).
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
