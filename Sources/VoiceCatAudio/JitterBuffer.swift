@@ -65,7 +65,11 @@
 //     where the network asks for it, and the late frame, or its successor with its
 //     FEC, still plays.
 //   * A missing frame whose successor is here is rebuilt from the successor's FEC
-//     (or DRED: `recoveryAvailable`) in its own period, or concealed.
+//     (or DRED: `recoveryAvailable`) in its own period, or concealed. When no seq is
+//     missing (the successor's seq follows the frame played last), nothing was lost:
+//     the sender skipped that frame's time (its host fell a frame behind real time),
+//     so the period is concealed at once, not waited for, and not rebuilt from the
+//     successor's FEC (which is of the frame before).
 //   * Excess cushion (when one period less, plus `hysteresisTicks`, would still
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
@@ -294,6 +298,8 @@ public final class JitterBuffer {
     private var playing = false
     private var nextTS: Int64 = 0                     // the next frame to play (also after a pause: older is late)
     private var havePlayed = false
+    /// The seq of the last frame played (valid while `havePlayed`).
+    private var lastPlayedSeq: UInt64 = 0
     private var newestTS: Int64 = 0
     private var starvedTicks = 0
     private var excessTicks = 0
@@ -750,6 +756,14 @@ public final class JitterBuffer {
         }
         if let succ = successor {
             starvedTicks = 0
+            if havePlayed && seqs[succ] == lastPlayedSeq &+ 1 {
+                // No seq is missing: the sender skipped this frame's time (its host fell
+                // a frame behind real time). Nothing was lost, so nothing is waited for,
+                // and the successor's FEC is of the frame before: conceal the period.
+                nextTS += fs
+                stats.plcFrames += 1
+                return .conceal
+            }
             let rebuild = flagSets[succ].contains(.fec) || recoveryAvailable
             // Below target a missing frame that nothing can rebuild may only be
             // reordered: hold the clock for it (it is concealed either way).
@@ -859,6 +873,7 @@ public final class JitterBuffer {
         }
         nextTS = timestamps[s] + Int64(frameSamples)
         havePlayed = true
+        lastPlayedSeq = seqs[s]
         starvedTicks = 0
         // After a last-frame or DTX frame the stream is expected to pause.
         if !flagSets[s].isDisjoint(with: JitterBuffer.pauseFollows) {

@@ -14,10 +14,17 @@
 //     gets it paced at real time. A late frame goes out at once and leaves the
 //     schedule alone; the first frame a call completes (or a lone frame) at most
 //     `driftSlackNs` early (a host whose clock runs a little fast) goes out at once
-//     and moves the schedule earlier, so pacing never accumulates delay.
+//     and moves the schedule earlier, so pacing never accumulates delay. A host
+//     slower than real time (a feed-then-sleep loop; a slow capture clock) falls
+//     behind the schedule: once even the least lateness of its frames over the last
+//     `lagWindowFrames`..2× is a whole frame, the stream skips a frame's time (the
+//     timestamp advances by two frames, the seq by one), so listeners conceal one
+//     frame at that place instead of taking ever later frames for network jitter
+//     (their delay grew by hundreds of ms).
 //   * A real-time host's next block is expected when the last one's audio has
-//     passed (`lastFedNs` + `lastCallNs`; blocks of any length, whole frames or
-//     not). When the queue is dry and the later of that and a frame past the last
+//     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
+//     follow each other within `splitCallNs` are one block fed in pieces). When the
+//     queue is dry and the later of that and a frame past the last
 //     frame taken has passed by a small slack, the talkspurt ends: the partial
 //     frame is padded and sent with the last-frame flag. The slack follows how late
 //     this host's blocks come against their expected time (5 ms for a steady
@@ -29,7 +36,9 @@
 //     time (unless the host was seen to feed such blocks in real time: its next
 //     block came right after such an end). The next audio starts a new talkspurt
 //     with the marker, and its timestamp advances by the wall-clock time that
-//     passed, so receivers see a pause, not jitter.
+//     passed, so receivers see a pause, not jitter (a block that came within 40 ms
+//     after the talkspurt was ended waiting for it counts from when it was due: a
+//     late block, its successors on time, must not be held back by its lateness).
 //   * Fed PCM at another rate than 48 kHz (vc_stream_desc.sample_rate) is resampled
 //     before the reframer, by a converter per input channel count built with the
 //     stream; float PCM is converted to int16 in a preallocated chunk first.
@@ -125,7 +134,7 @@ final class LocalStream {
     /// peak decaying with `latePeakDecayNs`, ns).
     private var feedLatePeakNs: Double = 0
     static let latePeakDecayNs = 4e9
-    private var drySlackNs: UInt64 {
+    var drySlackNs: UInt64 {
         min(LocalStream.maxDrySlackNs, max(LocalStream.minDrySlackNs, UInt64(feedLatePeakNs * 1.5)))
     }
     private var inSpurt = false
@@ -133,17 +142,32 @@ final class LocalStream {
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
     /// When the host last fed this stream (after the call's audio was queued; 0:
-    /// never), and how much audio that call brought (ns at its rate): a real-time
-    /// host's next block is due when that audio has passed.
+    /// never, or flushed since).
     private var lastFedNs: UInt64 = 0
-    private var lastCallNs: UInt64 = 0
+    /// The host's current block (one call, or calls that followed each other within
+    /// `splitCallNs`): its audio (ns), and when that audio ends counted from the
+    /// block's first call: a real-time host's next block is due then.
+    private var blockNs: UInt64 = 0
+    private var blockEndNs: UInt64 = 0
+    static let splitCallNs: UInt64 = 1_000_000
+    /// The last talkspurt ended by the dry rule, waiting for this host's next block.
+    private var endedDry = false
     /// When a talkspurt last ended without waiting after a long call (0: it did not).
     private var endedUnwaitedNs: UInt64 = 0
     /// This host feeds long blocks at real time: its next block came within the slack
     /// of a talkspurt ended without waiting. From then on it always gets the slack.
     private var pacesLongBlocks = false
-    /// Frames taken from the queue in this talkspurt (sent or gated).
+    /// Frames taken from the queue in this talkspurt (sent or gated), and the frame
+    /// times skipped for a host slower than real time.
     private var spurtFrames: UInt64 = 0
+    /// The least lateness against the schedule of the frames taken in this talkspurt's
+    /// current window of `lagWindowFrames` and in the window before (.max: none yet).
+    static let lagWindowFrames = 10
+    private var lagMinNs: UInt64 = .max
+    private var lagMinBeforeNs: UInt64 = .max
+    private var lagFrames = 0
+    /// Frame times skipped because the host fell a frame behind real time.
+    private(set) var framesSkipped: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
     /// Where the next talkspurt's timestamps continue from: the timestamp and the
     /// nominal time of the frame after the last one taken.
@@ -270,6 +294,18 @@ final class LocalStream {
     /// The host fed `frames` (at inputRate) at `now`, with `queuedBefore` whole frames
     /// queued before them.
     private func fed(frames: Int, now: UInt64, queuedBefore: Int) {
+        guard frames > 0 else { return pump(now: now) }
+        // Device capture feeds 48 kHz periods whatever rate it asked of the device.
+        let rate = UInt64(externalFeed ? inputRate : 48000)
+        let callNs = UInt64(frames) * 1_000_000_000 / rate
+        if lastFedNs != 0 && now >= lastFedNs && now - lastFedNs <= LocalStream.splitCallNs && now < blockEndNs {
+            // The rest of a block fed in pieces (a ring buffer's wrap, a loop over a
+            // callback's buffer): the block's audio grows, nothing came late.
+            blockNs += callNs
+            blockEndNs += callNs
+            lastFedNs = now
+            return pump(now: now)
+        }
         // A talkspurt ended unwaited just before this block: the host feeds long blocks
         // in real time (one cut, then the slack for good).
         if endedUnwaitedNs != 0 && now >= endedUnwaitedNs && now - endedUnwaitedNs <= drySlackNs { pacesLongBlocks = true }
@@ -278,19 +314,21 @@ final class LocalStream {
         if lastFedNs != 0 && now >= lastFedNs {
             // How late this block came against the end of the last one's audio: a
             // real-time host's jitter, learned for the slack. Later than the largest
-            // slack is a pause (the host had nothing to say), not jitter.
+            // slack is a pause (the host had nothing to say), not jitter; past the
+            // slack (the talkspurt was ended for it, or a short pause: the two look
+            // alike) it is learned at most twice the slack, so one short pause does not
+            // raise the slack at once, and a host whose blocks do come that late gets
+            // there within a few such ends.
             feedLatePeakNs *= exp(-Double(now - lastFedNs) / LocalStream.latePeakDecayNs)
-            let expected = lastFedNs &+ lastCallNs
-            if now > expected && now - expected <= LocalStream.maxDrySlackNs {
-                late = now - expected
-                feedLatePeakNs = max(feedLatePeakNs, Double(late))
+            if now > blockEndNs && now - blockEndNs <= LocalStream.maxDrySlackNs {
+                late = now - blockEndNs
+                feedLatePeakNs = max(feedLatePeakNs, min(Double(late), 2 * Double(drySlackNs)))
             }
         }
         lastFedNs = now
-        // Device capture feeds 48 kHz periods whatever rate it asked of the device.
-        let rate = UInt64(externalFeed ? inputRate : 48000)
-        lastCallNs = UInt64(frames) * 1_000_000_000 / rate
-        pump(now: now, freshHead: queuedBefore == 0, late: late)
+        blockNs = callNs
+        blockEndNs = now &+ callNs
+        pump(now: now, freshHead: queuedBefore == 0, late: endedDry ? late : 0)
     }
 
     /// When a dry queue ends the talkspurt (the queue empty, a talkspurt running), and
@@ -306,20 +344,24 @@ final class LocalStream {
     /// then on it is waited for too.
     private var dryEnd: (at: UInt64, waits: Bool) {
         let nextFrame = lastTakenNs &+ frameNs
-        guard lastCallNs <= LocalStream.longFeedNs || pacesLongBlocks else { return (nextFrame, false) }
-        return (max(nextFrame, lastFedNs &+ lastCallNs) &+ drySlackNs, true)
+        guard blockNs <= LocalStream.longFeedNs || pacesLongBlocks else { return (nextFrame, false) }
+        return (max(nextFrame, blockEndNs) &+ drySlackNs, true)
     }
 
     /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
     /// `freshHead`: the head of the queue was completed by the block fed now;
-    /// `late`: how late that block came against the end of the last one's audio.
+    /// `late`: how late that block came against the end of the last one's audio,
+    /// when the talkspurt before it ended by the dry rule waiting for it.
     func pump(now: UInt64, freshHead: Bool = false, late: UInt64 = 0) {
         // Audio is waiting (a partial frame too): a talkspurt runs, so the partial is
         // sent, padded, once the host stops feeding. A talkspurt that starts with a
-        // late block (the last one ended because this block was late) keeps the time
-        // the host meant it for: its next blocks, on time, are not held back by that
-        // lateness (its first frame goes out at once, late).
-        if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) { startSpurt(at: now &- late) }
+        // block that came late, after the last one was ended waiting for it, keeps the
+        // time the host meant it for (not before the previous talkspurt's last frame):
+        // its next blocks, on time, are not held back by that lateness (its first
+        // frame goes out at once, late).
+        if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) {
+            startSpurt(at: late == 0 ? now : max(now &- late, min(now, resumeNs &- frameNs)))
+        }
         var fresh = freshHead
         while queuedFrames > 0 {
             let due = anchorNs &+ spurtFrames &* frameNs
@@ -331,6 +373,10 @@ final class LocalStream {
                 anchorNs -= due - now
             }
             fresh = false
+            if fellAFrameBehind(lag: now > due ? now - due : 0) {
+                spurtFrames += 1
+                framesSkipped += 1
+            }
             let frame = queue + queueHead * frameLength
             queueHead = (queueHead + 1) % maxQueueFrames
             queuedFrames -= 1
@@ -345,6 +391,7 @@ final class LocalStream {
             if now >= end.at {
                 if !end.waits { endedUnwaitedNs = now }
                 endSpurt()
+                endedDry = end.waits
             }
         }
         publishDeadline()
@@ -360,11 +407,33 @@ final class LocalStream {
         return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : dryEnd.at
     }
 
+    /// Notes how late a frame is taken against the schedule; true when even the
+    /// least lateness over the last one to two windows is a whole frame: the host
+    /// runs slower than real time, and the stream skips a frame's time (every later
+    /// frame is then a frame less late).
+    private func fellAFrameBehind(lag: UInt64) -> Bool {
+        lagMinNs = min(lagMinNs, lag)
+        lagFrames += 1
+        if lagFrames == LocalStream.lagWindowFrames {
+            lagMinBeforeNs = lagMinNs
+            lagMinNs = .max
+            lagFrames = 0
+        }
+        guard lagMinBeforeNs != .max && min(lagMinBeforeNs, lagMinNs) >= frameNs else { return false }
+        lagMinBeforeNs -= frameNs
+        if lagMinNs != .max { lagMinNs -= frameNs }
+        return true
+    }
+
     private func startSpurt(at now: UInt64) {
         inSpurt = true
         anchorNs = now
         lastTakenNs = now &- frameNs
         spurtFrames = 0
+        endedDry = false
+        lagMinNs = .max
+        lagMinBeforeNs = .max
+        lagFrames = 0
         if everSpurted {
             // The pause, in samples of wall-clock time, on top of the last frame.
             let pauseNs = now > resumeNs ? now - resumeNs : 0
@@ -418,6 +487,9 @@ final class LocalStream {
         queuedFrames = 0
         queueHead = 0
         if inSpurt { endSpurt() }
+        // What the host feeds next starts afresh: not late against the flushed audio.
+        lastFedNs = 0
+        endedDry = false
         publishDeadline()
     }
 

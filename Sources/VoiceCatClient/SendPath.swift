@@ -227,7 +227,7 @@ final class StreamTable {
 /// timer armed for the earliest stream deadline (disarmed while nothing is pending:
 /// no periodic work when nothing is sent). A feed moves its stream's deadline and
 /// re-arms the timer without waking the pacer: a host feeding in real time sends
-/// its frames itself, and the dry-check deadline moves a frame ahead at each feed,
+/// its frames itself, and the dry-check deadline moves a block ahead at each feed,
 /// so the pacer does not wake at all while the host keeps up.
 final class SendPacer {
     private let timer: DeadlineTimer
@@ -280,7 +280,7 @@ final class SendPacer {
     /// for another stream's encode). An earlier deadline arms at once; otherwise the
     /// earliest published deadline is recomputed and the timer re-armed when it moved
     /// (one timerfd_settime per feed for a host feeding in real time, whose dry-check
-    /// deadline moves a frame ahead each time).
+    /// deadline moves a block ahead each time).
     func kick(_ deadline: UInt64?, table: StreamTable) {
         if let deadline, deadline < armedAt.load(ordering: .acquiring) {
             lock.withLock { arm(min(deadline, armedAt.load(ordering: .relaxed))) }

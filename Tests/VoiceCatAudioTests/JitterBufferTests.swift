@@ -93,6 +93,26 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.stats.late, 1)
     }
 
+    func testAFrameTimeTheSenderSkippedIsConcealedNotRebuiltOrWaitedFor() {
+        // A sender whose host fell a frame behind real time skips a frame's time: the
+        // timestamps jump by two frames, the seqs do not. Nothing was lost: the period is
+        // concealed (the successor's FEC is of the frame before it, already played) and
+        // not waited for; the frames keep their alignment.
+        let trace = (0..<30).map { i -> Sent in
+            let frame = i < 10 ? i : i + 1
+            return Sent(frame: frame, arrival: max(0, frame - 1), flags: .fec)
+        }
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 31)
+        XCTAssertEqual(Array(out[0..<10]), (0..<10).map { $0 })
+        XCTAssertEqual(out[10], -2, "the skipped frame time is concealed")
+        XCTAssertEqual(Array(out[11..<31]), (10..<30).map { $0 }, "the frames after it keep their alignment")
+        XCTAssertEqual(jb.stats.packetsLost, 0)
+        XCTAssertEqual(jb.stats.fecRecovered, 0)
+        XCTAssertEqual(jb.stats.plcFrames, 1)
+        XCTAssertEqual(jb.stats.waited, 0)
+    }
+
     func testWithoutFECAMissingFrameIsConcealedUnlessTheStreamCanRebuildIt() {
         for recovery in [false, true] {
             let jb = JitterBuffer(frameSamples: 960)

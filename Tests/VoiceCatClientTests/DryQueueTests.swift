@@ -38,8 +38,11 @@ final class DryQueueTests: XCTestCase {
     /// pumping the stream at each deadline before every block. Returns how many times
     /// the talkspurt had ended (the queue taken for dry) when a block came, and the
     /// most whole frames left queued right after a block was fed (a real-time host's
-    /// first frame goes out at once: a block of n frames leaves n - 1 at most).
-    private func play(_ blocks: [(at: UInt64, us: Int)]) throws -> (cuts: Int, maxLeft: Int) {
+    /// first frame goes out at once: a block of n frames leaves n - 1 at most), and
+    /// the stream (and its client, which it needs alive). `pieces`: each block is fed
+    /// as that many calls, 10 µs apart.
+    private func play(_ blocks: [(at: UInt64, us: Int)],
+                      pieces: Int = 1) throws -> (cuts: Int, maxLeft: Int, s: LocalStream, slot: StreamSlot, c: VoiceClient) {
         let c = try VoiceClient()
         let (s, slot) = try discardingStream(on: c)
         c.setInputMode(.continuous)
@@ -47,10 +50,27 @@ final class DryQueueTests: XCTestCase {
         for (k, b) in blocks.enumerated() {
             while let d = slot.lock.withLock({ s.deadline }), d <= b.at { slot.lock.withLock { s.pump(now: d) } }
             if k > 0 && slot.lock.withLock({ s.deadline }) == nil { cuts += 1 }
-            try feed(s, slot, samples: b.us * 48 / 1000, at: b.at)
+            let samples = b.us * 48 / 1000
+            for p in 0..<pieces {
+                try feed(s, slot, samples: samples * (p + 1) / pieces - samples * p / pieces, at: b.at + UInt64(p) * 10_000)
+            }
             maxLeft = max(maxLeft, slot.lock.withLock { s.queuedFrames })
         }
-        return (cuts, maxLeft)
+        return (cuts, maxLeft, s, slot, c)
+    }
+
+    /// Blocks `ks` of `length` µs (default `us`) every `us` µs, each `shift(k)` µs later.
+    private func blocks(_ ks: Range<Int>, every us: Int, length: Int? = nil,
+                        shift: (Int) -> Int = { _ in 0 }) -> [(at: UInt64, us: Int)] {
+        ks.map { k in
+            let atUs: Int = k * us + shift(k)
+            return (t0 + UInt64(atUs) * 1000, length ?? us)
+        }
+    }
+
+    /// Pumps `s` at each deadline up to `until`.
+    private func pump(_ s: LocalStream, _ slot: StreamSlot, until: UInt64) {
+        while let d = slot.lock.withLock({ s.deadline }), d <= until { slot.lock.withLock { s.pump(now: d) } }
     }
 
     func testBlocksOfAnyLengthAtRealTimeAreNotCut() throws {
@@ -73,6 +93,11 @@ final class DryQueueTests: XCTestCase {
             let r = try play((0..<500).map { k in (t0 + UInt64(k * interval) * 1000, 40_000) })
             XCTAssertEqual(r.cuts, 0, "blocks every \(interval) µs")
             XCTAssertLessThanOrEqual(r.maxLeft, 1, "blocks every \(interval) µs: nothing is held back")
+            // Then a 2 s call at once: paced from where the host is, not from a schedule
+            // the slow host fell behind (whose frames would all be due at once).
+            let t = t0 + UInt64(500 * interval) * 1000
+            try feed(r.s, r.slot, ms: 2000, at: t)
+            XCTAssertGreaterThanOrEqual(r.slot.lock.withLock { r.s.queuedFrames }, 98, "blocks every \(interval) µs: a burst of frames")
         }
     }
 
@@ -223,5 +248,54 @@ final class DryQueueTests: XCTestCase {
               + "the held stream sent \(busySlot.lock.withLock { busy.packetsSent }) in all")
         XCTAssertGreaterThanOrEqual(during, 7, "the sender thread waited for the stream being fed")
         XCTAssertGreaterThanOrEqual(busySlot.lock.withLock { busy.packetsSent }, 15, "the held stream catches up once released")
+    }
+
+    func testABlockFedInPiecesIsOneBlock() throws {
+        // A host that feeds each block as several calls right after each other (a ring
+        // buffer's wrap, a loop over its callback's buffer): not late between blocks, the
+        // slack stays the least, no talkspurt is cut.
+        for (us, pieces) in [(40_000, 2), (20_000, 2), (20_000, 960), (10_000, 4), (30_000, 3)] {
+            let r = try play((0..<60).map { k in (t0 + UInt64(k * us) * 1000, us) }, pieces: pieces)
+            XCTAssertEqual(r.cuts, 0, "\(us / 1000) ms blocks in \(pieces) calls")
+            XCTAssertEqual(r.slot.lock.withLock { r.s.drySlackNs }, LocalStream.minDrySlackNs, "\(us / 1000) ms blocks in \(pieces) calls")
+        }
+    }
+
+    func testAShortPauseOrAFlushDoesNotSetTheSlack() throws {
+        // 20 ms blocks, then one comes 30 ms late (or after a 30 ms pause: alike): it is
+        // learned, at most twice the slack, not the whole 30 ms at once.
+        let r = try play(blocks(0..<40, every: 20_000) { k in k < 20 ? 0 : 30_000 })
+        XCTAssertEqual(r.cuts, 1)
+        let slack = r.slot.lock.withLock { r.s.drySlackNs }
+        XCTAssertGreaterThan(slack, LocalStream.minDrySlackNs, "learned")
+        XCTAssertLessThanOrEqual(slack, 15_000_000, "learned 10 ms at most (twice the least slack), × 1.5")
+        // A flush (barge-in), then feeding 30 ms later: not late against the flushed audio.
+        let f = try play(blocks(0..<20, every: 20_000))
+        f.slot.lock.withLock { f.s.flush() }
+        try feed(f.s, f.slot, ms: 20, at: t0 + 430 * ms)
+        XCTAssertEqual(f.slot.lock.withLock { f.s.drySlackNs }, LocalStream.minDrySlackNs)
+        // Empty calls between blocks are no blocks.
+        var withEmpty: [(at: UInt64, us: Int)] = []
+        for b in blocks(0..<40, every: 20_000) { withEmpty += [b, (b.at + 5 * ms, 0)] }
+        let e = try play(withEmpty)
+        XCTAssertEqual(e.cuts, 0)
+        XCTAssertEqual(e.slot.lock.withLock { e.s.drySlackNs }, LocalStream.minDrySlackNs)
+    }
+
+    func testAHostSlowerThanRealTimeSkipsAFrameTimeEachFrameItFallsBehind() throws {
+        // 20 ms blocks every 21 ms (a feed-then-sleep loop 5 % slow) for 20 s: the
+        // talkspurt goes on, and each time the host has fallen a whole frame behind (by
+        // the least lateness over the last 10 to 20 frames) a frame's time is
+        // skipped: about one in twenty, so listeners conceal the audio that never came at
+        // a known place and its lateness never grows into their jitter estimate.
+        let r = try play((0..<950).map { k in (t0 + UInt64(k * 21_000) * 1000, 20_000) })
+        let skipped = r.slot.lock.withLock { r.s.framesSkipped }
+        print("5 % slow host, 950 blocks: \(skipped) frame times skipped, \(r.cuts) cuts")
+        XCTAssertEqual(r.cuts, 0)
+        XCTAssertGreaterThanOrEqual(skipped, 44)
+        XCTAssertLessThanOrEqual(skipped, 48)
+        // A host in real time, however jittery its blocks, skips nothing.
+        let j = try play(blocks(0..<400, every: 20_000) { k in (k % 3) * 9_000 })
+        XCTAssertEqual(j.slot.lock.withLock { j.s.framesSkipped }, 0)
     }
 }

@@ -495,7 +495,11 @@ final class TimingTests: XCTestCase {
                   + "late \(st.jitter.late), concealed \(st.jitter.plcFrames), stalls \(stalls); lag each 0.5 s (samples): \(lags)")
             if !Sanitizers.thread {
                 XCTAssertLessThanOrEqual(Int(st.jitter.talkspurts), 1 + stalls, "\(blockMs) ms blocks: the talk was cut")
-                XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 2 * stalls + 1, "\(blockMs) ms blocks: frames concealed on a clean path")
+                // A new stream's first talkspurt plays at once, nothing known of its
+                // lateness yet; 30 ms blocks leave every other frame 10 ms later than the
+                // one before (a block completes one frame or two), and the first of those
+                // may be concealed: up to 2 excused (of 200).
+                XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 2 * stalls + 2, "\(blockMs) ms blocks: frames concealed on a clean path")
                 let found = lags.filter { $0 >= 0 }
                 XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(blockMs) ms blocks: not heard whole: \(lags)")
                 if stalls == 0, let first = found.first {
@@ -505,6 +509,44 @@ final class TimingTests: XCTestCase {
             alex.shutdown()
             sam.shutdown()
         }
+    }
+
+    /// A host slower than real time (10 ms blocks every 10.5 ms: a feed-then-sleep loop
+    /// 5 % slow) is heard with the listener's delay at its clean-path value: the sender
+    /// skips a frame's time each time the host falls a frame behind, and the listener
+    /// conceals that frame. (Before, every frame came later than the last and the
+    /// listener took it for jitter: its target grew past 100 ms in 6 s, concealing
+    /// as often as now.)
+    func testAHostSlowerThanRealTimeKeepsTheListenersDelay() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-slow")
+        let stopRecording = try recordSpeaker(sam, ssrc: ssrc)   // renders in the background
+        usleep(100_000)
+        let probe = StallProbe()
+        probe.start()
+        let speech = Signal.glidingVoice(seconds: 6, amplitude: 0.3)
+        let start = MonotonicClock.nanoseconds()
+        var targets: [UInt32] = []
+        for k in 0..<(speech.count / 480) {
+            try feed(alex, sid, speech[(k * 480)..<((k + 1) * 480)])
+            let due = start + UInt64(k + 1) * 10_500_000
+            let now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+            if k % 100 == 99 { targets.append(try sam.streamStats(ssrc: ssrc).targetDepthMs) }
+        }
+        try alex.drain(streamID: sid, timeoutMs: 5000)
+        usleep(300_000)
+        let stalls = probe.stop().count
+        _ = try stopRecording()
+        let st = try sam.streamStats(ssrc: ssrc)
+        let skipped = try alex.streams.withStream(sid) { s, _ in s.framesSkipped }
+        print("10 ms blocks 5 % slow: frame times skipped \(skipped), received \(st.jitter.packetsReceived), "
+              + "talkspurts \(st.jitter.talkspurts), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
+              + "target each second \(targets) ms, stalls \(stalls)")
+        XCTAssertGreaterThanOrEqual(skipped, 10, "the host fell 15 frames behind")
+        if Sanitizers.thread || stalls > 0 { return }
+        XCTAssertLessThanOrEqual(targets.max() ?? 0, 60, "the listener took the slow host for jitter: \(targets)")
+        XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), Int(skipped) + 3, "concealed beyond the frame times the host never fed")
+        XCTAssertLessThanOrEqual(Int(st.jitter.talkspurts), 1)
     }
 
     /// A host that pulls the mix in large or uneven pieces (vc_read_mixed_pcm with
