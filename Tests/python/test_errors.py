@@ -169,6 +169,35 @@ def test_a_closed_client_says_so(server):
         c.wait_event(timeout=5)
 
 
+def test_a_connect_cancelled_by_close_says_so():
+    # A server that accepts the TCP connection and never answers: the connect waits;
+    # close() from another thread ends it at once, with a reason.
+    import socket
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    c = voicecat.Client(known_servers_path="")
+    outcome = []
+
+    def connect():
+        start = time.monotonic()
+        try:
+            c.connect("127.0.0.1", silent.getsockname()[1], unique("cancel"), allow_unverified=True, timeout=10)
+        except voicecat.VoiceCatError as e:
+            outcome.append((e, time.monotonic() - start))
+
+    t = threading.Thread(target=connect)
+    t.start()
+    time.sleep(0.3)
+    c.close()
+    t.join(5)
+    silent.close()
+    assert not t.is_alive() and outcome, "connect still waits after close()"
+    error, took = outcome[0]
+    assert isinstance(error, voicecat.StateError) and took < 3, outcome
+    assert error.detail == "the client was closed during vc_connect", error.detail
+
+
 def test_a_wait_for_an_event_ends_when_another_thread_closes_the_client(server):
     c = joined(server, "err-wait")
     with pytest.raises(ValueError, match="timeout"):

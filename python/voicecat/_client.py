@@ -527,6 +527,10 @@ class Client:
             raise StateError(ErrorCode.STATE, "the client is closed")
         rc = int(getattr(_lib.get(), name)(handle, *args))
         if rc < 0:
+            if core.handle is None:
+                # Closed by another thread during the call (a connect it cancelled): the
+                # client, and its reason, are gone.
+                raise error_for(rc, f"the client was closed during {name}")
             raise error_for(rc, _last_error(handle))
         return rc
 
