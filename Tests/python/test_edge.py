@@ -205,6 +205,56 @@ def test_a_pull_racing_a_format_change_stays_inside_its_buffer(server):
     assert overruns[0] == 0, f"{overruns[0]} of {pulls[0]} pulls wrote past the buffer"
 
 
+_SINK_WHILE_PULLING = """
+import array, math, sys, threading, time
+import voicecat
+from voicecat import InputMode, StreamKind
+port, password, tag = int(sys.argv[1]), sys.argv[2] or None, sys.argv[3]
+def joined(name):
+    c = voicecat.Client(external_playback=True)
+    c.connect("127.0.0.1", port, name + tag, password=password)
+    c.join("Lobby")
+    return c
+talker, listener = joined("sinkpull-talker"), joined("sinkpull-listener")
+talker.set_input_mode(InputMode.CONTINUOUS)
+stream = talker.start_stream(StreamKind.SCREEN_AUDIO)
+stream.feed(array.array("h", (int(8000 * math.sin(i / 10)) for i in range(48000 * 3))))
+refused = []
+def sink(block):
+    for call in (lambda: listener.set_output_format(48000, 2),
+                 lambda: listener.read_mix_into(array.array("h", bytes(4 * 960)))):
+        try:
+            call()
+        except voicecat.StateError:
+            refused.append(1)
+listener.set_speaker_sink(sink)
+out = array.array("h", bytes(4 * 960))
+pulls = 0
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    listener.read_mix_into(out)
+    pulls += 1
+    time.sleep(0.02)
+listener.set_speaker_sink(None)
+print(pulls, len(refused))
+listener.close(); talker.close()
+"""
+
+
+def test_a_sink_that_misuses_the_client_while_the_host_pulls_is_refused_not_deadlocked(server):
+    # A per-speaker sink runs on the library's render thread with its render lock held;
+    # a pull on the host's thread waits for that lock. set_output_format or a pull from
+    # the sink is refused (StateError), and must not wait for the pull (both threads
+    # stuck for ever, the first pull never returned). In a child process: a deadlock
+    # fails the test instead of hanging the suite.
+    run = subprocess.run([sys.executable, "-c", _SINK_WHILE_PULLING, str(server.port), server.password or "",
+                          unique("-")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    pulls, refused = map(int, run.stdout.split())
+    assert pulls > 50, run.stdout
+    assert refused > 10, run.stdout
+
+
 @needs_numpy
 def test_a_44k1_float_feed_pulled_as_16k_mono_float_keeps_the_speech(server, speech):
     fed = numpy.asarray(samples(speech["a", 44100]), dtype=numpy.float32) / 32768

@@ -33,6 +33,12 @@ def in_callback() -> bool:
     return bool(getattr(_local, "depth", 0))
 
 
+def in_render_callback() -> bool:
+    """True inside a sink (mixed or per-speaker): the library calls those while it
+    renders, holding its render lock."""
+    return bool(getattr(_local, "render_depth", 0))
+
+
 class FailureBox:
     """Holds the first unreported callback failure of one owner."""
 
@@ -73,16 +79,18 @@ def require_callable(fn: object, what: str) -> None:
 class Guarded:
     """Calls ``fn`` from a library thread; the first exception disables it (see module doc)."""
 
-    def __init__(self, which: str, fn: Callable[..., None], box: FailureBox) -> None:
+    def __init__(self, which: str, fn: Callable[..., None], box: FailureBox, renders: bool = False) -> None:
         self.which = which
         self.fn = fn
         self.box = box
         self.failed = False
+        self.renders = renders
 
     def __call__(self, *args: Any) -> None:
         if self.failed:
             return
         _local.depth = getattr(_local, "depth", 0) + 1
+        _local.render_depth = getattr(_local, "render_depth", 0) + self.renders
         try:
             self.fn(*args)
         except BaseException as e:  # noqa: B902 - nothing may escape into C
@@ -92,6 +100,7 @@ class Guarded:
                          self.which, type(e).__name__, exc_info=e)
         finally:
             _local.depth -= 1
+            _local.render_depth -= self.renders
 
 
 # ---- Library log lines -----------------------------------------------------------------

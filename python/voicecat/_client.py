@@ -13,7 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 from . import _lib, _pcm
-from ._callbacks import FailureBox, Guarded, global_failures, in_callback, require_callable
+from ._callbacks import FailureBox, Guarded, global_failures, in_callback, in_render_callback, require_callable
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for, global_detail
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
@@ -107,8 +107,10 @@ class _Core:
         self.output_format = OutputFormat()
         #: Held across vc_set_output_format and every pull, so a pull's buffer is sized
         #: for the format the library renders it in (a format changed by another thread
-        #: in between would have it write past the buffer). Reentrant: a callback inside
-        #: a pull that calls set_output_format gets the library's StateError, not a deadlock.
+        #: in between would have it write past the buffer). Never taken inside a sink
+        #: (the library holds its render lock there, which a pull holding this lock
+        #: waits for): set_output_format and pulls refuse from a sink first, as the
+        #: library does.
         self.format_lock = threading.RLock()
         self.event_cfunc: Any = _lib.EVENT_FN(Guarded("event dispatcher", self._dispatch_event, self.failures))
 
@@ -143,6 +145,13 @@ class _Core:
 #: Cores whose destruction was asked for from inside a callback (see _Core.destroy); they
 #: are destroyed by the next Client() or close() outside callbacks, or at exit.
 _orphans: List[_Core] = []
+
+
+def _refuse_in_sink(what: str) -> None:
+    """A pull from inside a sink: refused before the format lock (the library refuses it
+    too: a sink runs while the library renders)."""
+    if in_render_callback():
+        raise StateError(ErrorCode.STATE, f"{what} cannot be called from inside a sink (the library is rendering)")
 
 
 def _reap_orphans() -> None:
@@ -807,7 +816,7 @@ class Client:
             else:
                 fn(ctypes.string_at(pointer, frames * channels * 2), frames)
 
-        guarded = Guarded("mixed-output sink", deliver, self._core.failures)
+        guarded = Guarded("mixed-output sink", deliver, self._core.failures, renders=True)
 
         def trampoline(_user: Optional[int], pointer: Any, frames: int, channels: int) -> None:
             guarded(pointer, frames, channels)
@@ -836,6 +845,8 @@ class Client:
         InvalidArgument for a rate or channel count out of range, StateError while a
         recording runs (its file keeps the format of its start) or from a callback."""
         rate, ch = _uint(sample_rate, "sample_rate"), _uint(channels, "channels")
+        if in_callback():
+            raise StateError(ErrorCode.STATE, "set_output_format cannot be called from inside a callback")
         with self._core.format_lock:
             self._call("vc_set_output_format", rate, ch)
             self._core.output_format = OutputFormat(rate, ch)
@@ -858,6 +869,7 @@ class Client:
         n = _uint(frames, "frames")
         if dtype not in ("int16", "float32"):
             raise ValueError(f"read_mix: dtype must be 'int16' or 'float32', not {dtype!r}")
+        _refuse_in_sink("read_mix")
         with self._core.format_lock:
             channels = self._core.output_format.channels
             result: MixBlock
@@ -878,6 +890,7 @@ class Client:
         ±1.0), shaped (frames, channels) or (channels * frames,); a bytearray (int16);
         or an array('h') / array('f') / writable memoryview of int16 or float32.
         ValueError for another type, or a size that is not whole frames."""
+        _refuse_in_sink("read_mix_into")
         with self._core.format_lock:
             block = _pcm.pcm_out(out, self._core.output_format.channels, "read_mix_into")
             n = block.frames if frames is None else _uint(frames, "frames")
@@ -917,7 +930,7 @@ class Client:
             fn(SpeakerBlock(ssrc=ssrc, user_id=user_id, kind=StreamKind(kind), pcm=pcm, frames=frames,
                             channels=channels))
 
-        guarded = Guarded("per-speaker sink", deliver, self._core.failures)
+        guarded = Guarded("per-speaker sink", deliver, self._core.failures, renders=True)
 
         def trampoline(_user: Optional[int], ssrc: int, user_id: int, kind: int, pointer: Any, frames: int,
                        channels: int) -> None:
