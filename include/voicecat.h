@@ -656,9 +656,11 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * blocks on 20 ms frames are one talkspurt), and a block may be fed in pieces (calls
  * within 1 ms of each other). A host slower than real time (a loop that sleeps a
  * block's length after each feed runs a few per cent slow) falls behind: each time
- * it is a whole frame behind, a frame's time is skipped (listeners conceal one frame
- * there) instead of every later frame reaching listeners later, which they would
- * take for network jitter and answer with ever more delay. A host's next block is
+ * its frames have been a whole frame later than at the talkspurt's start for half a
+ * second or more, a frame's time is skipped (listeners conceal one frame there)
+ * instead of every later frame reaching listeners later, which they would take for
+ * network jitter and answer with ever more delay (at 5 % slow their delay then
+ * stays near 80 ms instead of growing past 300). A host's next block is
  * expected when the audio of its last block has passed (or a frame after the last
  * frame sent, if later); when the queue is still dry a slack after that (5 ms for a
  * host that feeds steadily, up to 40 ms for one whose blocks come late, learned
@@ -666,8 +668,9 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * second, such as a whole file, unless this host was seen to feed such blocks in
  * real time), the talkspurt ends: the partial frame is padded and sent with the
  * last-frame flag; the next audio starts a new talkspurt (marker) whose timestamps
- * advance by the wall-clock time that passed (from when the block was due, for one
- * that came within 40 ms of it), so listeners hear a pause. Never blocks (a full
+ * advance by the wall-clock time that passed (for a block that came within 40 ms
+ * after the talkspurt was ended waiting for it: right after that talkspurt), so
+ * listeners hear a pause. Never blocks (a full
  * socket buffer drops the frame) and does not allocate. While the server mutes this
  * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY

@@ -66,7 +66,8 @@
 //     FEC, still plays.
 //   * A missing frame whose successor is here is rebuilt from the successor's FEC
 //     (or DRED: `recoveryAvailable`) in its own period, or concealed. When no seq is
-//     missing (the successor's seq follows the frame played last), nothing was lost:
+//     missing (the successor's seq follows the frame played last, and it has no
+//     marker), nothing was lost:
 //     the sender skipped that frame's time (its host fell a frame behind real time),
 //     so the period is concealed at once, not waited for, and not rebuilt from the
 //     successor's FEC (which is of the frame before).
@@ -756,10 +757,12 @@ public final class JitterBuffer {
         }
         if let succ = successor {
             starvedTicks = 0
-            if havePlayed && seqs[succ] == lastPlayedSeq &+ 1 {
+            if havePlayed && seqs[succ] == lastPlayedSeq &+ 1 && !flagSets[succ].contains(.marker) {
                 // No seq is missing: the sender skipped this frame's time (its host fell
                 // a frame behind real time). Nothing was lost, so nothing is waited for,
                 // and the successor's FEC is of the frame before: conceal the period.
+                // (A successor with the marker starts anew after a frame the sender
+                // could not send: its FEC may be of that frame, rebuilt below.)
                 nextTS += fs
                 stats.plcFrames += 1
                 return .conceal

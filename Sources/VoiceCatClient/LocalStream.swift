@@ -16,11 +16,15 @@
 //     `driftSlackNs` early (a host whose clock runs a little fast) goes out at once
 //     and moves the schedule earlier, so pacing never accumulates delay. A host
 //     slower than real time (a feed-then-sleep loop; a slow capture clock) falls
-//     behind the schedule: once even the least lateness of its frames over the last
-//     `lagWindowFrames`..2× is a whole frame, the stream skips a frame's time (the
-//     timestamp advances by two frames, the seq by one), so listeners conceal one
-//     frame at that place instead of taking ever later frames for network jitter
-//     (their delay grew by hundreds of ms).
+//     behind the schedule: once even the least lateness of its frames (the time each
+//     was complete against its slot) over the last `lagWindowFrames` to twice that
+//     is a whole frame more than the least of any earlier window of the talkspurt,
+//     the stream skips a frame's time (the timestamp advances by two frames, the seq
+//     by one), so listeners conceal one frame at that place instead of taking ever
+//     later frames for network jitter (their delay grew by hundreds of ms). A
+//     constant lateness (a resampler's start-up delay, a block's phase against the
+//     frames, one stall) is not growth; a stretch of late blocks shorter than a
+//     window is not either.
 //   * A real-time host's next block is expected when the last one's audio has
 //     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
 //     follow each other within `splitCallNs` are one block fed in pieces). When the
@@ -37,8 +41,9 @@
 //     block came right after such an end). The next audio starts a new talkspurt
 //     with the marker, and its timestamp advances by the wall-clock time that
 //     passed, so receivers see a pause, not jitter (a block that came within 40 ms
-//     after the talkspurt was ended waiting for it counts from when it was due: a
-//     late block, its successors on time, must not be held back by its lateness).
+//     after the talkspurt was ended waiting for it is paced from when it was due, not
+//     before the last talkspurt's last frame, and its timestamps continue right after
+//     that talkspurt: a late block's successors, on time, must not be held back).
 //   * Fed PCM at another rate than 48 kHz (vc_stream_desc.sample_rate) is resampled
 //     before the reframer, by a converter per input channel count built with the
 //     stream; float PCM is converted to int16 in a preallocated chunk first.
@@ -160,12 +165,16 @@ final class LocalStream {
     /// Frames taken from the queue in this talkspurt (sent or gated), and the frame
     /// times skipped for a host slower than real time.
     private var spurtFrames: UInt64 = 0
-    /// The least lateness against the schedule of the frames taken in this talkspurt's
-    /// current window of `lagWindowFrames` and in the window before (.max: none yet).
-    static let lagWindowFrames = 10
+    /// The least lateness (complete against due) of the frames taken in this
+    /// talkspurt's current window of `lagWindowFrames` and in the window before, and
+    /// the least of any window so far, the talkspurt's baseline (.max: none yet).
+    static let lagWindowFrames = 25
     private var lagMinNs: UInt64 = .max
     private var lagMinBeforeNs: UInt64 = .max
+    private var lagBaselineNs: UInt64 = .max
     private var lagFrames = 0
+    /// When each queued frame was complete (the feed that completed it), by queue slot.
+    private let completedAt: UnsafeMutablePointer<UInt64>
     /// Frame times skipped because the host fell a frame behind real time.
     private(set) var framesSkipped: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -215,11 +224,13 @@ final class LocalStream {
         maxQueueSamples = max(2 * audio.frameSamples, queueMs * 48)
         queue = .allocate(capacity: maxQueueFrames * frameLength)
         queue.initialize(repeating: 0, count: maxQueueFrames * frameLength)
+        completedAt = .allocate(capacity: maxQueueFrames)
+        completedAt.initialize(repeating: 0, count: maxQueueFrames)
     }
 
     deinit {
         opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
-        queue.deallocate(); floatScratch.deallocate()
+        queue.deallocate(); floatScratch.deallocate(); completedAt.deallocate()
     }
 
     // MARK: feeding and pacing (slot lock held by the caller)
@@ -295,6 +306,7 @@ final class LocalStream {
     /// queued before them.
     private func fed(frames: Int, now: UInt64, queuedBefore: Int) {
         guard frames > 0 else { return pump(now: now) }
+        for i in queuedBefore..<queuedFrames { completedAt[(queueHead + i) % maxQueueFrames] = now }
         // Device capture feeds 48 kHz periods whatever rate it asked of the device.
         let rate = UInt64(externalFeed ? inputRate : 48000)
         let callNs = UInt64(frames) * 1_000_000_000 / rate
@@ -373,7 +385,8 @@ final class LocalStream {
                 anchorNs -= due - now
             }
             fresh = false
-            if fellAFrameBehind(lag: now > due ? now - due : 0) {
+            let complete = completedAt[queueHead]
+            if fellAFrameBehind(lag: complete > due ? complete - due : 0) {
                 spurtFrames += 1
                 framesSkipped += 1
             }
@@ -407,19 +420,21 @@ final class LocalStream {
         return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : dryEnd.at
     }
 
-    /// Notes how late a frame is taken against the schedule; true when even the
-    /// least lateness over the last one to two windows is a whole frame: the host
-    /// runs slower than real time, and the stream skips a frame's time (every later
-    /// frame is then a frame less late).
+    /// Notes how late a frame was complete against its slot; true when even the
+    /// least lateness over the last one to two windows is a whole frame more than the
+    /// talkspurt's baseline: the host runs slower than real time, and the stream skips
+    /// a frame's time (every later frame is then a frame less late).
     private func fellAFrameBehind(lag: UInt64) -> Bool {
         lagMinNs = min(lagMinNs, lag)
         lagFrames += 1
         if lagFrames == LocalStream.lagWindowFrames {
             lagMinBeforeNs = lagMinNs
+            lagBaselineNs = min(lagBaselineNs, lagMinNs)
             lagMinNs = .max
             lagFrames = 0
         }
-        guard lagMinBeforeNs != .max && min(lagMinBeforeNs, lagMinNs) >= frameNs else { return false }
+        guard lagMinBeforeNs != .max && lagBaselineNs != .max
+                && min(lagMinBeforeNs, lagMinNs) >= lagBaselineNs &+ frameNs else { return false }
         lagMinBeforeNs -= frameNs
         if lagMinNs != .max { lagMinNs -= frameNs }
         return true
@@ -433,6 +448,7 @@ final class LocalStream {
         endedDry = false
         lagMinNs = .max
         lagMinBeforeNs = .max
+        lagBaselineNs = .max
         lagFrames = 0
         if everSpurted {
             // The pause, in samples of wall-clock time, on top of the last frame.

@@ -111,6 +111,13 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.stats.fecRecovered, 0)
         XCTAssertEqual(jb.stats.plcFrames, 1)
         XCTAssertEqual(jb.stats.waited, 0)
+        // A frame the sender could not send (socket buffer full) leaves the same gap, but
+        // the next frame it sends has the marker, and its FEC is of the unsent frame:
+        // rebuilt from it.
+        var unsent = trace
+        unsent[10].flags = [.fec, .marker]
+        let jb2 = JitterBuffer(frameSamples: 960)
+        XCTAssertEqual(drive(jb2, unsent, ticks: 31)[10], -1)
     }
 
     func testWithoutFECAMissingFrameIsConcealedUnlessTheStreamCanRebuildIt() {

@@ -41,16 +41,16 @@ final class DryQueueTests: XCTestCase {
     /// first frame goes out at once: a block of n frames leaves n - 1 at most), and
     /// the stream (and its client, which it needs alive). `pieces`: each block is fed
     /// as that many calls, 10 µs apart.
-    private func play(_ blocks: [(at: UInt64, us: Int)],
-                      pieces: Int = 1) throws -> (cuts: Int, maxLeft: Int, s: LocalStream, slot: StreamSlot, c: VoiceClient) {
+    private func play(_ blocks: [(at: UInt64, us: Int)], pieces: Int = 1,
+                      rate: Int = 48000) throws -> (cuts: Int, maxLeft: Int, s: LocalStream, slot: StreamSlot, c: VoiceClient) {
         let c = try VoiceClient()
-        let (s, slot) = try discardingStream(on: c)
+        let (s, slot) = try discardingStream(on: c, inputRate: rate)
         c.setInputMode(.continuous)
         var cuts = 0, maxLeft = 0
         for (k, b) in blocks.enumerated() {
             while let d = slot.lock.withLock({ s.deadline }), d <= b.at { slot.lock.withLock { s.pump(now: d) } }
             if k > 0 && slot.lock.withLock({ s.deadline }) == nil { cuts += 1 }
-            let samples = b.us * 48 / 1000
+            let samples = b.us * rate / 1_000_000
             for p in 0..<pieces {
                 try feed(s, slot, samples: samples * (p + 1) / pieces - samples * p / pieces, at: b.at + UInt64(p) * 10_000)
             }
@@ -294,8 +294,29 @@ final class DryQueueTests: XCTestCase {
         XCTAssertEqual(r.cuts, 0)
         XCTAssertGreaterThanOrEqual(skipped, 44)
         XCTAssertLessThanOrEqual(skipped, 48)
-        // A host in real time, however jittery its blocks, skips nothing.
+        // A host in real time skips nothing: however jittery its blocks; at another rate
+        // (the resampler's start-up delay leaves every frame a constant block later
+        // than the first partial frame's time: not growth); after one stall, keeping
+        // its new phase; with a stretch of late blocks shorter than a window.
         let j = try play(blocks(0..<400, every: 20_000) { k in (k % 3) * 9_000 })
-        XCTAssertEqual(j.slot.lock.withLock { j.s.framesSkipped }, 0)
+        XCTAssertEqual(j.slot.lock.withLock { j.s.framesSkipped }, 0, "jittery blocks")
+        for (rate, us) in [(44100, 10_000), (16000, 5_000), (24000, 20_000)] {
+            let r = try play(blocks(0..<(10_000_000 / us), every: us), rate: rate)
+            XCTAssertEqual(r.slot.lock.withLock { r.s.framesSkipped }, 0, "\(rate) Hz in \(us / 1000) ms blocks")
+        }
+        let stall = try play(blocks(0..<400, every: 20_000) { k in k < 100 ? 0 : 30_000 })
+        XCTAssertEqual(stall.slot.lock.withLock { stall.s.framesSkipped }, 0, "one stall")
+        let stretch = try play(blocks(0..<400, every: 20_000) { k in (100..<115).contains(k) ? 25_000 : 0 })
+        XCTAssertEqual(stretch.slot.lock.withLock { stretch.s.framesSkipped }, 0, "15 late blocks")
+        // Frames fed ahead and sent late by the sender (its thread held off) are not the
+        // host's lateness.
+        let c = try VoiceClient()
+        let (f, fslot) = try discardingStream(on: c)
+        c.setInputMode(.continuous)
+        try feed(f, fslot, ms: 5000, at: t0)
+        pump(f, fslot, until: t0 + 1000 * ms)
+        fslot.lock.withLock { f.pump(now: t0 + 1450 * ms) }   // held off 450 ms: what was due goes at once
+        pump(f, fslot, until: t0 + 6000 * ms)
+        XCTAssertEqual(fslot.lock.withLock { f.framesSkipped }, 0, "a held-off sender thread")
     }
 }
