@@ -656,11 +656,12 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * blocks on 20 ms frames are one talkspurt), and a block may be fed in pieces (calls
  * within 1 ms of each other). A host slower than real time (a loop that sleeps a
  * block's length after each feed runs a few per cent slow) falls behind: each time
- * its frames have been a whole frame later than at the talkspurt's start for half a
- * second or more, a frame's time is skipped (listeners conceal one frame there)
- * instead of every later frame reaching listeners later, which they would take for
- * network jitter and answer with ever more delay (at 5 % slow their delay then
- * stays near 80 ms instead of growing past 300). A host's next block is
+ * its feeding has stayed a whole frame further behind real time than it was at its
+ * best earlier in the talkspurt, measured to the sample, for 25 to 50 frames (0.5-1 s
+ * of 20 ms frames), a frame's time is skipped (listeners conceal one frame there; at
+ * most one in five frames) instead of every later frame reaching listeners later,
+ * which they would take for network jitter and answer with ever more delay (at 5 %
+ * slow their delay then stays near 80 ms instead of growing past 300). A host's next block is
  * expected when the audio of its last block has passed (or a frame after the last
  * frame sent, if later); when the queue is still dry a slack after that (5 ms for a
  * host that feeds steadily, up to 40 ms for one whose blocks come late, learned

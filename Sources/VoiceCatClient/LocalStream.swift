@@ -16,15 +16,17 @@
 //     `driftSlackNs` early (a host whose clock runs a little fast) goes out at once
 //     and moves the schedule earlier, so pacing never accumulates delay. A host
 //     slower than real time (a feed-then-sleep loop; a slow capture clock) falls
-//     behind the schedule: once even the least lateness of its frames (the time each
-//     was complete against its slot) over the last `lagWindowFrames` to twice that
-//     is a whole frame more than the least of any earlier window of the talkspurt,
-//     the stream skips a frame's time (the timestamp advances by two frames, the seq
-//     by one), so listeners conceal one frame at that place instead of taking ever
-//     later frames for network jitter (their delay grew by hundreds of ms). A
-//     constant lateness (a resampler's start-up delay, a block's phase against the
-//     frames, one stall) is not growth; a stretch of late blocks shorter than a
-//     window is not either.
+//     behind the schedule: once even the least lateness of its feeds (`hostLag`: when
+//     its newest sample came against the schedule, to the sample, so a block's phase
+//     against the frames does not count) over the frames of the last
+//     `lagWindowFrames` to twice that is a whole frame more than the least of any
+//     earlier window of the talkspurt, the stream skips a frame's time (the timestamp
+//     advances by two frames, the seq by one; not on a frame that carries the marker,
+//     and at most one in `skipSpacingFrames`), so listeners conceal one frame at that
+//     place instead of taking ever later frames for network jitter (their delay grew
+//     by hundreds of ms). A constant lateness (a resampler's start-up delay, a stall
+//     whose phase the host keeps) is not growth; late blocks for less than a window
+//     are not either.
 //   * A real-time host's next block is expected when the last one's audio has
 //     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
 //     follow each other within `splitCallNs` are one block fed in pieces). When the
@@ -165,16 +167,19 @@ final class LocalStream {
     /// Frames taken from the queue in this talkspurt (sent or gated), and the frame
     /// times skipped for a host slower than real time.
     private var spurtFrames: UInt64 = 0
-    /// The least lateness (complete against due) of the frames taken in this
-    /// talkspurt's current window of `lagWindowFrames` and in the window before, and
-    /// the least of any window so far, the talkspurt's baseline (.max: none yet).
+    /// The host's lateness at its last feed (`hostLag`), and the least of it over the
+    /// frames taken in this talkspurt's current window of `lagWindowFrames` and in the
+    /// window before, and the least of any window so far, the talkspurt's baseline
+    /// (.max: none yet).
     static let lagWindowFrames = 25
+    static let skipSpacingFrames: UInt64 = 5
+    private var hostLagNs: UInt64 = 0
     private var lagMinNs: UInt64 = .max
     private var lagMinBeforeNs: UInt64 = .max
     private var lagBaselineNs: UInt64 = .max
     private var lagFrames = 0
-    /// When each queued frame was complete (the feed that completed it), by queue slot.
-    private let completedAt: UnsafeMutablePointer<UInt64>
+    /// The first frame of the talkspurt that may skip a frame's time.
+    private var skipAllowedAt: UInt64 = 0
     /// Frame times skipped because the host fell a frame behind real time.
     private(set) var framesSkipped: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
@@ -224,13 +229,11 @@ final class LocalStream {
         maxQueueSamples = max(2 * audio.frameSamples, queueMs * 48)
         queue = .allocate(capacity: maxQueueFrames * frameLength)
         queue.initialize(repeating: 0, count: maxQueueFrames * frameLength)
-        completedAt = .allocate(capacity: maxQueueFrames)
-        completedAt.initialize(repeating: 0, count: maxQueueFrames)
     }
 
     deinit {
         opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
-        queue.deallocate(); floatScratch.deallocate(); completedAt.deallocate()
+        queue.deallocate(); floatScratch.deallocate()
     }
 
     // MARK: feeding and pacing (slot lock held by the caller)
@@ -306,7 +309,6 @@ final class LocalStream {
     /// queued before them.
     private func fed(frames: Int, now: UInt64, queuedBefore: Int) {
         guard frames > 0 else { return pump(now: now) }
-        for i in queuedBefore..<queuedFrames { completedAt[(queueHead + i) % maxQueueFrames] = now }
         // Device capture feeds 48 kHz periods whatever rate it asked of the device.
         let rate = UInt64(externalFeed ? inputRate : 48000)
         let callNs = UInt64(frames) * 1_000_000_000 / rate
@@ -340,7 +342,7 @@ final class LocalStream {
         lastFedNs = now
         blockNs = callNs
         blockEndNs = now &+ callNs
-        pump(now: now, freshHead: queuedBefore == 0, late: endedDry ? late : 0)
+        pump(now: now, freshHead: queuedBefore == 0, late: endedDry ? late : 0, fed: true)
     }
 
     /// When a dry queue ends the talkspurt (the queue empty, a talkspurt running), and
@@ -363,8 +365,9 @@ final class LocalStream {
     /// Sends every frame that is due at `now`; ends a talkspurt that ran dry.
     /// `freshHead`: the head of the queue was completed by the block fed now;
     /// `late`: how late that block came against the end of the last one's audio,
-    /// when the talkspurt before it ended by the dry rule waiting for it.
-    func pump(now: UInt64, freshHead: Bool = false, late: UInt64 = 0) {
+    /// when the talkspurt before it ended by the dry rule waiting for it; `fed`: the
+    /// host fed just now (its lateness is measured).
+    func pump(now: UInt64, freshHead: Bool = false, late: UInt64 = 0, fed: Bool = false) {
         // Audio is waiting (a partial frame too): a talkspurt runs, so the partial is
         // sent, padded, once the host stops feeding. A talkspurt that starts with a
         // block that came late, after the last one was ended waiting for it, keeps the
@@ -374,6 +377,7 @@ final class LocalStream {
         if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) {
             startSpurt(at: late == 0 ? now : max(now &- late, min(now, resumeNs &- frameNs)))
         }
+        if fed && inSpurt { hostLagNs = hostLag(now) }
         var fresh = freshHead
         while queuedFrames > 0 {
             let due = anchorNs &+ spurtFrames &* frameNs
@@ -385,10 +389,12 @@ final class LocalStream {
                 anchorNs -= due - now
             }
             fresh = false
-            let complete = completedAt[queueHead]
-            if fellAFrameBehind(lag: complete > due ? complete - due : 0) {
+            noteLag(hostLagNs)
+            if !needMarker && spurtFrames >= skipAllowedAt && fellAFrameBehind() {
                 spurtFrames += 1
                 framesSkipped += 1
+                skipAllowedAt = spurtFrames + LocalStream.skipSpacingFrames
+                hostLagNs = hostLagNs > frameNs ? hostLagNs - frameNs : 0
             }
             let frame = queue + queueHead * frameLength
             queueHead = (queueHead + 1) % maxQueueFrames
@@ -420,11 +426,20 @@ final class LocalStream {
         return queuedFrames > 0 ? anchorNs &+ spurtFrames &* frameNs : dryEnd.at
     }
 
-    /// Notes how late a frame was complete against its slot; true when even the
-    /// least lateness over the last one to two windows is a whole frame more than the
-    /// talkspurt's baseline: the host runs slower than real time, and the stream skips
-    /// a frame's time (every later frame is then a frame less late).
-    private func fellAFrameBehind(lag: UInt64) -> Bool {
+    /// How late the host's newest sample came against the talkspurt's schedule. A
+    /// real-time host feeds audio once it has passed: sample P of the talkspurt (48 kHz;
+    /// taken, queued and pending, skipped frame times included) comes at anchor + P less
+    /// a frame (frame k's slot starts at anchor + k frames, when it is complete). Per
+    /// sample, so it stays put for a real-time host whatever its blocks' phase against
+    /// the frames or a resampler's; a host ahead of the schedule (a file) is not late.
+    private func hostLag(_ now: UInt64) -> UInt64 {
+        let fed = (spurtFrames &+ UInt64(queuedFrames)) &* UInt64(audio.frameSamples) &+ UInt64(reframer.pending)
+        let expected = anchorNs &+ fed &* 1_000_000_000 / 48000
+        return now &+ frameNs > expected ? now &+ frameNs &- expected : 0
+    }
+
+    /// Notes the host's lateness for a frame taken.
+    private func noteLag(_ lag: UInt64) {
         lagMinNs = min(lagMinNs, lag)
         lagFrames += 1
         if lagFrames == LocalStream.lagWindowFrames {
@@ -433,6 +448,12 @@ final class LocalStream {
             lagMinNs = .max
             lagFrames = 0
         }
+    }
+
+    /// True when even the least lateness over the last one to two windows is a whole
+    /// frame more than the talkspurt's baseline: the host runs slower than real time,
+    /// and the stream skips a frame's time (every later feed is then a frame less late).
+    private func fellAFrameBehind() -> Bool {
         guard lagMinBeforeNs != .max && lagBaselineNs != .max
                 && min(lagMinBeforeNs, lagMinNs) >= lagBaselineNs &+ frameNs else { return false }
         lagMinBeforeNs -= frameNs
@@ -450,6 +471,8 @@ final class LocalStream {
         lagMinBeforeNs = .max
         lagBaselineNs = .max
         lagFrames = 0
+        hostLagNs = 0
+        skipAllowedAt = 0
         if everSpurted {
             // The pause, in samples of wall-clock time, on top of the last frame.
             let pauseNs = now > resumeNs ? now - resumeNs : 0

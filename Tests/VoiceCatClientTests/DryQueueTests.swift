@@ -306,6 +306,10 @@ final class DryQueueTests: XCTestCase {
         }
         let stall = try play(blocks(0..<400, every: 20_000) { k in k < 100 ? 0 : 30_000 })
         XCTAssertEqual(stall.slot.lock.withLock { stall.s.framesSkipped }, 0, "one stall")
+        for shift in [21_000, 25_000] {   // 10 ms blocks: the talkspurt rides the stall out
+            let r = try play(blocks(0..<800, every: 10_000) { k in k < 200 ? 0 : shift })
+            XCTAssertEqual(r.slot.lock.withLock { r.s.framesSkipped }, 0, "one \(shift / 1000) ms stall, 10 ms blocks")
+        }
         let stretch = try play(blocks(0..<400, every: 20_000) { k in (100..<115).contains(k) ? 25_000 : 0 })
         XCTAssertEqual(stretch.slot.lock.withLock { stretch.s.framesSkipped }, 0, "15 late blocks")
         // Frames fed ahead and sent late by the sender (its thread held off) are not the
@@ -318,5 +322,58 @@ final class DryQueueTests: XCTestCase {
         fslot.lock.withLock { f.pump(now: t0 + 1450 * ms) }   // held off 450 ms: what was due goes at once
         pump(f, fslot, until: t0 + 6000 * ms)
         XCTAssertEqual(fslot.lock.withLock { f.framesSkipped }, 0, "a held-off sender thread")
+    }
+
+    func testARealTimeHostWhosePeriodsVaryByASampleSkipsNothing() throws {
+        // Device-like 20 ms periods of 959-961 samples (a converter's output), each fed
+        // when its audio has passed plus 0-5 ms of scheduling jitter, for 60 s; and exact
+        // 960-sample periods but one of 959 and one of 961. Per completed frame, a
+        // sample's shift moved the lateness by a whole frame (the frame completes a
+        // period later) and jitter then took it for growth: a skip, then every frame held.
+        var seed: UInt64 = 12345
+        func next(_ n: UInt64) -> UInt64 {
+            seed = seed &* 6364136223846793005 &+ 1442695040888963407
+            return (seed >> 33) % n
+        }
+        for varying in [true, false] {
+            let c = try VoiceClient()
+            let (s, slot) = try discardingStream(on: c)
+            c.setInputMode(.continuous)
+            var position = 0   // samples fed
+            var maxLeft = 0, cuts = 0
+            for k in 0..<3000 {
+                let n = varying ? 959 + Int(next(3)) : (k == 100 ? 959 : k == 1000 ? 961 : 960)
+                position += n
+                let at = t0 + UInt64(position) * 1_000_000_000 / 48000 + next(5_000_000)
+                pump(s, slot, until: at)
+                if k > 0 && slot.lock.withLock({ s.deadline }) == nil { cuts += 1 }
+                try feed(s, slot, samples: n, at: at)
+                if k > 100 { maxLeft = max(maxLeft, slot.lock.withLock { s.queuedFrames }) }
+            }
+            let skipped = slot.lock.withLock { s.framesSkipped }
+            XCTAssertEqual(skipped, 0, varying ? "959-961 sample periods" : "one 959 and one 961")
+            XCTAssertEqual(cuts, 0)
+            XCTAssertLessThanOrEqual(maxLeft, 1, "frames held back")
+        }
+    }
+
+    func testSkipsForAVerySlowHostAreSpreadOut() throws {
+        // 10 % slow: a frame behind every 10 frames. Each skip is one concealed frame at
+        // every listener: never two in a row (at most one in five frames).
+        let c = try VoiceClient()
+        let (s, slot) = try discardingStream(on: c)
+        c.setInputMode(.continuous)
+        var skipsAt: [Int] = []
+        for k in 0..<1500 {
+            let at = t0 + UInt64(k) * 22 * ms
+            pump(s, slot, until: at)
+            let before = slot.lock.withLock { s.framesSkipped }
+            try feed(s, slot, ms: 20, at: at)
+            if slot.lock.withLock({ s.framesSkipped }) > before { skipsAt.append(k) }
+        }
+        let gaps = zip(skipsAt, skipsAt.dropFirst()).map { $1 - $0 }
+        print("10 % slow host: \(skipsAt.count) skips in 1500 blocks, least gap \(gaps.min() ?? 0) blocks")
+        XCTAssertGreaterThanOrEqual(skipsAt.count, 120, "150 frames behind over 33 s")
+        XCTAssertGreaterThanOrEqual(gaps.min() ?? 99, 5)
     }
 }
