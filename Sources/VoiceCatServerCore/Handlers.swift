@@ -335,6 +335,7 @@ extension Server {
         let s = st.owner
         s.streams[st.streamID] = nil
         streamsBySSRC[st.ssrc] = nil
+        s.endedStreams.note(st.ssrc, nowMs: now)
         s.channel?.streams.removeAll { $0 === st }
         broadcast(s.channel, except: s, .remoteStreamRemoved(RemoteStreamRemoved(userID: s.userID, streamID: st.streamID, ssrc: st.ssrc)))
     }

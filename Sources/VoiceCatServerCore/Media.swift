@@ -73,7 +73,16 @@ extension Server {
 
         case .voice:
             guard let s = sessionsByAddress[from] else { counters.dropUnbound += 1; return }
-            guard let st = streamsBySSRC[header.ssrc], st.owner === s else { counters.dropSpoofedSSRC += 1; return }
+            guard let st = streamsBySSRC[header.ssrc], st.owner === s else {
+                // A frame of a stream this session just removed, still in flight, if it
+                // opens with the session's key; anything else names an ssrc not its own.
+                if s.endedStreams.contains(header.ssrc, nowMs: now), (try? MediaCrypto.open(d, key: s.media.receive)) != nil {
+                    counters.dropEndedStream += 1
+                } else {
+                    counters.dropSpoofedSSRC += 1
+                }
+                return
+            }
             let opened: (header: FrameHeader, length: Int)
             do { opened = try MediaCrypto.open(d, key: s.media.receive) } catch {
                 counters.dropAuthFailed += 1

@@ -54,6 +54,9 @@ public struct ServerCounters: Equatable, Sendable {
     public var dropOversize: UInt64 = 0
     public var dropUnbound: UInt64 = 0
     public var dropSpoofedSSRC: UInt64 = 0
+    /// Authentic frames of a stream its session removed within `EndedStreams.graceMs`
+    /// (in flight when it stopped or restarted the stream): not spoofing.
+    public var dropEndedStream: UInt64 = 0
     public var dropAuthFailed: UInt64 = 0
     public var dropReplay: UInt64 = 0
     public var dropRateLimited: UInt64 = 0
@@ -72,7 +75,7 @@ public struct ServerCounters: Equatable, Sendable {
 
     /// All drops of media datagrams.
     public var mediaDrops: UInt64 {
-        dropMalformed + dropOversize + dropUnbound + dropSpoofedSSRC + dropAuthFailed + dropReplay
+        dropMalformed + dropOversize + dropUnbound + dropSpoofedSSRC + dropEndedStream + dropAuthFailed + dropReplay
             + dropRateLimited + dropServerMuted + dropBindingCookie
     }
 
@@ -86,7 +89,7 @@ public struct ServerCounters: Equatable, Sendable {
             + "udp_in=\(udpIn) udp_out=\(udpOut) voice_in=\(voiceRelayedIn) voice_out=\(voiceRelayedOut) "
             + "keepalives=\(keepalivesEchoed) bindings=\(bindingsAccepted) binding_challenges=\(bindingChallenges) "
             + "drop_malformed=\(dropMalformed) drop_oversize=\(dropOversize) drop_unbound=\(dropUnbound) "
-            + "drop_spoofed_ssrc=\(dropSpoofedSSRC) drop_auth=\(dropAuthFailed) drop_replay=\(dropReplay) "
+            + "drop_spoofed_ssrc=\(dropSpoofedSSRC) drop_ended_stream=\(dropEndedStream) drop_auth=\(dropAuthFailed) drop_replay=\(dropReplay) "
             + "drop_rate=\(dropRateLimited) drop_muted=\(dropServerMuted) drop_cookie=\(dropBindingCookie) "
             + "drop_send=\(dropSendFailed) loss_reports=\(lossReports) loss_reports_ignored=\(lossReportsIgnored) "
             + "loss_feedback=\(lossFeedbackSent)"
@@ -246,6 +249,8 @@ final class Session {
     /// Position in `channel.members` (removal swaps the last member in).
     var memberIndex = 0
     var streams: [UInt32: Stream] = [:]
+    /// Streams of this session removed lately (their frames may still be in flight).
+    var endedStreams = EndedStreams()
     var epoch: UInt32 = 0
     var media: DirectionalKeys
     var bind: DirectionalKeys
@@ -291,6 +296,34 @@ final class Session {
     }
 
     func refreshPresenceEntry() { presenceEntry = presenceRecord.encoded(asField: UserList.usersField) }
+}
+
+/// The ssrcs of the last few streams a session removed, and when: a frame of one that
+/// comes within `graceMs` (sent before the client stopped or restarted the stream, and
+/// overtaken by its control message) is an ended stream's, not a spoofed ssrc. Fixed
+/// size: a session announcing and removing streams in a loop keeps four.
+struct EndedStreams {
+    static let graceMs: UInt64 = 2000
+    private var ssrcs: (UInt32, UInt32, UInt32, UInt32) = (0, 0, 0, 0)
+    private var atMs: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+    private var next = 0
+
+    mutating func note(_ ssrc: UInt32, nowMs: UInt64) {
+        switch next {
+        case 0: ssrcs.0 = ssrc; atMs.0 = nowMs
+        case 1: ssrcs.1 = ssrc; atMs.1 = nowMs
+        case 2: ssrcs.2 = ssrc; atMs.2 = nowMs
+        default: ssrcs.3 = ssrc; atMs.3 = nowMs
+        }
+        next = (next + 1) & 3
+    }
+
+    /// True when `ssrc` (never 0: no stream has it) was removed within `graceMs` of `nowMs`.
+    func contains(_ ssrc: UInt32, nowMs: UInt64) -> Bool {
+        func recent(_ s: UInt32, _ at: UInt64) -> Bool { s == ssrc && nowMs &- at <= EndedStreams.graceMs }
+        return ssrc != 0 && (recent(ssrcs.0, atMs.0) || recent(ssrcs.1, atMs.1) || recent(ssrcs.2, atMs.2)
+                             || recent(ssrcs.3, atMs.3))
+    }
 }
 
 /// Bytes queued for a socket: written at the tail, consumed from the head. Grows as

@@ -49,6 +49,35 @@ final class RelayTests: XCTestCase {
         XCTAssertNil(a.receiveDatagram(timeoutMs: 100), "the talker must not hear itself")
     }
 
+    func testFramesOfAStreamJustStoppedAreCountedAsEndedNotSpoofed() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 0, timestamp: 0, opus: randomOpus(40)))
+        XCTAssertNotNil(b.receiveVoice())
+        // Alex stops the stream. On a network a frame sent just before the stop can
+        // come after it; here one is sent once the server has removed the stream,
+        // which the server sees the same way.
+        a.send(.streamStop(StreamStop(streamID: 1)))
+        _ = try b.expect("RemoteStreamRemoved") { m -> RemoteStreamRemoved? in
+            if case .remoteStreamRemoved(let r) = m { return r }
+            return nil
+        }
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 1, timestamp: 960, opus: randomOpus(40)))
+        ts.waitFor("ended-stream frame dropped") { $0.dropEndedStream == 1 }
+        // The same ssrc under a key that is not Alex's, and another session naming it,
+        // are spoofing as before.
+        a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: 2, timestamp: 1920, opus: randomOpus(30), key: SymmetricKey.random()))
+        let mallory = try TestClient.login(port: ts.port, username: "mallory")
+        _ = try mallory.join("Lobby")
+        try mallory.bind()
+        mallory.sendDatagram(mallory.sealVoice(ssrc: ssrc, seq: 3, timestamp: 2880, opus: randomOpus(30)))
+        let c = ts.waitFor("spoofs dropped") { $0.dropSpoofedSSRC == 2 }
+        XCTAssertEqual(c.dropEndedStream, 1)
+        XCTAssertEqual(c.voiceRelayedIn, 1)
+        XCTAssertNil(b.receiveDatagram(timeoutMs: 200), "a dropped frame was relayed")
+    }
+
     func testBadMediaIsDroppedAndCountedWhileHonestClientsKeepWorking() throws {
         let ts = try TestServer()
         defer { ts.stop() }
