@@ -12,7 +12,7 @@ import pytest
 import voicecat
 from voicecat import DeviceKind, InputMode
 
-from conftest import ROOT, goertzel, tone, unique
+from conftest import ROOT, goertzel, numpy, read_wav, speak_to_wav, tone, unique, waveform_correlations
 
 EXAMPLES = os.path.join(ROOT, "examples", "python")
 
@@ -52,13 +52,14 @@ def test_speak_wav_record_mix_and_wait_for_talker_talk_through_a_server(server, 
     assert goertzel(left, 520) > 1000 * goertzel(left, 1300)
 
 
-def test_record_speakers_writes_each_talker_at_16k_mono(server, tmp_path):
-    speech = _tone_wav(tmp_path / "tone.wav", 520, 1.5, rate=22050)  # espeak-ng's rate: speak_wav.py resamples
+def test_record_speakers_writes_each_talker_at_16k_mono_from_the_first_word(server, tmp_path):
+    # espeak-ng's own 22050 Hz: speak_wav.py has the library resample it.
+    speech = speak_to_wav("Peter picked a peck of pickled peppers.", tmp_path / "speech.wav", tmp_path, rate=22050)
     outdir = tmp_path / "speakers"
     outdir.mkdir()
     common = ["127.0.0.1", str(server.port)]
     rec = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "record_speakers.py"), *common,
-                            unique("ex-speakers"), "Lobby", str(outdir), "4"], stdout=subprocess.PIPE, text=True)
+                            unique("ex-speakers"), "Lobby", str(outdir), "5"], stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)  # a head start only: a stream already there when it joins is recorded too
     talker = unique("ex-spk-talker")
     subprocess.run([sys.executable, os.path.join(EXAMPLES, "speak_wav.py"), *common, talker, "Lobby", str(speech)],
@@ -67,13 +68,27 @@ def test_record_speakers_writes_each_talker_at_16k_mono(server, tmp_path):
     assert rec.returncode == 0, log
     files = list(outdir.glob(f"{talker}-*.wav"))
     assert len(files) == 1 and f"wrote {files[0]}" in log, (log, files)
-    with wave.open(str(files[0]), "rb") as w:
-        assert (w.getnchannels(), w.getframerate(), w.getsampwidth()) == (1, 16000, 2)
-        pcm = array.array("h")
-        pcm.frombytes(w.readframes(w.getnframes()))
-    assert len(pcm) > 16000  # the 1.5 s tone and more
-    # goertzel() counts in 48 kHz samples: at 16 kHz, 520 Hz is 3 * 520 of its frequency scale.
-    assert goertzel(pcm, 3 * 520) > 1000 * goertzel(pcm, 3 * 1300)
+    channels, rate, pcm = read_wav(files[0])
+    assert (channels, rate) == (1, 16000)
+    _, _, spoken = read_wav(speech)
+    assert len(pcm) > len(spoken) * 16000 // 22050  # the whole sentence and more
+    if numpy is None:
+        return
+    # The recording starts when the stream appears (REMOTE_STREAM_ADDED), yet holds the
+    # sentence from its first sound: the best alignment of the reference (resampled to
+    # 16 kHz) puts its first sound inside the file, and the waveform matches.
+    ref16 = tmp_path / "ref16.wav"
+    subprocess.run(["sox", str(speech), "-r", "16000", str(ref16)], check=True)
+    reference = numpy.asarray(read_wav(ref16)[2], dtype=float)
+    recorded = numpy.asarray(pcm, dtype=float)
+    size = 1 << (len(recorded) + len(reference)).bit_length()
+    xc = numpy.fft.irfft(numpy.fft.rfft(recorded, size) * numpy.conj(numpy.fft.rfft(reference, size)), size)
+    lag = int(numpy.argmax(xc))
+    lag = lag - size if lag > size // 2 else lag  # the reference's start in the recording (may be < 0)
+    onset = int(numpy.argmax(numpy.abs(reference) > 0.05 * numpy.abs(reference).max()))
+    assert lag + onset >= 0, f"the first {-(lag + onset) / 16:.0f} ms of the first word are missing"
+    scores = waveform_correlations(recorded, reference, window=8000, search=800)
+    assert scores and sorted(scores)[len(scores) // 2] > 0.8, scores  # Opus at 32 kb/s: ~0.95
 
 
 def test_device_capture_to_device_playback_through_file_backed_pcms(server, tmp_path):
