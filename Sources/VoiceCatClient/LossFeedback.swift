@@ -29,6 +29,12 @@ extension VoiceClient {
     /// Network thread: sends the loss reports when they are due.
     func reportLosses(_ conn: ControlSender, media: inout MediaPathState, now: UInt64) {
         let interval = UInt64(config.lossReportMs)
+        // Nothing received: nothing to report and no timer (an idle client does not
+        // wake for it); the first report comes an interval after a stream appears.
+        guard receive.count > 0 else {
+            media.nextLossReportMs = now + interval
+            return
+        }
         guard interval > 0, now >= media.nextLossReportMs else { return }
         media.nextLossReportMs = now + interval
         media.lossReports.removeAll(keepingCapacity: true)
@@ -39,8 +45,11 @@ extension VoiceClient {
         try? conn.send(.receiverReport(ReceiverReport(reports: media.lossReports)))
     }
 
-    /// When the next loss report is due (network thread; .max: never).
-    func nextLossReportMs(_ media: MediaPathState) -> UInt64 { config.lossReportMs > 0 ? media.nextLossReportMs : .max }
+    /// When the next loss report is due (network thread; .max: never, or not while no
+    /// stream is received).
+    func nextLossReportMs(_ media: MediaPathState) -> UInt64 {
+        config.lossReportMs > 0 && receive.count > 0 ? media.nextLossReportMs : .max
+    }
 
     /// Network thread: the server's feedback for one of this session's streams. One
     /// that names no stream of ours (it stopped while the feedback was on its way) is

@@ -74,6 +74,44 @@ final class LivenessTests: XCTestCase {
         return cond()
     }
 
+    /// Voluntary context switches (sleeps) so far of each thread of this process named `name`, by thread id.
+    func switches(ofThreadsNamed name: String) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for tid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+            let base = "/proc/self/task/\(tid)/"
+            guard let comm = try? String(contentsOfFile: base + "comm", encoding: .utf8),
+                  comm.trimmingCharacters(in: .whitespacesAndNewlines) == name,
+                  let status = try? String(contentsOfFile: base + "status", encoding: .utf8) else { continue }
+            // Voluntary only: the thread went to sleep (preemption on a busy machine is not work it asked for).
+            out[tid] = status.split(separator: "\n").filter { $0.hasPrefix("voluntary_ctxt_switches") }
+                .compactMap { Int($0.split(separator: ":").last!.trimmingCharacters(in: .whitespaces)) }.reduce(0, +)
+        }
+        return out
+    }
+
+    /// Issue #15: an idle client (connected, joined, nothing sent, nothing received, no
+    /// consumer of the mix) does no periodic work beyond its keepalives: its network
+    /// thread sleeps from one keepalive (and control ping) to the next. It used to wake
+    /// every second for a loss report it had nothing to put in. With keepalives 20 s
+    /// apart, a 6 s window holds none.
+    func testAnIdleClientWakesOnlyForKeepalives() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let before = Set(switches(ofThreadsNamed: "vc-network").keys)
+        let (c, _) = try client(server.port, "idler", keepaliveMs: 20000)
+        defer { c.shutdown() }
+        let mine = switches(ofThreadsNamed: "vc-network").keys.filter { !before.contains($0) }
+        XCTAssertEqual(mine.count, 1, "the client's network thread")
+        guard let tid = mine.first else { return }
+        usleep(500_000)   // the join's messages
+        let s0 = switches(ofThreadsNamed: "vc-network")[tid] ?? 0
+        usleep(6_000_000)
+        let woke = (switches(ofThreadsNamed: "vc-network")[tid] ?? 0) - s0
+        // Nothing is due in 6 s (6 loss-report timers before).
+        print("idle client: network thread slept \(woke) times in 6 s")
+        XCTAssertLessThanOrEqual(woke, 2, "an idle client's network thread woke \(woke) times in 6 s")
+    }
+
     /// The default 5 s keepalive, a 5 s UDP cut while streaming: lost within 3 s of
     /// the last echo, rebound within 200 ms of the path's return, audio resumes.
     func testUDPCutOfFiveSecondsIsReportedAndRebound() throws {
