@@ -42,18 +42,15 @@ final class CaptureWorker {
     private let wakeup = Condition()
     private var thread: SystemThread?
 
-    /// Opens the device now (so the caller gets VC_ERR_DEVICE at once) and starts the thread.
+    /// Opens the device now (so the caller gets VC_ERR_DEVICE at once), or takes the
+    /// one the caller opened (`opened`, same device, channels and rate), and starts the thread.
     init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int, slot: StreamSlot,
-         streamID: UInt32, streams: StreamTable, raise: @escaping (ClientEvent) -> Void) throws {
+         streamID: UInt32, streams: StreamTable, opened: Capture? = nil, raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
         self.sampleRate = sampleRate
-        let first: Capture
-        do {
-            first = try Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality)
-        } catch let e as ClientError { throw e } catch {
-            throw ClientError.device("\(error)")
-        }
+        let first = try opened ?? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate,
+                                               quality: quality)
         let stop = self.stop, wakeup = self.wakeup
         thread = SystemThread(name: "vc-capture") { [unowned owner] in
             ThreadIdentity.mark(owner: owner, role: ThreadRole.capture.rawValue)
@@ -70,8 +67,12 @@ final class CaptureWorker {
         let converter: FormatConverter?
 
         static func open(backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int) throws -> Capture {
-            let d = try backend.open(device, direction: .capture, channels: channels, sampleRate: sampleRate,
-                                     periodFrames: sampleRate / 50)
+            let d: AudioDevice
+            do {
+                d = try backend.open(device, direction: .capture, channels: channels, sampleRate: sampleRate, periodFrames: sampleRate / 50)
+            } catch let e as ClientError { throw e } catch {
+                throw ClientError.device("\(error)")
+            }
             guard FormatConverter.rates.contains(d.sampleRate) else {
                 d.close()
                 throw ClientError.device("capture device \"\(device)\" runs at \(d.sampleRate) Hz, outside 8000..192000")
@@ -168,10 +169,10 @@ extension VoiceClient {
     // MARK: capture
 
     /// Starts device capture for a stream (deviceLock held).
-    func startCapture(_ s: LocalStream, device: String, channels: Int) throws {
+    func startCapture(_ s: LocalStream, device: String, channels: Int, opened: CaptureWorker.Capture? = nil) throws {
         let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, sampleRate: s.inputRate,
                                   quality: config.resamplerQuality, slot: s.slot, streamID: s.streamID,
-                                  streams: streams) { [unowned self] e in self.events.raise(e) }
+                                  streams: streams, opened: opened) { [unowned self] e in self.events.raise(e) }
         s.capture = w
         s.device = device
         s.inputChannels = channels

@@ -593,6 +593,14 @@ public final class VoiceClient {
                 guard phase == .connected else { throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected") }
                 guard channelAudio != nil else { throw ClientError.state("join a channel before starting a stream") }
             }
+            // A device stream opens its device before the stream is announced: one that
+            // cannot be opened is refused before the channel hears of the stream.
+            let device = device ?? "default"
+            var opened = try externalFeed ? nil : deviceLock.withLock { () throws -> CaptureWorker.Capture? in
+                audioSuspended ? nil : try CaptureWorker.Capture.open(backend: config.backend, device: device, channels: channels,
+                                                                        sampleRate: rate, quality: config.resamplerQuality)
+            }
+            defer { opened?.device.close() }   // not handed to the stream
             let sid = try streams.reserve()
             var installed = false
             defer { if !installed { streams.unreserve(sid) } }
@@ -609,8 +617,11 @@ public final class VoiceClient {
                 if !externalFeed {
                     do {
                         try deviceLock.withLock {
-                            if audioSuspended { s.device = device ?? "default"; return }
-                            try startCapture(s, device: device ?? "default", channels: channels)
+                            if audioSuspended { s.device = device; return }
+                            // Opened above (or, audio resumed since, now: that can still fail).
+                            let capture = opened
+                            opened = nil
+                            try startCapture(s, device: device, channels: channels, opened: capture)
                         }
                     } catch {
                         // The server already announced it: withdraw it again.

@@ -204,6 +204,8 @@ final class DeviceTests: XCTestCase {
     }
 
     func testMissingDeviceIsADeviceErrorWithTheReason() throws {
+        let sam = try client("sam")
+        let samLog = EventLog(sam)
         let alex = try client("alex")
         XCTAssertThrowsError(try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_no_such_device")) { e in
             guard case .device(let text)? = e as? ClientError else { return XCTFail("\(e)") }
@@ -215,6 +217,13 @@ final class DeviceTests: XCTestCase {
         }
         XCTAssertTrue(alex.isExternalPlayback, "a failed switch leaves external playback on")
         XCTAssertTrue(alex.remoteStreams().isEmpty)
+        // The device is opened before the stream is announced: the channel never hears
+        // of a stream that could not start (sam saw it added and removed 1 ms apart).
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        XCTAssertNotNil(samLog.wait { $0.type == .remoteStreamAdded && $0.ssrc == ssrc }, "the stream that started")
+        XCTAssertEqual(samLog.count(.remoteStreamAdded), 1, "\(samLog.events.map(\.type))")
+        XCTAssertEqual(samLog.count(.remoteStreamRemoved), 0)
         try definePCMs(captures: ["vc_cap_list": "/dev/null"], playbacks: [:])
         XCTAssertTrue(AlsaBackend.shared.listDevices(.capture).contains { $0.name == "vc_cap_list" })
     }
