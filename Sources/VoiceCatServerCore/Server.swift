@@ -245,8 +245,13 @@ public final class Server {
         if bits & EventMask.writable.rawValue != 0 || (failed && c.pendingOutput > 0) { flush(c) }
         guard !c.closed else { return }
         if c.readPaused {
-            // Hangups are reported even when reading is paused: the peer is gone.
+            // Hangups are reported even when reading is paused, and so is the peer's
+            // close (asked for while paused): the peer is gone, and what it sent but
+            // is not read yet has nobody to answer. Its session must not outlive it
+            // by the throttle's backlog (a client reconnecting at once was refused:
+            // its name was still connected).
             if failed { close(c, reason: "peer hung up") }
+            else if bits & EventMask.peerClosed.rawValue != 0 { close(c, reason: "peer closed the connection") }
             return
         }
         if failed || bits & EventMask.readable.rawValue != 0 { readControl(c) }
@@ -577,7 +582,7 @@ public final class Server {
     func updateInterest(_ c: Connection) {
         guard !c.closed else { return }
         var want: EventMask = []
-        if !c.readPaused { want.insert(.readable) }
+        if !c.readPaused { want.insert(.readable) } else { want.insert(.peerClosed) }
         if c.writeBlocked { want.insert(.writable) }
         guard want != c.interest else { return }
         do { try poll.modify(c.fd, want, data: c.token) } catch {

@@ -200,6 +200,28 @@ final class AbuseTests: XCTestCase {
         XCTAssertGreaterThan(ts.counters.controlThrottled, 0)
     }
 
+    /// A client that leaves while the server has paused reading it (its control rate
+    /// spent) is let go at once: its name can log in again right away. (A new-user
+    /// trial: 300 requests answered one by one, then vc_disconnect and vc_connect with
+    /// the same name, was refused "already connected": the server saw the close only
+    /// when the pause ended.)
+    func testAClientThatLeavesWhileThrottledIsLetGoAtOnce() throws {
+        let ts = try TestServer { $0.controlMessagesPerSecond = 1; $0.controlBurst = 5 }
+        defer { ts.stop() }
+        let c = try TestClient.login(port: ts.port, username: "hasty", openUDP: false)
+        // Hello took a token; four pings take the rest. Every answer is read, so the
+        // close below is a FIN, not a reset.
+        for i in 0..<4 {
+            c.send(.ping(Ping(timestamp: UInt64(i))))
+            guard case .pong = try c.receive(timeoutMs: 3000) else { return XCTFail("expected Pong") }
+        }
+        ts.waitFor("throttled") { $0.controlThrottled > 0 }   // paused for a second
+        c.close()
+        // Within the pause: the name is free again.
+        let again = try TestClient.login(port: ts.port, username: "hasty", openUDP: false)
+        again.close()
+    }
+
     func testPingFloodDoesNotRaiseAnotherListenersLateOrLostFrames() throws {
         let ts = try TestServer()
         defer { ts.stop() }
