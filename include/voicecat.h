@@ -152,8 +152,9 @@ typedef enum vc_event_type {
                                             talkspurt was played (while nothing renders the mix: frames arrive) */
     VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, kind, text = username: the talkspurt's last frame
                                             was played talk_hangover_ms ago (or no frame arrived for that long) */
-    VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding */
-    VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys */
+    VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding. code =
+                                            VC_ERR_TIMEOUT, text = for how long no echo came */
+    VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys; text = after how long */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
     VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, user_id, stream_id, kind, muted, hold, text = username:
                                             a remote publisher's own state of the stream (vc_set_stream_state) */

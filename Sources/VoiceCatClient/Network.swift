@@ -44,6 +44,8 @@ struct MediaPathState {
     var finalEnd: (code: Int32, text: String)?
     /// When the next loss report is due (LossFeedback.swift).
     var nextLossReportMs: UInt64 = 0
+    /// When the media path was last found lost (VC_EVENT_VOICE_DISCONNECTED).
+    var voiceLostAtMs: UInt64 = 0
     /// The reports being gathered, kept between reports so they allocate nothing once
     /// the array has grown to the streams received.
     var lossReports: [ReceptionReport] = []
@@ -635,8 +637,10 @@ extension VoiceClient {
                 if !media.voiceConnected {
                     media.voiceConnected = true
                     voiceConnected.store(true, ordering: .relaxed)
-                    events.raise(ClientEvent(type: .voiceReconnected))
-                    ClientLog.log(2, "voice reconnected")
+                    var e = ClientEvent(type: .voiceReconnected)
+                    e.text = "media path back after \(now &- media.voiceLostAtMs) ms"
+                    events.raise(e)
+                    ClientLog.log(2, "voice reconnected: \(e.text)")
                 }
             }
         }
@@ -673,8 +677,12 @@ extension VoiceClient {
         if media.voiceConnected && now &- media.lastSignMs > media.lostAfter(configured) {
             media.voiceConnected = false
             voiceConnected.store(false, ordering: .relaxed)
-            events.raise(ClientEvent(type: .voiceDisconnected))
-            ClientLog.log(1, "voice disconnected: no keepalive echo for \(now &- media.lastEchoMs) ms")
+            media.voiceLostAtMs = now
+            var e = ClientEvent(type: .voiceDisconnected)
+            e.code = VC_ERR_TIMEOUT
+            e.text = "no keepalive echo from the server for \(now &- media.lastEchoMs) ms; rebinding"
+            events.raise(e)
+            ClientLog.log(1, "voice disconnected: \(e.text)")
         }
         // One Rebind per loss (TCP delivers it; a control connection that stalls is
         // caught by its own liveness), then bindings every 0.1 s until one is answered.

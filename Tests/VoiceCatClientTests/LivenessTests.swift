@@ -141,6 +141,8 @@ final class LivenessTests: XCTestCase {
         proxy.setImpairment(upstream: cut, downstream: cut)
         let lost = log.wait(timeoutMs: 10_000) { $0.type == .voiceDisconnected }
         XCTAssertNotNil(lost, "the cut was never reported")
+        XCTAssertEqual(lost?.event.code, VC_ERR_TIMEOUT)
+        XCTAssertTrue(lost?.event.text.hasPrefix("no keepalive echo from the server for ") == true, lost?.event.text ?? "")
         let lostAfter = (lost?.ms ?? cutMs) - cutMs
         XCTAssertFalse(alex.connectionStats().voiceConnected)
         let target = cutMs + 5000
@@ -150,6 +152,7 @@ final class LivenessTests: XCTestCase {
         proxy.setImpairment(upstream: clean, downstream: clean)
         let back = log.wait(from: 0, timeoutMs: 10_000) { $0.type == .voiceReconnected }
         XCTAssertNotNil(back, "the path's return was never noticed")
+        XCTAssertTrue(back?.event.text.hasPrefix("media path back after ") == true, back?.event.text ?? "")
         let reboundAfter = (back?.ms ?? backMs) - backMs
         XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(sam, ssrc) > before + 25 }, "audio did not resume")
         let stats = alex.connectionStats()
