@@ -34,7 +34,9 @@ final class ControlConnection: ControlSender {
 
     /// Connects and runs the handshake. On a fingerprint mismatch `seenFingerprint`
     /// receives the server's fingerprint before the error is thrown.
-    init(address: SocketAddress, pinned: String?, deadlineMs: UInt64, cancel: Canceller, seenFingerprint: inout String?) throws {
+    /// `pinnedWhat` names where `pinned` came from, for the error when it does not match.
+    init(address: SocketAddress, pinned: String?, pinnedWhat: String = "the pinned", deadlineMs: UInt64, cancel: Canceller,
+         seenFingerprint: inout String?) throws {
         self.cancel = cancel
         do {
             socket = try Socket.connectTCP(address, deadlineMs: deadlineMs, cancel: cancel)
@@ -59,7 +61,7 @@ final class ControlConnection: ControlSender {
             (keys, fingerprint) = try hs.finish(serverHello: reply, pinnedFingerprint: pinned)
         } catch HandshakeError.fingerprintMismatch(let expected, let actual) {
             seenFingerprint = actual
-            throw ClientError.auth("server fingerprint \(actual) does not match the pinned \(expected)")
+            throw ClientError.auth("server fingerprint \(actual) does not match \(pinnedWhat) \(expected)")
         } catch {
             throw ClientError.protocolError("handshake failed: \(error)")
         }

@@ -209,8 +209,9 @@ public final class VoiceClient {
         var username: String
         var password: String
         /// The fingerprint to insist on: the host's pin, or (reconnects) the one the
-        /// first connect verified.
+        /// first connect verified; and which of the two, for the error.
         var pinned: String?
+        var pinnedWhat = "the pinned"
         /// The known-servers file to check and record in (nil: none).
         var storePath: String?
     }
@@ -270,6 +271,7 @@ public final class VoiceClient {
             link = l
             // Reconnects insist on the identity verified now.
             target.pinned = l.conn.fingerprint
+            target.pinnedWhat = "the one this session was established with,"
             target.storePath = nil
             try cond.withLock {
                 if destroyed || stopNetwork || cancel.isCancelled {
@@ -333,7 +335,8 @@ public final class VoiceClient {
         var seen: String? = nil
         let c: ControlConnection
         do {
-            c = try ControlConnection(address: address, pinned: t.pinned, deadlineMs: deadline, cancel: cancel, seenFingerprint: &seen)
+            c = try ControlConnection(address: address, pinned: t.pinned, pinnedWhat: t.pinnedWhat, deadlineMs: deadline, cancel: cancel,
+                                      seenFingerprint: &seen)
         } catch {
             cond.withLock { fingerprint = seen }
             throw error

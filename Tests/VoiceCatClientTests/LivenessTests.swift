@@ -280,4 +280,23 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(feeder.failedFeeds, 0)
         XCTAssertTrue(alex.isConnected && sam.isConnected)
     }
+
+    /// The server comes back on the same port with another identity: the reconnect is
+    /// refused (the session insists on the identity it was established with) and says
+    /// so, rather than naming a pin the host never set.
+    func testReconnectToAnotherServerIdentityIsRefusedAndSaysWhy() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, log) = try client(port, "alex", autoReconnect: true)
+        defer { alex.shutdown() }
+        server.stop()
+        server = try TestServer(freshIdentity: true, port: port)
+        let end = log.wait(timeoutMs: 20_000) { $0.type == .disconnected }
+        XCTAssertNotNil(end, "the reconnect was never given up")
+        let text = end?.event.text ?? ""
+        XCTAssertEqual(end?.event.code, VC_ERR_AUTH)
+        XCTAssertTrue(text.contains("does not match the one this session was established with"), text)
+        XCTAssertFalse(text.contains("pinned"), text)
+    }
 }
