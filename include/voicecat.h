@@ -15,6 +15,10 @@
  *    client records why in vc_last_error() (replacing the reason of any earlier
  *    failure), argument checks included; vc_client_create, vc_set_alsa_config and
  *    vc_list_devices, which take no client, record theirs for vc_last_error(NULL).
+ *    A stream that has ended (vc_stream_stop, withdrawn by the server, or ended with
+ *    the session or its channel) is unknown to later calls (VC_ERR_NOT_FOUND), and
+ *    vc_last_error says how it ended ("no stream 257: it ended with the session
+ *    (the server closed the connection)").
  *  - Config structs come from a `*_default()` function and are then edited by field
  *    name, so new fields never break old callers (see the ABI policy below).
  *  - Audio at the API is interleaved int16_t (or float, full scale ±1.0, in the

@@ -370,7 +370,7 @@ extension VoiceClient {
                     return refuse(m, "names no stream of this session (\(r.streamID))")
                 }
                 removedKind = kind
-                retire(r.streamID)
+                retire(r.streamID, why: "was withdrawn by the server")
             } else {
                 guard let who = remoteIdentity(ssrc: r.ssrc) else { return refuse(m, "ssrc \(r.ssrc) is not received") }
                 removedKind = who.kind.rawValue
@@ -497,7 +497,7 @@ extension VoiceClient {
     /// In no channel any more (a refused join): streams retired, remote streams removed.
     func leaveChannelLocally() {
         cond.withLock { channelID = 0; channelName = ""; channelAudio = nil }
-        for s in streams.all { retire(s.streamID) }
+        for s in streams.all { retire(s.streamID, why: "ended when the session left its channel") }
         removeAllRemote()
     }
 
@@ -534,7 +534,7 @@ extension VoiceClient {
             channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
             return channelName
         }
-        if !keepStreams { for s in streams.all { retire(s.streamID) } }
+        if !keepStreams { for s in streams.all { retire(s.streamID, why: "ended when the session moved to another channel") } }
         removeAllRemote()
         var e = ClientEvent(type: .channelJoined)
         e.channelID = r.channelID

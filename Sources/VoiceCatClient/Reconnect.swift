@@ -102,7 +102,7 @@ extension VoiceClient {
     func restore(_ link: Link, channel: String) throws {
         let deadline = MonotonicClock.milliseconds() + VoiceClient.reconnectAttemptMs
         guard !channel.isEmpty else {
-            for s in streams.all { retire(s.streamID) }
+            for s in streams.all { retire(s.streamID, why: "ended: the session was in no channel when it reconnected") }
             return
         }
         let oldAudio = cond.withLock { channelAudio }
@@ -149,7 +149,7 @@ extension VoiceClient {
             default: why = "unexpected reply \(reply.type)"
             }
             if let why {
-                retire(s.streamID)
+                retire(s.streamID, why: "could not be announced again after reconnecting: \(why)")
                 try? link.conn.send(.streamStop(StreamStop(streamID: s.streamID)))
                 var ev = ClientEvent(type: .error)
                 ev.code = VC_ERR_REJECTED
@@ -163,7 +163,7 @@ extension VoiceClient {
     /// Every local stream ends (reported once, with the reason).
     func lostStreams(_ why: String) {
         for s in streams.all {
-            retire(s.streamID)
+            retire(s.streamID, why: "is stopped: \(why)")
             var ev = ClientEvent(type: .error)
             ev.code = VC_ERR_REJECTED
             ev.streamID = s.streamID

@@ -66,6 +66,10 @@ final class StreamSlot {
     /// Between reserve() and install(): the stream is being announced.
     var reserved = false
     var generation: UInt32 = 0
+    /// The last stream this slot held, and why it ended (for the error of a later call
+    /// that names it: "no stream 257: it ended with the session (...)").
+    var endedID: UInt32 = 0
+    var endedWhy = ""
     var path: SendSnapshot?
     var packetsOut: UInt64 = 0
     var bytesOut: UInt64 = 0
@@ -114,7 +118,9 @@ final class StreamTable {
         guard let slot = slot(for: id) else { throw ClientError.notFound("no stream \(id)") }
         slot.lock.lock()
         defer { slot.lock.unlock() }
-        guard let s = slot.stream, s.streamID == id else { throw ClientError.notFound("no stream \(id)") }
+        guard let s = slot.stream, s.streamID == id else {
+            throw ClientError.notFound(slot.endedID == id ? "no stream \(id): it \(slot.endedWhy)" : "no stream \(id)")
+        }
         return try body(s, slot)
     }
 
@@ -153,11 +159,13 @@ final class StreamTable {
     }
 
     /// Takes a stream out of the table (its sends stop); returns it.
-    func remove(_ id: UInt32) -> LocalStream? {
+    func remove(_ id: UInt32, why: String) -> LocalStream? {
         guard let slot = slot(for: id) else { return nil }
         let s = slot.lock.withLock { () -> LocalStream? in
             guard let s = slot.stream, s.streamID == id else { return nil }
             slot.stream = nil
+            slot.endedID = id
+            slot.endedWhy = why
             slot.due.store(.max, ordering: .releasing)
             return s
         }

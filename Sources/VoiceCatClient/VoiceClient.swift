@@ -488,7 +488,7 @@ public final class VoiceClient {
     /// sockets; raises DISCONNECTED and delivers every pending event.
     func teardown(reason: Int32, text: String) {
         cond.withLock { if phase == .connected || phase == .reconnecting { phase = .closing } }
-        for s in streams.all { retire(s.streamID) }
+        for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))") }
         streams.publish(nil)
         output.setConnected(false)
         receive.removeAll()
@@ -513,9 +513,10 @@ public final class VoiceClient {
     }
 
     /// Takes a local stream out (stopped by the host, withdrawn by the server, or the
-    /// session ended): its capture stops, later feeds are refused.
-    func retire(_ id: UInt32) {
-        guard let s = streams.remove(id) else { return }
+    /// session ended): its capture stops, later calls naming it are refused with `why`
+    /// ("no stream 257: it " + why).
+    func retire(_ id: UInt32, why: String) {
+        guard let s = streams.remove(id, why: why) else { return }
         cond.withLock { _ = streamStates.removeValue(forKey: id) }
         localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)
@@ -649,7 +650,7 @@ public final class VoiceClient {
     public func stopStream(_ id: UInt32) throws {
         try refuseInCallback("vc_stream_stop")
         try failing { try streams.withStream(id) { s, _ in s.finish() } }
-        retire(id)
+        retire(id, why: "was stopped (vc_stream_stop)")
         try? cond.withLock { control }?.send(.streamStop(StreamStop(streamID: id)))
     }
 

@@ -299,4 +299,31 @@ final class LivenessTests: XCTestCase {
         XCTAssertTrue(text.contains("does not match the one this session was established with"), text)
         XCTAssertFalse(text.contains("pinned"), text)
     }
+
+    /// A stream ended by the session's end, or stopped, is refused by name with why: a
+    /// host feeding after the server went away learns that the session ended, not only
+    /// "no stream 257".
+    func testCallsOnAStreamThatEndedSayWhyItEnded() throws {
+        let server = try TestServer()
+        let (alex, log) = try client(server.port, "alex")
+        defer { alex.shutdown() }
+        let pcm = [Int16](repeating: 0, count: 960)
+        func feedError(_ sid: UInt32) -> String {
+            do { try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: 960, channels: 1) } } catch {
+                guard case .notFound(let text)? = error as? ClientError else { return "\(error)" }
+                return text
+            }
+            return "accepted"
+        }
+        let stopped = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        try alex.stopStream(stopped)
+        XCTAssertEqual(feedError(stopped), "no stream \(stopped): it was stopped (vc_stream_stop)")
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        server.stop()
+        XCTAssertNotNil(log.wait(timeoutMs: 10_000) { $0.type == .disconnected })
+        let text = feedError(sid)
+        print("feed after the server went away: \(text)")
+        XCTAssertTrue(text.hasPrefix("no stream \(sid): it ended with the session ("), text)
+        XCTAssertEqual(feedError(12345), "no stream 12345")
+    }
 }
