@@ -784,7 +784,11 @@ int vc_set_input_mode(vc_client *c, vc_input_mode mode);
  */
 int vc_set_vad(vc_client *c, float threshold, uint32_t hang_ms);
 
-/** Push-to-talk key state (used in VC_INPUT_PTT mode). Callback-safe: yes. */
+/**
+ * Push-to-talk key state (used in VC_INPUT_PTT mode): `active` nonzero = pressed, 0 =
+ * released (any nonzero value counts as pressed, as a C truth value).
+ * Callback-safe: yes.
+ */
 int vc_set_push_to_talk(vc_client *c, int active);
 
 /* ---- Users, channels and administration -------------------------------------- */
