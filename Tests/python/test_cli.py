@@ -3,10 +3,12 @@ and correlate; and each failure with its exit status."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import wave
 
 
@@ -113,6 +115,23 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     voicecat_cmd("speak", check=2)
     voicecat_cmd("record", str(tmp_path / "x.wav"), check=2)
     voicecat_cmd("nonsense", check=2)
+
+
+def test_record_interrupted_by_ctrl_c_writes_what_it_recorded(server, tmp_path):
+    """Ctrl-C (SIGINT) ends `voicecat record` with exit status 130 and files that hold
+    what was recorded until then (they were empty, or an older recording, before)."""
+    out = tmp_path / "cut.wav"
+    out.write_bytes(b"an older file")
+    recorder, lines, reader = start_recorder(server, str(out), "--seconds", "60", "--per-speaker",
+                                             "--user", unique("cli-cut"))
+    time.sleep(1.5)
+    recorder.send_signal(signal.SIGINT)
+    assert recorder.wait(timeout=20) == 130
+    reader.join()
+    assert any("interrupted" in line for line in lines), lines
+    channels, rate, pcm = read_wav(out)
+    assert (channels, rate) == (2, 48000)
+    assert 0.5 < len(pcm) / 2 / rate < 10, len(pcm)
 
 
 def test_devices_lists_both_kinds(tmp_path):

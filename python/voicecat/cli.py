@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import array
 import getpass
+import inspect
 import json
 import logging
 import math
@@ -36,31 +37,35 @@ from . import (DEFAULT_PORT, SAMPLE_RATE, AuthError, Client, DeviceError, Device
 
 
 class ExitCode(IntEnum):
-    """What the command's exit status means."""
+    """What the command's exit status means (``_EXIT_MEANINGS``)."""
 
     OK = 0
     FAILED = 1
-    """Any other failure (the message says which)."""
     USAGE = 2
-    """Bad command line."""
     UNREACHABLE = 3
-    """The server could not be reached or did not answer (network, timeout, protocol, version)."""
     AUTH = 4
-    """Wrong password, or the server's fingerprint is not the pinned one."""
     REFUSED = 5
-    """The server refused: username taken, server full, no such channel, a limit."""
     DEVICE = 6
-    """An audio device could not be opened."""
     FILE = 7
-    """The input file cannot be read or is not 16-bit PCM WAV at 8000..192000 Hz, or the output cannot be written."""
     LIBRARY = 8
-    """libvoicecat could not be loaded."""
     INTERRUPTED = 130
-    """Stopped with Ctrl-C."""
 
 
-_EXIT_HELP = "exit status:\n" + "\n".join(
-    f"  {code.value:<4} {(code.__doc__ or code.name).strip()}" for code in ExitCode)
+_EXIT_MEANINGS = {
+    ExitCode.OK: "Done.",
+    ExitCode.FAILED: "Any other failure (the message says which).",
+    ExitCode.USAGE: "Bad command line.",
+    ExitCode.UNREACHABLE: "The server could not be reached or did not answer (network, timeout, protocol, version).",
+    ExitCode.AUTH: "Wrong password, or the server's fingerprint is not the pinned one.",
+    ExitCode.REFUSED: "The server refused: username taken, server full, no such channel, a limit.",
+    ExitCode.DEVICE: "An audio device could not be opened.",
+    ExitCode.FILE: "The input file cannot be read or is not 16-bit PCM WAV at 8000..192000 Hz, or the output "
+                   "cannot be written.",
+    ExitCode.LIBRARY: "libvoicecat could not be loaded.",
+    ExitCode.INTERRUPTED: "Stopped with Ctrl-C (record writes what it recorded until then).",
+}
+
+_EXIT_HELP = "exit status:\n" + "\n".join(f"  {code.value:<4} {_EXIT_MEANINGS[code]}" for code in ExitCode)
 
 
 class CommandError(Exception):
@@ -297,27 +302,40 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
         _note(args, f"recording {args.seconds:g} s of {args.channel} on {where} to {args.out}")
         deadline = time.monotonic() + args.seconds + 10
         names: Dict[int, str] = {}
-        while not done.is_set():
-            if time.monotonic() > deadline:
-                raise CommandError(ExitCode.FAILED, "the mix stopped coming")
-            for event in client.events(timeout=0.1):
-                logging.getLogger("voicecat.cli").info("%s", event)
-                if event.type == EventType.TALK_START:
-                    talkers.add(event.user_id)
-                elif event.type == EventType.DISCONNECTED:
-                    raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {event.text}")
-                elif event.type in (EventType.RECONNECTING, EventType.RECONNECTED):
-                    _note(args, f"{event}")
-            if args.per_speaker and any(s.user_id not in names for s in list(speakers.values())):
-                names.update((s.user_id, s.username) for s in client.remote_streams())
-            progress.update("record", have[0] / rate, args.seconds)
+        # Ctrl-C, or the session or the mix lost, ends the recording early: what was
+        # recorded until then is still written, then the error is reported.
+        stopped_by: Optional[BaseException] = None
+        try:
+            while not done.is_set():
+                if time.monotonic() > deadline:
+                    raise CommandError(ExitCode.FAILED, "the mix stopped coming")
+                for event in client.events(timeout=0.1):
+                    logging.getLogger("voicecat.cli").info("%s", event)
+                    if event.type == EventType.TALK_START:
+                        talkers.add(event.user_id)
+                    elif event.type == EventType.DISCONNECTED:
+                        raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {event.text}")
+                    elif event.type in (EventType.RECONNECTING, EventType.RECONNECTED):
+                        _note(args, f"{event}")
+                if args.per_speaker and any(s.user_id not in names for s in list(speakers.values())):
+                    names.update((s.user_id, s.username) for s in client.remote_streams())
+                progress.update("record", have[0] / rate, args.seconds)
+        except (KeyboardInterrupt, CommandError) as e:
+            stopped_by = e
         progress.finish()
         client.set_sink(None)
         if args.per_speaker:
             client.set_speaker_sink(None)
             if any(s.user_id not in names for s in speakers.values()):
-                names.update((u.user_id, u.username) for u in client.users())
-        client.disconnect()
+                try:
+                    names.update((u.user_id, u.username) for u in client.users())
+                except VoiceCatError:  # the session is gone: the files are named by user id
+                    pass
+        try:
+            client.disconnect()
+        except VoiceCatError:  # already disconnected
+            pass
+    wanted = min(wanted, have[0])  # all of it, or what came before the stop
     data = b"".join(chunks)[:wanted * frame_bytes]
     _write_wav(args.out, data, rate, channels)
     _say(args, f"recorded {len(data) / frame_bytes / rate:.2f} s to {args.out} "
@@ -329,6 +347,8 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
         _write_wav(path, pcm, rate, channels)
         _say(args, f"recorded ssrc {speaker.ssrc} of user {speaker.user_id} to {path} "
                    f"(peak {_peak_dbfs(pcm):.1f} dBFS)")
+    if stopped_by is not None:
+        raise stopped_by
     return ExitCode.OK
 
 
@@ -493,8 +513,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, fn: Callable[[argparse.Namespace], ExitCode], parents: Sequence[argparse.ArgumentParser],
             ) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, parents=list(parents), help=(fn.__doc__ or "").strip().split("\n")[0],
-                           description=fn.__doc__, epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        p = sub.add_parser(name, parents=list(parents), help=doc.split("\n")[0],
+                           description=doc, epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=fn)
         return p
 
