@@ -24,6 +24,9 @@ def main() -> None:
         channels, rate = w.getnchannels(), w.getframerate()
         pcm = w.readframes(w.getnframes())
     with voicecat.Client("speak_wav.py", external_playback=True) as client:
+        # Send all of it: the default voice-activity gate would drop the quiet start
+        # of words (synthesized speech, a file).
+        client.set_input_mode(voicecat.InputMode.CONTINUOUS)
         client.connect(host, port, user)
         print(f"speak_wav.py: connected, server fingerprint {client.fingerprint}")
         client.join(channel)
