@@ -43,8 +43,16 @@ public final class FormatConverter {
     /// hands the input back untouched.
     public var isIdentity: Bool { resampler == nil && inChannels == outChannels }
 
+    /// Skips the resampler's filter delay at the start and at each reset (the first
+    /// block is shorter, the latency lower), or keeps it (`false`: every block as long
+    /// as the input gives, the output delayed by `latencyFrames`).
+    public let skipsFilterDelay: Bool
+
+    /// `skipFilterDelay: false` for a converter whose blocks must stay in step with
+    /// another converter's that started earlier (a speaker's tap beside the mix: each
+    /// render's blocks then cover the same span of audio).
     public init(inRate: Int, outRate: Int, inChannels: Int, outChannels: Int, maxInFrames: Int,
-                quality: Int = FormatConverter.defaultQuality) throws(ConverterError) {
+                quality: Int = FormatConverter.defaultQuality, skipFilterDelay: Bool = true) throws(ConverterError) {
         guard FormatConverter.rates.contains(inRate), FormatConverter.rates.contains(outRate) else {
             throw ConverterError("sample rates must be within 8000..192000 Hz (got \(inRate) → \(outRate))")
         }
@@ -59,6 +67,7 @@ public final class FormatConverter {
         self.inChannels = inChannels; self.outChannels = outChannels
         self.maxInFrames = maxInFrames
         self.quality = quality
+        skipsFilterDelay = skipFilterDelay
         coreChannels = min(inChannels, outChannels)
         // The resampler gives at most ceil(in × out / in) + 1 frames per call.
         maxOutFrames = inRate == outRate ? maxInFrames : (maxInFrames * outRate + inRate - 1) / inRate + 2
@@ -70,7 +79,7 @@ public final class FormatConverter {
             }
             // Start with the filter's delay skipped: the first block is shorter, the
             // latency lower.
-            speex_resampler_skip_zeros(st)
+            if skipFilterDelay { speex_resampler_skip_zeros(st) }
             resampler = st
         } else {
             resampler = nil
@@ -95,7 +104,7 @@ public final class FormatConverter {
     public func reset() {
         if let r = resampler {
             speex_resampler_reset_mem(r)
-            speex_resampler_skip_zeros(r)
+            if skipsFilterDelay { speex_resampler_skip_zeros(r) }
         }
     }
 

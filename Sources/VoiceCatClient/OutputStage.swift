@@ -161,10 +161,17 @@ final class OutputStage {
 
     deinit { pullMix.deallocate(); pullRest.deallocate() }
 
-    static func mixConverter(for f: OutputFormat, quality: Int) throws -> FormatConverter {
+    /// A converter from the engine's 48 kHz stereo to `f`. The mix's skips the
+    /// resampler's filter delay once, at its start (its first block is that much
+    /// shorter); a speaker's tap (`tap`) keeps it, at its start and at each new stream,
+    /// so each of its blocks is as long as the mix block of the same render and covers
+    /// the same audio. (Skipped there too, a stream's first block came short by it, 33
+    /// frames at 44.1 kHz and 32 at 16 kHz at quality 4, and a host placing a speaker's
+    /// blocks by the mix frames delivered so far put them that much early.)
+    static func mixConverter(for f: OutputFormat, quality: Int, tap: Bool = false) throws -> FormatConverter {
         do {
             return try FormatConverter(inRate: 48000, outRate: f.sampleRate, inChannels: 2, outChannels: f.channels,
-                                       maxInFrames: OutputStage.block, quality: quality)
+                                       maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: !tap)
         } catch { throw ClientError.invalidArgument("\(error)") }
     }
 
@@ -321,7 +328,7 @@ final class OutputStage {
         return try receive.slots.map { s in
             let current = renderLock.withLock { s.tapConverter }
             if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
-            return try OutputStage.mixConverter(for: f, quality: quality)
+            return try OutputStage.mixConverter(for: f, quality: quality, tap: true)
         }
     }
 
