@@ -112,6 +112,9 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     not_wav.write_text("hello")
     voicecat_cmd("speak", str(not_wav), server=server, check=7)
     voicecat_cmd("record", str(tmp_path / "no-such-dir" / "x.wav"), "--seconds", "1", server=server, check=7)
+    # Arguments the library refuses are usage errors too.
+    voicecat_cmd("ping", "--fingerprint", "00", server=server, check=2)
+    voicecat_cmd("ping", "--user", "a\nb", server=server, check=2)
     voicecat_cmd("speak", check=2)
     voicecat_cmd("record", str(tmp_path / "x.wav"), check=2)
     voicecat_cmd("nonsense", check=2)

@@ -65,6 +65,15 @@ def test_numpy_arrays_with_the_wrong_type_or_shape_are_refused(talker, mic):
     huge = numpy.zeros(2**32 + 960, dtype=numpy.int16)
     _refused(talker, mic, huge, ValueError, "at most 4294967295")
     del huge
+    # ...checked before the array is copied or scanned: a zero-stride view of 16 GiB
+    # (a copy) or a float one (the NaN scan) is refused at once.
+    _refused(talker, mic, numpy.broadcast_to(numpy.zeros(1, numpy.int16), (2**32 + 10, 2)), ValueError,
+             "at most 4294967295")
+    _refused(talker, mic, numpy.broadcast_to(numpy.zeros(1, numpy.float32), (2**32 + 10,)), ValueError,
+             "at most 4294967295")
+    # A 2-D block names its channel count; a channels= argument must agree with it.
+    _refused(talker, mic, numpy.zeros((480, 1), dtype=numpy.int16), ValueError, "channels=2 was passed", channels=2)
+    assert mic.feed(numpy.zeros((480, 2), dtype=numpy.int16), channels=2) == 480
 
 
 def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
@@ -268,6 +277,18 @@ def test_leaving_a_stream_block_after_the_session_ended_is_quiet(server):
         assert mic.stopped
         with pytest.raises((voicecat.NotFound, voicecat.StateError)):
             c.start_stream().stop()
+
+
+def test_a_stream_that_ended_by_itself_says_it_is_stopped(server):
+    with joined(server, "err-ended") as c:
+        mic = c.start_stream()
+        assert not mic.stopped
+        c.join("Music")  # streams announced for another channel's audio end
+        assert mic.stopped
+        with pytest.raises(voicecat.NotFound, match=r"no stream \d+: it was withdrawn by the server"):
+            mic.feed(bytes(1920))
+        other = c.start_stream(channels=2)
+    assert other.stopped  # the client is closed
 
 
 def test_trust_on_first_use_records_the_server_and_refuses_a_changed_identity(server, tmp_path):

@@ -201,8 +201,16 @@ class Stream:
 
     @property
     def stopped(self) -> bool:
-        """True after :meth:`stop`."""
-        return self._stopped
+        """True after :meth:`stop`, once the client is closed, and once the stream
+        ended by itself (the server withdrew it; the session, or its channel, ended):
+        :meth:`feed` then raises NotFound saying how."""
+        handle = self._client._core.handle
+        if self._stopped or handle is None:
+            return True
+        # Asked of the library directly: a property does not raise a callback's
+        # pending error (the next call does).
+        rc = int(_lib.get().vc_stream_queued_ms(handle, self.id, ctypes.byref(ctypes.c_uint32())))
+        return rc == ErrorCode.NOT_FOUND or self._client.closed
 
     def __repr__(self) -> str:
         source = f"device={self.device!r}" if self.device else "external feed"
@@ -225,11 +233,9 @@ class Stream:
         byte count, StateError for a device stream, NoMemory when the queue
         (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
-        block = _pcm.pcm_block(pcm, self.channels if channels is None else channels)
+        block = _pcm.pcm_block(pcm, self.channels if channels is None else channels, explicit=channels is not None)
         if block.frames == 0:
             return 0
-        if block.frames > 0xFFFFFFFF:
-            raise ValueError(f"feed: {block.frames} frames in one call; at most {0xFFFFFFFF} (and what max_queue_ms holds)")
         name = "vc_stream_feed_pcm_f32" if block.f32 else "vc_stream_feed_pcm"
         with self._feed_lock:
             self._client._call(name, self.id, block.pointer, block.frames, block.channels)
@@ -537,9 +543,11 @@ class Client:
         rc = int(getattr(_lib.get(), name)(handle, *args))
         if rc < 0:
             if core.handle is None:
-                # Closed by another thread during the call (a connect it cancelled): the
-                # client, and its reason, are gone.
-                raise error_for(rc, f"the client was closed during {name}")
+                # Closed by another thread during the call (a connect it cancelled, a
+                # pull it cut short): the client, and its reason, are gone. Whatever the
+                # library's code (a destroyed handle reads as an invalid argument), to the
+                # program it is the closed client's StateError.
+                raise StateError(ErrorCode.STATE, f"the client was closed during {name}")
             raise error_for(rc, _last_error(handle))
         return rc
 
@@ -988,7 +996,8 @@ class Client:
 
     def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:
         """The oldest queued event, waiting up to ``timeout`` seconds (None: until one
-        comes or the client is closed); None when none came."""
+        comes or the client is closed); None when none came, and once the client is
+        closed (so :meth:`events` ends; :meth:`wait_event` raises StateError then)."""
         out = _lib.vc_event()
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000

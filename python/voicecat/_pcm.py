@@ -77,16 +77,36 @@ def _split(samples: int, channels: int, what: str) -> int:
     return samples // channels
 
 
-def _from_numpy(a: "npt.NDArray[Any]", channels: int) -> PcmBlock:
+#: The most sample frames one call can pass to the library (a uint32).
+MAX_FRAMES = 0xFFFFFFFF
+
+
+def _check_size(frames: int, what: str) -> None:
+    """Refuses a block the library cannot take, before anything is copied or scanned."""
+    if frames > MAX_FRAMES:
+        raise ValueError(f"{what}: {frames} frames in one call; at most {MAX_FRAMES} (and what max_queue_ms holds)")
+
+
+def _shape_channels(shape: Any, channels: int, explicit: bool, what: str) -> int:
+    """The channel count of a 2-D block: its second dimension, which an explicit
+    ``channels`` argument must not contradict."""
+    ch = int(shape[1])
+    if ch not in (1, 2):
+        raise ValueError(f"{what}: the second dimension is the channel count, 1 or 2")
+    if explicit and ch != channels:
+        raise ValueError(f"{what} holds {ch} channel(s), but channels={channels} was passed")
+    return ch
+
+
+def _from_numpy(a: "npt.NDArray[Any]", channels: int, explicit: bool) -> PcmBlock:
     np = require_numpy("feeding a numpy array")
     if a.ndim == 1:
         ch = channels
     elif a.ndim == 2:
-        ch = int(a.shape[1])
-        if ch not in (1, 2):
-            raise ValueError(f"array of shape {a.shape}: the second dimension is the channel count, 1 or 2")
+        ch = _shape_channels(a.shape, channels, explicit, f"array of shape {a.shape}")
     else:
         raise ValueError(f"array of shape {a.shape}: expected (frames,) or (frames, channels)")
+    _check_size(int(a.size) // ch, f"array of shape {a.shape}")
     if a.dtype.kind == "i" and a.dtype.itemsize == 2:
         data = np.ascontiguousarray(a, dtype=np.int16)  # copies only if strided or byte-swapped
     elif a.dtype.kind == "f" and a.dtype.itemsize in (4, 8):
@@ -101,7 +121,7 @@ def _from_numpy(a: "npt.NDArray[Any]", channels: int) -> PcmBlock:
     return PcmBlock(data.ctypes.data_as(_lib.c_int16_p), frames, ch, data)
 
 
-def _from_buffer(pcm: Any, channels: int) -> PcmBlock:
+def _from_buffer(pcm: Any, channels: int, explicit: bool) -> PcmBlock:
     try:
         view = memoryview(pcm)
     except TypeError:
@@ -112,9 +132,7 @@ def _from_buffer(pcm: Any, channels: int) -> PcmBlock:
     if view.format in _INT16_FORMATS:
         shape = view.shape or ()
         if len(shape) == 2:
-            ch = int(shape[1])
-            if ch not in (1, 2):
-                raise ValueError(f"{what} and shape {view.shape}: the second dimension is the channel count, 1 or 2")
+            ch = _shape_channels(shape, channels, explicit, f"{what} and shape {view.shape}")
         elif len(shape) != 1:
             raise ValueError(f"{what} and shape {view.shape}: expected (frames,) or (frames, channels)")
     elif view.format in _BYTE_FORMATS:
@@ -125,6 +143,7 @@ def _from_buffer(pcm: Any, channels: int) -> PcmBlock:
         raise ValueError(f"{what} (item size {view.itemsize}): expected int16 samples (format 'h', item size 2) "
                          "or raw bytes; convert float audio with numpy")
     samples = view.nbytes // 2
+    _check_size(samples // ch, type(pcm).__name__)
     frames = _split(samples, ch, type(pcm).__name__)
     if not view.c_contiguous:
         arr: Any = (ctypes.c_int16 * samples).from_buffer_copy(view.tobytes())
@@ -135,18 +154,19 @@ def _from_buffer(pcm: Any, channels: int) -> PcmBlock:
     return PcmBlock(ctypes.cast(arr, _lib.c_int16_p), frames, ch, (arr, view))
 
 
-def pcm_block(pcm: PcmInput, channels: int) -> PcmBlock:
+def pcm_block(pcm: PcmInput, channels: int, explicit: bool = False) -> PcmBlock:
     """Checks ``pcm`` and returns its samples for C, int16 or float32 (see the module doc).
 
-    ``channels`` is the channel count of 1-D input (interleaved); 2-D input names its own.
+    ``channels`` is the channel count of 1-D input (interleaved); 2-D input names its
+    own, which must be ``channels`` when the caller passed it (``explicit``).
     """
     _check_channels(channels)
     if _np is not None and isinstance(pcm, _np.ndarray):
-        return _from_numpy(pcm, channels)
+        return _from_numpy(pcm, channels, explicit)
     if isinstance(pcm, (str, int, float)):
         raise TypeError(f"cannot feed {type(pcm).__name__}: pass a numpy array, bytes, bytearray, "
                         "memoryview or array('h') of int16 samples")
-    return _from_buffer(pcm, channels)
+    return _from_buffer(pcm, channels, explicit)
 
 
 def pcm_out(buffer: Any, channels: int, what: str) -> PcmBlock:

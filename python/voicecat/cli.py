@@ -32,7 +32,7 @@ from enum import IntEnum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO
 
 from . import (DEFAULT_PORT, SAMPLE_RATE, AuthError, Client, DeviceError, DeviceKind, EventType, InputMode,
-               LibraryError, NetworkError, NotFound, ProtocolError, Rejected, SpeakerBlock, StreamKind, Timeout,
+               InvalidArgument, LibraryError, NetworkError, NotFound, ProtocolError, Rejected, SpeakerBlock, StreamKind, Timeout,
                VersionMismatch, VoiceCatError, __version__, list_devices)
 
 
@@ -85,6 +85,8 @@ def _exit_code_for(error: VoiceCatError) -> ExitCode:
         return ExitCode.REFUSED
     if isinstance(error, DeviceError):
         return ExitCode.DEVICE
+    if isinstance(error, InvalidArgument):  # every argument came from the command line
+        return ExitCode.USAGE
     return ExitCode.FAILED
 
 
