@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -111,6 +112,24 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     not_wav = tmp_path / "text.wav"
     not_wav.write_text("hello")
     voicecat_cmd("speak", str(not_wav), server=server, check=7)
+    # WAVE_FORMAT_EXTENSIBLE headers (sox and many recorders write them) are read too;
+    # what is refused says why.
+    def extensible_wav(name, channels, bits, subformat=1, rate=44100):
+        frames = rate // 10
+        data = bytes(frames * channels * bits // 8)
+        fmt = (struct.pack("<HHIIHH", 0xFFFE, channels, rate, rate * channels * bits // 8, channels * bits // 8, bits)
+               + struct.pack("<HHI", 22, bits, 3) + struct.pack("<H", subformat) + bytes.fromhex("000000001000800000aa00389b71"))
+        path = tmp_path / name
+        path.write_bytes(b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(data)) + b"WAVE"
+                         + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data)
+        return path
+    spoke = voicecat_cmd("speak", str(extensible_wav("ext.wav", 2, 16)), "--user", unique("cli-ext"), "--tail", "0",
+                         "--channel", "Music", server=server, check=0)
+    assert "spoke 0.10 s" in spoke.stdout, spoke.stdout
+    three = voicecat_cmd("speak", str(extensible_wav("three.wav", 3, 16)), server=server, check=7)
+    assert "3 channels" in three.stderr, three.stderr
+    floats = voicecat_cmd("speak", str(extensible_wav("float.wav", 1, 32, subformat=3)), server=server, check=7)
+    assert "not integer PCM" in floats.stderr, floats.stderr
     voicecat_cmd("record", str(tmp_path / "no-such-dir" / "x.wav"), "--seconds", "1", server=server, check=7)
     # Arguments the library refuses are usage errors too.
     voicecat_cmd("ping", "--fingerprint", "00", server=server, check=2)

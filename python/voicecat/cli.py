@@ -171,18 +171,63 @@ def _join(args: argparse.Namespace, client: Client) -> None:
 # ---- speak ---------------------------------------------------------------------------------
 
 
+def _riff_pcm(path: str) -> "tuple[bytes, int, int, int, int]":
+    """(PCM, format tag, sample width in bytes, channels, rate) of a RIFF/WAVE file, its
+    chunks read directly: Python's wave module before 3.12 refuses WAVE_FORMAT_EXTENSIBLE
+    headers, which sox and many recorders write for 16-bit PCM too. The format tag is
+    1 (PCM) for an extensible header whose sub-format is PCM."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            raise CommandError(ExitCode.FILE, f"{path}: not a WAV file (no RIFF/WAVE header)")
+        fmt: Optional[bytes] = None
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                raise CommandError(ExitCode.FILE, f"{path}: not a complete WAV file (no {'data' if fmt else 'fmt'} chunk)")
+            cid, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+            if cid == b"fmt ":
+                fmt = f.read(size)
+                if len(fmt) < 16:
+                    raise CommandError(ExitCode.FILE, f"{path}: its fmt chunk is {len(fmt)} bytes, too short")
+            elif cid == b"data":
+                if fmt is None:
+                    raise CommandError(ExitCode.FILE, f"{path}: its data comes before its fmt chunk")
+                data = f.read(size)
+                break
+            else:
+                f.seek(size + (size & 1), os.SEEK_CUR)  # chunks are padded to an even size
+            if cid == b"fmt " and size & 1:
+                f.seek(1, os.SEEK_CUR)
+    tag = int.from_bytes(fmt[0:2], "little")
+    channels = int.from_bytes(fmt[2:4], "little")
+    rate = int.from_bytes(fmt[4:8], "little")
+    bits = int.from_bytes(fmt[14:16], "little")
+    if tag == 0xFFFE and len(fmt) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the sub-format GUID starts with the tag
+        tag = int.from_bytes(fmt[24:26], "little")
+    width = (bits + 7) // 8
+    if channels > 0 and width > 0:
+        data = data[:len(data) - len(data) % (channels * width)]  # a cut-off last frame
+    return data, tag, width, channels, rate
+
+
 def _read_wav(path: str) -> "tuple[bytes, int, int]":
-    """The file's PCM, channels and rate: 16-bit, mono or stereo, 8000..192000 Hz (the
-    library resamples to the channel's 48 kHz)."""
+    """The file's PCM, channels and rate: 16-bit PCM, mono or stereo, 8000..192000 Hz
+    (the library resamples to the channel's 48 kHz); plain or extensible WAV headers."""
     try:
-        with wave.open(path, "rb") as w:
-            rate, width, channels = w.getframerate(), w.getsampwidth(), w.getnchannels()
-            pcm = w.readframes(w.getnframes())
-    except (OSError, EOFError, wave.Error) as e:
-        raise CommandError(ExitCode.FILE, f"{path}: cannot read it as a WAV file ({e})") from e
+        pcm, tag, width, channels, rate = _riff_pcm(path)
+    except OSError as e:
+        raise CommandError(ExitCode.FILE, f"{path}: cannot read it ({e.strerror or e})") from e
+    fix = f"(convert: sox {path} -r 48000 -b 16 -c 1 out.wav)"
+    if tag != 1:
+        raise CommandError(ExitCode.FILE, f"{path}: sample format {tag:#06x} is not integer PCM; need 16-bit PCM {fix}")
     if width != 2 or not 8000 <= rate <= 192000 or channels not in (1, 2):
         raise CommandError(ExitCode.FILE, f"{path}: {rate} Hz, {8 * width}-bit, {channels} channels; need "
-                           f"16-bit mono or stereo at 8000..192000 Hz (convert: sox {path} -r 48000 -b 16 out.wav)")
+                           f"16-bit mono or stereo at 8000..192000 Hz {fix}")
+    if sys.byteorder != "little":  # WAV samples are little-endian; the library takes native int16
+        swapped = array.array("h", pcm)
+        swapped.byteswap()
+        pcm = swapped.tobytes()
     return pcm, channels, rate
 
 
