@@ -245,13 +245,19 @@ public final class Server {
         if bits & EventMask.writable.rawValue != 0 || (failed && c.pendingOutput > 0) { flush(c) }
         guard !c.closed else { return }
         if c.readPaused {
-            // Hangups are reported even when reading is paused, and so is the peer's
-            // close (asked for while paused): the peer is gone, and what it sent but
-            // is not read yet has nobody to answer. Its session must not outlive it
-            // by the throttle's backlog (a client reconnecting at once was refused:
-            // its name was still connected).
-            if failed { close(c, reason: "peer hung up") }
-            else if bits & EventMask.peerClosed.rawValue != 0 { close(c, reason: "peer closed the connection") }
+            // Hangups are reported even when reading is paused: the peer is gone. So is
+            // the close of a peer whose reading is paused by the control rate alone
+            // (asked for then, see updateInterest): what it sent beyond its rate and is
+            // not read yet is dropped, and its session does not outlive it by that
+            // backlog (a client reconnecting at once was refused: its name was still
+            // connected). Held requests (a password backoff) and a connection closing
+            // after its last message keep waiting for their time.
+            if failed {
+                close(c, reason: "peer hung up")
+            } else if bits & EventMask.peerClosed.rawValue != 0 {
+                flush(c)
+                if !c.closed { close(c, reason: "peer closed the connection (requests over its rate not read)") }
+            }
             return
         }
         if failed || bits & EventMask.readable.rawValue != 0 { readControl(c) }
@@ -582,7 +588,11 @@ public final class Server {
     func updateInterest(_ c: Connection) {
         guard !c.closed else { return }
         var want: EventMask = []
-        if !c.readPaused { want.insert(.readable) } else { want.insert(.peerClosed) }
+        if !c.readPaused {
+            want.insert(.readable)
+        } else if c.throttledUntilMs != nil && c.heldUntilMs == nil && c.phase != .closing {
+            want.insert(.peerClosed)   // dispatch: the peer's close ends it now
+        }
         if c.writeBlocked { want.insert(.writable) }
         guard want != c.interest else { return }
         do { try poll.modify(c.fd, want, data: c.token) } catch {
