@@ -43,14 +43,11 @@ public final class FormatConverter {
     /// hands the input back untouched.
     public var isIdentity: Bool { resampler == nil && inChannels == outChannels }
 
-    /// Skips the resampler's filter delay at the start and at each reset (the first
-    /// block is shorter, the latency lower), or keeps it (`false`: every block as long
-    /// as the input gives, the output delayed by `latencyFrames`).
-    public let skipsFilterDelay: Bool
-
-    /// `skipFilterDelay: false` for a converter whose blocks must stay in step with
-    /// another converter's that started earlier (a speaker's tap beside the mix: each
-    /// render's blocks then cover the same span of audio).
+    /// `skipFilterDelay`: skip the resampler's filter delay at the start (the first
+    /// block is shorter, the latency lower), or keep it (`false`: every block as long
+    /// as the input gives, the output delayed by `latencyFrames`), for a converter whose
+    /// blocks must stay in step with another's that started earlier (a speaker's tap
+    /// beside the mix: each render's blocks then cover the same span of audio).
     public init(inRate: Int, outRate: Int, inChannels: Int, outChannels: Int, maxInFrames: Int,
                 quality: Int = FormatConverter.defaultQuality, skipFilterDelay: Bool = true) throws(ConverterError) {
         guard FormatConverter.rates.contains(inRate), FormatConverter.rates.contains(outRate) else {
@@ -67,7 +64,6 @@ public final class FormatConverter {
         self.inChannels = inChannels; self.outChannels = outChannels
         self.maxInFrames = maxInFrames
         self.quality = quality
-        skipsFilterDelay = skipFilterDelay
         coreChannels = min(inChannels, outChannels)
         // The resampler gives at most ceil(in × out / in) + 1 frames per call.
         maxOutFrames = inRate == outRate ? maxInFrames : (maxInFrames * outRate + inRate - 1) / inRate + 2
@@ -100,11 +96,11 @@ public final class FormatConverter {
     }
 
     /// Forgets the signal so far (a new stream starts): no tail of the old one leaks
-    /// into the next block.
-    public func reset() {
+    /// into the next block. `skipFilterDelay` as at init.
+    public func reset(skipFilterDelay: Bool = true) {
         if let r = resampler {
             speex_resampler_reset_mem(r)
-            if skipsFilterDelay { speex_resampler_skip_zeros(r) }
+            if skipFilterDelay { speex_resampler_skip_zeros(r) }
         }
     }
 

@@ -32,6 +32,11 @@ extension VoiceClient {
         // Nothing received: nothing to report and no timer (an idle client does not
         // wake for it); the first report comes an interval after a stream appears.
         guard receive.count > 0 else {
+            media.lossReportsIdle = true
+            return
+        }
+        if media.lossReportsIdle {
+            media.lossReportsIdle = false
             media.nextLossReportMs = now + interval
             return
         }

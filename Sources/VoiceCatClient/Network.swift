@@ -42,8 +42,10 @@ struct MediaPathState {
     var pendingJoin: JoinChannelResult?
     /// The server ended the session for good (an admin kicked it): why; no reconnect.
     var finalEnd: (code: Int32, text: String)?
-    /// When the next loss report is due (LossFeedback.swift).
+    /// When the next loss report is due (LossFeedback.swift), and whether no stream
+    /// was received at the last look (the timer then stands).
     var nextLossReportMs: UInt64 = 0
+    var lossReportsIdle = true
     /// When the media path was last found lost (VC_EVENT_VOICE_DISCONNECTED).
     var voiceLostAtMs: UInt64 = 0
     /// The reports being gathered, kept between reports so they allocate nothing once
@@ -370,7 +372,8 @@ extension VoiceClient {
                     return refuse(m, "names no stream of this session (\(r.streamID))")
                 }
                 removedKind = kind
-                retire(r.streamID, why: "was withdrawn by the server")
+                retire(r.streamID, why: joinsPending.load(ordering: .relaxed) > 0
+                       ? "ended when the session moved to another channel" : "was withdrawn by the server")
             } else {
                 guard let who = remoteIdentity(ssrc: r.ssrc) else { return refuse(m, "ssrc \(r.ssrc) is not received") }
                 removedKind = who.kind.rawValue

@@ -163,15 +163,17 @@ final class OutputStage {
 
     /// A converter from the engine's 48 kHz stereo to `f`. The mix's skips the
     /// resampler's filter delay once, at its start (its first block is that much
-    /// shorter); a speaker's tap (`tap`) keeps it, at its start and at each new stream,
-    /// so each of its blocks is as long as the mix block of the same render and covers
-    /// the same audio. (Skipped there too, a stream's first block came short by it, 33
-    /// frames at 44.1 kHz and 32 at 16 kHz at quality 4, and a host placing a speaker's
-    /// blocks by the mix frames delivered so far put them that much early.)
-    static func mixConverter(for f: OutputFormat, quality: Int, tap: Bool = false) throws -> FormatConverter {
+    /// shorter). A speaker's tap skips it only when it starts with a new mix converter
+    /// (`skipFilterDelay`: a format change) and keeps it otherwise (the per-speaker
+    /// sink set later) and at each new stream (handOutSpeakers), so each of its
+    /// blocks is as long as the mix block of the same render and covers the same
+    /// audio. (Skipped at each new stream, a stream's first block came short by it,
+    /// 33 frames at 44.1 kHz and 32 at 16 kHz at quality 4, and a host placing a
+    /// speaker's blocks by the mix frames delivered so far put them that much early.)
+    static func mixConverter(for f: OutputFormat, quality: Int, skipFilterDelay: Bool = true) throws -> FormatConverter {
         do {
             return try FormatConverter(inRate: 48000, outRate: f.sampleRate, inChannels: 2, outChannels: f.channels,
-                                       maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: !tap)
+                                       maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: skipFilterDelay)
         } catch { throw ClientError.invalidArgument("\(error)") }
     }
 
@@ -295,7 +297,7 @@ final class OutputStage {
             // between two renders (a driver keeps running: it copies each converted
             // block out under the render lock).
             let conv = try OutputStage.mixConverter(for: f, quality: quality)
-            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet)
+            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet, withNewMix: true)
             let rest = UnsafeMutablePointer<Int16>.allocate(capacity: conv.maxOutFrames * f.channels)
             var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
             old = renderLock.withLock {
@@ -323,22 +325,25 @@ final class OutputStage {
 
     /// A converter to `f` for each receive slot (kept where one exists), or none when
     /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo).
-    private func speakerConverters(for f: OutputFormat, wanted: Bool) throws -> [FormatConverter?] {
+    /// `withNewMix`: the mix's converter starts now too (a format change).
+    private func speakerConverters(for f: OutputFormat, wanted: Bool, withNewMix: Bool = false) throws -> [FormatConverter?] {
         guard wanted && !f.isNative else { return Array(repeating: nil, count: receive.slots.count) }
         return try receive.slots.map { s in
             let current = renderLock.withLock { s.tapConverter }
             if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
-            return try OutputStage.mixConverter(for: f, quality: quality, tap: true)
+            return try OutputStage.mixConverter(for: f, quality: quality, skipFilterDelay: withNewMix)
         }
     }
 
-    /// Swaps the slots' converters (renderLock held); returns the ones replaced.
+    /// Swaps the slots' converters (renderLock held); returns the ones replaced. A new
+    /// converter starts with the slot's current stream (it has no memory to forget,
+    /// and its start is as mixConverter says); a kept one goes on undisturbed.
     private func installSpeakerConverters(_ fresh: [FormatConverter?]) -> [FormatConverter?] {
         var replaced: [FormatConverter?] = []
-        for (s, c) in zip(receive.slots, fresh) {
-            if s.tapConverter !== c { replaced.append(s.tapConverter) }
+        for (s, c) in zip(receive.slots, fresh) where s.tapConverter !== c {
+            replaced.append(s.tapConverter)
             s.tapConverter = c
-            s.tapConvertedSSRC = 0
+            s.tapConvertedSSRC = s.tapSSRC
         }
         return replaced
     }
@@ -577,7 +582,7 @@ final class OutputStage {
             var channels = 2
             if let conv = s.tapConverter {
                 if s.tapConvertedSSRC != s.tapSSRC {
-                    conv.reset()
+                    conv.reset(skipFilterDelay: false)   // in step with the mix (mixConverter)
                     s.tapConvertedSSRC = s.tapSSRC
                 }
                 (pcm, frames) = conv.convert(pcm, frames: frames)

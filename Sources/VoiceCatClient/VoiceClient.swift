@@ -90,6 +90,10 @@ public final class VoiceClient {
     let keepalivesLost = Atomic<UInt64>(0)
     /// Published local streams (the network thread probes the media path faster while any exist).
     let localStreamCount = Atomic<Int>(0)
+    /// vc_join_channel calls waiting for their reply: the server withdraws this
+    /// session's streams before it answers a move to another channel, and the streams
+    /// are then said to have ended with the move, not to have been withdrawn.
+    let joinsPending = Atomic<Int>(0)
 
     // Parts.
     let wake: WakeEvent
@@ -569,6 +573,8 @@ public final class VoiceClient {
         try refuseInCallback("vc_join_channel")
         if let p = NameRules.problem(name, what: "channel name") { throw fail(.invalidArgument(p)) }
         try failing {
+            joinsPending.wrappingAdd(1, ordering: .relaxed)
+            defer { joinsPending.wrappingSubtract(1, ordering: .relaxed) }
             let reply = try request({ .joinChannel(JoinChannel(name: name, requestID: $0)) }, expecting: .joinChannelResult,
                                     timeoutMs: timeoutMs)
             switch reply {
@@ -597,6 +603,9 @@ public final class VoiceClient {
                 guard phase == .connected else { throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected") }
                 guard channelAudio != nil else { throw ClientError.state("join a channel before starting a stream") }
             }
+            let sid = try streams.reserve()
+            var installed = false
+            defer { if !installed { streams.unreserve(sid) } }
             // A device stream opens its device before the stream is announced: one that
             // cannot be opened is refused before the channel hears of the stream.
             let device = device ?? "default"
@@ -605,9 +614,6 @@ public final class VoiceClient {
                                                                         sampleRate: rate, quality: config.resamplerQuality)
             }
             defer { opened?.device.close() }   // not handed to the stream
-            let sid = try streams.reserve()
-            var installed = false
-            defer { if !installed { streams.unreserve(sid) } }
             let reply = try request({ .streamAnnounce(StreamAnnounce(streamID: sid, kind: kind, channels: UInt32(channels), requestID: $0)) },
                                     expecting: .streamAnnounceResult, timeoutMs: 5000)
             switch reply {

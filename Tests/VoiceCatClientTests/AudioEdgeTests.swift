@@ -329,9 +329,11 @@ final class AudioEdgeTests: XCTestCase {
     /// stream, as the mix's does once: the stream's first block came short by it (33
     /// frames at 44.1 kHz, 32 at 16 kHz), and everything placed after it that early.
     func testPerSpeakerBlocksAtOtherRatesStayInStepWithTheMix() throws {
-        for (rate, channels) in [(44100, 2), (16000, 1)] {
+        // 44.1 kHz set before the sinks; 16 kHz set while the talker talks (both
+        // converters start anew between two renders).
+        for (rate, channels, midStream) in [(44100, 2, false), (16000, 1, true)] {
             let alex = try client("alex\(rate)"), sam = try client("sam\(rate)")
-            try sam.setOutputFormat(sampleRate: rate, channels: channels)
+            if !midStream { try sam.setOutputFormat(sampleRate: rate, channels: channels) }
             let lock = NSLock()
             var seq: [(mix: Bool, pcm: [Int16])] = []
             try sam.setSpeakerSink { b in
@@ -345,6 +347,11 @@ final class AudioEdgeTests: XCTestCase {
             usleep(200_000)   // the mix's converter runs before the stream comes
             alex.setInputMode(.continuous)
             let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let change = Thread {
+                usleep(700_000)
+                if midStream { try? sam.setOutputFormat(sampleRate: rate, channels: channels) }
+            }
+            change.start()
             feedRealtime(alex, sid, Signal.voiceLike(seconds: 1.5, amplitude: 0.3, f0: 220))
             usleep(400_000)
             try sam.setMixedSink(nil)
@@ -359,7 +366,9 @@ final class AudioEdgeTests: XCTestCase {
                 for k in 0..<s.count { worst = max(worst, abs(Int(s[k]) - Int(m[k]))) }
                 if s.contains(where: { abs($0) > 3000 }) { loud += 1 }
             }
-            print("\(rate) Hz \(channels) ch: \(pairs) renders with a speaker block (\(loud) with speech), "
+            let converted = all.filter { $0.mix && $0.pcm.count == (rate / 50) * channels }.count
+            XCTAssertGreaterThan(converted, 30, "blocks in the new format")
+            print("\(rate) Hz \(channels) ch\(midStream ? " (set mid-stream)" : ""): \(pairs) renders with a speaker block (\(loud) with speech), "
                   + "\(lengthDiffers) of another length than the mix's, largest difference \(worst)")
             XCTAssertGreaterThan(loud, 50, "the talker was heard")
             XCTAssertEqual(lengthDiffers, 0)

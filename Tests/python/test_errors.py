@@ -285,7 +285,7 @@ def test_a_stream_that_ended_by_itself_says_it_is_stopped(server):
         assert not mic.stopped
         c.join("Music")  # streams announced for another channel's audio end
         assert mic.stopped
-        with pytest.raises(voicecat.NotFound, match=r"no stream \d+: it was withdrawn by the server"):
+        with pytest.raises(voicecat.NotFound, match=r"no stream \d+: it ended when the session moved to another channel"):
             mic.feed(bytes(1920))
         other = c.start_stream(channels=2)
     assert other.stopped  # the client is closed

@@ -59,7 +59,7 @@ def test_record_speakers_writes_each_talker_at_16k_mono_from_the_first_word(serv
     outdir.mkdir()
     common = ["127.0.0.1", str(server.port)]
     rec = subprocess.Popen([sys.executable, os.path.join(EXAMPLES, "record_speakers.py"), *common,
-                            unique("ex-speakers"), "Lobby", str(outdir), "5"], stdout=subprocess.PIPE, text=True)
+                            unique("ex-speakers"), "Lobby", str(outdir), "8"], stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)  # a head start only: a stream already there when it joins is recorded too
     talker = unique("ex-spk-talker")
     subprocess.run([sys.executable, os.path.join(EXAMPLES, "speak_wav.py"), *common, talker, "Lobby", str(speech)],

@@ -178,6 +178,9 @@ def _riff_pcm(path: str) -> "tuple[bytes, int, int, int, int]":
     1 (PCM) for an extensible header whose sub-format is PCM."""
     with open(path, "rb") as f:
         head = f.read(12)
+        if len(head) >= 12 and head[:4] in (b"RF64", b"BW64") and head[8:12] == b"WAVE":
+            raise CommandError(ExitCode.FILE, f"{path}: an RF64 (64-bit) WAV file is not read; convert it: "
+                                              f"sox {path} -b 16 out.wav")
         if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
             raise CommandError(ExitCode.FILE, f"{path}: not a WAV file (no RIFF/WAVE header)")
         fmt: Optional[bytes] = None
@@ -203,7 +206,9 @@ def _riff_pcm(path: str) -> "tuple[bytes, int, int, int, int]":
     channels = int.from_bytes(fmt[2:4], "little")
     rate = int.from_bytes(fmt[4:8], "little")
     bits = int.from_bytes(fmt[14:16], "little")
-    if tag == 0xFFFE and len(fmt) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the sub-format GUID starts with the tag
+    if tag == 0xFFFE:  # WAVE_FORMAT_EXTENSIBLE: the sub-format GUID starts with the tag
+        if len(fmt) < 26:
+            raise CommandError(ExitCode.FILE, f"{path}: an extensible fmt chunk of {len(fmt)} bytes has no sub-format")
         tag = int.from_bytes(fmt[24:26], "little")
     width = (bits + 7) // 8
     if channels > 0 and width > 0:
@@ -290,14 +295,24 @@ def _speaker_path(out: str, username: str, ssrc: int) -> str:
 
 
 def _write_wav(path: str, pcm: bytes, rate: int, channels: int) -> None:
+    """Writes the WAV beside `path` and renames it into place: an interrupted write
+    leaves the file as it was, never half-written."""
+    part = path + ".part"
     try:
-        with wave.open(path, "wb") as w:
+        with wave.open(part, "wb") as w:
             w.setnchannels(channels)
             w.setsampwidth(2)
             w.setframerate(rate)
             w.writeframes(pcm)
-    except OSError as e:
-        raise CommandError(ExitCode.FILE, f"{path}: cannot write ({e})") from e
+        os.replace(part, path)
+    except BaseException as e:
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise CommandError(ExitCode.FILE, f"{path}: cannot write ({e})") from e
+        raise
 
 
 def cmd_record(args: argparse.Namespace) -> ExitCode:
@@ -333,8 +348,9 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
             speaker = speakers[block.ssrc] = _Speaker(block.ssrc, block.user_id, have[0])
         speaker.chunks.append(block.pcm)
 
-    try:  # fail on an unwritable output now, not after the recording
-        open(args.out, "ab").close()
+    try:  # fail on an unwritable output now, not after the recording (and leave OUT.wav as it is)
+        open(args.out + ".part", "wb").close()
+        os.unlink(args.out + ".part")
     except OSError as e:
         raise CommandError(ExitCode.FILE, f"{args.out}: cannot write ({e})") from e
     progress = Progress(args.progress)
@@ -367,7 +383,7 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
                 if args.per_speaker and any(s.user_id not in names for s in list(speakers.values())):
                     names.update((s.user_id, s.username) for s in client.remote_streams())
                 progress.update("record", have[0] / rate, args.seconds)
-        except (KeyboardInterrupt, CommandError) as e:
+        except (KeyboardInterrupt, CommandError, VoiceCatError) as e:
             stopped_by = e
         progress.finish()
         client.set_sink(None)
