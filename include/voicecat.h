@@ -358,8 +358,10 @@ typedef struct vc_connection_stats {
                                         0 = none yet */
     uint32_t control_rtt_ms;       /**< from the last Ping/Pong, whole ms (under 1 ms reads 1);
                                         0 = none yet */
-    uint64_t bytes_in, bytes_out;  /**< UDP payload bytes */
-    uint64_t packets_in, packets_out;
+    uint64_t bytes_in, bytes_out;  /**< UDP payload bytes: in, every media datagram received with a valid
+                                        header (voice, keepalive echoes, binding answers); out, the voice
+                                        frames sent (keepalives: keepalives_sent) */
+    uint64_t packets_in, packets_out; /**< the same datagrams, counted */
     uint64_t auth_failures;        /**< media datagrams that failed authentication */
     int32_t voice_connected;       /**< 1 while the media path is bound and answering */
     uint64_t keepalives_sent;      /**< media-path keepalives sent this session (every 0.5 s while streams
