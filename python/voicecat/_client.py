@@ -225,7 +225,8 @@ class Stream:
         int16 samples. int16 goes to the library as it is (``vc_stream_feed_pcm``), float
         as float32 (``vc_stream_feed_pcm_f32``; float64 is cast, float32 is passed
         without a copy when contiguous). 1-D input is interleaved with ``channels``
-        (default: the stream's) channels. The library resamples a stream whose rate is
+        (default: the stream's) channels; 2-D input names its own, and a ``channels``
+        passed with it must agree (ValueError). The library resamples a stream whose rate is
         not 48 kHz. It sends it in talkspurts paced at real time: audio fed in
         real time goes out at once, a whole file fed at once is heard at real time (see
         :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
