@@ -48,10 +48,12 @@
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
-//     fresh stream with no history plays it at once, unless a lower bound or the
-//     consumer's burst (setConsumerBurst: a host pulling several periods at a time)
-//     asks for frames in hand: then once that many are here, or it has waited that
-//     long). Pauses realign for free:
+//     fresh stream seeded with another stream's lateness (seed(from:): the receive
+//     path seeds each new stream from the others on the same server) counts it from
+//     its first frame; one with no history at all plays it at once, unless a lower
+//     bound or the consumer's burst (setConsumerBurst: a host pulling several
+//     periods at a time) asks for frames in hand: then once that many are here, or
+//     it has waited that long). Pauses realign for free:
 //     every talkspurt, and every comfort-noise update in a pause, starts there.
 //   * Late frames are waited for, not given up: a missing frame with nothing newer
 //     buffered holds the clock (the period is concealed) while the cushion is
@@ -103,6 +105,24 @@ public struct JitterStats: Equatable, Sendable {
     /// Talkspurts started in playout.
     public var talkspurts: UInt64 = 0
     public init() {}
+}
+
+/// One stream's lateness distribution, copied out of its buffer to start another
+/// stream on the same path with (JitterBuffer.copyLateness(into:), seed(from:)).
+/// Preallocated: copying allocates nothing.
+public final class LatenessPrior {
+    /// Share of frames per histogram bin (1/binsPerTick of a period of `frameMs`).
+    fileprivate let shares: UnsafeMutablePointer<Double>
+    fileprivate var frameMs = 0.0
+    /// Frames the distribution was learned from (0: nothing to seed with).
+    public fileprivate(set) var frames = 0
+
+    public init() {
+        shares = .allocate(capacity: JitterBuffer.histogramBins)
+        shares.initialize(repeating: 0, count: JitterBuffer.histogramBins)
+    }
+
+    deinit { shares.deallocate() }
 }
 
 public final class JitterBuffer {
@@ -183,6 +203,11 @@ public final class JitterBuffer {
         /// came within one period more (with no frame that late yet: one period; 0:
         /// always, up to waitTicks).
         public var waitLikelihood = 0.5
+        /// A stream seeded with another's lateness (seed(from:)) starts with it as if it
+        /// had come from this many of its own frames: enough to start the first
+        /// talkspurt with a cushion, little enough that the stream's own path takes
+        /// over within a few seconds (half the weight after as many frames).
+        public var priorFrames = 64.0
         public init() {}
     }
 
@@ -294,6 +319,9 @@ public final class JitterBuffer {
     /// ticks it was held at, and the time of the first of them (NaN: none, or no times).
     private var heldStartTicks = 0
     private var heldStartMs = Double.nan
+    /// The histogram holds a prior (seed(from:)) and no frame of this stream has set
+    /// the baseline yet.
+    private var seeded = false
 
     // Playout clock.
     private var playing = false
@@ -356,7 +384,48 @@ public final class JitterBuffer {
         starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan
         packetBytesAverage = 0; lastPlayedQuiet = false
         recoveryAvailable = false
+        seeded = false
         applyBounds()
+    }
+
+    // MARK: Lateness shared between streams
+
+    /// Frames whose lateness this buffer has learned from (its own, since reset).
+    public var framesObserved: Int { entries }
+
+    /// Copies what this buffer knows of its path's lateness (the histogram, as shares)
+    /// into `prior`, for a new stream on the same path (seed(from:)). Nothing is copied
+    /// before a frame was observed.
+    public func copyLateness(into prior: LatenessPrior) {
+        prior.frameMs = frameMs
+        prior.frames = entries
+        guard binTotal > 0 else { prior.frames = 0; return }
+        for k in 0..<JitterBuffer.histogramBins { prior.shares[k] = bins[k] / binTotal }
+    }
+
+    /// Starts a fresh stream (right after reset, before its first frame) with another
+    /// stream's lateness distribution, worth `tuning.priorFrames` of its own frames.
+    /// Without it a new stream knows nothing: it plays its first frame at once, and
+    /// the first frame of that talkspurt that comes later than the first did (on any
+    /// path but a perfectly clean one) is concealed and shifts the stream's alignment.
+    /// Seeded, it starts like any later talkspurt: the first frame waits for the start
+    /// cushion the path has needed (on a clean path at most half a period more than the
+    /// 90 % cover). Its own frames then take over as they come (the prior weighs half
+    /// after `priorFrames` frames). Lateness is in periods: a prior from a stream of
+    /// another frame length is rescaled. A prior of no frames changes nothing.
+    public func seed(from prior: LatenessPrior) {
+        guard prior.frames > 0 && prior.frameMs > 0 && entries == 0 && historyCount == 0 else { return }
+        let scale = prior.frameMs / frameMs
+        let last = JitterBuffer.histogramBins - 1
+        for k in 0...last { bins[k] = 0 }
+        let weight = max(1, tuning.priorFrames)
+        for k in 0...last where prior.shares[k] > 0 {
+            bins[min(last, Int((Double(k) * scale).rounded(.up)))] += prior.shares[k] * weight
+        }
+        binTotal = weight
+        binWeight = 1
+        seeded = true
+        updateQuantiles()
     }
 
     private var frameMs: Double { Double(frameSamples) / 48 }
@@ -568,7 +637,19 @@ public final class JitterBuffer {
             // At most a period: one frame delayed by a spike must not hold the phase for long.
             endLateTicks = min(1, max(l - baseline - medianTicks, endLateTicks * 0.9))
         }
-        guard flags.isDisjoint(with: JitterBuffer.notJitter) else { return }
+        guard flags.isDisjoint(with: JitterBuffer.notJitter) else {
+            // A seeded stream's first frame (a talkspurt's marker, as a rule) sets the
+            // baseline the prior's cushion is counted from: it is the only timing known.
+            // It does not enter the histogram (its own lateness says nothing yet).
+            if seeded && historyCount == 0 {
+                history[historyNext] = l
+                historyNext = (historyNext + 1) % JitterBuffer.historyFrames
+                historyCount = 1
+                baseline = l
+                updateQuantiles()
+            }
+            return
+        }
         // The ring's minimum, kept as it moves: rescanned only when the entry that
         // leaves was the minimum and the one that comes is not below it.
         let leaving = historyCount == JitterBuffer.historyFrames ? history[historyNext] : Double.infinity
@@ -600,6 +681,11 @@ public final class JitterBuffer {
             binTotal /= binWeight
             binWeight = 1
         }
+        updateQuantiles()
+    }
+
+    /// Caches the quantiles the policy reads from the histogram.
+    private func updateQuantiles() {
         var qs = (tuning.startQuantile, tuning.cleanQuantile, tuning.quantile, tuning.fecQuantile, 0.5)
         quantiles(&qs)
         let low = qs.0, high = qs.1

@@ -58,16 +58,49 @@ final class ReceiveSet {
         defer { input.give() }
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
+        let seeded = takeLatenessPrior()
         boundsLock.withLock {
             s.lock.withLock {
                 s.configure(r, username: username)
                 s.applyJitterBounds(defaultBounds)
                 s.jitter.setConsumerBurst(ms: consumerBurstMs)
+                if seeded { s.jitter.seed(from: prior) }
             }
             s.live.store(true, ordering: .releasing)
         }
         bySSRC.insert(r.ssrc, slot: idx)
         return true
+    }
+
+    /// What the other streams from this server know of lateness on the way here, for a
+    /// new stream's jitter buffer (network thread only; preallocated).
+    private let prior = LatenessPrior()
+    /// A stream whose last frame came longer ago than this does not lend its lateness
+    /// (the path may have changed since).
+    static let priorFreshMs: UInt64 = 30_000
+    /// ...nor one that has seen fewer frames than this (its tail is not known yet).
+    static let priorMinFrames = 50
+
+    /// Copies into `prior` the lateness of the stream that has seen the most frames
+    /// among those that received one within `priorFreshMs` (live or just ended: its
+    /// slot keeps its buffer until reused); false when none qualifies. The frames of
+    /// every stream come the same way from the server to here, and the server's and
+    /// this machine's scheduling is shared too, so a new stream starts with their
+    /// cushion rather than none (JitterBuffer.seed(from:)). Takes each slot's lock in
+    /// turn, none while holding another (network thread; a stream being added).
+    private func takeLatenessPrior() -> Bool {
+        let now = MonotonicClock.milliseconds()
+        var best = -1, bestFrames = ReceiveSet.priorMinFrames - 1
+        for i in slots.indices {
+            let last = slots[i].lastPacketMs.load(ordering: .relaxed)
+            guard last != 0 && now < last + ReceiveSet.priorFreshMs else { continue }
+            let n = slots[i].lock.withLock { slots[i].jitter.framesObserved }
+            if n > bestFrames { best = i; bestFrames = n }
+        }
+        guard best >= 0 else { return false }
+        let d = slots[best]
+        d.lock.withLock { d.jitter.copyLateness(into: prior) }
+        return prior.frames > 0
     }
 
     /// Stops receiving `ssrc`; returns its slot's user id and whether it was talking.

@@ -148,4 +148,71 @@ final class SubTickLatenessTests: XCTestCase {
         XCTAssertTrue(earliest.align.contains(Set([3])), "taken as the earliest: a period later, \(earliest.align)")
         XCTAssertFalse(earliest.align.contains { $0.contains { $0 < 2 } })
     }
+
+    func testAFreshStreamSeededWithAnotherStreamsLatenessStartsWithItsCushion() {
+        // Frames arrive 12 ms into their own slot, one in five 22 ms: 2 ms after the
+        // tick that plays the others one period on. A stream that has seen this path
+        // knows its talkspurts need half a period of cushion. A new stream on the same
+        // path knows nothing: it plays its first frame at once, and the first late
+        // frame underruns (a concealed period in the first words, and a realignment).
+        // Seeded with the first stream's lateness, its first talkspurt starts like the
+        // others, a period later, and nothing is concealed.
+        let offset: (Int) -> Double = { $0 % 5 == 4 ? 22 : 12 }
+        let donor = JitterBuffer(frameSamples: 960)
+        _ = drive(donor, talkspurts(count: 1, talk: 300, pause: 0, offset: offset), ticks: 305)
+        XCTAssertEqual(donor.framesObserved, 298, "every frame but the marker and the last is jitter")
+        let prior = LatenessPrior()
+        donor.copyLateness(into: prior)
+        XCTAssertEqual(prior.frames, 298)
+
+        let trace = talkspurts(count: 3, talk: 50, pause: 20, offset: offset)
+        func run(seeded: Bool) -> (align: [Set<Int>], concealed: UInt64) {
+            let jb = JitterBuffer(frameSamples: 960)
+            if seeded { jb.seed(from: prior) }
+            let align = alignments(drive(jb, trace, ticks: 3 * 70 + 5), talk: 50, pause: 20, count: 3)
+            return (align, jb.stats.plcFrames)
+        }
+        let fresh = run(seeded: false)
+        XCTAssertEqual(fresh.align.first, Set([1, 2]), "unseeded: the first talkspurt realigns at its first late frame")
+        XCTAssertGreaterThan(fresh.concealed, 0)
+        XCTAssertEqual(Array(fresh.align.dropFirst()), [Set([2]), [2]])
+        let seeded = run(seeded: true)
+        XCTAssertEqual(seeded.align, [Set([2]), [2], [2]], "seeded: one alignment per talkspurt from the first")
+        XCTAssertEqual(seeded.concealed, 0)
+
+        // A prior of another frame length is rescaled (lateness is kept in periods):
+        // the same path seen by a 10 ms stream (arrivals 2 ms into the slot, one in five
+        // 12 ms: half a 20 ms period later) seeds the 20 ms stream the same way.
+        let donor10 = JitterBuffer(frameSamples: 480)
+        var trace10: [Sent] = []
+        for f in 0..<600 {
+            var flags: FrameFlags = f == 0 ? [.marker] : []
+            if f == 599 { flags.insert(.lastFrame) }
+            trace10.append(Sent(frame: f, arrivalMs: Double(f) * 10 + (f % 5 == 4 ? 12 : 2), flags: flags))
+        }
+        let order = trace10.indices.sorted { trace10[$0].arrivalMs! < trace10[$1].arrivalMs! }
+        var k = 0
+        for tick in 0..<605 {
+            let now = Double(tick) * 10
+            while k < order.count && trace10[order[k]].arrivalMs! <= now {
+                let f = trace10[order[k]]
+                _ = [UInt8(0)].withUnsafeBytes {
+                    donor10.insert(seq: UInt64(f.frame), timestamp: UInt32(f.frame * 480), flags: f.flags, payload: $0,
+                                   arrivalMs: f.arrivalMs!)
+                }
+                k += 1
+            }
+            if case .packet(let s) = donor10.next(atMs: now) { donor10.release(s) }
+        }
+        donor10.copyLateness(into: prior)
+        XCTAssertEqual(run(seeded: true).align, [Set([2]), [2], [2]], "seeded from a 10 ms stream")
+
+        // An empty prior changes nothing.
+        let none = LatenessPrior()
+        JitterBuffer(frameSamples: 960).copyLateness(into: none)
+        XCTAssertEqual(none.frames, 0)
+        let jb = JitterBuffer(frameSamples: 960)
+        jb.seed(from: none)
+        XCTAssertEqual(alignments(drive(jb, trace, ticks: 3 * 70 + 5), talk: 50, pause: 20, count: 3), fresh.align)
+    }
 }
