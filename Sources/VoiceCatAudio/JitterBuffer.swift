@@ -48,9 +48,9 @@
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
-//     fresh stream seeded with another stream's lateness (seed(from:): the receive
-//     path seeds each new stream from the others on the same server) counts it from
-//     its first frame; one with no history at all plays it at once, unless a lower
+//     fresh stream seeded with another stream's lateness (seed(from:): the renderer
+//     seeds each stream's first frames with the others' from the same server) counts
+//     it from its first frame; one with no history at all plays it at once, unless a lower
 //     bound or the consumer's burst (setConsumerBurst: a host pulling several
 //     periods at a time) asks for frames in hand: then once that many are here, or
 //     it has waited that long). Pauses realign for free:
@@ -393,6 +393,9 @@ public final class JitterBuffer {
     /// Frames whose lateness this buffer has learned from (its own, since reset).
     public var framesObserved: Int { entries }
 
+    /// Nothing has entered since reset, nor a prior: seed(from:) would take.
+    public var awaitsPrior: Bool { !seeded && entries == 0 && historyCount == 0 && !haveSeq }
+
     /// Copies what this buffer knows of its path's lateness (the histogram, as shares)
     /// into `prior`, for a new stream on the same path (seed(from:)). Nothing is copied
     /// before a frame was observed.
@@ -414,7 +417,7 @@ public final class JitterBuffer {
     /// after `priorFrames` frames). Lateness is in periods: a prior from a stream of
     /// another frame length is rescaled. A prior of no frames changes nothing.
     public func seed(from prior: LatenessPrior) {
-        guard prior.frames > 0 && prior.frameMs > 0 && entries == 0 && historyCount == 0 else { return }
+        guard prior.frames > 0 && prior.frameMs > 0 && awaitsPrior else { return }
         let scale = prior.frameMs / frameMs
         let last = JitterBuffer.histogramBins - 1
         for k in 0...last { bins[k] = 0 }

@@ -54,6 +54,9 @@ final class PacketRing: @unchecked Sendable {
         return true
     }
 
+    /// Consumer: nothing is waiting.
+    var isEmpty: Bool { head.load(ordering: .relaxed) == tail.load(ordering: .acquiring) }
+
     /// Consumer: hands every waiting frame to `body`, oldest first.
     func drain(_ body: (Entry, UnsafeRawBufferPointer) -> Void) {
         var h = head.load(ordering: .relaxed)

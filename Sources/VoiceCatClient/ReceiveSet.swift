@@ -58,49 +58,16 @@ final class ReceiveSet {
         defer { input.give() }
         guard let idx = slots.indices.first(where: { !slots[$0].live.load(ordering: .acquiring) }) else { return false }
         let s = slots[idx]
-        let seeded = takeLatenessPrior()
         boundsLock.withLock {
             s.lock.withLock {
                 s.configure(r, username: username)
                 s.applyJitterBounds(defaultBounds)
                 s.jitter.setConsumerBurst(ms: consumerBurstMs)
-                if seeded { s.jitter.seed(from: prior) }
             }
             s.live.store(true, ordering: .releasing)
         }
         bySSRC.insert(r.ssrc, slot: idx)
         return true
-    }
-
-    /// What the other streams from this server know of lateness on the way here, for a
-    /// new stream's jitter buffer (network thread only; preallocated).
-    private let prior = LatenessPrior()
-    /// A stream whose last frame came longer ago than this does not lend its lateness
-    /// (the path may have changed since).
-    static let priorFreshMs: UInt64 = 30_000
-    /// ...nor one that has seen fewer frames than this (its tail is not known yet).
-    static let priorMinFrames = 50
-
-    /// Copies into `prior` the lateness of the stream that has seen the most frames
-    /// among those that received one within `priorFreshMs` (live or just ended: its
-    /// slot keeps its buffer until reused); false when none qualifies. The frames of
-    /// every stream come the same way from the server to here, and the server's and
-    /// this machine's scheduling is shared too, so a new stream starts with their
-    /// cushion rather than none (JitterBuffer.seed(from:)). Takes each slot's lock in
-    /// turn, none while holding another (network thread; a stream being added).
-    private func takeLatenessPrior() -> Bool {
-        let now = MonotonicClock.milliseconds()
-        var best = -1, bestFrames = ReceiveSet.priorMinFrames - 1
-        for i in slots.indices {
-            let last = slots[i].lastPacketMs.load(ordering: .relaxed)
-            guard last != 0 && now < last + ReceiveSet.priorFreshMs else { continue }
-            let n = slots[i].lock.withLock { slots[i].jitter.framesObserved }
-            if n > bestFrames { best = i; bestFrames = n }
-        }
-        guard best >= 0 else { return false }
-        let d = slots[best]
-        d.lock.withLock { d.jitter.copyLateness(into: prior) }
-        return prior.frames > 0
     }
 
     /// Stops receiving `ssrc`; returns its slot's user id and whether it was talking.
@@ -220,6 +187,20 @@ final class ReceiveSet {
 
     // MARK: render thread
 
+    /// What the streams from this server have seen of lateness on the way here, for a
+    /// stream that starts (render lock; preallocated). Copied once a second from the
+    /// live stream that has seen the most frames, while the renderer holds its lock.
+    private let prior = LatenessPrior()
+    /// When `prior` was last copied (render clock, ms), and from which slot the next
+    /// copy comes (the one that had seen the most frames in the last render).
+    private var priorAtMs = -Double.infinity
+    private var priorDonor = -1
+    /// A prior older than this is not lent (the path may have changed since)...
+    static let priorFreshMs = 30_000.0
+    /// ...nor one learned from fewer frames (its tail is not known yet).
+    static let priorMinFrames = 50
+
+
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
     /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
     /// Returns what the phase policy needs: the least slack (ms) of the frames played
@@ -231,13 +212,30 @@ final class ReceiveSet {
         var held = false
         var played = false
         var talkEdge = false
+        var donor = -1, donorFrames = ReceiveSet.priorMinFrames - 1
+        let copyPrior = nowMs >= priorAtMs + 1000
         // Indices, not `for s in slots`: a debug build allocates an iterator there.
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
             if s.active {
+                // A stream whose first frames are about to enter its jitter buffer starts
+                // with the lateness the others have seen (JitterBuffer.seed(from:)): its
+                // first talkspurt then starts with a cushion, like every later one,
+                // instead of playing its first frame at once and realigning at the first
+                // frame that comes later. The frames of every stream come the same way
+                // from the server to here, through the same scheduling.
+                if s.jitter.awaitsPrior && prior.frames > 0 && nowMs < priorAtMs + ReceiveSet.priorFreshMs && !s.inbox.isEmpty {
+                    s.jitter.seed(from: prior)
+                }
                 s.render(into: bus, frames: frames, nowMs: nowMs, scratch: decodeScratch, tap: tap, fixedBlock: fixedBlock)
+                let seen = s.jitter.framesObserved
+                if seen > donorFrames { donor = i; donorFrames = seen }
+                if copyPrior && i == priorDonor && seen >= ReceiveSet.priorMinFrames {
+                    s.jitter.copyLateness(into: prior)
+                    priorAtMs = nowMs
+                }
                 slack = min(slack, s.blockSlackMs)
                 endSlack = min(endSlack, s.blockEndSlackMs)
                 held = held || s.blockHeld
@@ -246,6 +244,7 @@ final class ReceiveSet {
             }
             s.lock.unlock()
         }
+        priorDonor = donor
         // The network thread raises TALK_START / TALK_STOP: it does not look on a timer
         // while the mix plays (one eventfd write, at talkspurt edges only).
         if talkEdge { networkWake.wake() }
