@@ -48,9 +48,10 @@
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
-//     fresh stream seeded with another stream's lateness (seed(from:): the renderer
-//     seeds each stream's first frames with the others' from the same server) counts
-//     it from its first frame; one with no history at all plays it at once, unless a lower
+//     fresh stream seeded with another stream's lateness (seed(from:): the receive
+//     path seeds each stream's buffer, as its first frames arrive, with that of the
+//     others from the same server) counts it from its first frame (whose lateness
+//     then enters the baseline, not the histogram); one with no history at all plays it at once, unless a lower
 //     bound or the consumer's burst (setConsumerBurst: a host pulling several
 //     periods at a time) asks for frames in hand: then once that many are here, or
 //     it has waited that long). Pauses realign for free:
@@ -385,6 +386,7 @@ public final class JitterBuffer {
         packetBytesAverage = 0; lastPlayedQuiet = false
         recoveryAvailable = false
         seeded = false
+        lastObservedMs = -.infinity
         applyBounds()
     }
 
@@ -392,6 +394,8 @@ public final class JitterBuffer {
 
     /// Frames whose lateness this buffer has learned from (its own, since reset).
     public var framesObserved: Int { entries }
+    /// When the last of them arrived (insert's arrivalMs; -infinity: none yet).
+    public private(set) var lastObservedMs = -Double.infinity
 
     /// Nothing has entered since reset, nor a prior: seed(from:) would take.
     public var awaitsPrior: Bool { !seeded && entries == 0 && historyCount == 0 && !haveSeq }
@@ -666,6 +670,7 @@ public final class JitterBuffer {
             for i in 0..<historyCount { m = min(m, history[i]) }
             baseline = m
         }
+        lastObservedMs = arrivalMs
         addToHistogram(l - baseline)
     }
 

@@ -54,8 +54,12 @@ final class PacketRing: @unchecked Sendable {
         return true
     }
 
-    /// Consumer: nothing is waiting.
-    var isEmpty: Bool { head.load(ordering: .relaxed) == tail.load(ordering: .acquiring) }
+    /// Consumer: when the oldest frame waiting arrived (nil: none is waiting).
+    var firstArrivalMs: Double? {
+        let h = head.load(ordering: .relaxed)
+        guard h < tail.load(ordering: .acquiring) else { return nil }
+        return entries[h % capacity].arrivalMs
+    }
 
     /// Consumer: hands every waiting frame to `body`, oldest first.
     func drain(_ body: (Entry, UnsafeRawBufferPointer) -> Void) {

@@ -26,13 +26,17 @@ final class ReceiveSet {
     /// blocks at a time), for every stream's jitter buffer (boundsLock).
     private var consumerBurstMs = 0.0
 
+    /// What this session's streams have seen of lateness on the way here: every
+    /// stream's first frames enter a jitter buffer seeded with it.
+    let lateness = SessionLateness()
+
     /// One decoded codec frame, stereo, int16 and float: every slot decodes into it in
     /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
     private let decodeScratch = RemoteSlot.Scratch()
 
     init(capacity: Int, networkWake: WakeEvent) throws {
         var s: [RemoteSlot] = []
-        do { for _ in 0..<capacity { s.append(try RemoteSlot()) } } catch {
+        do { for _ in 0..<capacity { s.append(try RemoteSlot(lateness: lateness)) } } catch {
             throw ClientError.codec("cannot create Opus decoders: \(error)")
         }
         slots = s
@@ -87,6 +91,10 @@ final class ReceiveSet {
         s.live.store(false, ordering: .releasing)
         return r
     }
+
+    /// The session ended or was re-established (perhaps on another path): what its
+    /// streams saw of lateness is not lent to the next one's.
+    func forgetLateness() { lateness.forget() }
 
     /// Stops receiving everything (the session ended or the channel changed).
     func removeAll() {
@@ -187,19 +195,9 @@ final class ReceiveSet {
 
     // MARK: render thread
 
-    /// What the streams from this server have seen of lateness on the way here, for a
-    /// stream that starts (render lock; preallocated). Copied once a second from the
-    /// live stream that has seen the most frames, while the renderer holds its lock.
-    private let prior = LatenessPrior()
-    /// When `prior` was last copied (render clock, ms), and from which slot the next
-    /// copy comes (the one that had seen the most frames in the last render).
-    private var priorAtMs = -Double.infinity
-    private var priorDonor = -1
-    /// A prior older than this is not lent (the path may have changed since)...
-    static let priorFreshMs = 30_000.0
-    /// ...nor one learned from fewer frames (its tail is not known yet).
-    static let priorMinFrames = 50
-
+    /// From which slot the next copy of the session's lateness comes: the one that had
+    /// seen the most frames in the last render (render lock).
+    private var latenessDonor = -1
 
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
     /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
@@ -212,29 +210,21 @@ final class ReceiveSet {
         var held = false
         var played = false
         var talkEdge = false
-        var donor = -1, donorFrames = ReceiveSet.priorMinFrames - 1
-        let copyPrior = nowMs >= priorAtMs + 1000
+        var donor = -1, donorFrames = SessionLateness.minFrames - 1
+        let copyLateness = lateness.copyDue(nowMs: nowMs)
         // Indices, not `for s in slots`: a debug build allocates an iterator there.
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.live.load(ordering: .acquiring) else { continue }
             s.lock.lock()
             if s.active {
-                // A stream whose first frames are about to enter its jitter buffer starts
-                // with the lateness the others have seen (JitterBuffer.seed(from:)): its
-                // first talkspurt then starts with a cushion, like every later one,
-                // instead of playing its first frame at once and realigning at the first
-                // frame that comes later. The frames of every stream come the same way
-                // from the server to here, through the same scheduling.
-                if s.jitter.awaitsPrior && prior.frames > 0 && nowMs < priorAtMs + ReceiveSet.priorFreshMs && !s.inbox.isEmpty {
-                    s.jitter.seed(from: prior)
-                }
                 s.render(into: bus, frames: frames, nowMs: nowMs, scratch: decodeScratch, tap: tap, fixedBlock: fixedBlock)
+                // The session's lateness comes from the stream that has seen the most
+                // frames, among those whose frames still come (SessionLateness).
                 let seen = s.jitter.framesObserved
-                if seen > donorFrames { donor = i; donorFrames = seen }
-                if copyPrior && i == priorDonor && seen >= ReceiveSet.priorMinFrames {
-                    s.jitter.copyLateness(into: prior)
-                    priorAtMs = nowMs
+                if seen > donorFrames && s.jitter.lastObservedMs + SessionLateness.freshMs > nowMs { donor = i; donorFrames = seen }
+                if copyLateness && i == latenessDonor && seen >= SessionLateness.minFrames {
+                    lateness.update(from: s.jitter, nowMs: nowMs)
                 }
                 slack = min(slack, s.blockSlackMs)
                 endSlack = min(endSlack, s.blockEndSlackMs)
@@ -244,7 +234,7 @@ final class ReceiveSet {
             }
             s.lock.unlock()
         }
-        priorDonor = donor
+        latenessDonor = donor
         // The network thread raises TALK_START / TALK_STOP: it does not look on a timer
         // while the mix plays (one eventfd write, at talkspurt edges only).
         if talkEdge { networkWake.wake() }
@@ -271,4 +261,58 @@ struct PlayedBlock {
     var endSlackMs: Double?
     var held: Bool
     var quiet: Bool
+}
+
+/// What the streams of this session have seen of lateness on the way from the server
+/// here, lent to each stream as its first frames arrive (JitterBuffer.seed(from:)).
+/// Without it a stream's buffer knows nothing and plays the first frame at once, and
+/// the first frame of that talkspurt that comes later than the first underruns (a
+/// concealed period in the first words, and a 20 ms realignment). Every stream's frames
+/// come the same way from the server, through the same scheduling here, so a new
+/// stream starts with the cushion the others have needed, like any later talkspurt.
+///
+/// The renderer copies it once a second from the stream that has seen the most frames
+/// (at least `minFrames`) among those whose last frame came within `freshMs`, while it
+/// holds that slot's lock; a slot seeds its buffer from it in drainInbox (slot lock
+/// held: the renderer, or a host thread reading statistics), when the first frames
+/// waiting arrived within `freshMs` of the donor's last frame. Its lock is a leaf,
+/// taken after a slot lock; the renderer only tries it (a copy skipped is made a
+/// second later), so the render never waits. Nothing allocates after init.
+final class SessionLateness {
+    /// A donor's frames older than this are not lent (the path may have changed since)...
+    static let freshMs = 30_000.0
+    /// ...nor a distribution learned from fewer frames (its tail is not known yet).
+    static let minFrames = 50
+
+    private let lock = Lock()
+    private let prior = LatenessPrior()
+    /// When the donor's last frame of the copy arrived (the receive clock).
+    private var lastFrameMs = -Double.infinity
+    /// When the renderer last copied (render lock only).
+    private var copiedAtMs = -Double.infinity
+
+    /// Renderer: whether a copy is due (once a second).
+    func copyDue(nowMs: Double) -> Bool { nowMs >= copiedAtMs + 1000 }
+
+    /// Renderer, holding the donor slot's lock.
+    func update(from jb: JitterBuffer, nowMs: Double) {
+        guard lock.tryLock() else { return }
+        jb.copyLateness(into: prior)
+        lastFrameMs = jb.lastObservedMs
+        lock.unlock()
+        copiedAtMs = nowMs
+    }
+
+    /// A slot's lock held, its buffer awaiting a prior, the oldest frame waiting for it
+    /// arrived at `arrivalMs`.
+    func seed(_ jb: JitterBuffer, arrivalMs: Double) {
+        lock.withLock {
+            if prior.frames > 0 && arrivalMs < lastFrameMs + SessionLateness.freshMs { jb.seed(from: prior) }
+        }
+    }
+
+    /// The session ended or was re-established: nothing is lent from before.
+    func forget() {
+        lock.withLock { lastFrameMs = -.infinity }
+    }
 }

@@ -26,6 +26,7 @@ extension VoiceClient {
         streams.publish(nil)
         voiceConnected.store(false, ordering: .relaxed)
         removeAllRemote()
+        receive.forgetLateness()   // the new session's path may not be the old one's
         guard let (target, channel) = cond.withLock({ () -> (ConnectTarget, String)? in
             guard !stopNetwork, let t = target else { return nil }
             phase = .reconnecting

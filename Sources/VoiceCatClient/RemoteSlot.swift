@@ -103,7 +103,12 @@ final class RemoteSlot {
     var overflowsSeen: UInt64 = 0
     var reportHold = 0
 
-    init() throws {
+    /// The session's lateness, lent to this slot's buffer as a stream's first frames
+    /// arrive (ReceiveSet.swift).
+    private let lateness: SessionLateness
+
+    init(lateness: SessionLateness) throws {
+        self.lateness = lateness
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
         fifo = .allocate(capacity: RemoteSlot.fifoCapacity * 2)
@@ -164,6 +169,8 @@ final class RemoteSlot {
     /// Moves the frames the network thread handed over into the jitter buffer (lock
     /// held by caller: the renderer, or a host thread reading statistics).
     func drainInbox() {
+        // A stream's first frames: the buffer starts with the session's lateness.
+        if jitter.awaitsPrior, let first = inbox.firstArrivalMs { lateness.seed(jitter, arrivalMs: first) }
         inbox.drain { e, payload in
             lossMeter.record(seq: e.seq)
             jitter.insert(seq: e.seq, timestamp: e.timestamp, flags: e.flags, payload: payload, arrivalMs: e.arrivalMs)

@@ -496,6 +496,7 @@ public final class VoiceClient {
         streams.publish(nil)
         output.setConnected(false)
         receive.removeAll()
+        receive.forgetLateness()
         voiceConnected.store(false, ordering: .relaxed)
         cond.withLock {
             control?.close()

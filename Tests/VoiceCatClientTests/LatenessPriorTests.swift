@@ -29,30 +29,44 @@ final class LatenessPriorTests: XCTestCase {
         XCTAssertTrue(receive.add(RemoteStream(userID: ssrc, streamID: 1, ssrc: ssrc, kind: .mic, audio: .speech), username: "u\(ssrc)"))
     }
 
-    /// Feeds `frames` 20 ms frames into `jb` as one talkspurt: frame f arrives 12 ms
-    /// into its slot, one in five 22 ms (half a period later); ticks every 20 ms.
-    private func feedJitteryPath(_ jb: JitterBuffer, frames: Int) {
-        var tick = 0
-        for f in 0..<frames {
-            let arrival = Double(f) * 20 + (f % 5 == 4 ? 22 : 12)
-            while Double(tick) * 20 < arrival {
-                if case .packet(let s) = jb.next(atMs: Double(tick) * 20) { jb.release(s) }
-                tick += 1
-            }
-            let flags: FrameFlags = f == 0 ? [.marker] : []
-            _ = [UInt8(1)].withUnsafeBytes {
-                jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: flags, payload: $0, arrivalMs: arrival)
+    /// Stream `ssrc` (already added) has seen a path where one frame in five comes
+    /// half a period late: 300 frames fed into its buffer from `now` on, as one
+    /// talkspurt (frame f arrives 12 ms into its slot, one in five 22 ms), ticked every
+    /// 20 ms; then two renders, which pick it as the stream that has seen the most and
+    /// copy its lateness.
+    private func hearJitteryPath(_ ssrc: UInt32) {
+        let jb = slot(ssrc).jitter
+        let t0 = now
+        slot(ssrc).lock.withLock {
+            jb.reset(frameSamples: 960)
+            var tick = 0
+            for f in 0..<300 {
+                let arrival = t0 + Double(f) * 20 + (f % 5 == 4 ? 22 : 12)
+                while t0 + Double(tick) * 20 < arrival {
+                    if case .packet(let s) = jb.next(atMs: t0 + Double(tick) * 20) { jb.release(s) }
+                    tick += 1
+                }
+                let flags: FrameFlags = f == 0 ? [.marker] : []
+                _ = [UInt8(1)].withUnsafeBytes {
+                    jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: flags, payload: $0, arrivalMs: arrival)
+                }
             }
         }
+        now = t0 + 300 * 20 + 20
+        render()
+        render()
     }
 
     /// Whether stream `ssrc`'s first frame (a marker, arriving 12 ms after a render)
     /// starts its talkspurt at the next render, 8 ms later, or is held for a cushion.
-    private func playsFirstFrameAtOnce(_ ssrc: UInt32) -> Bool {
+    /// `statsFirst`: a host reads the stream's statistics before that render (it takes
+    /// the waiting frame into the buffer).
+    private func playsFirstFrameAtOnce(_ ssrc: UInt32, statsFirst: Bool = false) throws -> Bool {
         render()
         _ = [UInt8(1)].withUnsafeBytes {
             slot(ssrc).inbox.push(seq: 0, timestamp: 0, flags: [.marker], arrivalMs: now - 20 + 12, payload: $0)
         }
+        if statsFirst { XCTAssertEqual(try receive.stats(ssrc: ssrc).jitter.packetsReceived, 1) }
         render()
         let atOnce = slot(ssrc).lock.withLock { slot(ssrc).jitter.stats.talkspurts } == 1
         render()
@@ -62,29 +76,37 @@ final class LatenessPriorTests: XCTestCase {
 
     func testAStreamStartsWithTheCushionOfTheStreamsAlreadyReceived() throws {
         add(100)
-        XCTAssertTrue(playsFirstFrameAtOnce(100), "nothing known yet: the first frame plays at once")
-
-        // Stream 100 has seen a path where one frame in five comes half a period late.
-        let a = slot(100)
-        a.lock.withLock {
-            a.jitter.reset(frameSamples: 960)
-            feedJitteryPath(a.jitter, frames: 300)
-        }
-        render()    // picks it as the one that has seen the most
-        render()    // copies its lateness
+        XCTAssertTrue(try playsFirstFrameAtOnce(100), "nothing known yet: the first frame plays at once")
+        hearJitteryPath(100)
         add(200)
-        XCTAssertFalse(playsFirstFrameAtOnce(200), "seeded from stream 100 (half a period of cushion needed): 0.4 of one is not enough")
+        XCTAssertFalse(try playsFirstFrameAtOnce(200), "seeded from stream 100 (half a period of cushion needed): 0.4 of one is not enough")
+        add(300)
+        XCTAssertFalse(try playsFirstFrameAtOnce(300, statsFirst: true), "seeded also when a host's statistics took the first frame in")
 
-        // Its lateness is still lent after it ended...
+        // A stream that ended a moment ago still lends its path's lateness.
         receive.remove(ssrc: 100)
         receive.remove(ssrc: 200)
-        add(300)
-        XCTAssertFalse(playsFirstFrameAtOnce(300), "seeded from the ended stream 100")
-
-        // ...but not once it is priorFreshMs old: the path may have changed.
         receive.remove(ssrc: 300)
-        now += ReceiveSet.priorFreshMs
         add(400)
-        XCTAssertTrue(playsFirstFrameAtOnce(400), "a stale prior is not taken")
+        XCTAssertFalse(try playsFirstFrameAtOnce(400), "seeded from the ended stream 100")
+    }
+
+    func testNoLatenessIsLentFromFramesHeardLongAgoOrFromAnotherSession() throws {
+        add(100)
+        hearJitteryPath(100)
+        // Stream 100 stays, silent: 30 s after its last frame its path is not lent.
+        for _ in 0..<(Int(SessionLateness.freshMs) / 20) { render() }
+        add(200)
+        XCTAssertTrue(try playsFirstFrameAtOnce(200), "stream 100 was last heard 30 s ago")
+
+        // Heard again, then the session ends (or is re-established): nothing is lent
+        // to the next session's streams.
+        hearJitteryPath(100)
+        add(300)
+        XCTAssertFalse(try playsFirstFrameAtOnce(300), "heard again: lent")
+        receive.removeAll()
+        receive.forgetLateness()
+        add(400)
+        XCTAssertTrue(try playsFirstFrameAtOnce(400), "a new session starts with nothing lent")
     }
 }
