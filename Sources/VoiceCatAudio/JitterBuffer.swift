@@ -50,11 +50,11 @@
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
 //     fresh stream seeded with another stream's lateness (seed(from:): the receive
 //     path seeds each stream's buffer, as its first frames arrive, with that of the
-//     others from the same server) counts it from its first frame (whose lateness
-//     then enters the baseline, not the histogram); one with no history at all plays it at once, unless a lower
-//     bound or the consumer's burst (setConsumerBurst: a host pulling several
-//     periods at a time) asks for frames in hand: then once that many are here, or
-//     it has waited that long). Pauses realign for free:
+//     others from the same server) counts it from its first frame, whose lateness
+//     then enters the baseline, not the histogram; one with no history at all plays
+//     it at once, unless a lower bound or the consumer's burst (setConsumerBurst: a
+//     host pulling several periods at a time) asks for frames in hand: then once that
+//     many are here, or it has waited that long). Pauses realign for free:
 //     every talkspurt, and every comfort-noise update in a pause, starts there.
 //   * Late frames are waited for, not given up: a missing frame with nothing newer
 //     buffered holds the clock (the period is concealed) while the cushion is

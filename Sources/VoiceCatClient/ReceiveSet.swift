@@ -276,8 +276,8 @@ struct PlayedBlock {
 /// holds that slot's lock; a slot seeds its buffer from it in drainInbox (slot lock
 /// held: the renderer, or a host thread reading statistics), when the first frames
 /// waiting arrived within `freshMs` of the donor's last frame. Its lock is a leaf,
-/// taken after a slot lock; the renderer only tries it (a copy skipped is made a
-/// second later), so the render never waits. Nothing allocates after init.
+/// taken after a slot lock; the renderer only tries it (a copy skipped is made at
+/// the next render), so the render never waits. Nothing allocates after init.
 final class SessionLateness {
     /// A donor's frames older than this are not lent (the path may have changed since)...
     static let freshMs = 30_000.0
