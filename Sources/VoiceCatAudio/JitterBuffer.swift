@@ -398,7 +398,7 @@ public final class JitterBuffer {
     public private(set) var lastObservedMs = -Double.infinity
 
     /// Nothing has entered since reset, nor a prior: seed(from:) would take.
-    public var awaitsPrior: Bool { !seeded && entries == 0 && historyCount == 0 && !haveSeq }
+    public var awaitsPrior: Bool { !seeded && !haveSeq }
 
     /// Copies what this buffer knows of its path's lateness (the histogram, as shares)
     /// into `prior`, for a new stream on the same path (seed(from:)). Nothing is copied
@@ -406,7 +406,7 @@ public final class JitterBuffer {
     public func copyLateness(into prior: LatenessPrior) {
         prior.frameMs = frameMs
         prior.frames = entries
-        guard binTotal > 0 else { prior.frames = 0; return }
+        guard entries > 0 else { return }
         for k in 0..<JitterBuffer.histogramBins { prior.shares[k] = bins[k] / binTotal }
     }
 

@@ -28,7 +28,7 @@ final class ReceiveSet {
 
     /// What this session's streams have seen of lateness on the way here: every
     /// stream's first frames enter a jitter buffer seeded with it.
-    let lateness = SessionLateness()
+    private let lateness = SessionLateness()
 
     /// One decoded codec frame, stereo, int16 and float: every slot decodes into it in
     /// turn while the renderer renders (RemoteSlot.render; the output stage's render lock).
