@@ -502,8 +502,14 @@ final class TimingTests: XCTestCase {
                 XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 2 * stalls + 2, "\(blockMs) ms blocks: frames concealed on a clean path")
                 let found = lags.filter { $0 >= 0 }
                 XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(blockMs) ms blocks: not heard whole: \(lags)")
-                if stalls == 0, let first = found.first {
-                    XCTAssertTrue(found.allSatisfy { abs($0 - first) <= 48 }, "\(blockMs) ms blocks: the alignment changed: \(lags)")
+                // One alignment, but for what those excused frames explain: the player
+                // realigns after an underrun, by up to a period (960 samples) each, and
+                // keeps the new alignment (a window across the change reads in between).
+                if stalls == 0, let lo = found.min(), let hi = found.max() {
+                    let explained = 48 + 960 * Int(st.jitter.plcFrames)
+                    XCTAssertLessThanOrEqual(hi - lo, explained, "\(blockMs) ms blocks: the alignment changed: \(lags)")
+                    let tail = found.suffix(3)
+                    XCTAssertLessThanOrEqual(tail.max()! - tail.min()!, 48, "\(blockMs) ms blocks: the alignment kept changing: \(lags)")
                 }
             }
             alex.shutdown()
