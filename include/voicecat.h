@@ -662,7 +662,13 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * and a host feeding a whole file at once is heard at real time (the client's
  * sender thread sends the rest). Blocks need not be whole frames (10 ms or 30 ms
  * blocks on 20 ms frames are one talkspurt), and a block may be fed in pieces (calls
- * within 1 ms of each other). A host slower than real time (a loop that sleeps a
+ * within 1 ms of each other). Blocks longer than a frame that are not whole frames
+ * complete frames unevenly (a 30 ms block brings one 20 ms frame or two); so that
+ * every frame still leaves in its slot, a talkspurt whose first block brings a
+ * frame or more starts up to a frame later: by the worst of that unevenness,
+ * reckoned from the first block's length (10 ms for 30 ms blocks; none for blocks
+ * of whole frames, shorter than a frame, or longer than 100 ms). That is the delay
+ * listeners' jitter buffers would otherwise have to learn. A host slower than real time (a loop that sleeps a
  * block's length after each feed runs a few per cent slow) falls behind: each time
  * its feeding has stayed a whole frame further behind real time than it was at its
  * best earlier in the talkspurt, measured to the sample, for 25 to 50 frames (0.5-1 s

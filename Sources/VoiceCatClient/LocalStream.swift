@@ -27,6 +27,19 @@
 //     by hundreds of ms). A constant lateness (a resampler's start-up delay, a stall
 //     whose phase the host keeps) is not growth; late blocks for less than a window
 //     are not either.
+//   * A real-time host whose blocks are not whole frames (30 ms blocks, 20 ms frames)
+//     completes frames unevenly: a block brings one frame or two, so frame k is
+//     complete up to a frame's time after its slot counted from the first. Sent as
+//     they complete, that unevenness is jitter every listener must learn, and a new
+//     stream's first talkspurt, which plays with no cushion, conceals a frame to learn
+//     it. The sender knows it exactly from the first block's length: a talkspurt
+//     started by a call that brings at least a whole frame holds its first frame by
+//     the worst of it (`startHoldNs`, less than a frame; 10 ms for 30 ms blocks, 0
+//     for blocks of whole frames and for calls of more than 100 ms, more likely a
+//     sentence than a period), and every frame then leaves in its slot. The delay is
+//     the one listeners held before, moved to where it is known. (A block fed in
+//     pieces is reckoned again with each piece while the first frame is held; when a
+//     piece before the last completes a frame unheld, the talkspurt is not held.)
 //   * A real-time host's next block is expected when the last one's audio has
 //     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
 //     follow each other within `splitCallNs` are one block fed in pieces). When the
@@ -146,6 +159,13 @@ final class LocalStream {
     }
     private var inSpurt = false
     private var anchorNs: UInt64 = 0
+    /// When the call that started this talkspurt came (0: the talkspurt is not held,
+    /// `startHoldNs`), moved with the schedule for a fast host clock; the block length
+    /// and the audio of that call the hold was reckoned from. A block fed in pieces
+    /// reckons it again with each piece while the first frame is held.
+    private var heldSinceNs: UInt64 = 0
+    private var heldBlockNs: UInt64 = 0
+    private var heldAudioNs: UInt64 = 0
     /// When the last frame was taken from the queue (sent or gated).
     private var lastTakenNs: UInt64 = 0
     /// When the host last fed this stream (after the call's audio was queued; 0:
@@ -318,6 +338,7 @@ final class LocalStream {
             blockNs += callNs
             blockEndNs += callNs
             lastFedNs = now
+            if inSpurt && heldSinceNs != 0 && spurtFrames == 0 { holdFirstFrame(since: heldSinceNs) }
             return pump(now: now)
         }
         // A talkspurt ended unwaited just before this block: the host feeds long blocks
@@ -376,17 +397,22 @@ final class LocalStream {
         // frame goes out at once, late).
         if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) {
             startSpurt(at: late == 0 ? now : max(now &- late, min(now, resumeNs &- frameNs)))
+            if fed && late == 0 { holdFirstFrame(since: now) }
         }
         if fed && inSpurt { hostLagNs = hostLag(now) }
         var fresh = freshHead
         while queuedFrames > 0 {
             let due = anchorNs &+ spurtFrames &* frameNs
             if due > now {
-                // The frame a block completed (or a lone frame) a little early: the host's
-                // clock runs fast; follow it. (A late frame goes out at once; the
-                // schedule stays, so frames after it that come on time are not held back.)
-                guard (fresh || queuedFrames == 1) && due - now <= LocalStream.driftSlackNs else { break }
-                anchorNs -= due - now
+                // The frame a block completed (or a lone frame) a little early, beyond what
+                // a held talkspurt's blocks explain: the host's clock runs fast; follow it.
+                // (A late frame goes out at once; the schedule stays, so frames after it
+                // that come on time are not held back.)
+                let early = due - now, explained = expectedEarlyNs(frame: spurtFrames)
+                guard (fresh || queuedFrames == 1) && early > explained
+                        && early - explained <= LocalStream.driftSlackNs else { break }
+                anchorNs -= early - explained
+                if heldSinceNs != 0 { heldSinceNs -= early - explained }
             }
             fresh = false
             noteLag(hostLagNs)
@@ -461,9 +487,54 @@ final class LocalStream {
         return true
     }
 
+    /// Anchors the talkspurt `startHoldNs` after `since`, the call that started it.
+    private func holdFirstFrame(since: UInt64) {
+        heldBlockNs = blockNs
+        heldAudioNs = UInt64(queuedFrames) &* frameNs &+ UInt64(reframer.pending) &* 1_000_000_000 / 48000
+        anchorNs = since &+ LocalStream.startHoldNs(blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
+        heldSinceNs = since
+    }
+
+    /// How early frame k of a held talkspurt is complete against its slot when the
+    /// host's blocks come on time (0 when not held).
+    private func expectedEarlyNs(frame k: UInt64) -> UInt64 {
+        guard heldSinceNs != 0 else { return 0 }
+        let lateness = LocalStream.completedNs(frame: k, blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
+        let slot = anchorNs &- heldSinceNs &+ k &* frameNs
+        return slot > lateness ? slot - lateness : 0
+    }
+
+    /// When frame k is complete, counted from a call that brought `audioNs`, a
+    /// real-time host bringing `blockNs` more each `blockNs` after it.
+    static func completedNs(frame k: UInt64, blockNs: UInt64, audioNs: UInt64, frameNs: UInt64) -> UInt64 {
+        let needed = (k &+ 1) &* frameNs
+        guard needed > audioNs && blockNs > 0 else { return 0 }
+        return (needed - audioNs + blockNs - 1) / blockNs * blockNs
+    }
+
+    /// How late, at worst, a frame of a talkspurt is complete against its slot when
+    /// the talkspurt's first call brought `audioNs` (at least a frame) and a real-time
+    /// host brings `blockNs` more each `blockNs`: frame k is complete with the first
+    /// block that takes the audio past k + 1 frames, its slot is k frames after the
+    /// first call. Over the first 100 frames (a cycle of any usual block length); 0
+    /// for blocks of whole frames and for a call longer than `maxHeldBlockNs`: a
+    /// device's or a callback's period is shorter, a longer call is more likely a
+    /// sentence fed at once (nothing follows it to be uneven; its start is not held).
+    static let maxHeldBlockNs: UInt64 = 100_000_000
+    static func startHoldNs(blockNs: UInt64, audioNs: UInt64, frameNs: UInt64) -> UInt64 {
+        guard blockNs > 0 && blockNs <= maxHeldBlockNs && audioNs >= frameNs else { return 0 }
+        var worst: UInt64 = 0
+        for k in 0..<UInt64(100) {
+            let complete = completedNs(frame: k, blockNs: blockNs, audioNs: audioNs, frameNs: frameNs)
+            if complete > k * frameNs { worst = max(worst, complete - k * frameNs) }
+        }
+        return worst
+    }
+
     private func startSpurt(at now: UInt64) {
         inSpurt = true
         anchorNs = now
+        heldSinceNs = 0
         lastTakenNs = now &- frameNs
         spurtFrames = 0
         endedDry = false

@@ -83,14 +83,69 @@ final class DryQueueTests: XCTestCase {
         }
     }
 
+    /// When each frame left (was taken from the queue) for a real-time host feeding
+    /// blocks of `n` samples at 48 kHz for 2 s (each as `pieces` calls 10 µs apart),
+    /// the pacer pumping at each deadline.
+    private func sendTimes(blocksOf n: Int, pieces: Int = 1) throws -> [UInt64] {
+        let c = try VoiceClient()
+        let (s, slot) = try discardingStream(on: c)
+        c.setInputMode(.continuous)
+        var times: [UInt64] = [], samples = 0
+        func taken(at t: UInt64) {
+            let n = samples / 960 - slot.lock.withLock { s.queuedFrames }
+            while times.count < n { times.append(t) }
+        }
+        for k in 0..<(96_000 / n) {
+            let at = t0 + UInt64(k * n) * 1_000_000 / 48
+            while let d = slot.lock.withLock({ s.deadline }), d <= at { slot.lock.withLock { s.pump(now: d) }; taken(at: d) }
+            for p in 0..<pieces {
+                let piece = n * (p + 1) / pieces - n * p / pieces
+                try feed(s, slot, samples: piece, at: at + UInt64(p) * 10_000)
+                samples += piece
+                taken(at: at + UInt64(p) * 10_000)
+            }
+        }
+        return times
+    }
+
+    func testBlocksThatAreNotWholeFramesLeaveEveryFrameInItsSlot() throws {
+        // 30 ms blocks bring one frame or two: sent as they complete, frames leave 30, 10,
+        // 20, 30, 10 ms apart, jitter every listener had to learn (a new stream's first
+        // talkspurt, with no cushion, concealed a frame for it). The first frame is held
+        // by the worst of it and every frame leaves in its slot, 20 ms apart; also for
+        // 50 ms blocks, 1024-sample periods (the worst comes 16 frames in), and a 30 ms
+        // block fed as two calls.
+        let period = LocalStream.startHoldNs(blockNs: 21_333_333, audioNs: 21_333_333, frameNs: 20 * ms) / 1000
+        XCTAssertGreaterThan(period, 18_000)
+        for (n, pieces, hold) in [(1440, 1, 10_000), (2400, 1, 10_000), (1024, 1, Int(period)), (1440, 2, 10_000)] {
+            let times = try sendTimes(blocksOf: n, pieces: pieces)
+            let label = "\(n)-sample blocks in \(pieces) calls"
+            XCTAssertGreaterThanOrEqual(times.count, 95, label)
+            guard let first = times.first else { continue }
+            XCTAssertEqual(Double(first - t0) / 1000, Double(hold), accuracy: 1, "\(label): the first frame's hold")
+            // To the µs: a 1024-sample block is 21,333,333.3 ns, the stream reckons 21,333,333.
+            let off = times.enumerated().filter { k, t in abs(Int64(t) - Int64(first + UInt64(k) * 20 * ms)) > 1000 }.map { $0.offset }
+            XCTAssertEqual(off, [], "\(label): frames out of their slot")
+        }
+        // Blocks of whole frames are not held: the first frame leaves with its call.
+        for n in [960, 1920, 4800] {
+            XCTAssertEqual(try sendTimes(blocksOf: n).first, t0, "\(n)-sample blocks")
+        }
+        XCTAssertEqual(LocalStream.startHoldNs(blockNs: 10 * ms, audioNs: 10 * ms, frameNs: 20 * ms), 0, "less than a frame: nothing to hold")
+        XCTAssertEqual(LocalStream.startHoldNs(blockNs: 510 * ms, audioNs: 510 * ms, frameNs: 20 * ms), 0, "a sentence")
+        XCTAssertEqual(LocalStream.startHoldNs(blockNs: 90 * ms, audioNs: 90 * ms, frameNs: 20 * ms), 10 * ms)
+    }
+
     func testAHostWhoseClockDriftsIsNeitherCutNorHeldBack() throws {
         // 40 ms blocks from a host clock 0.1 % slow, then one 0.1 % fast, for 20 s. Slow:
         // each block comes 40 µs later than the last one's audio ends; against the talkspurt's
         // schedule that adds up past any slack (5 ms after 125 blocks), against the host's
         // own last block it never does. Fast: each first frame is complete a little before
         // its slot; held for it, the delay would grow by 40 µs a block.
-        for interval in [40_040, 39_960] {
-            let r = try play((0..<500).map { k in (t0 + UInt64(k * interval) * 1000, 40_000) })
+        // Also 30 ms blocks, whose talkspurt is held 10 ms at its start: the hold does not
+        // grow either.
+        for (interval, length) in [(40_040, 40_000), (39_960, 40_000), (30_030, 30_000), (29_970, 30_000)] {
+            let r = try play((0..<500).map { k in (t0 + UInt64(k * interval) * 1000, length) })
             XCTAssertEqual(r.cuts, 0, "blocks every \(interval) µs")
             XCTAssertLessThanOrEqual(r.maxLeft, 1, "blocks every \(interval) µs: nothing is held back")
         }
@@ -187,6 +242,7 @@ final class DryQueueTests: XCTestCase {
         let (s, slot) = try discardingStream(on: c)
         c.setInputMode(.continuous)
         try feed(s, slot, samples: 960 + 480, at: t0)
+        slot.lock.withLock { s.pump(now: t0 + 10 * ms) }   // a 30 ms block's first frame is held 10 ms
         let open = try XCTUnwrap(slot.path)
         let sent = slot.lock.withLock { s.packetsSent }
         XCTAssertEqual(sent, 1)
