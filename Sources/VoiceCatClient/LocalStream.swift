@@ -34,12 +34,16 @@
 //     stream's first talkspurt, which plays with no cushion, conceals a frame to learn
 //     it. The sender knows it exactly from the first block's length: a talkspurt
 //     started by a call that brings at least a whole frame holds its first frame by
-//     the worst of it (`startHoldNs`, less than a frame; 10 ms for 30 ms blocks, 0
-//     for blocks of whole frames and for calls of more than 100 ms, more likely a
-//     sentence than a period), and every frame then leaves in its slot. The delay is
-//     the one listeners held before, moved to where it is known. (A block fed in
-//     pieces is reckoned again with each piece while the first frame is held; when a
-//     piece before the last completes a frame unheld, the talkspurt is not held.)
+//     the worst of it (`startHoldNs`; at 48 kHz less than a frame: 10 ms for 30 ms
+//     blocks, 0 for blocks of whole frames and for calls of more than 100 ms, more
+//     likely a sentence than a period; a resampled stream's first output is short by
+//     the filter delay, so its frames fall unevenly from whole-frame blocks too, and
+//     the hold may pass a frame by that delay), and every frame then leaves in its
+//     slot; the talkspurt's timestamps start at its held anchor. The delay is the one
+//     listeners held before, moved to where it is known. (A block fed in pieces is
+//     reckoned again with each piece while the first frame is held; when a piece
+//     before the last completes a frame unheld, the talkspurt is not held. A
+//     talkspurt started by a block that came late after a dry end is not held.)
 //   * A real-time host's next block is expected when the last one's audio has
 //     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
 //     follow each other within `splitCallNs` are one block fed in pieces). When the
@@ -176,6 +180,8 @@ final class LocalStream {
     /// block's first call: a real-time host's next block is due then.
     private var blockNs: UInt64 = 0
     private var blockEndNs: UInt64 = 0
+    /// When the current block's first call came.
+    private var blockStartNs: UInt64 = 0
     static let splitCallNs: UInt64 = 1_000_000
     /// The last talkspurt ended by the dry rule, waiting for this host's next block.
     private var endedDry = false
@@ -208,6 +214,10 @@ final class LocalStream {
     private var resumeTimestamp: UInt32 = 0
     private var resumeNs: UInt64 = 0
     private var everSpurted = false
+    /// This talkspurt is the stream's first (its timestamps start where the stream's do).
+    private var firstSpurt = true
+    /// `framesSkipped` when this talkspurt started.
+    private var skippedBeforeSpurt: UInt64 = 0
     /// The last packet sent carried the last-frame flag (or nothing was sent yet).
     private var packetSpurtClosed = true
     /// Consecutive samples (per channel) of digital silence (zero gate).
@@ -338,7 +348,7 @@ final class LocalStream {
             blockNs += callNs
             blockEndNs += callNs
             lastFedNs = now
-            if inSpurt && heldSinceNs != 0 && spurtFrames == 0 { holdFirstFrame(since: heldSinceNs) }
+            if inSpurt && heldSinceNs == blockStartNs && spurtFrames == 0 { holdFirstFrame(since: heldSinceNs) }
             return pump(now: now)
         }
         // A talkspurt ended unwaited just before this block: the host feeds long blocks
@@ -362,6 +372,7 @@ final class LocalStream {
         }
         lastFedNs = now
         blockNs = callNs
+        blockStartNs = now
         blockEndNs = now &+ callNs
         pump(now: now, freshHead: queuedBefore == 0, late: endedDry ? late : 0, fed: true)
     }
@@ -408,7 +419,8 @@ final class LocalStream {
                 // a held talkspurt's blocks explain: the host's clock runs fast; follow it.
                 // (A late frame goes out at once; the schedule stays, so frames after it
                 // that come on time are not held back.)
-                let early = due - now, explained = expectedEarlyNs(frame: spurtFrames)
+                let early = due - now
+                let explained = expectedEarlyNs(frame: spurtFrames, audioFrame: spurtFrames &- (framesSkipped &- skippedBeforeSpurt))
                 guard (fresh || queuedFrames == 1) && early > explained
                         && early - explained <= LocalStream.driftSlackNs else { break }
                 anchorNs -= early - explained
@@ -487,21 +499,33 @@ final class LocalStream {
         return true
     }
 
-    /// Anchors the talkspurt `startHoldNs` after `since`, the call that started it.
+    /// The talkspurt's first timestamp: the last talkspurt's next one, advanced by the
+    /// wall-clock time from that talkspurt's end (its next frame's slot) to this one's
+    /// first slot, so timestamps keep step with send times across pauses.
+    private func stampSpurt() {
+        guard !firstSpurt else { spurtTimestamp = resumeTimestamp; return }
+        let pauseNs = anchorNs > resumeNs ? anchorNs - resumeNs : 0
+        spurtTimestamp = resumeTimestamp &+ UInt32(truncatingIfNeeded: pauseNs * 48 / 1_000_000)
+    }
+
+    /// Anchors the talkspurt `startHoldNs` after `since`, the call that started it
+    /// (its timestamps with it: a held start is a longer pause).
     private func holdFirstFrame(since: UInt64) {
         heldBlockNs = blockNs
         heldAudioNs = UInt64(queuedFrames) &* frameNs &+ UInt64(reframer.pending) &* 1_000_000_000 / 48000
         anchorNs = since &+ LocalStream.startHoldNs(blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
         heldSinceNs = since
+        stampSpurt()
     }
 
-    /// How early frame k of a held talkspurt is complete against its slot when the
-    /// host's blocks come on time (0 when not held).
-    private func expectedEarlyNs(frame k: UInt64) -> UInt64 {
+    /// How early the frame in slot k of a held talkspurt, the talkspurt's audio frame
+    /// j (slots skipped for a slow host are not audio), is complete against its slot
+    /// when the host's blocks come on time (0 when not held).
+    private func expectedEarlyNs(frame k: UInt64, audioFrame j: UInt64) -> UInt64 {
         guard heldSinceNs != 0 else { return 0 }
-        let lateness = LocalStream.completedNs(frame: k, blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
+        let complete = LocalStream.completedNs(frame: j, blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
         let slot = anchorNs &- heldSinceNs &+ k &* frameNs
-        return slot > lateness ? slot - lateness : 0
+        return slot > complete ? slot - complete : 0
     }
 
     /// When frame k is complete, counted from a call that brought `audioNs`, a
@@ -544,14 +568,10 @@ final class LocalStream {
         lagFrames = 0
         hostLagNs = 0
         skipAllowedAt = 0
-        if everSpurted {
-            // The pause, in samples of wall-clock time, on top of the last frame.
-            let pauseNs = now > resumeNs ? now - resumeNs : 0
-            spurtTimestamp = resumeTimestamp &+ UInt32(truncatingIfNeeded: pauseNs * 48 / 1_000_000)
-        } else {
-            spurtTimestamp = resumeTimestamp
-            everSpurted = true
-        }
+        firstSpurt = !everSpurted
+        everSpurted = true
+        skippedBeforeSpurt = framesSkipped
+        stampSpurt()
         needMarker = true
     }
 

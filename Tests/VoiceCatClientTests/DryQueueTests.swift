@@ -136,6 +136,59 @@ final class DryQueueTests: XCTestCase {
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 90 * ms, audioNs: 90 * ms, frameNs: 20 * ms), 10 * ms)
     }
 
+    func testAHeldTalkspurtsTimestampsKeepStepWithItsSendTimes() throws {
+        // Two talkspurts of 30 ms blocks, each held 10 ms at its start, 500 ms apart:
+        // every packet's timestamp, counted from the first packet's, is its send time
+        // counted from the first's (to a sample or two; a talkspurt's padded last frame
+        // leaves when the queue is found dry, the slack after its slot). Reckoned from
+        // the call that started it, a held talkspurt's timestamps lagged its send times
+        // by the hold, a hold more with each talkspurt: listeners took that for jitter.
+        let c = try VoiceClient()
+        c.setInputMode(.continuous)
+        let slot = c.streams.slots[0]
+        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
+                                slot: slot, table: c.streams)
+        let rx = try Socket.bindUDP(try SocketAddress(host: "127.0.0.1", port: 0))
+        try rx.setNonBlocking()
+        let to = try rx.localAddress()
+        let tx = try Socket.udp(familyOf: to)
+        try tx.setNonBlocking()
+        slot.path = SendSnapshot(key: SymmetricKey.random(), socket: tx, address: to, serverMuted: false)
+        var sent: [(at: UInt64, ts: UInt32, marker: Bool, last: Bool)] = []
+        var buf = [UInt8](repeating: 0, count: 2048)
+        func collect(at t: UInt64) throws {
+            while let (n, _) = try buf.withUnsafeMutableBytes({ try rx.receiveFrom(into: $0) }) {
+                let h = try buf.withUnsafeBytes { try FrameHeader.parse(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                sent.append((t, h.timestamp, h.flags.contains(.marker), h.flags.contains(.lastFrame)))
+            }
+        }
+        let speech = Signal.glidingVoice(seconds: 2, amplitude: 0.3)
+        let spurts: [UInt64] = [t0, t0 + 1250 * ms]
+        for (i, start) in spurts.enumerated() {
+            for k in 0..<25 {
+                let at = start + UInt64(k) * 30 * ms
+                while let d = slot.lock.withLock({ s.deadline }), d <= at { slot.lock.withLock { s.pump(now: d) }; try collect(at: d) }
+                let block = Array(speech[((i * 25 + k) * 1440)..<((i * 25 + k + 1) * 1440)])
+                try block.withUnsafeBufferPointer { p in
+                    try slot.lock.withLock { try s.feed(p.baseAddress!, frames: 1440, channels: 1, clock: { at }) }
+                }
+                try collect(at: at)
+            }
+            while let d = slot.lock.withLock({ s.deadline }) { slot.lock.withLock { s.pump(now: d) }; try collect(at: d) }
+        }
+        XCTAssertEqual(sent.filter { $0.marker }.count, 2, "two talkspurts")
+        XCTAssertGreaterThanOrEqual(sent.count, 74)
+        guard let first = sent.first else { return }
+        XCTAssertEqual(first.at, t0 + 10 * ms, "the first frame is held 10 ms")
+        XCTAssertEqual(sent.filter { $0.last }.count, 2, "two talkspurts ended")
+        let off = sent.filter { p in
+            guard !p.last else { return false }
+            let byClock = Int64((p.at - first.at) * 48 / 1_000_000), byStamp = Int64(p.ts &- first.ts)
+            return abs(byClock - byStamp) > 2
+        }.map { "\(($0.at - t0) / ms) ms: ts \($0.ts &- first.ts)" }
+        XCTAssertEqual(off, [], "timestamps out of step with send times")
+    }
+
     func testAHostWhoseClockDriftsIsNeitherCutNorHeldBack() throws {
         // 40 ms blocks from a host clock 0.1 % slow, then one 0.1 % fast, for 20 s. Slow:
         // each block comes 40 µs later than the last one's audio ends; against the talkspurt's
