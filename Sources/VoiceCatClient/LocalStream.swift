@@ -425,6 +425,8 @@ final class LocalStream {
                         && early - explained <= LocalStream.driftSlackNs else { break }
                 anchorNs -= early - explained
                 if heldSinceNs != 0 { heldSinceNs -= early - explained }
+                // Still early by what the blocks explain: it waits for its slot.
+                if explained > 0 { break }
             }
             fresh = false
             noteLag(hostLagNs)
