@@ -663,18 +663,20 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * and a host feeding a whole file at once is heard at real time (the client's
  * sender thread sends the rest). Blocks need not be whole frames (10 ms or 30 ms
  * blocks on 20 ms frames are one talkspurt), and a block may be fed in pieces (calls
- * within 1 ms of each other). Blocks longer than a frame that are not whole frames
- * complete frames unevenly (a 30 ms block brings one 20 ms frame or two); so that
- * every frame still leaves in its slot, a talkspurt whose first block brings a
- * frame or more starts later by the worst of that unevenness, reckoned from the
- * first block's length: less than a frame at 48 kHz (10 ms for 30 ms blocks on
- * 20 ms frames; none for blocks of whole frames, shorter than a frame, or longer
- * than 100 ms). At another sample_rate the resampler's first output is short by its
- * delay (1-2 ms), so frames fall unevenly even from blocks of whole frames longer
- * than a frame (40 ms blocks on 20 ms frames: held 20 ms) and the hold may pass a
- * frame by that delay. The hold is the delay listeners' jitter buffers would
- * otherwise have to learn; the talkspurt's timestamps start with it, and a stream
- * stopped within it drops the held audio with the rest of the queue. A host slower than real time (a loop that sleeps a
+ * within 1 ms of each other). Blocks that are not whole frames and do not divide a
+ * frame complete frames unevenly (a 30 ms block brings one 20 ms frame or two; a
+ * 512-sample block completes one every second block, now and then the next one);
+ * so that every frame still leaves in its slot, a talkspurt's first frame is held,
+ * from the call that completes it, by the worst of that unevenness, reckoned from
+ * that block's length: less than a frame at 48 kHz (10 ms for 30 ms blocks on 20 ms
+ * frames, 8 ms for 512-sample blocks; none for blocks of whole frames, blocks that
+ * divide a frame, or blocks longer than 100 ms). At another sample_rate the
+ * resampler's first output is short by its delay (1-2 ms), so frames fall unevenly
+ * even from blocks of whole frames longer than a frame (40 ms blocks on 20 ms
+ * frames: held 20 ms) and the hold may pass a frame by that delay. The hold is the
+ * delay listeners' jitter buffers would otherwise have to learn; the talkspurt's
+ * timestamps start with it, and a stream stopped within it drops the held audio with
+ * the rest of the queue. A host slower than real time (a loop that sleeps a
  * block's length after each feed runs a few per cent slow) falls behind: each time
  * its feeding has stayed a whole frame further behind real time than it was at its
  * best earlier in the talkspurt, measured to the sample, for 25 to 50 frames (0.5-1 s

@@ -29,21 +29,25 @@
 //     are not either.
 //   * A real-time host whose blocks are not whole frames (30 ms blocks, 20 ms frames)
 //     completes frames unevenly: a block brings one frame or two, so frame k is
-//     complete up to a frame's time after its slot counted from the first. Sent as
-//     they complete, that unevenness is jitter every listener must learn, and a new
-//     stream's first talkspurt, which plays with no cushion, conceals a frame to learn
-//     it. The sender knows it exactly from the first block's length: a talkspurt
-//     started by a call that brings at least a whole frame holds its first frame by
-//     the worst of it (`startHoldNs`; at 48 kHz less than a frame: 10 ms for 30 ms
-//     blocks, 0 for blocks of whole frames and for calls of more than 100 ms, more
-//     likely a sentence than a period; a resampled stream's first output is short by
-//     the filter delay, so its frames fall unevenly from whole-frame blocks too, and
-//     the hold may pass a frame by that delay), and every frame then leaves in its
-//     slot; the talkspurt's timestamps start at its held anchor. The delay is the one
-//     listeners held before, moved to where it is known. (A block fed in pieces is
-//     reckoned again with each piece while the first frame is held; when a piece
-//     before the last completes a frame unheld, the talkspurt is not held. A
-//     talkspurt started by a block that came late after a dry end is not held.)
+//     complete up to a frame's time after its slot counted from the first (blocks
+//     shorter than a frame that do not divide it, 512-sample periods, fall unevenly
+//     too). Sent as they complete, that unevenness is jitter every listener must
+//     learn, and a new stream's first talkspurt, which plays with no cushion, conceals
+//     a frame to learn it. The sender knows it exactly from the block's length: a
+//     talkspurt's first frame is held, from the call that completes it, by the worst
+//     of it (`startHoldNs`; at 48 kHz less than a frame: 10 ms for 30 ms blocks, 8 ms
+//     for 512-sample blocks, 0 for blocks of whole frames or that divide a frame, and
+//     for calls of more than 100 ms, more likely a sentence than a period; a
+//     resampled stream's first output is short by the filter delay, so its frames
+//     fall unevenly from whole-frame blocks too, and the hold may pass a frame by that
+//     delay), and every frame then leaves in its slot; the talkspurt's timestamps
+//     start at its held anchor. The delay is the one listeners held before, moved to
+//     where it is known. (A block fed in pieces is reckoned again with each piece
+//     while the first frame is held; when a piece before the last completes a frame
+//     unheld, the talkspurt is not held. A talkspurt started by a block that came late
+//     after a dry end is not held. The fast-clock follow below takes later blocks to
+//     be as long as the one the hold was reckoned from; a host whose blocks vary is
+//     followed back toward sending frames as they complete, as before.)
 //   * A real-time host's next block is expected when the last one's audio has
 //     passed (`blockEndNs`; blocks of any length, whole frames or not; calls that
 //     follow each other within `splitCallNs` are one block fed in pieces). When the
@@ -409,6 +413,10 @@ final class LocalStream {
         if !inSpurt && (queuedFrames > 0 || reframer.pending > 0) {
             startSpurt(at: late == 0 ? now : max(now &- late, min(now, resumeNs &- frameNs)))
             if fed && late == 0 { holdFirstFrame(since: now) }
+        } else if fed && inSpurt && spurtFrames == 0 && heldSinceNs != 0 && heldAudioNs < frameNs && queuedFrames > 0 {
+            // The talkspurt started with less than a frame (blocks shorter than one):
+            // its hold is reckoned from the call that completes its first frame.
+            holdFirstFrame(since: now)
         }
         if fed && inSpurt { hostLagNs = hostLag(now) }
         var fresh = freshHead
@@ -531,11 +539,14 @@ final class LocalStream {
     }
 
     /// When frame k is complete, counted from a call that brought `audioNs`, a
-    /// real-time host bringing `blockNs` more each `blockNs` after it.
+    /// real-time host bringing `blockNs` more each `blockNs` after it. Lengths are
+    /// whole ns (a 1024-sample block is 21,333,333.3): audio short of a frame by less
+    /// than `sampleSlackNs`, under a sample, is taken as complete.
+    static let sampleSlackNs: UInt64 = 20_000
     static func completedNs(frame k: UInt64, blockNs: UInt64, audioNs: UInt64, frameNs: UInt64) -> UInt64 {
         let needed = (k &+ 1) &* frameNs
-        guard needed > audioNs && blockNs > 0 else { return 0 }
-        return (needed - audioNs + blockNs - 1) / blockNs * blockNs
+        guard needed > audioNs &+ sampleSlackNs && blockNs > 0 else { return 0 }
+        return (needed - audioNs - sampleSlackNs + blockNs - 1) / blockNs * blockNs
     }
 
     /// How late, at worst, a frame of a talkspurt is complete against its slot when
