@@ -228,7 +228,10 @@ class Stream:
         (default: the stream's) channels; 2-D input names its own, and a ``channels``
         passed with it must agree (ValueError). The library resamples a stream whose rate is
         not 48 kHz. It sends it in talkspurts paced at real time: audio fed in
-        real time goes out at once, a whole file fed at once is heard at real time (see
+        real time goes out at once (blocks that are not whole frames, such as 30 ms or
+        512 samples on 20 ms frames, hold a talkspurt's first frame by their
+        unevenness, at most about a frame, so every frame leaves in its slot; see
+        ``vc_stream_feed_pcm``), a whole file fed at once is heard at real time (see
         :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
         talkspurt. Never blocks. Raises ValueError for a wrong sample type, shape or
         byte count, StateError for a device stream, NoMemory when the queue
