@@ -670,10 +670,9 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * from the call that completes it, by the worst of that unevenness, reckoned from
  * that block's length: less than a frame at 48 kHz (10 ms for 30 ms blocks on 20 ms
  * frames, 8 ms for 512-sample blocks; none for blocks of whole frames, blocks that
- * divide a frame, or blocks longer than 100 ms). At another sample_rate the
- * resampler's first output is short by its delay (1-2 ms), so frames fall unevenly
- * even from blocks of whole frames longer than a frame (40 ms blocks on 20 ms
- * frames: held 20 ms) and the hold may pass a frame by that delay. The hold is the
+ * divide a frame, or blocks longer than 100 ms; at another sample_rate the same,
+ * reckoned in 48 kHz audio: the resampler's 1-2 ms of delay comes first, so a block
+ * of 20 ms at 22.05 kHz gives a whole 20 ms frame from the first one). The hold is the
  * delay listeners' jitter buffers would otherwise have to learn; the talkspurt's
  * timestamps start with it, and a stream stopped within it drops the held audio with
  * the rest of the queue. A host slower than real time (a loop that sleeps a

@@ -38,9 +38,9 @@
 //     of it (`startHoldNs`; at 48 kHz less than a frame: 10 ms for 30 ms blocks, 8 ms
 //     for 512-sample blocks, 0 for blocks of whole frames or that divide a frame, and
 //     for calls of more than 100 ms, more likely a sentence than a period; a
-//     resampled stream's first output is short by the filter delay, so its frames
-//     fall unevenly from whole-frame blocks too, and the hold may pass a frame by that
-//     delay), and every frame then leaves in its slot; the talkspurt's timestamps
+//     resampled stream keeps its resampler's filter delay, so blocks of whole frames
+//     at another rate give whole frames too), and every frame then leaves in its
+//     slot; the talkspurt's timestamps
 //     start at its held anchor. The delay is the one listeners held before, moved to
 //     where it is known. (A block fed in pieces is reckoned again with each piece
 //     while the first frame is held; when a piece before the last completes a frame
@@ -212,14 +212,16 @@ final class LocalStream {
     private var skipAllowedAt: UInt64 = 0
     /// Frame times skipped because the host fell a frame behind real time.
     private(set) var framesSkipped: UInt64 = 0
+    /// Frames taken from the queue to be sent, over the stream's life.
+    private(set) var framesTaken: UInt64 = 0
     private var spurtTimestamp: UInt32 = 0
     /// Where the next talkspurt's timestamps continue from: the timestamp and the
     /// nominal time of the frame after the last one taken.
     private var resumeTimestamp: UInt32 = 0
     private var resumeNs: UInt64 = 0
-    private var everSpurted = false
-    /// This talkspurt is the stream's first (its timestamps start where the stream's do).
-    private var firstSpurt = true
+    /// A talkspurt has ended: `resumeTimestamp` and `resumeNs` hold where the next one
+    /// continues from (before it, the stream's first talkspurt starts the timestamps).
+    private var spurtEverEnded = false
     /// `framesSkipped` when this talkspurt started.
     private var skippedBeforeSpurt: UInt64 = 0
     /// The last packet sent carried the last-frame flag (or nothing was sent yet).
@@ -238,11 +240,19 @@ final class LocalStream {
         self.audio = audio
         do { encoder = try OpusEncoderBox(config: audio) } catch { throw ClientError.codec("\(error)") }
         if externalFeed && inputRate != 48000 {
+            // The filter delay is kept, not skipped: every block then gives as much
+            // audio as it brings (at 1-2 ms more delay), so a real-time host's blocks
+            // of whole frames complete whole frames from the first one. Skipped, the
+            // first block came out short of its frames by the delay, every frame was
+            // complete a block after its slot counted from the first, and the
+            // talkspurt was held a frame for it (40 ms blocks) or started a block late.
             do {
                 fromMono = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 1, outChannels: audio.channels,
-                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality,
+                                               skipFilterDelay: false)
                 fromStereo = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 2, outChannels: audio.channels,
-                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality,
+                                                 skipFilterDelay: false)
             } catch { throw ClientError.invalidArgument("\(error)") }
         } else {
             fromMono = nil
@@ -272,10 +282,11 @@ final class LocalStream {
 
     // MARK: feeding and pacing (slot lock held by the caller)
 
-    /// Audio queued and not yet sent, in ms (whole frames plus the partial one).
-    var queuedMs: UInt32 {
-        UInt32((UInt64(queuedFrames) * UInt64(audio.frameMicros) + UInt64(reframer.pending) * 1000 / 48) / 1000)
+    /// Audio queued and not yet sent (whole frames plus the partial one), in ns and ms.
+    private var queuedAudioNs: UInt64 {
+        UInt64(queuedFrames) &* frameNs &+ UInt64(reframer.pending) &* 1_000_000_000 / 48000
     }
+    var queuedMs: UInt32 { UInt32(queuedAudioNs / 1_000_000) }
 
     /// True when everything fed has been sent (the partial frame too).
     var isDrained: Bool { queuedFrames == 0 && reframer.pending == 0 }
@@ -447,6 +458,7 @@ final class LocalStream {
             let frame = queue + queueHead * frameLength
             queueHead = (queueHead + 1) % maxQueueFrames
             queuedFrames -= 1
+            framesTaken += 1
             let ts = spurtTimestamp &+ UInt32(truncatingIfNeeded: spurtFrames &* UInt64(audio.frameSamples))
             spurtFrames += 1
             lastTakenNs = max(lastTakenNs, now)
@@ -513,7 +525,7 @@ final class LocalStream {
     /// wall-clock time from that talkspurt's end (its next frame's slot) to this one's
     /// first slot, so timestamps keep step with send times across pauses.
     private func stampSpurt() {
-        guard !firstSpurt else { spurtTimestamp = resumeTimestamp; return }
+        guard spurtEverEnded else { spurtTimestamp = resumeTimestamp; return }
         let pauseNs = anchorNs > resumeNs ? anchorNs - resumeNs : 0
         spurtTimestamp = resumeTimestamp &+ UInt32(truncatingIfNeeded: pauseNs * 48 / 1_000_000)
     }
@@ -522,7 +534,7 @@ final class LocalStream {
     /// (its timestamps with it: a held start is a longer pause).
     private func holdFirstFrame(since: UInt64) {
         heldBlockNs = blockNs
-        heldAudioNs = UInt64(queuedFrames) &* frameNs &+ UInt64(reframer.pending) &* 1_000_000_000 / 48000
+        heldAudioNs = queuedAudioNs
         anchorNs = since &+ LocalStream.startHoldNs(blockNs: heldBlockNs, audioNs: heldAudioNs, frameNs: frameNs)
         heldSinceNs = since
         stampSpurt()
@@ -581,8 +593,6 @@ final class LocalStream {
         lagFrames = 0
         hostLagNs = 0
         skipAllowedAt = 0
-        firstSpurt = !everSpurted
-        everSpurted = true
         skippedBeforeSpurt = framesSkipped
         stampSpurt()
         needMarker = true
@@ -606,6 +616,7 @@ final class LocalStream {
         }
         resumeTimestamp = ts
         resumeNs = anchorNs &+ spurtFrames &* frameNs
+        spurtEverEnded = true
         inSpurt = false
         // The talkspurt's last frame went out: an open gate closes with it (the next
         // audio opens it again, with the marker), so the gate events follow the wire.

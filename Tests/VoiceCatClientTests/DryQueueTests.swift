@@ -86,24 +86,24 @@ final class DryQueueTests: XCTestCase {
     }
 
     /// When each frame left (was taken from the queue) for a real-time host feeding
-    /// blocks of `n` samples at 48 kHz for 2 s (each as `pieces` calls 10 µs apart,
+    /// blocks of `n` samples at `rate` for 2 s (each as `pieces` calls 10 µs apart,
     /// block k `late(k)` ns after its time), the pacer pumping at each deadline.
-    private func sendTimes(blocksOf n: Int, pieces: Int = 1, late: (Int) -> UInt64 = { _ in 0 }) throws -> [UInt64] {
+    private func sendTimes(blocksOf n: Int, pieces: Int = 1, rate: Int = 48000,
+                           late: (Int) -> UInt64 = { _ in 0 }) throws -> [UInt64] {
         let c = try VoiceClient()
-        let (s, slot) = try discardingStream(on: c)
+        let (s, slot) = try discardingStream(on: c, inputRate: rate)
         c.setInputMode(.continuous)
-        var times: [UInt64] = [], samples = 0
+        var times: [UInt64] = []
         func taken(at t: UInt64) {
-            let n = samples / 960 - slot.lock.withLock { s.queuedFrames }
+            let n = Int(slot.lock.withLock { s.framesTaken })
             while times.count < n { times.append(t) }
         }
-        for k in 0..<(96_000 / n) {
-            let at = t0 + UInt64(k * n) * 1_000_000 / 48 + late(k)
+        for k in 0..<(2 * rate / n) {
+            let at = t0 + UInt64(k * n) * 1_000_000_000 / UInt64(rate) + late(k)
             while let d = slot.lock.withLock({ s.deadline }), d <= at { slot.lock.withLock { s.pump(now: d) }; taken(at: d) }
             for p in 0..<pieces {
                 let piece = n * (p + 1) / pieces - n * p / pieces
                 try feed(s, slot, samples: piece, at: at + UInt64(p) * 10_000)
-                samples += piece
                 taken(at: at + UInt64(p) * 10_000)
             }
         }
@@ -142,6 +142,18 @@ final class DryQueueTests: XCTestCase {
         // Blocks of whole frames are not held: the first frame leaves with its call.
         for n in [960, 1920, 4800] {
             XCTAssertEqual(try sendTimes(blocksOf: n).first, t0, "\(n)-sample blocks")
+        }
+        // Nor at another rate (espeak-ng's 22,050 Hz, 16 kHz), where the resampler's
+        // output keeps its filter delay rather than starting short by it: a first block
+        // short of whole frames made whole-frame blocks uneven (40 ms blocks were held
+        // 20 ms) and 20 ms blocks' first frame wait for the second block.
+        for (rate, n) in [(22050, 441), (22050, 882), (22050, 2205), (16000, 320), (16000, 640)] {
+            let times = try sendTimes(blocksOf: n, rate: rate)
+            let label = "\(n)-sample blocks at \(rate) Hz"
+            XCTAssertGreaterThanOrEqual(times.count, 95, label)
+            XCTAssertEqual(times.first, t0, "\(label): the first frame waited")
+            let off = times.enumerated().filter { k, t in abs(Int64(t) - Int64(t0 + UInt64(k) * 20 * ms)) > 1000 }.map { $0.offset }
+            XCTAssertEqual(off, [], "\(label): frames out of their slot")
         }
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 10 * ms, audioNs: 10 * ms, frameNs: 20 * ms), 0, "less than a frame: nothing to hold")
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 510 * ms, audioNs: 510 * ms, frameNs: 20 * ms), 0, "a sentence")
