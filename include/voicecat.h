@@ -605,10 +605,13 @@ int vc_get_server_fingerprint(vc_client *c, char *buf, size_t len);
  * in another channel are withdrawn by the server and must be started again; the
  * previous channel's remote streams are removed (VC_EVENT_REMOTE_STREAM_REMOVED),
  * then VC_EVENT_CHANNEL_JOINED is raised, then the new channel's streams are
- * added (VC_EVENT_REMOTE_STREAM_ADDED).
+ * added (VC_EVENT_REMOTE_STREAM_ADDED). Joining the channel the session is in
+ * already keeps this client's streams (they go on sending); its remote streams are
+ * removed and added again as above.
  * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected, or
  * reconnecting), VC_ERR_TIMEOUT (the server may still apply the join later: then
  * VC_EVENT_CHANNEL_JOINED follows and vc_get_channel_audio names that channel),
+ * VC_ERR_NETWORK (the connection ended before the answer came),
  * VC_ERR_INVALID_ARG (a name that is not 1..64 bytes of UTF-8 without control
  * characters), VC_ERR_PROTOCOL (the server's answer broke the rules: the client is
  * then in no channel). Callback-safe: no.
@@ -635,7 +638,9 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * channel), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
  * VC_ERR_REJECTED (stream limit), VC_ERR_DEVICE (the capture device cannot be
  * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC,
- * VC_ERR_INVALID_ARG (sample_rate not 0 and outside 8000..192000).
+ * VC_ERR_INVALID_ARG (sample_rate not 0 and outside 8000..192000),
+ * VC_ERR_TIMEOUT (the server did not answer in 5 s: a stream it announces later
+ * is withdrawn), VC_ERR_NETWORK (the connection ended before the answer came).
  * Callback-safe: no.
  */
 int vc_stream_start(vc_client *c, const vc_stream_desc *d, uint32_t *out_stream_id);
@@ -860,8 +865,9 @@ int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
  * password or a server without one (the server then answers this client's next admin
  * requests only after a growing delay, and closes the session after
  * max_auth_failures wrong ones), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
- * connected), VC_ERR_TIMEOUT, VC_ERR_INVALID_ARG (admin_password NULL, muted or
- * deafened not 0 or 1). Callback-safe: no.
+ * connected), VC_ERR_TIMEOUT, VC_ERR_NETWORK (the connection ended before the
+ * answer came), VC_ERR_INVALID_ARG (admin_password NULL, muted or deafened not 0
+ * or 1). Callback-safe: no.
  */
 int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);
 

@@ -530,14 +530,17 @@ extension VoiceClient {
     /// host sees CHANNEL_JOINED, and vc_get_channel_audio names the new channel).
     /// `keepStreams`: a reconnect re-joining the same channel keeps its streams.
     func applyJoin(_ r: JoinChannelResult, keepStreams: Bool = false) {
-        let name = cond.withLock { () -> String in
+        let (name, stayed) = cond.withLock { () -> (String, Bool) in
+            // The channel the session is in already: the server keeps its streams.
+            let stayed = channelAudio != nil && channelID == r.channelID
             channelID = r.channelID
             channelAudio = r.audio
             for m in r.members { usernames[m.userID] = m.username }
             channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
-            return channelName
+            return (channelName, stayed)
         }
-        if !keepStreams { for s in streams.all { retire(s.streamID, why: "ended when the session moved to another channel") } }
+        if !keepStreams && !stayed { for s in streams.all { retire(s.streamID, why: "ended when the session moved to another channel") } }
+        // The server lists the channel's streams again after its answer: each is added anew.
         removeAllRemote()
         var e = ClientEvent(type: .channelJoined)
         e.channelID = r.channelID

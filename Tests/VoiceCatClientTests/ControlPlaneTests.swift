@@ -210,6 +210,42 @@ final class ControlPlaneTests: XCTestCase {
         XCTAssertEqual(vc_list_user_streams(ann.h, 999_999, nil, 0, &none), VC_ERR_NOT_FOUND)
     }
 
+    /// Joining the channel the session is in (a user clicking it again) keeps the
+    /// session's streams, as the server does. (The client forgot them: feeding said
+    /// "it ended when the session moved to another channel", while the server kept
+    /// relaying a stream nobody could stop; five rejoins with a new stream each reached
+    /// the server's stream limit, and the user could publish nothing until reconnecting.)
+    func testJoiningTheChannelTheSessionIsInKeepsItsStreams() throws {
+        let ann = try CHost(port: server.port, name: "ann", channel: "Lobby")
+        let bo = try CHost(port: server.port, name: "bo", channel: "Lobby")
+        let sid = try bo.startStream(kind: VC_STREAM_SCREEN_AUDIO)
+        let added = try ann.wait("bo's stream") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED }
+        let tone = (0..<960).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        for round in 0..<5 {
+            try bo.check(vc_join_channel(bo.h, "Lobby"), "rejoin \(round)")
+            let rc = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(bo.h, sid, $0.baseAddress, 960, 1) }
+            XCTAssertEqual(rc, VC_OK, "round \(round): \(bo.lastError)")
+            XCTAssertEqual(bo.view["bo"], "Lobby muted=0 deaf=0 streams=1", "round \(round)")
+        }
+        // A new stream still fits under the server's limit of 4 per user.
+        var more: [UInt32] = []
+        for _ in 0..<3 { more.append(try bo.startStream(kind: VC_STREAM_AUX_DEVICE)) }
+        // A listener that rejoins hears the channel's streams again.
+        try ann.check(vc_join_channel(ann.h, "Lobby"), "listener rejoin")
+        _ = try ann.wait("bo's stream removed") { $0.type == VC_EVENT_REMOTE_STREAM_REMOVED && $0.ssrc == added.ssrc }
+        _ = try ann.wait("bo's stream again") { $0.type == VC_EVENT_REMOTE_STREAM_ADDED && $0.ssrc == added.ssrc }
+        // Stopped, the streams are gone from the server too (no ghost left behind).
+        for s in [sid] + more { try bo.check(vc_stream_stop(bo.h, s), "stop") }
+        XCTAssertTrue(ann.eventually { ann.view["bo"] == "Lobby muted=0 deaf=0 streams=0" }, "\(ann.view)")
+        XCTAssertTrue(ann.eventually { ann.streams(of: bo.me).isEmpty })
+        // Moving to another channel still withdraws them.
+        let moved = try bo.startStream(kind: VC_STREAM_MIC)
+        try bo.check(vc_join_channel(bo.h, "Music"), "move")
+        let rc = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(bo.h, moved, $0.baseAddress, 960, 1) }
+        XCTAssertEqual(rc, VC_ERR_NOT_FOUND)
+        XCTAssertTrue(bo.lastError.contains("another channel"), bo.lastError)
+    }
+
     func testAdminMuteReachesEveryoneAndAWrongPasswordIsRefused() throws {
         let admin = try CHost(port: server.port, name: "boss", channel: "Lobby")
         let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
