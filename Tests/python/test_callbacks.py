@@ -138,6 +138,38 @@ def test_an_unreferenced_client_is_closed_when_collected(server):
     assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "its threads stopped: destroyed"
 
 
+def test_a_client_whose_callbacks_refer_back_to_it_is_closed_when_collected(server):
+    """An object that owns a client and hands it its own bound methods as sink, speaker
+    sink and event handler: a cycle, which the collector frees (the client's finalizer
+    once held the callbacks strongly, so the client stayed alive and on the server)."""
+    class Owner:
+        def __init__(self) -> None:
+            self.blocks = 0
+            self.client = joined(server, "cb-cycle")
+            self.name = next(u.username for u in self.client.users() if u.is_self)
+            self.client.set_sink(self.on_mix)
+            self.client.set_speaker_sink(self.on_speaker)
+            self.client.set_event_handler(self.on_event)
+
+        def on_mix(self, pcm, frames):
+            self.blocks += 1
+
+        def on_speaker(self, block):
+            pass
+
+        def on_event(self, event):
+            pass
+
+    owner = Owner()
+    assert wait_until(lambda: owner.blocks > 2)
+    ref, name = weakref.ref(owner.client), owner.name
+    del owner
+    gc.collect()
+    assert ref() is None, "the client is still referenced"
+    with joined(server, "cb-cycle-watch") as watch:
+        assert wait_until(lambda: all(u.username != name for u in watch.users())), "still on the server"
+
+
 def test_a_client_dropped_inside_a_callback_is_destroyed_after_it(server):
     """The finalizer of a client whose last reference goes inside a callback cannot destroy
     it there; the next Client() does."""
@@ -145,6 +177,7 @@ def test_a_client_dropped_inside_a_callback_is_destroyed_after_it(server):
     counts = [0]
     victim = [joined(server, "cb-orphan")]
     victim[0].set_sink(lambda pcm, frames: counts.__setitem__(0, counts[0] + 1))
+    name = next(u.username for u in victim[0].users() if u.is_self)
     ref = weakref.ref(victim[0])
     dropped = threading.Event()
 
@@ -153,14 +186,20 @@ def test_a_client_dropped_inside_a_callback_is_destroyed_after_it(server):
             victim.clear()  # the last reference: the finalizer runs here, on the mixer thread
             dropped.set()
 
+    def on_server():
+        return any(u.username == name for u in host.users())
+
     with joined(server, "cb-orphan-host") as host:
+        assert wait_until(on_server)
         host.set_sink(sink)
         assert dropped.wait(10)
         assert ref() is None and len(_client._orphans) == 1
-        before = counts[0]
-        assert wait_until(lambda: counts[0] > before + 2), "still running until reaped"
+        # Its program is gone, so is its sink (nothing holds it); the C client stays on
+        # the server until it is reaped.
+        stopped = counts[0]
+        assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "the sink of a collected client"
+        assert on_server() and not wait_until(lambda: not on_server(), seconds=0.5), "still connected until reaped"
         voicecat.Client().close()
         assert _client._orphans == []
-        stopped = counts[0]
-        assert not wait_until(lambda: counts[0] > stopped + 1, seconds=0.3), "destroyed"
+        assert wait_until(lambda: not on_server()), "destroyed"
         host.set_sink(None)

@@ -507,6 +507,8 @@ def test_bad_arguments_raise_the_documented_exceptions(server, tmp_path):
         assert len(mono) == 160 if numpy is None else mono.shape == (160, 1)
         with pytest.raises(ValueError, match="mono"):
             client.read_mix_into(bytearray(5))
+        with pytest.raises(TypeError, match="list is not a buffer"):
+            client.read_mix_into([0] * 320)
         client.set_sink(lambda pcm, frames: None)
         with pytest.raises(voicecat.StateError):
             client.read_mix(160)  # a thread renders for the sink

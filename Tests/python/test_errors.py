@@ -1,6 +1,7 @@
 """Bad input gets a clear exception, and nothing is sent for it."""
 import array
 import ctypes
+import os
 import threading
 import time
 
@@ -42,6 +43,8 @@ def test_byte_buffers_with_the_wrong_size_or_item_type_are_refused(talker, mic):
     _refused(talker, mic, array.array("d", [0.0] * 960), ValueError, "item size 8")
     _refused(talker, mic, b"\0" * 1922, ValueError, "961 samples do not divide into 2 channels", channels=2)
     _refused(talker, mic, b"\0" * 1920, ValueError, "channels must be 1 or 2", channels=3)
+    _refused(talker, mic, b"\0" * 1920, TypeError, "channels must be an int, 1 or 2, not float", channels=1.0)
+    _refused(talker, mic, b"\0" * 1920, TypeError, "channels must be an int, 1 or 2, not str", channels="1")
     _refused(talker, mic, memoryview(b"\0" * 1920).cast("h", (320, 3)), ValueError, "channel count")
     _refused(talker, mic, "not audio", TypeError, "cannot feed str")
     _refused(talker, mic, [0] * 960, TypeError, "cannot feed list")
@@ -205,6 +208,33 @@ def test_a_connect_cancelled_by_close_says_so():
     error, took = outcome[0]
     assert isinstance(error, voicecat.StateError) and took < 3, outcome
     assert error.detail == "the client was closed during vc_connect", error.detail
+
+
+def test_ctrl_c_cancels_a_connect_at_once(caplog):
+    # Ctrl-C (SIGINT) during a connect that waits on a silent server: KeyboardInterrupt at
+    # once, not the timeout. (It reached only the package's log callback, which ran on
+    # the main thread inside the connect: ctypes dropped it and the connect went on.)
+    import signal
+    import socket
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    c = voicecat.Client(known_servers_path="")
+    try:
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            c.connect("127.0.0.1", silent.getsockname()[1], unique("ctrl-c"), allow_unverified=True, timeout=10)
+        assert time.monotonic() - start < 3
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+        silent.close()
+    with pytest.raises(voicecat.StateError, match="not connected"):
+        c.join("Lobby")
+    c.close()
 
 
 def test_a_wait_for_an_event_ends_when_another_thread_closes_the_client(server):

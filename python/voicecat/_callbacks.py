@@ -93,6 +93,12 @@ class Guarded:
         _local.render_depth = getattr(_local, "render_depth", 0) + self.renders
         try:
             self.fn(*args)
+        except KeyboardInterrupt as e:
+            # Ctrl-C reached Python code running in a callback on the main thread (a log
+            # line during a call the program made): it cannot cross C, and it is not
+            # the callback's failure. The call running on this thread raises it when it
+            # returns (raise_interrupt).
+            _local.interrupt = e
         except BaseException as e:  # noqa: B902 - nothing may escape into C
             self.failed = True
             self.box.store(CallbackError(self.which, e))  # before the log line: who sees it can rely on it
@@ -101,6 +107,14 @@ class Guarded:
         finally:
             _local.depth -= 1
             _local.render_depth -= self.renders
+
+
+def raise_interrupt() -> None:
+    """Raises the KeyboardInterrupt a callback on this thread caught, if any."""
+    e = getattr(_local, "interrupt", None)
+    if e is not None:
+        _local.interrupt = None
+        raise e
 
 
 # ---- Library log lines -----------------------------------------------------------------

@@ -13,7 +13,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 from . import _lib, _pcm
-from ._callbacks import FailureBox, Guarded, global_failures, in_callback, in_render_callback, require_callable
+from ._callbacks import (FailureBox, Guarded, global_failures, in_callback, in_render_callback, raise_interrupt,
+                         require_callable)
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for, global_detail
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
@@ -98,7 +99,11 @@ class _Core:
         self.handle: Optional[int] = handle
         self.failures = FailureBox()
         self.lock = threading.Lock()
-        self.event_handler: Optional[Guarded] = None
+        #: The program's event handler, held by its Client (``Client._guards``): the core
+        #: is held by the client's finalizer, so nothing it holds may lead back to the
+        #: client, or a client whose callback refers to it (a bound method of the object
+        #: that owns the client) would never be collected, nor closed.
+        self.event_handler: "Optional[weakref.ReferenceType[Guarded]]" = None
         self.subscribers: Set["AsyncEvents"] = set()
         self.event_installed = False
         self.sink_cfunc: Any = None
@@ -118,7 +123,8 @@ class _Core:
         event = Event._from_c(pointer.contents)
         for subscriber in list(self.subscribers):
             subscriber._push(event)
-        handler = self.event_handler
+        ref = self.event_handler
+        handler = ref() if ref is not None else None
         if handler is not None:
             handler(event)
 
@@ -203,7 +209,8 @@ class Stream:
     def stopped(self) -> bool:
         """True after :meth:`stop`, once the client is closed, and once the stream
         ended by itself (the server withdrew it; the session, or its channel, ended):
-        :meth:`feed` then raises NotFound saying how."""
+        :meth:`feed` then raises NotFound saying how (StateError once the client is
+        closed)."""
         handle = self._client._core.handle
         if self._stopped or handle is None:
             return True
@@ -233,7 +240,8 @@ class Stream:
         unevenness, at most about a frame, so every frame leaves in its slot; see
         ``vc_stream_feed_pcm``), a whole file fed at once is heard at real time (see
         :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
-        talkspurt. Never blocks. Raises ValueError for a wrong sample type, shape or
+        talkspurt. Never blocks. Raises TypeError for an object that is not PCM or a
+        ``channels`` that is not an int, ValueError for a wrong sample type, shape or
         byte count, StateError for a device stream, NoMemory when the queue
         (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
@@ -442,7 +450,7 @@ def _update_event_callback(core: _Core) -> None:
     """Installs the C event callback while someone listens, and removes it otherwise (each
     event then costs the network thread nothing in Python)."""
     with core.lock:
-        wanted = core.event_handler is not None or bool(core.subscribers)
+        wanted = (core.event_handler is not None and core.event_handler() is not None) or bool(core.subscribers)
         if wanted == core.event_installed or core.handle is None:
             return
         fn = core.event_cfunc if wanted else _lib.EVENT_FN()
@@ -534,6 +542,9 @@ class Client:
             raise error_for(rc, global_detail())
         assert handle.value is not None
         self._core = _Core(handle.value)
+        #: The program's callbacks (event handler, sinks): held here, reached by the
+        #: core's C trampolines through weak references (see _Core.event_handler).
+        self._guards: Dict[str, Guarded] = {}
         self._finalizer = weakref.finalize(self, self._core.destroy)
 
     # -- plumbing --
@@ -545,6 +556,7 @@ class Client:
         if handle is None:
             raise StateError(ErrorCode.STATE, "the client is closed")
         rc = int(getattr(_lib.get(), name)(handle, *args))
+        raise_interrupt()   # Ctrl-C during the call, caught by a callback on this thread
         if rc < 0:
             if core.handle is None:
                 # Closed by another thread during the call (a connect it cancelled, a
@@ -606,7 +618,8 @@ class Client:
         checked). The password is sent only after the identity was checked. Raises
         NetworkError, Timeout, AuthError (wrong password, another fingerprint than the
         pinned or known one: :attr:`fingerprint` shows the server's), Rejected (username
-        taken, server full), VersionMismatch, ProtocolError, InvalidArgument.
+        taken, server full), VersionMismatch, ProtocolError, InvalidArgument. On the
+        main thread Ctrl-C cancels it at once (KeyboardInterrupt; not connected).
         """
         params = _lib.get().vc_connect_params_default()
         params.host = _cstr(host, "host")
@@ -616,7 +629,34 @@ class Client:
         params.server_fingerprint = _optional_cstr(fingerprint, "fingerprint")
         params.timeout_ms = max(1, _millis(timeout, "timeout"))
         params.allow_unverified = int(bool(allow_unverified))
-        self._call("vc_connect", ctypes.byref(params))
+        if threading.current_thread() is not threading.main_thread() or in_callback():
+            self._call("vc_connect", ctypes.byref(params))
+            return
+        # Ctrl-C reaches only the main thread, and not while it is blocked in C: the
+        # connect runs on a thread of its own while the main thread waits, and Ctrl-C
+        # cancels it (vc_disconnect cancels a connect in progress) at once, not after
+        # the timeout.
+        failure: List[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._call("vc_connect", ctypes.byref(params))
+            except BaseException as e:  # noqa: B902 - handed to the caller's thread
+                failure.append(e)
+
+        worker = threading.Thread(target=run, name="voicecat-connect", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.05)
+        except KeyboardInterrupt:
+            handle = self._core.handle
+            if handle is not None:
+                _lib.get().vc_disconnect(handle)
+            worker.join()
+            raise
+        if failure:
+            raise failure[0]
 
     def disconnect(self) -> None:
         """Leaves the server (streams stop; DISCONNECTED is the session's last event)."""
@@ -818,6 +858,7 @@ class Client:
         if fn is None:
             self._call("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
             self._core.sink_cfunc = None
+            self._guards.pop("sink", None)
             return
         require_callable(fn, "set_sink")
         if numpy:
@@ -829,11 +870,15 @@ class Client:
                 fn(ctypes.string_at(pointer, frames * channels * 2), frames)
 
         guarded = Guarded("mixed-output sink", deliver, self._core.failures, renders=True)
+        ref = weakref.ref(guarded)   # not the sink itself: see _Core.event_handler
 
         def trampoline(_user: Optional[int], pointer: Any, frames: int, channels: int) -> None:
-            guarded(pointer, frames, channels)
+            g = ref()
+            if g is not None:
+                g(pointer, frames, channels)
 
         cfunc = _lib.SINK_FN(trampoline)
+        self._guards["sink"] = guarded
         self._call("vc_set_mixed_output_sink", cfunc, None)
         self._core.sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
 
@@ -901,7 +946,8 @@ class Client:
         ``out`` is a writable C-contiguous numpy array of int16 or float32 (full scale
         ±1.0), shaped (frames, channels) or (channels * frames,); a bytearray (int16);
         or an array('h') / array('f') / writable memoryview of int16 or float32.
-        ValueError for another type, or a size that is not whole frames."""
+        TypeError for an object that is not a buffer; ValueError for a buffer of
+        another type, or a size that is not whole frames."""
         _refuse_in_sink("read_mix_into")
         with self._core.format_lock:
             block = _pcm.pcm_out(out, self._core.output_format.channels, "read_mix_into")
@@ -931,6 +977,7 @@ class Client:
         if fn is None:
             self._call("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(), None)
             self._core.speaker_sink_cfunc = None
+            self._guards.pop("speaker sink", None)
             return
         require_callable(fn, "set_speaker_sink")
         if numpy:
@@ -943,12 +990,16 @@ class Client:
                             channels=channels))
 
         guarded = Guarded("per-speaker sink", deliver, self._core.failures, renders=True)
+        ref = weakref.ref(guarded)   # not the sink itself: see _Core.event_handler
 
         def trampoline(_user: Optional[int], ssrc: int, user_id: int, kind: int, pointer: Any, frames: int,
                        channels: int) -> None:
-            guarded(ssrc, user_id, kind, pointer, frames, channels)
+            g = ref()
+            if g is not None:
+                g(ssrc, user_id, kind, pointer, frames, channels)
 
         cfunc = _lib.STREAM_SINK_FN(trampoline)
+        self._guards["speaker sink"] = guarded
         self._call("vc_set_remote_stream_sink", cfunc, None)
         self._core.speaker_sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
 
@@ -995,7 +1046,13 @@ class Client:
             raise StateError(ErrorCode.STATE, "the client is closed")
         if fn is not None:
             require_callable(fn, "set_event_handler")
-        self._core.event_handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
+        if fn is not None:
+            handler = Guarded("event handler", fn, self._core.failures)
+            self._guards["event handler"] = handler
+            self._core.event_handler = weakref.ref(handler)
+        else:
+            self._guards.pop("event handler", None)
+            self._core.event_handler = None
         _update_event_callback(self._core)
 
     def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:

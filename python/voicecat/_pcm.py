@@ -66,8 +66,10 @@ class PcmBlock(NamedTuple):
 
 
 def _check_channels(channels: int) -> int:
+    if isinstance(channels, bool) or not isinstance(channels, int):
+        raise TypeError(f"channels must be an int, 1 or 2, not {type(channels).__name__} {channels!r}")
     if channels not in (1, 2):
-        raise ValueError(f"channels must be 1 or 2, not {channels}")
+        raise ValueError(f"channels must be 1 or 2, not {channels!r}")
     return channels
 
 
@@ -185,7 +187,11 @@ def pcm_out(buffer: Any, channels: int, what: str) -> PcmBlock:
         f32 = buffer.dtype == _np.float32
         pointer = buffer.ctypes.data_as(_lib.c_float_p if f32 else _lib.c_int16_p)
         return PcmBlock(pointer, int(buffer.size) // channels, channels, buffer, bool(f32))
-    view = memoryview(buffer)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise TypeError(f"{what}: {type(buffer).__name__} is not a buffer (a numpy array, bytearray, array('h') / "
+                        "array('f') or memoryview is)") from None
     if view.readonly or not view.c_contiguous:
         raise ValueError(f"{what}: {type(buffer).__name__} is not a writable contiguous buffer")
     ctype: Any
