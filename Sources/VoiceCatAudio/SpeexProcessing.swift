@@ -91,7 +91,8 @@ public final class SpeexApm: ApmProcessor {
         set(SPEEX_PREPROCESS_SET_DENOISE, settings.noiseSuppression ? 1 : 0)
         set(SPEEX_PREPROCESS_SET_NOISE_SUPPRESS, -30)
         set(SPEEX_PREPROCESS_SET_AGC, settings.agc ? 1 : 0)
-        set(SPEEX_PREPROCESS_SET_VAD, 0)
+        // Its VAD is off from init; setting it (even to 0) prints a warning of
+        // SpeexDSP's own on the host's stderr, which no library may write to.
         set(SPEEX_PREPROCESS_SET_DEREVERB, 0)
         if settings.agc {
             // SpeexDSP's AGC level is in its own loudness units (spectrally weighted), not

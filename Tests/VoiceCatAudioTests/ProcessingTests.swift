@@ -85,6 +85,32 @@ final class ProcessingTests: XCTestCase {
         return out
     }
 
+    /// A library writes nothing to its host's stderr (its lines go to the log
+    /// callback): setting SpeexDSP's VAD, even off, printed "warning: The VAD has been
+    /// replaced by a hack pending a complete rewrite" on every vc_set_send_processing
+    /// that turned on noise suppression or AGC.
+    func testSendProcessingWritesNothingToStderr() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vc-stderr-\(getpid()).txt").path
+        let file = open(path, O_CREAT | O_TRUNC | O_RDWR, 0o600)
+        XCTAssertGreaterThanOrEqual(file, 0)
+        defer { close(file); unlink(path) }
+        fflush(stderr)
+        let saved = dup(2)
+        dup2(file, 2)
+        for settings in [SendProcessing(noiseSuppression: true), SendProcessing(agc: true),
+                         SendProcessing(noiseSuppression: true, agc: true, echoCancellation: true)] {
+            let apm = SpeexApm(frameSamples: 960, settings: settings)
+            _ = run(apm, near: [Int16](repeating: 100, count: 1920))
+        }
+        fflush(stderr)
+        dup2(saved, 2)
+        close(saved)
+        let written = lseek(file, 0, SEEK_END)
+        var text = [UInt8](repeating: 0, count: Int(max(0, min(written, 512))))
+        _ = pread(file, &text, text.count, 0)
+        XCTAssertEqual(written, 0, "written to stderr: \(String(decoding: text, as: UTF8.self))")
+    }
+
     func testTalkerNoiseSuppressionLowersNoiseInPausesBy10dB() {
         let (mix, _) = TestAudio.noisySpeech(seconds: 8, snrDB: 5, noiseRMS: 1000)
         let out = run(SpeexApm(frameSamples: 960, settings: SendProcessing(noiseSuppression: true)), near: mix)
