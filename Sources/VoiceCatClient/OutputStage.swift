@@ -260,8 +260,20 @@ final class OutputStage {
     func suspend() { reconcileLock.withLock { suspended = true; _ = reconcile(openNow: false) } }
 
     /// Reopens the playback device (if the mode wants one); returns its error, if any
-    /// (the driver keeps trying on a backoff).
-    func restart() -> ClientError? { reconcileLock.withLock { suspended = false; return reconcile(openNow: false) } }
+    /// (the driver keeps trying on a backoff). A device that is away (lost, or never
+    /// opened: its driver retries on the backoff) is tried again now, so that the caller
+    /// hears whether it can be opened.
+    func restart() -> ClientError? {
+        reconcileLock.withLock {
+            suspended = false
+            if let d = driver, d.mode == .device, d.deviceAway.load() != 0 {
+                d.stopAndJoin()
+                driver = nil
+                setMode(.pull)
+            }
+            return reconcile(openNow: false)
+        }
+    }
 
     /// Destroy: no driver, no sink, every recording finished.
     func shutdown() {
@@ -649,6 +661,9 @@ final class RenderDriver {
     let deviceName: String
     /// Frames of each render (48 kHz): OutputStage.block, or the sink's block.
     let blockFrames: Int
+    /// 1 while a device driver has no device (it failed, or could not be opened, and
+    /// is retried on a backoff); written by the driver's thread.
+    let deviceAway = AtomicCounter()
     private let stop = StopFlag()
     private let wakeup = Condition()
     private var thread: SystemThread?
@@ -670,10 +685,11 @@ final class RenderDriver {
         self.deviceName = deviceName
         self.blockFrames = blockFrames
         schedule.blockFrames = blockFrames
-        let stop = self.stop, wakeup = self.wakeup, schedule = self.schedule
+        deviceAway.store(mode == .device && device == nil ? 1 : 0)
+        let stop = self.stop, wakeup = self.wakeup, schedule = self.schedule, away = deviceAway
         thread = SystemThread(name: mode == .device ? "vc-playback" : "vc-mixer") { [unowned stage] in
             RenderDriver.run(stage: stage, mode: mode, deviceName: deviceName, first: device, startsDown: startsDown,
-                             frames: blockFrames, previous: previous, schedule: schedule, stop: stop, wakeup: wakeup)
+                             frames: blockFrames, previous: previous, schedule: schedule, away: away, stop: stop, wakeup: wakeup)
         }
     }
 
@@ -687,7 +703,8 @@ final class RenderDriver {
     }
 
     private static func run(stage: OutputStage, mode: OutputStage.Mode, deviceName: String, first: PlaybackDevice?, startsDown: Bool,
-                            frames: Int, previous: Schedule?, schedule: Schedule, stop: StopFlag, wakeup: Condition) {
+                            frames: Int, previous: Schedule?, schedule: Schedule, away: AtomicCounter, stop: StopFlag,
+                            wakeup: Condition) {
         if let owner = stage.owner { ThreadIdentity.mark(owner: owner, role: ThreadRole.render.rawValue) }
         defer { ThreadIdentity.clear() }
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
@@ -733,6 +750,7 @@ final class RenderDriver {
                 if now >= retryAtMs {
                     if let d = try? PlaybackDevice.open(backend: stage.deviceBackend, name: deviceName, quality: stage.resamplerQuality) {
                         device = d
+                        away.store(0)
                         backoffMs = 250
                         pacer = PeriodPacer(periodFrames: frames)
                         if down {
@@ -771,6 +789,7 @@ final class RenderDriver {
                     do { try d.write(buf, frames: frames) } catch {
                         d.device.close()
                         device = nil
+                        away.store(1)
                         down = true
                         retryAtMs = MonotonicClock.milliseconds() + backoffMs
                         stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "\(error)"))

@@ -717,6 +717,26 @@ final class AudioEdgeTests: XCTestCase {
 
     // MARK: devices mid-session
 
+    /// vc_audio_restart says whether the playback device opens, also when it was never
+    /// opened (it could not be at connect) and was not suspended: it returned VC_OK while
+    /// the driver went on retrying in the background.
+    func testRestartingAudioSaysWhetherAPlaybackDeviceThatIsAwayOpens() throws {
+        let backend = MemoryAudioBackend()
+        let play = backend.addDevice("mem-play-away", direction: .playback, channels: 2)
+        play.setRefuseOpen(true)
+        let sam = try client("sam-away", backend: backend, playback: "mem-play-away")
+        XCTAssertThrowsError(try sam.restartAudio()) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_DEVICE, "\(error)")
+        }
+        XCTAssertThrowsError(try sam.restartAudio(), "again: still away")
+        play.setRefuseOpen(false)
+        try sam.restartAudio()
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while play.writtenCount < 9600 && MonotonicClock.milliseconds() < deadline { usleep(10_000) }
+        XCTAssertGreaterThanOrEqual(play.writtenCount, 9600, "it plays")
+        try sam.restartAudio()   // open: nothing to do
+    }
+
     func testDevicesFailAndReturnWithEventsAndSwitchWithoutLeavingTheChannel() throws {
         let backend = MemoryAudioBackend()
         let micA = backend.addDevice("mem-mic-a", direction: .capture, channels: 1)
