@@ -145,7 +145,9 @@ typedef enum vc_device_kind { VC_DEVICE_CAPTURE = 0, VC_DEVICE_PLAYBACK = 1 } vc
 typedef enum vc_event_type {
     VC_EVENT_NONE = 0,
     VC_EVENT_CONNECTED = 1,            /**< session accepted; text = server name */
-    VC_EVENT_DISCONNECTED = 2,         /**< code = VC_ERR_* reason (VC_OK when asked for); text = detail */
+    VC_EVENT_DISCONNECTED = 2,         /**< code = VC_ERR_* reason (VC_OK when asked for); text = detail;
+                                            the session's last event: every received stream's
+                                            TALK_STOP (if talking) and REMOTE_STREAM_REMOVED come before it */
     VC_EVENT_CHANNEL_JOINED = 3,       /**< channel_id; text = channel name */
     VC_EVENT_USER_JOINED = 4,          /**< user_id; text = username */
     VC_EVENT_USER_LEFT = 5,            /**< user_id */
@@ -586,8 +588,9 @@ void vc_client_destroy(vc_client *c);
 int vc_connect(vc_client *c, const vc_connect_params *p);
 
 /**
- * Leaves the server: stops every stream, closes the sockets, raises
- * VC_EVENT_DISCONNECTED (code VC_OK) as the session's last event. A connect in
+ * Leaves the server: stops every stream, closes the sockets, removes every
+ * received stream (VC_EVENT_TALK_STOP for one talking, VC_EVENT_REMOTE_STREAM_REMOVED),
+ * raises VC_EVENT_DISCONNECTED (code VC_OK) as the session's last event. A connect in
  * progress on another thread is cancelled instead. Returns VC_ERR_STATE when
  * neither connected nor connecting. Callback-safe: no.
  */

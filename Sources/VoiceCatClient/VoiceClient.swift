@@ -495,7 +495,10 @@ public final class VoiceClient {
         for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))") }
         streams.publish(nil)
         output.setConnected(false)
-        receive.removeAll()
+        // Every received stream ends before the session does (TALK_STOP for one that
+        // was talking, REMOTE_STREAM_REMOVED), so a host that follows the events is
+        // left with nobody talking, as after a reconnect.
+        removeAllRemote()
         receive.forgetLateness()
         voiceConnected.store(false, ordering: .relaxed)
         cond.withLock {

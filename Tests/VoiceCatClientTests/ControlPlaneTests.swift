@@ -246,6 +246,37 @@ final class ControlPlaneTests: XCTestCase {
         XCTAssertTrue(bo.lastError.contains("another channel"), bo.lastError)
     }
 
+    /// When the session ends (the server went away, no auto-reconnect), every received
+    /// stream ends first: a listener that followed a talker's TALK_START by its events
+    /// gets TALK_STOP and REMOTE_STREAM_REMOVED before DISCONNECTED. (It got only
+    /// DISCONNECTED: a UI showed the talker talking for good; with auto-reconnect the
+    /// same loss removed the streams.)
+    func testALostSessionEndsItsReceivedStreamsBeforeDisconnected() throws {
+        let ann = try CHost(port: server.port, name: "ann", channel: "Lobby")
+        let bo = try CHost(port: server.port, name: "bo", channel: "Lobby")
+        XCTAssertEqual(vc_set_input_mode(bo.h, VC_INPUT_CONTINUOUS), VC_OK)
+        let sid = try bo.startStream(kind: VC_STREAM_MIC)
+        let tone = (0..<960).map { Int16(8000 * sin(Double($0) * 2 * .pi * 440 / 48000)) }
+        var talking = false
+        for _ in 0..<150 where !talking {
+            _ = tone.withUnsafeBufferPointer { vc_stream_feed_pcm(bo.h, sid, $0.baseAddress, 960, 1) }
+            usleep(20_000)
+            var e = vc_event()
+            while vc_poll_event(ann.h, &e, 0) == 1 {
+                if e.type == VC_EVENT_TALK_START { talking = true } else { ann.seen.append(e) }
+            }
+        }
+        XCTAssertTrue(talking, "no TALK_START")
+        ann.seen.removeAll()
+        server.stop()
+        _ = try ann.wait("DISCONNECTED", timeoutMs: 10_000) { $0.type == VC_EVENT_DISCONNECTED }
+        let before = ann.seen.map(\.type)
+        XCTAssertTrue(before.contains(VC_EVENT_TALK_STOP), "\(before.map { String(cString: vc_event_type_name($0)) })")
+        XCTAssertTrue(before.contains(VC_EVENT_REMOTE_STREAM_REMOVED), "\(before.map { String(cString: vc_event_type_name($0)) })")
+        var e = vc_event()
+        XCTAssertEqual(vc_poll_event(ann.h, &e, 200), 0, "DISCONNECTED is the last event")
+    }
+
     func testAdminMuteReachesEveryoneAndAWrongPasswordIsRefused() throws {
         let admin = try CHost(port: server.port, name: "boss", channel: "Lobby")
         let talker = try CHost(port: server.port, name: "talker", channel: "Lobby")
