@@ -968,10 +968,10 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * 20 ms of audio per call in the output format (960 frames and channels = 2 unless
  * vc_set_mixed_output_block_ms chose 10 ms blocks for sink mode, or
  * vc_set_output_format says otherwise; at rates that are not a multiple of 50 Hz,
- * 100 Hz for 10 ms blocks, the count varies by a frame from block to block, and at any rate but 48 kHz the
- * first block after the format is set is short by the resampler's delay, 2 ms
- * at 16 kHz and more at lower rates, up to 4 ms at 8 kHz with the default
- * quality), from one thread at a time, once per
+ * 100 Hz for 10 ms blocks, the count varies by a frame from block to block; at a
+ * multiple it is exact from the first block on: 320 frames at 16 kHz; at any rate
+ * but 48 kHz the resampler delays the audio by 1-2 ms, 4 ms at 8 kHz with the
+ * default quality), from one thread at a time, once per
  * 20 ms of audio (see vc_set_external_playback for the modes): in sink mode the
  * client's mixer thread calls it; in device mode the playback thread hands it the
  * blocks it plays (a tap); in pull mode it is not called. In sink mode nothing else

@@ -161,19 +161,19 @@ final class OutputStage {
 
     deinit { pullMix.deallocate(); pullRest.deallocate() }
 
-    /// A converter from the engine's 48 kHz stereo to `f`. The mix's skips the
-    /// resampler's filter delay once, at its start (its first block is that much
-    /// shorter). A speaker's tap skips it only when it starts with a new mix converter
-    /// (`skipFilterDelay`: a format change) and keeps it otherwise (the per-speaker
-    /// sink set later) and at each new stream (handOutSpeakers), so each of its
-    /// blocks is as long as the mix block of the same render and covers the same
-    /// audio. (Skipped at each new stream, a stream's first block came short by it,
-    /// 33 frames at 44.1 kHz and 32 at 16 kHz at quality 4, and a host placing a
-    /// speaker's blocks by the mix frames delivered so far put them that much early.)
-    static func mixConverter(for f: OutputFormat, quality: Int, skipFilterDelay: Bool = true) throws -> FormatConverter {
+    /// A converter from the engine's 48 kHz stereo to `f`, for the mix and for each
+    /// speaker's tap. Every one keeps the resampler's filter delay (1-2 ms at most
+    /// rates, 4 ms at 8 kHz) from its start and at each new stream (handOutSpeakers):
+    /// every block is then as long as its 48 kHz block gives (20 ms at 16 kHz: 320
+    /// frames, the first one too), and a speaker's block covers the same audio as the
+    /// mix block of its render. (The mix's once skipped it at its start: the first
+    /// block of a format came short by it, 32 frames at 16 kHz, which a host feeding
+    /// fixed 20 ms frames to a VAD or a recogniser could not take; a speaker's that
+    /// skipped it at each new stream put the stream's blocks that much early.)
+    static func mixConverter(for f: OutputFormat, quality: Int) throws -> FormatConverter {
         do {
             return try FormatConverter(inRate: 48000, outRate: f.sampleRate, inChannels: 2, outChannels: f.channels,
-                                       maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: skipFilterDelay)
+                                       maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: false)
         } catch { throw ClientError.invalidArgument("\(error)") }
     }
 
@@ -309,7 +309,7 @@ final class OutputStage {
             // between two renders (a driver keeps running: it copies each converted
             // block out under the render lock).
             let conv = try OutputStage.mixConverter(for: f, quality: quality)
-            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet, withNewMix: true)
+            let speakers = try speakerConverters(for: f, wanted: speakerSink.isSet)
             let rest = UnsafeMutablePointer<Int16>.allocate(capacity: conv.maxOutFrames * f.channels)
             var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
             old = renderLock.withLock {
@@ -337,13 +337,12 @@ final class OutputStage {
 
     /// A converter to `f` for each receive slot (kept where one exists), or none when
     /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo).
-    /// `withNewMix`: the mix's converter starts now too (a format change).
-    private func speakerConverters(for f: OutputFormat, wanted: Bool, withNewMix: Bool = false) throws -> [FormatConverter?] {
+    private func speakerConverters(for f: OutputFormat, wanted: Bool) throws -> [FormatConverter?] {
         guard wanted && !f.isNative else { return Array(repeating: nil, count: receive.slots.count) }
         return try receive.slots.map { s in
             let current = renderLock.withLock { s.tapConverter }
             if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
-            return try OutputStage.mixConverter(for: f, quality: quality, skipFilterDelay: withNewMix)
+            return try OutputStage.mixConverter(for: f, quality: quality)
         }
     }
 

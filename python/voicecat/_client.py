@@ -852,7 +852,8 @@ class Client:
         ``frames`` * channels int16 samples, or with ``numpy=True`` a read-only numpy
         view of shape (frames, channels) valid only during the call (copy what you
         keep). At rates that are not a multiple of 50 Hz ``frames`` varies by one from
-        block to block. It must not block. Returns once a running call of the previous
+        block to block; at a multiple every block is whole, the first one too (320
+        frames at 16 kHz). It must not block. Returns once a running call of the previous
         sink has returned. TypeError when ``fn`` is not callable.
         """
         if fn is None:
