@@ -244,7 +244,8 @@ typedef struct vc_client_config {
                                         local streams (same stream ids, new ssrcs): VC_EVENT_RECONNECTING,
                                         then VC_EVENT_RECONNECTED. During the gap vc_stream_feed_pcm
                                         accepts audio as usual and each frame that comes due is dropped
-                                        (not held for later; no error is raised, so no error storm);
+                                        (not held for later; no error is raised, so no error storm;
+                                        vc_stream_drain then returns VC_ERR_NETWORK saying how much);
                                         join and stream start return VC_ERR_STATE. It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Default 0:
@@ -749,6 +750,10 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * Waits until everything fed to the stream has been sent (the last partial frame
  * included, which goes out when the talkspurt ends), at most timeout_ms (negative
  * = no limit). Returns VC_OK, VC_ERR_TIMEOUT (audio still queued),
+ * VC_ERR_NETWORK (the queue is empty, but some of the audio fed since it was last
+ * empty came due while the connection was down, in an automatic reconnect's gap,
+ * and was dropped, not sent: vc_last_error says how many ms; the same answer
+ * until more audio is fed to the empty queue),
  * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting), VC_ERR_STATE from
  * inside a callback. Callback-safe: no.
  */

@@ -214,6 +214,14 @@ final class LocalStream {
     private(set) var framesSkipped: UInt64 = 0
     /// Frames taken from the queue to be sent, over the stream's life.
     private(set) var framesTaken: UInt64 = 0
+    /// Frames that came due while there was no media path (an automatic reconnect's
+    /// gap): encoded and dropped, not sent. And that count when the host last fed an
+    /// empty queue: what vc_stream_drain reports lost of the audio it waits for.
+    private var framesLostNoPath: UInt64 = 0
+    private var lostBeforeBatch: UInt64 = 0
+    /// Frames of the audio fed since the queue was last empty that were dropped for
+    /// want of a media path.
+    var framesLostSinceIdle: UInt64 { framesLostNoPath - lostBeforeBatch }
     private var spurtTimestamp: UInt32 = 0
     /// Where the next talkspurt's timestamps continue from: the timestamp and the
     /// nominal time of the frame after the last one taken.
@@ -331,6 +339,7 @@ final class LocalStream {
                                        + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \((at48 * 10 / 48 + 5) / 10) ms "
                                        + "would not fit; nothing of this call was queued")
         }
+        if isDrained { lostBeforeBatch = framesLostNoPath }
     }
 
     /// Resamples (when the stream's rate is not 48 kHz) and reframes into the queue.
@@ -744,6 +753,7 @@ final class LocalStream {
         guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n])) else {
             // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
             needMarker = true
+            if slot.path == nil { framesLostNoPath += 1 }
             return
         }
         seq += 1

@@ -195,8 +195,18 @@ final class StreamTable {
         drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
         while true {
-            let (drained, due) = try withStream(id) { s, _ in (s.isDrained, s.deadline) }
-            if drained { return }
+            let (drained, due, lostMs) = try withStream(id) { s, _ in
+                (s.isDrained, s.deadline, s.framesLostSinceIdle * UInt64(s.audio.frameMicros) / 1000)
+            }
+            if drained {
+                // Sent as far as this client could: frames that came due with no media
+                // path (a reconnect's gap) were dropped, and the host is told.
+                guard lostMs == 0 else {
+                    throw ClientError.network("stream \(id): \(lostMs) ms of the audio fed came due while the connection "
+                                              + "to the server was down (reconnecting) and were dropped, not sent")
+                }
+                return
+            }
             rescheduled(due)
             if MonotonicClock.milliseconds() >= deadline {
                 throw ClientError.timeout("stream \(id) still has audio queued after \(timeoutMs) ms")

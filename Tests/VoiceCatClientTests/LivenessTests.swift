@@ -281,6 +281,35 @@ final class LivenessTests: XCTestCase {
         XCTAssertTrue(alex.isConnected && sam.isConnected)
     }
 
+    /// A host that feeds a sentence and drains it while the client reconnects is told
+    /// the audio was dropped (VC_ERR_NETWORK, how many ms), not that it was sent; once
+    /// the session is back, a sentence drains as usual. (Drain returned VC_OK: a TTS bot
+    /// took a sentence nobody heard for spoken.)
+    func testADrainOverAReconnectsGapSaysTheAudioWasDropped() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, log) = try client(port, "alex", autoReconnect: true)
+        defer { alex.shutdown() }
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let sentence = Signal.glidingVoice(seconds: 1, amplitude: 0.3)
+        func speak() throws {
+            try sentence.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+            try alex.drain(streamID: sid, timeoutMs: 5000)
+        }
+        try speak()
+        server.stop()
+        XCTAssertNotNil(log.wait(timeoutMs: 5000) { $0.type == .reconnecting })
+        XCTAssertThrowsError(try speak()) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_NETWORK, "\(error)")
+            XCTAssertTrue("\(error)".contains("1000 ms of the audio fed came due while the connection to the server was down"), "\(error)")
+        }
+        server = try TestServer(port: port)
+        XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
+        try speak()
+    }
+
     /// The server comes back on the same port with another identity: the reconnect is
     /// refused (the session insists on the identity it was established with) and says
     /// so, rather than naming a pin the host never set.

@@ -274,7 +274,9 @@ class Stream:
     def drain(self, timeout: Optional[float] = None) -> None:
         """Waits until everything fed has been sent, the last partial frame included (it
         goes out when the talkspurt ends); at most ``timeout`` seconds (None: no limit),
-        then Timeout."""
+        then Timeout. NetworkError when the queue emptied but some of the audio fed
+        since it was last empty came due while the connection was down (an automatic
+        reconnect's gap) and was dropped, not sent: the message says how many ms."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         # Watch the queue from here first, so that Ctrl-C reaches a program waiting.
