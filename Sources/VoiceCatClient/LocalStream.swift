@@ -750,10 +750,15 @@ final class LocalStream {
             return
         }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
-        guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n])) else {
-            // Not sent (server-muted, media path down): the next sent frame is a new talkspurt.
+        guard let path = slot.path else {
+            // No media path (a reconnect's gap): dropped, and counted for vc_stream_drain.
             needMarker = true
-            if slot.path == nil { framesLostNoPath += 1 }
+            framesLostNoPath += 1
+            return
+        }
+        guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n]), path: path) else {
+            // Not sent (server-muted, a full socket buffer): the next sent frame is a new talkspurt.
+            needMarker = true
             return
         }
         seq += 1
@@ -766,8 +771,8 @@ final class LocalStream {
 
     /// Seals under the slot's snapshot and sends; false when nothing could be sent
     /// (not connected, server-muted, socket buffer full).
-    private func send(header: FrameHeader, opus: UnsafeRawBufferPointer) -> Bool {
-        guard let path = slot.path, !path.serverMuted else { return false }
+    private func send(header: FrameHeader, opus: UnsafeRawBufferPointer, path: SendSnapshot) -> Bool {
+        guard !path.serverMuted else { return false }
         let n = MediaCrypto.seal(header: header, payload: opus, key: path.key, into: sealBuffer)
         guard (try? path.socket.sendTo(UnsafeRawBufferPointer(rebasing: sealBuffer[0..<n]), path.address)) != nil else { return false }
         slot.packetsOut += 1

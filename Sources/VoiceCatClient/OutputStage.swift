@@ -266,12 +266,7 @@ final class OutputStage {
     func restart() -> ClientError? {
         reconcileLock.withLock {
             suspended = false
-            if let d = driver, d.mode == .device, d.deviceAway.load() != 0 {
-                d.stopAndJoin()
-                driver = nil
-                setMode(.pull)
-            }
-            return reconcile(openNow: false)
+            return reconcile(openNow: false, retryAway: true)
         }
     }
 
@@ -394,7 +389,9 @@ final class OutputStage {
 
     /// Computes the mode the inputs ask for and makes it so (reconcileLock held).
     /// `openNow`: a device that cannot be opened is an error and nothing starts.
-    private func reconcile(openNow: Bool) -> ClientError? {
+    /// `retryAway`: a device driver whose device is away is replaced, so the device is
+    /// tried now (DEVICE_RESTORED when it opens, as the driver's own retry raises).
+    private func reconcile(openNow: Bool, retryAway: Bool = false) -> ClientError? {
         let want: Mode
         if !external && connected && !suspended {
             want = .device
@@ -406,7 +403,11 @@ final class OutputStage {
             want = .pull
         }
         let block = want == .sink ? sinkBlock : OutputStage.block
-        if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block { return nil }
+        var wasAway = false
+        if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block {
+            guard retryAway && want == .device && d.deviceAway.load() != 0 else { return nil }
+            wasAway = true
+        }
         if driver == nil && want == .pull { return nil }
         // Stop what runs; the mix is the pull callers' until the next driver starts,
         // which takes over its schedule.
@@ -428,6 +429,7 @@ final class OutputStage {
                 if openNow { return failure }
             }
         }
+        if wasAway && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }
         setMode(want)
         driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil,
                               blockFrames: block, after: previous)
