@@ -52,6 +52,16 @@ def test_byte_buffers_with_the_wrong_size_or_item_type_are_refused(talker, mic):
 
 
 @needs_numpy
+def test_numpy_integers_are_channel_counts(talker):
+    # A channel count read from an array's shape or a numpy config is a numpy integer:
+    # start_stream took it, and every feed then refused it as not an int.
+    with talker.start_stream(channels=numpy.int64(2)) as stream:
+        assert stream.channels == 2 and type(stream.channels) is int
+        assert stream.feed(numpy.zeros((960, 2), dtype=numpy.int16)) == 960
+        assert stream.feed(b"\0" * 3840, channels=numpy.int32(2)) == 960
+
+
+@needs_numpy
 def test_numpy_arrays_with_the_wrong_type_or_shape_are_refused(talker, mic):
     for dtype in (numpy.int32, numpy.uint8, numpy.int8, numpy.uint16, numpy.complex64, numpy.float16):
         _refused(talker, mic, numpy.zeros(960, dtype=dtype), ValueError, "dtype")
@@ -234,6 +244,51 @@ def test_ctrl_c_cancels_a_connect_at_once(caplog):
         silent.close()
     with pytest.raises(voicecat.StateError, match="not connected"):
         c.join("Lobby")
+    c.close()
+
+
+def test_ctrl_c_before_the_connect_starts_leaves_no_session(server):
+    # Ctrl-C that comes before the library has begun the connect (nothing to cancel
+    # yet): the connect that goes on is undone, so the program is not left connected.
+    import signal
+    lib = _lib.get()
+    real = lib.vc_connect
+
+    def slow_connect(*args):
+        time.sleep(0.4)
+        return real(*args)
+
+    name = unique("ctrl-c-early")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    timer = threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
+    c = voicecat.Client(known_servers_path="")
+    lib.vc_connect = slow_connect
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            c.connect("127.0.0.1", server.port, name, password=server.password, allow_unverified=True)
+    finally:
+        lib.vc_connect = real
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+    with joined(server, "ctrl-c-watch") as watch:
+        time.sleep(0.5)
+        assert all(u.username != name for u in watch.users()), "left connected"
+    c.close()
+
+
+def test_last_error_tells_why_a_connect_failed():
+    import socket
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    c = voicecat.Client(known_servers_path="")
+    with pytest.raises(voicecat.StateError):
+        c.join("Lobby")
+    with pytest.raises(voicecat.NetworkError) as raised:
+        c.connect("127.0.0.1", port, unique("refused"), allow_unverified=True)
+    assert c.last_error() == raised.value.detail and "refused" in c.last_error(), c.last_error()
     c.close()
 
 

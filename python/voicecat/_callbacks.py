@@ -96,8 +96,10 @@ class Guarded:
         except KeyboardInterrupt as e:
             # Ctrl-C reached Python code running in a callback on the main thread (a log
             # line during a call the program made): it cannot cross C, and it is not
-            # the callback's failure. The call running on this thread raises it when it
-            # returns (raise_interrupt).
+            # the callback's failure. The package raises it when that call returns
+            # (raise_interrupt), once what C now holds is kept. (Delivered again with
+            # _thread.interrupt_main instead, it would land at the start of the next
+            # callback on this thread, outside any guard, and be lost.)
             _local.interrupt = e
         except BaseException as e:  # noqa: B902 - nothing may escape into C
             self.failed = True

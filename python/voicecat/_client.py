@@ -16,7 +16,8 @@ from . import _lib, _pcm
 from ._callbacks import (FailureBox, Guarded, global_failures, in_callback, in_render_callback, raise_interrupt,
                          require_callable)
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
-from ._errors import InvalidArgument, NotFound, StateError, Timeout, Unsupported, error_for, global_detail
+from ._errors import (InvalidArgument, NotFound, StateError, Timeout, Unsupported, VoiceCatError, error_for,
+                      global_detail)
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
                      RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
 
@@ -106,8 +107,10 @@ class _Core:
         self.event_handler: "Optional[weakref.ReferenceType[Guarded]]" = None
         self.subscribers: Set["AsyncEvents"] = set()
         self.event_installed = False
-        self.sink_cfunc: Any = None
-        self.speaker_sink_cfunc: Any = None
+        #: The C trampolines of the sinks, by setter: every one C may hold (the one it
+        #: was handed last, and one a call interrupted before it could say), kept alive.
+        self.cfuncs: Dict[str, List[Any]] = {}
+        self.sink_lock = threading.Lock()
         #: What vc_set_output_format was last told (the library has no getter).
         self.output_format = OutputFormat()
         #: Held across vc_set_output_format and every pull, so a pull's buffer is sized
@@ -143,8 +146,7 @@ class _Core:
         _lib.get().vc_client_destroy(handle)
         for subscriber in list(self.subscribers):
             subscriber.close()
-        self.sink_cfunc = None
-        self.speaker_sink_cfunc = None
+        self.cfuncs.clear()
         self.event_handler = None
 
 
@@ -545,8 +547,12 @@ class Client:
         assert handle.value is not None
         self._core = _Core(handle.value)
         #: The program's callbacks (event handler, sinks): held here, reached by the
-        #: core's C trampolines through weak references (see _Core.event_handler).
-        self._guards: Dict[str, Guarded] = {}
+        #: core's C trampolines through weak references (see _Core.event_handler); a
+        #: sink's list as its setter's in _Core.cfuncs.
+        self._guards: Dict[str, List[Optional[Guarded]]] = {}
+        self._event_guard: Optional[Guarded] = None
+        #: What the last failed call of each thread said (Client.last_error).
+        self._errors = threading.local()
         self._finalizer = weakref.finalize(self, self._core.destroy)
 
     # -- plumbing --
@@ -566,8 +572,37 @@ class Client:
                 # library's code (a destroyed handle reads as an invalid argument), to the
                 # program it is the closed client's StateError.
                 raise StateError(ErrorCode.STATE, f"the client was closed during {name}")
-            raise error_for(rc, _last_error(handle))
+            detail = _last_error(handle)
+            self._errors.detail = detail
+            raise error_for(rc, detail)
         return rc
+
+    def _hand_over(self, setter: str, cfunc: Any, guard: Optional[Guarded]) -> None:
+        """Hands C a sink's trampoline (``setter``; a NULL one clears), keeping alive every
+        trampoline C may hold, and its guard: C may call the new one as soon as it has
+        it, and the previous one until the call returns; a call that fails leaves C the
+        previous one, and one interrupted (Ctrl-C) after C took the new one leaves both."""
+        # One hand-over at a time, so each knows what C holds; not waited for inside a
+        # callback (another client's: this one's refuses), where the thread holding it
+        # may be waiting for that callback to return.
+        locked = self._core.sink_lock.acquire(blocking=not in_callback())
+        try:
+            cfuncs = self._core.cfuncs.setdefault(setter, [])
+            guards = self._guards.setdefault(setter, [])
+            cfuncs.append(cfunc)
+            guards.append(guard)
+            try:
+                self._call(setter, cfunc, None)
+            except VoiceCatError:
+                cfuncs.remove(cfunc)
+                guards.remove(guard)
+                raise
+            # C has the new one, and no call of the previous is running.
+            del cfuncs[:-1]
+            del guards[:-1]
+        finally:
+            if locked:
+                self._core.sink_lock.release()
 
     @property
     def closed(self) -> bool:
@@ -585,6 +620,7 @@ class Client:
                                               "one of your threads)")
         self._finalizer()
         _reap_orphans()
+        raise_interrupt()
         _raise_pending(self._core)
 
     def __enter__(self) -> "Client":
@@ -604,7 +640,9 @@ class Client:
         """Why the last failed call this thread made on this client failed
         (``vc_last_error``; kept per thread, so another thread's failures do not replace it)."""
         handle = self._core.handle
-        return _last_error(handle) if handle is not None else ""
+        if handle is None:
+            return ""
+        return str(getattr(self._errors, "detail", "")) or _last_error(handle)
 
     # -- session --
 
@@ -639,26 +677,37 @@ class Client:
         # cancels it (vc_disconnect cancels a connect in progress) at once, not after
         # the timeout.
         failure: List[BaseException] = []
+        done = threading.Event()
 
         def run() -> None:
             try:
                 self._call("vc_connect", ctypes.byref(params))
             except BaseException as e:  # noqa: B902 - handed to the caller's thread
                 failure.append(e)
+            finally:
+                done.set()
 
-        worker = threading.Thread(target=run, name="voicecat-connect", daemon=True)
-        worker.start()
+        threading.Thread(target=run, name="voicecat-connect", daemon=True).start()
         try:
-            while worker.is_alive():
-                worker.join(0.05)
+            done.wait()
         except KeyboardInterrupt:
+            # Cancelled until the connect has ended (a vc_disconnect before it started
+            # finds nothing to cancel), then left if it got through.
+            while True:
+                handle = self._core.handle
+                if handle is not None:
+                    _lib.get().vc_disconnect(handle)
+                if done.wait(0.05):
+                    break
             handle = self._core.handle
-            if handle is not None:
+            if not failure and handle is not None:
                 _lib.get().vc_disconnect(handle)
-            worker.join()
             raise
         if failure:
-            raise failure[0]
+            error = failure[0]
+            if isinstance(error, VoiceCatError):
+                self._errors.detail = error.detail   # last_error() on this thread
+            raise error
 
     def disconnect(self) -> None:
         """Leaves the server (streams stop; DISCONNECTED is the session's last event)."""
@@ -674,7 +723,9 @@ class Client:
 
     def join(self, channel: str) -> None:
         """Joins a channel by name; blocks until the server answers. Streams published in
-        the previous channel are withdrawn. NotFound for an unknown channel."""
+        the previous channel are withdrawn (joining the channel the client is in keeps
+        them). NotFound for an unknown channel; NetworkError when the connection ends
+        before the answer."""
         self._call("vc_join_channel", _cstr(channel, "channel"))
 
     def channel_audio(self) -> AudioConfig:
@@ -709,8 +760,16 @@ class Client:
         if sample_rate is not None:
             desc.sample_rate = _uint(sample_rate, "sample_rate")
         sid = ctypes.c_uint32()
-        self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
-        return Stream(self, sid.value, kind, channels, device, desc.sample_rate or SAMPLE_RATE)
+        try:
+            self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
+            return Stream(self, sid.value, kind, int(channels), device, desc.sample_rate or SAMPLE_RATE)
+        except KeyboardInterrupt:
+            # Ctrl-C after the stream started: the program has no handle to it, so it
+            # is not left published.
+            handle = self._core.handle
+            if sid.value and handle is not None:
+                _lib.get().vc_stream_stop(handle, sid.value)
+            raise
 
     def set_input_mode(self, mode: InputMode) -> None:
         """How MIC streams are gated: VAD (default), PTT or CONTINUOUS."""
@@ -859,9 +918,7 @@ class Client:
         sink has returned. TypeError when ``fn`` is not callable.
         """
         if fn is None:
-            self._call("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
-            self._core.sink_cfunc = None
-            self._guards.pop("sink", None)
+            self._hand_over("vc_set_mixed_output_sink", _lib.SINK_FN(), None)
             return
         require_callable(fn, "set_sink")
         if numpy:
@@ -880,10 +937,7 @@ class Client:
             if g is not None:
                 g(pointer, frames, channels)
 
-        cfunc = _lib.SINK_FN(trampoline)
-        self._guards["sink"] = guarded
-        self._call("vc_set_mixed_output_sink", cfunc, None)
-        self._core.sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
+        self._hand_over("vc_set_mixed_output_sink", _lib.SINK_FN(trampoline), guarded)
 
     def set_sink_block_ms(self, ms: int) -> None:
         """The length of the blocks the sink gets: 20 ms (the default) or 10 ms
@@ -978,9 +1032,7 @@ class Client:
         previous sink has returned. TypeError when ``fn`` is not callable.
         """
         if fn is None:
-            self._call("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(), None)
-            self._core.speaker_sink_cfunc = None
-            self._guards.pop("speaker sink", None)
+            self._hand_over("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(), None)
             return
         require_callable(fn, "set_speaker_sink")
         if numpy:
@@ -1001,10 +1053,7 @@ class Client:
             if g is not None:
                 g(ssrc, user_id, kind, pointer, frames, channels)
 
-        cfunc = _lib.STREAM_SINK_FN(trampoline)
-        self._guards["speaker sink"] = guarded
-        self._call("vc_set_remote_stream_sink", cfunc, None)
-        self._core.speaker_sink_cfunc = cfunc  # C holds the pointer now: keep the object alive
+        self._hand_over("vc_set_remote_stream_sink", _lib.STREAM_SINK_FN(trampoline), guarded)
 
     def start_recording(self, path: "Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]", ssrc: int = 0) -> None:
         """Records to a WAV file (16-bit PCM in the output format of now; an existing
@@ -1049,13 +1098,9 @@ class Client:
             raise StateError(ErrorCode.STATE, "the client is closed")
         if fn is not None:
             require_callable(fn, "set_event_handler")
-        if fn is not None:
-            handler = Guarded("event handler", fn, self._core.failures)
-            self._guards["event handler"] = handler
-            self._core.event_handler = weakref.ref(handler)
-        else:
-            self._guards.pop("event handler", None)
-            self._core.event_handler = None
+        handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
+        self._event_guard = handler
+        self._core.event_handler = weakref.ref(handler) if handler is not None else None
         _update_event_callback(self._core)
 
     def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import operator
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
@@ -66,11 +67,15 @@ class PcmBlock(NamedTuple):
 
 
 def _check_channels(channels: int) -> int:
-    if isinstance(channels, bool) or not isinstance(channels, int):
-        raise TypeError(f"channels must be an int, 1 or 2, not {type(channels).__name__} {channels!r}")
-    if channels not in (1, 2):
-        raise ValueError(f"channels must be 1 or 2, not {channels!r}")
-    return channels
+    try:
+        if isinstance(channels, bool):
+            raise TypeError
+        n = operator.index(channels)   # an int, or an integer numpy scalar
+    except TypeError:
+        raise TypeError(f"channels must be an int, 1 or 2, not {type(channels).__name__} {channels!r}") from None
+    if n not in (1, 2):
+        raise ValueError(f"channels must be 1 or 2, not {n}")
+    return n
 
 
 def _split(samples: int, channels: int, what: str) -> int:
@@ -162,7 +167,7 @@ def pcm_block(pcm: PcmInput, channels: int, explicit: bool = False) -> PcmBlock:
     ``channels`` is the channel count of 1-D input (interleaved); 2-D input names its
     own, which must be ``channels`` when the caller passed it (``explicit``).
     """
-    _check_channels(channels)
+    channels = _check_channels(channels)
     if _np is not None and isinstance(pcm, _np.ndarray):
         return _from_numpy(pcm, channels, explicit)
     if isinstance(pcm, (str, int, float)):
