@@ -137,6 +137,19 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     voicecat_cmd("speak", check=2)
     voicecat_cmd("record", str(tmp_path / "x.wav"), check=2)
     voicecat_cmd("nonsense", check=2)
+    # Values out of range are usage errors that say what is wanted, not tracebacks or
+    # another failure's status (they crashed with exit 1, or ran and failed with 3).
+    for args, says in [(("ping", "--timeout", "-1"), "more than 0"), (("ping", "--timeout", "0"), "more than 0"),
+                       (("ping", "--count", "0"), "at least 1"), (("ping", "--interval", "0.03"), "at least 0.05"),
+                       (("ping", "--port", "99999"), "0..65535"), (("record", "x.wav", "--seconds", "nan"), "more than 0"),
+                       (("record", "x.wav", "--seconds", "inf"), "more than 0"), (("stats", "--seconds", "-1"), "at least 0"),
+                       (("speak", "x.wav", "--tail", "-1"), "at least 0")]:
+        run = voicecat_cmd(*args, check=2)
+        assert says in run.stderr and "Traceback" not in run.stderr, run.stderr
+    bad_env = voicecat_cmd("ping", env=dict(os.environ, VOICECAT_PORT="abc"), check=2)
+    assert "VOICECAT_PORT" in bad_env.stderr, bad_env.stderr
+    summary = voicecat_cmd("--help", check=0).stdout
+    assert "unless --rate / --channels say otherwise)" in re.sub(r"\s+", " ", summary), summary
 
 
 def test_record_interrupted_by_ctrl_c_writes_what_it_recorded(server, tmp_path):

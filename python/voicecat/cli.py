@@ -523,18 +523,48 @@ def cmd_ping(args: argparse.Namespace) -> ExitCode:
 # ---- The parser ----------------------------------------------------------------------------
 
 
-def _env_port() -> int:
+def _port(text: str) -> int:
+    """--port (and VOICECAT_PORT, its default): 0 (the default port) to 65535."""
     try:
-        return int(os.environ.get("VOICECAT_PORT", DEFAULT_PORT))
+        port = int(text)
     except ValueError:
-        return DEFAULT_PORT
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0..65535 (--port or VOICECAT_PORT), not {text!r}")
+    return port
+
+
+def _seconds(least: float, inclusive: bool = True) -> Callable[[str], float]:
+    """A finite number of seconds of at least ``least`` (more than it, unless ``inclusive``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < least or (value == least and not inclusive):
+            bound = f"at least {least:g}" if inclusive else f"more than {least:g}"
+            raise argparse.ArgumentTypeError(f"must be a number of seconds {bound}, not {text!r}")
+        return value
+    parse.__name__ = "seconds"
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
 
 
 def _server_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("server")
     g.add_argument("--host", default=os.environ.get("VOICECAT_HOST", "127.0.0.1"), help="server (default %(default)s)")
-    g.add_argument("--port", type=int, default=_env_port(), help="server port (default %(default)s)")
+    g.add_argument("--port", type=_port, default=os.environ.get("VOICECAT_PORT", str(DEFAULT_PORT)),
+                   help="server port (default %(default)s; 0: the default port)")
     g.add_argument("--user", default=os.environ.get("VOICECAT_USER", f"{_login()}-{os.getpid()}"),
                    help="username, unique on the server (default %(default)s)")
     g.add_argument("--password", default=os.environ.get("VOICECAT_PASSWORD"),
@@ -542,7 +572,8 @@ def _server_options() -> argparse.ArgumentParser:
     g.add_argument("--fingerprint", default=os.environ.get("VOICECAT_FINGERPRINT"),
                    help="pin the server's key: 64 hex digits (default: trust on first use)")
     g.add_argument("--channel", default="Lobby", help="channel to join (default %(default)s)")
-    g.add_argument("--timeout", type=float, default=5.0, help="connect timeout in seconds (default %(default)s)")
+    g.add_argument("--timeout", type=_seconds(0, inclusive=False), default=5.0,
+                   help="connect timeout in seconds (default %(default)s)")
     g.add_argument("--known-servers", metavar="FILE", default=os.environ.get("VOICECAT_KNOWN_SERVERS"),
                    help="trust on first use: the known-servers file (default: the per-user one; '' for none)")
     g.add_argument("--allow-unverified", action="store_true",
@@ -577,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, fn: Callable[[argparse.Namespace], ExitCode], parents: Sequence[argparse.ArgumentParser],
             ) -> argparse.ArgumentParser:
         doc = inspect.cleandoc(fn.__doc__ or "")
-        p = sub.add_parser(name, parents=list(parents), help=doc.split("\n")[0],
+        p = sub.add_parser(name, parents=list(parents), help=doc.split("\n\n")[0].split(". ")[0].replace("\n", " "),
                            description=doc, epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=fn)
         return p
@@ -587,11 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", choices=["mic", "screen_audio", "aux_device"], default="mic", help="stream kind")
     p.add_argument("--gate", choices=["off", "vad"], default="off",
                    help="MIC input gate: off sends everything (default), vad only what is louder than the threshold")
-    p.add_argument("--tail", type=float, default=0.5, help="seconds to keep the stream after the end (default 0.5)")
+    p.add_argument("--tail", type=_seconds(0), default=0.5, help="seconds to keep the stream after the end (default 0.5)")
 
     p = add("record", cmd_record, [common, server])
     p.add_argument("out", metavar="OUT.wav", help="where to write the mix (16-bit WAV)")
-    p.add_argument("--seconds", type=float, required=True, help="how much to record")
+    p.add_argument("--seconds", type=_seconds(0, inclusive=False), required=True, help="how much to record")
     p.add_argument("--per-speaker", action="store_true",
                    help="also write each remote stream, before mixing, to OUT-<user>-<ssrc>.wav (user: the "
                         "publisher's name, characters outside [A-Za-z0-9._-] as '_'), aligned with OUT.wav")
@@ -605,13 +636,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("stats", cmd_stats, [common, server])
-    p.add_argument("--seconds", type=float, default=3.0, help="how long to listen first (default 3)")
+    p.add_argument("--seconds", type=_seconds(0), default=3.0, help="how long to listen first (default 3)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
     p = add("ping", cmd_ping, [common, server])
     p.add_argument("target", metavar="HOST", nargs="?", help="server to ping (default: --host)")
-    p.add_argument("--count", type=int, default=4, help="keepalive echoes to time (default 4)")
-    p.add_argument("--interval", type=float, default=0.2, help="seconds between keepalives (default 0.2)")
+    p.add_argument("--count", type=_count, default=4, help="keepalive echoes to time (default 4)")
+    p.add_argument("--interval", type=_seconds(0.05), default=0.2,
+                   help="seconds between keepalives, at least 0.05 (default 0.2)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
