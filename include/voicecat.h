@@ -113,7 +113,7 @@ extern "C" {
 #define VC_ERR_VERSION       -7   /**< the server speaks another protocol version */
 #define VC_ERR_AUTH          -8   /**< wrong password, or server fingerprint mismatch */
 #define VC_ERR_REJECTED      -9   /**< the server refused the request (limit, name taken, ...) */
-#define VC_ERR_DEVICE       -10   /**< an audio device could not be opened or failed */
+#define VC_ERR_DEVICE       -10   /**< an audio device could not be opened or failed (or a recording's file could not be written) */
 #define VC_ERR_CODEC        -11   /**< Opus rejected a configuration or frame */
 #define VC_ERR_NO_MEMORY    -12   /**< allocation failed or a fixed capacity is full */
 #define VC_ERR_UNSUPPORTED  -13   /**< not available in this build or configuration */
@@ -1119,7 +1119,11 @@ int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *u
  * lock-free ring; a writer thread of the recording writes the file (every 20 ms; the
  * header's sizes are rewritten every second and at the end, so a crash leaves a
  * readable file). The render thread never waits for the disk: when the writer falls
- * more than 2 s behind, blocks are dropped (and logged at the end). While a recording
+ * more than 2 s behind, blocks are dropped (and logged at the end). When a write
+ * fails (a full disk), nothing more is written (the file stays a readable WAV of what
+ * was), VC_EVENT_ERROR is raised at once (code VC_ERR_DEVICE, ssrc = the source, text
+ * = the path and the system's reason), and vc_stop_recording returns VC_ERR_DEVICE
+ * saying how much the file holds. While a recording
  * runs, the client renders by itself if nothing else does (see
  * vc_set_remote_stream_sink, "background"). A recording is named by its source: at
  * most one per ssrc (0 = the mix), at most 8 at once. A speaker's recording gets
@@ -1136,7 +1140,9 @@ int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
  * Stops the recording of `ssrc` (0 = the mix): writes what is still buffered,
  * completes the WAV header, closes the file, then returns. Destroying the client
  * stops every recording the same way. Returns VC_ERR_NOT_FOUND (no such recording),
- * VC_ERR_STATE (inside a callback). Callback-safe: no.
+ * VC_ERR_DEVICE (stopped and closed, but a write had failed: vc_last_error says why
+ * and how many seconds the file holds), VC_ERR_STATE (inside a callback).
+ * Callback-safe: no.
  */
 int vc_stop_recording(vc_client *c, uint32_t ssrc);
 

@@ -364,7 +364,13 @@ final class OutputStage {
             let f = readFormat()
             try recorders.checkCanAdd(ssrc: ssrc, path: path)
             if ssrc != 0 { try prepareSpeakerConverters(wanted: true) }
-            let r = try Recorder(ssrc: ssrc, path: path, sampleRate: f.sampleRate, channels: f.channels)
+            let r = try Recorder(ssrc: ssrc, path: path, sampleRate: f.sampleRate, channels: f.channels) { [weak self] why in
+                var e = ClientEvent(type: .error)
+                e.code = VC_ERR_DEVICE
+                e.ssrc = ssrc
+                e.text = why
+                self?.events.raise(e)
+            }
             do { try recorders.add(r) } catch {
                 r.finish()
                 throw error
@@ -382,7 +388,7 @@ final class OutputStage {
             _ = reconcile(openNow: false)
             return r
         }
-        r.finish()
+        if let incomplete = r.finish() { throw ClientError.device(incomplete) }
     }
 
     // MARK: modes

@@ -97,6 +97,10 @@ final class Recorder {
     private var thread: SystemThread?
     /// Frames the render thread could not hand over (the ring was full).
     let droppedFrames = Atomic<UInt64>(0)
+    /// Frames not written after a write failed (writer thread; read after it ended).
+    private var unwrittenFrames: UInt64 = 0
+    /// Told of the first write failure, on the writer thread (an ERROR event).
+    private let onFailure: (String) -> Void
     /// Frames written to the file (writer thread writes, anyone reads).
     let writtenFrames = Atomic<UInt64>(0)
     /// The first write error, if any (read after the writer thread has ended).
@@ -108,8 +112,9 @@ final class Recorder {
 
     /// Creates the file (truncating an existing one), writes the header and starts
     /// the writer thread. Throws when the file cannot be created.
-    init(ssrc: UInt32, path: String, sampleRate: Int, channels: Int) throws {
+    init(ssrc: UInt32, path: String, sampleRate: Int, channels: Int, onFailure: @escaping (String) -> Void = { _ in }) throws {
         self.ssrc = ssrc; self.path = path; self.sampleRate = sampleRate; self.channels = channels
+        self.onFailure = onFailure
         // Two seconds of audio between the render thread and the writer.
         ring = SampleRing(minimum: sampleRate * channels * 2)
         let f = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
@@ -133,10 +138,19 @@ final class Recorder {
     }
 
     /// Writes what is still in the ring, completes the header, closes the file.
-    func finish() {
+    /// Returns why the recording is incomplete when a write failed.
+    @discardableResult
+    func finish() -> String? {
         wakeup.withLock { stop.set(); wakeup.broadcast() }
         thread?.join()
         thread = nil
+        guard let failure else { return nil }
+        func seconds(_ frames: UInt64) -> String {
+            let cs = (frames * 100 + UInt64(sampleRate / 2)) / UInt64(sampleRate)
+            return "\(cs / 100).\(cs % 100 < 10 ? "0" : "")\(cs % 100) s"
+        }
+        return "\(failure); the file holds the first \(seconds(writtenFrames.load(ordering: .relaxed))), "
+            + "\(seconds(unwrittenFrames)) were not written"
     }
 
     private func run() {
@@ -153,14 +167,22 @@ final class Recorder {
                 if n == 0 { break }
                 let bytes = UInt64(n * 2)
                 guard failure == nil, dataBytes + bytes <= Recorder.maxDataBytes else {
-                    droppedFrames.wrappingAdd(UInt64(n / channels), ordering: .relaxed)
+                    unwrittenFrames += UInt64(n / channels)
                     continue
                 }
                 if Recorder.writeAll(fd, chunk, count: Int(bytes)) {
                     dataBytes += bytes
                     writtenFrames.wrappingAdd(UInt64(n / channels), ordering: .relaxed)
                 } else {
-                    failure = "writing \(path) failed: \(String(cString: strerror(errno)))"
+                    // What was written stays a readable file (the header follows it,
+                    // and a chunk written in part is cut off); nothing more is
+                    // written, and the host hears of it now.
+                    let why = "recording \(path): writing failed: \(String(cString: strerror(errno)))"
+                    _ = ftruncate(fd, off_t(UInt64(Recorder.headerBytes) + dataBytes))
+                    failure = why
+                    unwrittenFrames += UInt64(n / channels)
+                    ClientLog.log(1, why)
+                    onFailure(why + "; nothing more is written")
                 }
             }
             // The sizes in the header follow the data (a crash leaves a readable file).
@@ -172,7 +194,6 @@ final class Recorder {
             wakeup.withLock { if !stop.isSet { wakeup.wait(untilMs: MonotonicClock.milliseconds() + 20) } }
         }
         close(fd)
-        if let failure { ClientLog.log(1, failure) }
         let dropped = droppedFrames.load(ordering: .relaxed)
         if dropped > 0 { ClientLog.log(1, "recording \(path): \(dropped) frames dropped (the writer fell behind)") }
     }

@@ -663,6 +663,38 @@ final class AudioEdgeTests: XCTestCase {
 
     // MARK: recordings
 
+    /// A recording whose file cannot be written any more (a full disk: here the
+    /// process's file size limit, which fails write(2) with EFBIG) says so at once
+    /// with an ERROR event, and vc_stop_recording says how much the file holds; the
+    /// file stays a readable WAV of what was written. (It failed silently: the stop
+    /// returned OK, and the log blamed a writer that "fell behind".)
+    func testARecordingThatCannotBeWrittenSaysSo() throws {
+        let sam = try client("sam-full")
+        let events = EventLog(sam)
+        let path = dir + "/full.wav"
+        let limit = 100_000
+        var old = rlimit()
+        getrlimit(Int32(RLIMIT_FSIZE.rawValue), &old)
+        let oldSignal = signal(SIGXFSZ, SIG_IGN)
+        var small = old
+        small.rlim_cur = rlim_t(limit)
+        XCTAssertEqual(setrlimit(Int32(RLIMIT_FSIZE.rawValue), &small), 0)
+        try sam.startRecording(path: path, ssrc: 0)
+        let failed = events.wait(timeoutMs: 5000) { $0.type == .error && $0.code == VC_ERR_DEVICE && $0.ssrc == 0 }
+        setrlimit(Int32(RLIMIT_FSIZE.rawValue), &old)
+        signal(SIGXFSZ, oldSignal)
+        XCTAssertTrue(failed?.event.text.contains("full.wav: writing failed: File too large") == true, "\(String(describing: failed))")
+        XCTAssertThrowsError(try sam.stopRecording(ssrc: 0)) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_DEVICE)
+            XCTAssertTrue("\(error)".contains("the file holds the first 0."), "\(error)")
+        }
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertLessThanOrEqual(data.count, limit)
+        XCTAssertGreaterThan(data.count, 44)
+        let dataBytes = data[40..<44].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) }
+        XCTAssertEqual(dataBytes, data.count - 44, "the header describes what was written")
+    }
+
     func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
         let (alex, a, aSSRC, kim, k, kSSRC, sam) = try twoTalkersAndAListener()
         XCTAssertThrowsError(try sam.startRecording(path: dir + "/x.wav", ssrc: 424_242)) { e in

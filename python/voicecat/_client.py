@@ -1075,7 +1075,9 @@ class Client:
     def stop_recording(self, ssrc: int = 0) -> None:
         """Stops the recording of ``ssrc`` (0 = the mix): writes what is buffered,
         completes the WAV header and closes the file before returning. NotFound when
-        that source is not being recorded."""
+        that source is not being recorded; DeviceError (after closing the file) when a
+        write had failed, such as on a full disk: the message says how much the file
+        holds (an ERROR event said so when it failed)."""
         self._call("vc_stop_recording", _uint(ssrc, "ssrc"))
 
     def suspend_audio(self) -> None:
