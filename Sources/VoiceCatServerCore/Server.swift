@@ -758,8 +758,11 @@ public final class Server {
         live = cfg
         counters.reloads += 1
         let after = Set(channels.map(\.name))
+        // A channel kept by name whose AudioConfig changed is a new channel: its members
+        // stay in the retired one until they join again.
+        let replaced = channels.filter { ch in !oldChannels.contains { $0 === ch } }.map(\.name).filter(before.contains).sorted()
         var line = "reloaded: \(channels.count) channels (added \(after.subtracting(before).sorted()), "
-            + "removed \(before.subtracting(after).sorted())), limits updated"
+            + "removed \(before.subtracting(after).sorted()), replaced with new settings \(replaced)), limits updated"
         if !fixed.isEmpty { line += "; \(fixed.joined(separator: ", ")) unchanged until a restart" }
         log(line)
     }

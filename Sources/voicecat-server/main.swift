@@ -11,7 +11,7 @@ usage: voicecat-server [options]
   --port N                 TCP and UDP port (default 47800, as is 0); `any`: a free port (see --port-file)
   --identity FILE          identity key file, created 0600 on first start (default voicecat-identity.key)
   --password PW            server password required in Hello
-  --admin-password PW      credential for server mute/deafen requests
+  --admin-password PW      credential for server mute/deafen and kick requests
   --max-users N            sessions at once (default 64)
   --reap-seconds S         drop sessions silent on TCP and UDP for S seconds (default 30)
   --stats-interval S       print counters every S seconds (default 0 = never)

@@ -23,6 +23,31 @@ final class HostileServerTests: XCTestCase {
         try buf.withUnsafeMutableBufferPointer { try c.readMixed(into: $0.baseAddress!, frames: 4800) }
     }
 
+    /// A server that refuses the client's protocol version (status 1, as voicecat-server
+    /// answers a client of another version) is told apart from one that speaks another
+    /// version. (The message read "the server speaks protocol v2; this library speaks
+    /// v2" for a refusal naming the same version.)
+    func testARefusedVersionSaysSo() throws {
+        let listener = try Socket.listenTCP(try SocketAddress(host: "127.0.0.1", port: 0))
+        let port = try listener.localAddress().port
+        let server = Thread {
+            guard let (c, _) = try? listener.accept() else { return }
+            var hello = [UInt8](repeating: 0, count: 64)
+            _ = try? hello.withUnsafeMutableBytes { try c.read(into: $0) }
+            _ = try? Handshake.versionMismatchReply().withUnsafeBytes { try c.write($0) }
+            usleep(200_000)
+            c.close()
+        }
+        server.start()
+        defer { listener.close() }
+        let c = try VoiceClient(config: .testing())
+        XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: port, username: "old", password: nil, pinnedFingerprint: nil,
+                                           allowUnverified: true, timeoutMs: 3000)) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_VERSION)
+            XCTAssertTrue("\(error)".contains("refused this library's protocol v\(ProtocolVersion.current)"), "\(error)")
+        }
+    }
+
     func audio(_ tweak: (inout AudioConfig) -> Void) -> AudioConfig {
         var a = AudioConfig.speech
         tweak(&a)

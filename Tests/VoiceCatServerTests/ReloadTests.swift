@@ -102,6 +102,14 @@ final class ReloadTests: XCTestCase {
         server.signal(SIGHUP)
         XCTAssertTrue(server.waitForOutput("configuration not reloaded: max_users", timeoutMs: 10_000), server.output)
         try ping(kim, 9)
+        XCTAssertTrue(server.output.contains("added [\"Studio\"], removed [\"Music\"], replaced with new settings [])"), server.output)
+
+        // A channel whose settings change is a new channel under the same name: the log
+        // says so (it said "added [], removed []", and the operator could not tell that
+        // the members were left in a retired channel).
+        try write("max_users = 3\n[channel Lobby]\n[channel Studio]\nbitrate = 96000\n")
+        server.signal(SIGHUP)
+        XCTAssertTrue(server.waitForOutput("replaced with new settings [\"Studio\"]", timeoutMs: 10_000), server.output)
 
         server.signal(SIGTERM)
         XCTAssertEqual(server.wait(), 0)
