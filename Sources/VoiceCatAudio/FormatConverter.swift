@@ -43,13 +43,16 @@ public final class FormatConverter {
     /// hands the input back untouched.
     public var isIdentity: Bool { resampler == nil && inChannels == outChannels }
 
-    /// `skipFilterDelay`: skip the resampler's filter delay at the start (the first
-    /// block is shorter, the latency lower), or keep it (`false`: every block as long
-    /// as the input gives, the output delayed by `latencyFrames`), for a converter whose
-    /// blocks must stay in step with another's that started earlier (a speaker's tap
-    /// beside the mix: each render's blocks then cover the same span of audio).
+    /// `skipFilterDelay`: keep the resampler's filter delay (`false`, the default:
+    /// every block gives as much audio as it brings, the output delayed by
+    /// `latencyFrames`), or skip it at the start (the first block comes out shorter by
+    /// the delay, the latency is that much lower). Whoever cuts the output into frames
+    /// or blocks of a fixed length (a stream's encoder, a sink that wants 20 ms blocks,
+    /// a speaker's tap in step with the mix) keeps it: skipped, the first block is short
+    /// of its frame and every frame after it completes one block late. Only a consumer
+    /// that takes blocks of any length (a playback device's buffer) gains by skipping.
     public init(inRate: Int, outRate: Int, inChannels: Int, outChannels: Int, maxInFrames: Int,
-                quality: Int = FormatConverter.defaultQuality, skipFilterDelay: Bool = true) throws(ConverterError) {
+                quality: Int = FormatConverter.defaultQuality, skipFilterDelay: Bool = false) throws(ConverterError) {
         guard FormatConverter.rates.contains(inRate), FormatConverter.rates.contains(outRate) else {
             throw ConverterError("sample rates must be within 8000..192000 Hz (got \(inRate) → \(outRate))")
         }
@@ -73,8 +76,6 @@ public final class FormatConverter {
                   err == 0 else {
                 throw ConverterError("speex_resampler_init \(inRate) → \(outRate) Hz failed (\(err))")
             }
-            // Start with the filter's delay skipped: the first block is shorter, the
-            // latency lower.
             if skipFilterDelay { speex_resampler_skip_zeros(st) }
             resampler = st
         } else {
@@ -97,7 +98,7 @@ public final class FormatConverter {
 
     /// Forgets the signal so far (a new stream starts): no tail of the old one leaks
     /// into the next block. `skipFilterDelay` as at init.
-    public func reset(skipFilterDelay: Bool = true) {
+    public func reset(skipFilterDelay: Bool = false) {
         if let r = resampler {
             speex_resampler_reset_mem(r)
             if skipFilterDelay { speex_resampler_skip_zeros(r) }

@@ -80,6 +80,9 @@ final class CaptureWorker {
             let period = d.sampleRate / 50
             var conv: FormatConverter? = nil
             if d.sampleRate != 48000 {
+                // The filter delay is kept: each period then converts to a whole frame
+                // at once (skipped, the first came out short by it and every frame
+                // waited for the next period, 20 ms more delay for good).
                 do {
                     conv = try FormatConverter(inRate: d.sampleRate, outRate: 48000, inChannels: channels, outChannels: channels,
                                                maxInFrames: period, quality: quality)

@@ -256,11 +256,9 @@ final class LocalStream {
             // talkspurt was held a frame for it (40 ms blocks) or started a block late.
             do {
                 fromMono = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 1, outChannels: audio.channels,
-                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality,
-                                               skipFilterDelay: false)
+                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
                 fromStereo = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 2, outChannels: audio.channels,
-                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality,
-                                                 skipFilterDelay: false)
+                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
             } catch { throw ClientError.invalidArgument("\(error)") }
         } else {
             fromMono = nil

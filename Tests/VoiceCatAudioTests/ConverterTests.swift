@@ -44,9 +44,16 @@ final class ConverterTests: XCTestCase {
             let conv = try FormatConverter(inRate: inRate, outRate: outRate, inChannels: 1, outChannels: 1, maxInFrames: 960)
             let input = Self.tone(1000, rate: inRate, seconds: 1)
             let out = convertWhole(conv, input, block: 960)
-            // Every input frame gives its share of output, minus the filter delay skipped at the start.
+            // Every input frame gives its share of output (the filter delay kept: the first
+            // block as long as the rest), or that minus the delay when it is skipped.
             let expected = input.count * outRate / inRate
-            XCTAssertLessThanOrEqual(abs(out.count + conv.latencyFrames - expected), 3, "\(inRate) → \(outRate): \(out.count) frames")
+            XCTAssertLessThanOrEqual(abs(out.count - expected), 3, "\(inRate) → \(outRate): \(out.count) frames")
+            let skipping = try FormatConverter(inRate: inRate, outRate: outRate, inChannels: 1, outChannels: 1, maxInFrames: 960,
+                                               skipFilterDelay: true)
+            let skipped = convertWhole(skipping, input, block: 960)
+            XCTAssertGreaterThan(skipping.latencyFrames, 0)
+            XCTAssertLessThanOrEqual(abs(skipped.count + skipping.latencyFrames - expected), 3,
+                                     "\(inRate) → \(outRate), filter delay skipped: \(skipped.count) frames")
             let w = out.indices.dropFirst(out.count / 4).prefix(out.count / 2)
             let inRMS = sqrt(Self.power(input[...], 1000, rate: inRate)), outRMS = sqrt(Self.power(out[w], 1000, rate: outRate))
             XCTAssertEqual(outRMS / inRMS, 1, accuracy: 0.03, "\(inRate) → \(outRate) keeps the 1 kHz level")

@@ -3,15 +3,16 @@
 // real-time host's block, none once a call of a second or more has been sent.
 @testable import VoiceCatClient
 import VoiceCatAudio
+import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 import XCTest
 
 /// Stream 1 of `c` as vc_stream_start builds it (a MIC fed by the host, the channel's
 /// speech settings), with a connected client's send path to the discard port.
-func discardingStream(on c: VoiceClient, inputRate: Int = 48000) throws -> (LocalStream, StreamSlot) {
+func discardingStream(on c: VoiceClient, inputRate: Int = 48000, externalFeed: Bool = true) throws -> (LocalStream, StreamSlot) {
     let slot = c.streams.slots[0]
-    let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
+    let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: externalFeed, inputChannels: 1, audio: .speech,
                             inputRate: inputRate, slot: slot, table: c.streams)
     let sock = try Socket.udp(familyOf: try SocketAddress(host: "127.0.0.1", port: 9))
     try sock.setNonBlocking()
@@ -158,6 +159,40 @@ final class DryQueueTests: XCTestCase {
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 10 * ms, audioNs: 10 * ms, frameNs: 20 * ms), 0, "less than a frame: nothing to hold")
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 510 * ms, audioNs: 510 * ms, frameNs: 20 * ms), 0, "a sentence")
         XCTAssertEqual(LocalStream.startHoldNs(blockNs: 90 * ms, audioNs: 90 * ms, frameNs: 20 * ms), 10 * ms)
+    }
+
+    func testACaptureDeviceAtAnotherRateSendsAFrameWithEachPeriod() throws {
+        // A device that runs at 44.1, 22.05 or 16 kHz is read a 20 ms period at a time
+        // and converted to 48 kHz (CaptureWorker.Capture) before the stream takes it.
+        // With the resampler's filter delay skipped, the first period came out short of
+        // a frame by that delay, so every frame was complete only with the next period:
+        // 20 ms more delay than a 48 kHz device for as long as the stream ran. Each
+        // period gives its frame at once, as at 48 kHz.
+        let backend = MemoryAudioBackend()
+        for rate in [48000, 44100, 22050, 16000] {
+            let name = "mem-mic-\(rate)"
+            backend.addDevice(name, direction: .capture, channels: 1, sampleRate: rate)
+                .setInput([Int16](repeating: 2000, count: rate * 2))
+            let cap = try CaptureWorker.Capture.open(backend: backend, device: name, channels: 1, sampleRate: 48000,
+                                                     quality: FormatConverter.defaultQuality)
+            defer { cap.device.close() }
+            XCTAssertEqual(cap.device.sampleRate, rate)
+            let c = try VoiceClient()
+            let (s, slot) = try discardingStream(on: c, externalFeed: false)
+            c.setInputMode(.continuous)
+            let buf = UnsafeMutablePointer<Int16>.allocate(capacity: cap.period)
+            defer { buf.deallocate() }
+            var late: [Int] = []
+            for k in 0..<50 {
+                let at = t0 + UInt64(k) * 20 * ms
+                try cap.device.read(buf, frames: cap.period)
+                let (pcm, frames) = cap.converter?.convert(buf, frames: cap.period) ?? (UnsafePointer(buf), cap.period)
+                try slot.lock.withLock { try s.feed(pcm, frames: frames, channels: 1, clock: { at }) }
+                pump(s, slot, until: at)
+                if slot.lock.withLock({ s.framesTaken }) != UInt64(k + 1) { late.append(k) }
+            }
+            XCTAssertEqual(late, [], "\(rate) Hz: periods after which their frame had not left")
+        }
     }
 
     func testAHeldTalkspurtsTimestampsKeepStepWithItsSendTimes() throws {
