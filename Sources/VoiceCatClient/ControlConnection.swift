@@ -51,12 +51,12 @@ final class ControlConnection: ControlSender {
         try ControlConnection.writeAll(socket, hs.helloBytes, deadlineMs: deadlineMs, cancel: cancel)
         var reply = try ControlConnection.readExactly(socket, Handshake.serverHelloPrefixSize, deadlineMs: deadlineMs, cancel: cancel)
         let body: Int
-        do { body = try Handshake.serverHelloBodySize(prefix: reply) } catch HandshakeError.versionMismatch(let v) {
-            // Status 1: the server refused this library's version (and names its own).
-            let refused = reply.count > 6 && reply[6] == 1
-            throw ClientError.version(refused && v == ProtocolVersion.current
+        do { body = try Handshake.serverHelloBodySize(prefix: reply) } catch .versionMismatch(let v) {
+            throw ClientError.version("the server speaks protocol v\(v); this library speaks v\(ProtocolVersion.current)")
+        } catch .versionRefused(let v) {
+            throw ClientError.version(v == ProtocolVersion.current
                 ? "the server refused this library's protocol v\(v) though it names the same version"
-                : "the server speaks protocol v\(v); this library speaks v\(ProtocolVersion.current)")
+                : "the server speaks protocol v\(v) and refused this library's v\(ProtocolVersion.current)")
         } catch {
             throw ClientError.protocolError("bad ServerHello: \(error)")
         }

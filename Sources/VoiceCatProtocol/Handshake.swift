@@ -12,8 +12,11 @@
 public enum HandshakeError: Error, Equatable, Sendable, CustomStringConvertible {
     case badMagic
     case truncated
-    /// The peer speaks another protocol version (the server's is given).
+    /// The peer speaks another protocol version (the peer's is given).
     case versionMismatch(peerVersion: UInt16)
+    /// ServerHello status 1: the server refused this side's version (it names its own,
+    /// which may even be the same when the server is broken or not ours).
+    case versionRefused(peerVersion: UInt16)
     case unknownStatus(UInt8)
     case badSignature
     case keyExchangeFailed
@@ -25,6 +28,7 @@ public enum HandshakeError: Error, Equatable, Sendable, CustomStringConvertible 
         case .badMagic: return "handshake does not start with \"VCAT\""
         case .truncated: return "handshake message truncated"
         case .versionMismatch(let v): return "protocol version mismatch: peer speaks v\(v), this build speaks v\(ProtocolVersion.current)"
+        case .versionRefused(let v): return "the server (v\(v)) refused protocol v\(ProtocolVersion.current)"
         case .unknownStatus(let s): return "unknown ServerHello status \(s)"
         case .badSignature: return "server's handshake signature does not verify"
         case .keyExchangeFailed: return "key exchange rejected the peer's ephemeral key"
@@ -78,7 +82,7 @@ public enum Handshake {
         case 0:
             guard v == ProtocolVersion.current else { throw .versionMismatch(peerVersion: v) }
             return serverHelloAcceptBodySize
-        case 1: throw .versionMismatch(peerVersion: v)
+        case 1: throw .versionRefused(peerVersion: v)
         default: throw .unknownStatus(prefix[6])
         }
     }

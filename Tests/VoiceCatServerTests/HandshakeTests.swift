@@ -15,7 +15,7 @@ final class HandshakeTests: XCTestCase {
         let reply = try TestClient.readExactly(s, Handshake.serverHelloPrefixSize)
         XCTAssertEqual(reply, Array("VCAT".utf8) + [0, 2, 1])
         XCTAssertThrowsError(try Handshake.serverHelloBodySize(prefix: reply)) { e in
-            XCTAssertEqual(e as? HandshakeError, .versionMismatch(peerVersion: 2))
+            XCTAssertEqual(e as? HandshakeError, .versionRefused(peerVersion: 2))
         }
         XCTAssertThrowsError(try TestClient.readExactly(s, 1), "server must close after status 1")
         ts.waitFor("mismatch counted") { $0.handshakeVersionMismatch == 1 }
