@@ -964,7 +964,10 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *    vc_read_mixed_pcm() renders on the caller's thread.
  * `enabled` nonzero (1) here: no playback device is opened. 0 while connected opens the device now and
  * returns VC_ERR_DEVICE with the device's reason if it cannot (the previous mode
- * stays). Callback-safe: no.
+ * stays). So does 0 when the device already plays the mix but is away (it failed,
+ * or could not be opened at vc_connect): it is tried at once, with
+ * VC_EVENT_DEVICE_RESTORED when it opens; when it cannot, VC_ERR_DEVICE, and it is
+ * still retried on its backoff. Callback-safe: no.
  */
 int vc_set_external_playback(vc_client *c, int enabled);
 
@@ -1150,7 +1153,9 @@ int vc_stop_recording(vc_client *c, uint32_t ssrc);
  * Plays on another device (an ALSA PCM name) from now on, without leaving the
  * channel. When the device plays the mix now (external playback 0, connected, not
  * suspended) the new device is opened at once: on failure the previous device keeps
- * playing and VC_ERR_DEVICE is returned with the reason in vc_last_error. Otherwise
+ * playing and VC_ERR_DEVICE is returned with the reason in vc_last_error (the name
+ * of the device that plays and is away: tried at once, as vc_set_external_playback
+ * does). Otherwise
  * the name is kept for when the device next opens. A device that offers no 48 kHz is
  * opened at the rate it offers and fed through a resampler. Returns
  * VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_DEVICE. Callback-safe: no.

@@ -209,7 +209,7 @@ final class OutputStage {
         try reconcileLock.withLock {
             let old = self[keyPath: input]
             self[keyPath: input] = value
-            if let e = reconcile(openNow: true) {
+            if let e = reconcile(openNow: true, retryAway: true) {
                 self[keyPath: input] = old
                 _ = reconcile(openNow: true)
                 throw e
@@ -396,7 +396,8 @@ final class OutputStage {
     /// Computes the mode the inputs ask for and makes it so (reconcileLock held).
     /// `openNow`: a device that cannot be opened is an error and nothing starts.
     /// `retryAway`: a device driver whose device is away is replaced, so the device is
-    /// tried now (DEVICE_RESTORED when it opens, as the driver's own retry raises).
+    /// tried now (DEVICE_RESTORED when it opens, as the driver's own retry raises; when
+    /// it does not, the error is returned and the new driver retries as the old did).
     private func reconcile(openNow: Bool, retryAway: Bool = false) -> ClientError? {
         let want: Mode
         if !external && connected && !suspended {
@@ -427,12 +428,14 @@ final class OutputStage {
         var first: PlaybackDevice? = nil
         var failure: ClientError? = nil
         if want == .device {
+            // A device that was away and still is: the driver goes on retrying it on
+            // the stopped one's schedule, and the caller is told.
             do { first = try PlaybackDevice.open(backend: backend, name: playbackDevice, quality: quality) } catch let e as ClientError {
                 failure = e
-                if openNow { return failure }
+                if openNow && !wasAway { return failure }
             } catch {
                 failure = .device("\(error)")
-                if openNow { return failure }
+                if openNow && !wasAway { return failure }
             }
         }
         if wasAway && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }

@@ -753,12 +753,17 @@ final class AudioEdgeTests: XCTestCase {
     /// vc_audio_restart says whether the playback device opens, also when it was never
     /// opened (it could not be at connect) and was not suspended: it returned VC_OK while
     /// the driver went on retrying in the background.
-    func testRestartingAudioSaysWhetherAPlaybackDeviceThatIsAwayOpens() throws {
+    /// A listener whose playback device `name` refuses to open (until told otherwise).
+    private func listenerWithAwayPlayback(_ name: String) throws -> (play: MemoryAudioBackend.Device, sam: VoiceClient, events: EventLog) {
         let backend = MemoryAudioBackend()
-        let play = backend.addDevice("mem-play-away", direction: .playback, channels: 2)
+        let play = backend.addDevice(name, direction: .playback, channels: 2)
         play.setRefuseOpen(true)
-        let sam = try client("sam-away", backend: backend, playback: "mem-play-away")
-        let events = EventLog(sam)
+        let sam = try client("sam-\(name)", backend: backend, playback: name)
+        return (play, sam, EventLog(sam))
+    }
+
+    func testRestartingAudioSaysWhetherAPlaybackDeviceThatIsAwayOpens() throws {
+        let (play, sam, events) = try listenerWithAwayPlayback("mem-play-away")
         XCTAssertThrowsError(try sam.restartAudio()) { error in
             XCTAssertEqual((error as? ClientError)?.code, VC_ERR_DEVICE, "\(error)")
         }
@@ -771,6 +776,38 @@ final class AudioEdgeTests: XCTestCase {
         while play.writtenCount < 9600 && MonotonicClock.milliseconds() < deadline { usleep(10_000) }
         XCTAssertGreaterThanOrEqual(play.writtenCount, 9600, "it plays")
         try sam.restartAudio()   // open: nothing to do
+    }
+
+    func testAskingForAPlaybackDeviceThatIsAwaySaysWhetherItOpens() throws {
+        // The device could not be opened at connect; the driver retries it on a
+        // backoff. vc_set_external_playback(c, 0) and vc_set_playback_device with its
+        // name promise to open it now and say VC_ERR_DEVICE when they cannot: they
+        // returned OK (the mode was already the device's). A failed try leaves the
+        // driver retrying: the device opens by itself once it is back.
+        let (play, sam, events) = try listenerWithAwayPlayback("mem-play-gone")
+        XCTAssertThrowsError(try sam.setExternalPlayback(false)) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_DEVICE, "\(error)")
+        }
+        XCTAssertThrowsError(try sam.setPlaybackDevice("mem-play-gone")) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_DEVICE, "\(error)")
+        }
+        XCTAssertFalse(sam.isExternalPlayback, "the mode stays the device's")
+        XCTAssertEqual(sam.playbackDevice, "mem-play-gone")
+        play.setRefuseOpen(false)
+        try sam.setExternalPlayback(false)
+        XCTAssertNotNil(events.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) })
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while play.writtenCount < 9600 && MonotonicClock.milliseconds() < deadline { usleep(10_000) }
+        XCTAssertGreaterThanOrEqual(play.writtenCount, 9600, "it plays")
+        // Away again (it fails mid-play): a failed try does not stop the retries.
+        let mark = events.total
+        play.setRefuseOpen(true)
+        play.failNextIO()
+        XCTAssertNotNil(events.wait(from: mark) { $0.type == VC_EVENT_ERROR && $0.code == VC_ERR_DEVICE })
+        XCTAssertThrowsError(try sam.setExternalPlayback(false))
+        play.setRefuseOpen(false)
+        let restored = events.wait(from: mark, timeoutMs: 12_000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) }
+        XCTAssertNotNil(restored, "the driver's own retry opened it")
     }
 
     func testDevicesFailAndReturnWithEventsAndSwitchWithoutLeavingTheChannel() throws {

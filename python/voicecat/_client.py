@@ -900,7 +900,9 @@ class Client:
 
     def set_external_playback(self, enabled: bool) -> None:
         """True: no playback device (take the mix with a sink or :meth:`read_mix`).
-        False while connected opens the device now (DeviceError if it cannot)."""
+        False while connected opens the device now (DeviceError if it cannot), also a
+        device that already plays the mix but is away (it failed): it is tried at once
+        and, if it still cannot open, retried on its backoff as before."""
         self._call("vc_set_external_playback", int(bool(enabled)))
 
     def set_sink(self, fn: Optional[SinkFn], *, numpy: bool = False) -> None:
