@@ -111,8 +111,9 @@ final class RemoteSlot {
         self.lateness = lateness
         jitter = JitterBuffer(capacity: 64, maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
         decoder = try OpusDecoderBox()
+        // Not zeroed: only what a decode wrote is read (fifoCount), and a slot that
+        // never plays leaves its pages untouched (PacketRing's payloads likewise).
         fifo = .allocate(capacity: RemoteSlot.fifoCapacity * 2)
-        fifo.initialize(repeating: 0, count: RemoteSlot.fifoCapacity * 2)
         tap = .allocate(capacity: RemoteSlot.tapCapacity * 2)
         tap.initialize(repeating: 0, count: RemoteSlot.tapCapacity * 2)
     }
