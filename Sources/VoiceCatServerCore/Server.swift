@@ -104,12 +104,15 @@ public final class Server {
     /// A list message is assembled here before sealing.
     let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: ControlFraming.maxPlaintext, alignment: 16)
 
-    /// Checks the config, loads (or creates) the identity and binds TCP and UDP. Does not start serving.
+    /// Checks the config, loads the identity, binds TCP and UDP, and creates the identity
+    /// when there was none. Does not start serving.
     public init(config: ServerConfig) throws {
         try config.validate()
         self.config = config
         live = config
-        (identity, identityCreated) = try IdentityStore.loadOrCreate(path: config.identityPath)
+        // A broken identity file fails the start before anything is bound; a missing
+        // one is created only once the ports are bound (a start that fails leaves none).
+        let loaded = try IdentityStore.load(path: config.identityPath)
         var addr = try SocketAddress(host: config.bindHost, port: config.listenPort)
         var tcp: Socket? = nil
         var udpSock: Socket? = nil
@@ -130,6 +133,8 @@ public final class Server {
         listener = tcp!
         udp = udpSock!
         port = addr.port
+        identityCreated = loaded == nil
+        identity = try loaded ?? IdentityStore.create(path: config.identityPath)
         try listener.setNonBlocking()
         try udp.setNonBlocking()
         udp.setReceiveBuffer(4 << 20)

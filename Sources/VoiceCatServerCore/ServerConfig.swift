@@ -257,16 +257,20 @@ extension StringProtocol {
 public enum IdentityStore {
     static let header = "voicecat-identity-v1 "
 
-    public static func loadOrCreate(path: String) throws -> (IdentityKey, created: Bool) {
-        if let bytes = try Files.read(path) {
-            let text = String(decoding: bytes, as: UTF8.self).trimmingWhitespace()
-            guard text.hasPrefix(header), let seed = bytesFromHex(String(text.dropFirst(header.count)).trimmingWhitespace()) else {
-                throw CryptoError.invalidKeyMaterial("\(path) is not a VoiceCat identity file")
-            }
-            return (try IdentityKey(seed: seed), false)
+    /// The identity in `path`; nil when there is no such file.
+    public static func load(path: String) throws -> IdentityKey? {
+        guard let bytes = try Files.read(path) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingWhitespace()
+        guard text.hasPrefix(header), let seed = bytesFromHex(String(text.dropFirst(header.count)).trimmingWhitespace()) else {
+            throw CryptoError.invalidKeyMaterial("\(path) is not a VoiceCat identity file")
         }
+        return try IdentityKey(seed: seed)
+    }
+
+    /// A new identity, written to `path` (which must not exist).
+    public static func create(path: String) throws -> IdentityKey {
         let id = IdentityKey()
         try Files.createExclusive(path, bytes: Array((header + hexString(id.seed) + "\n").utf8), mode: 0o600)
-        return (id, true)
+        return id
     }
 }

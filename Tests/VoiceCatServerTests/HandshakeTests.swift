@@ -51,6 +51,23 @@ final class HandshakeTests: XCTestCase {
         ts.stop()
     }
 
+    func testAServerThatCannotStartCreatesNoIdentity() throws {
+        // The port is taken: the start fails, and no identity file is left behind for
+        // the next start to "load" as if it had been made and announced before.
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let path = TestEnvironment.makeDirectory() + "/identity.key"
+        var cfg = ServerConfig()
+        cfg.port = ts.port
+        cfg.identityPath = path
+        XCTAssertThrowsError(try Server(config: cfg))
+        XCTAssertNil(try Files.read(path), "an identity file was created by a start that failed")
+        // A broken identity file still fails the start before anything is bound.
+        XCTAssertNoThrow(try Files.createExclusive(path, bytes: Array("not a key\n".utf8), mode: 0o600))
+        cfg.anyPort = true
+        XCTAssertThrowsError(try Server(config: cfg)) { e in XCTAssertTrue("\(e)".contains("not a VoiceCat identity file"), "\(e)") }
+    }
+
     func testMalformedControlInputCostsOnlyThatConnection() throws {
         let ts = try TestServer { $0.frameTimeoutSeconds = 0.5 }
         defer { ts.stop() }
