@@ -914,8 +914,12 @@ int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
  * target depth (vc_stream_stats.target_depth_ms, the frame being played plus the
  * cushion the buffer adapts to the network's jitter) stays within [min_ms, max_ms],
  * in whole frames (min rounded up, max down, never below one frame) and within what
- * the buffer holds (one frame plus 500 ms). A low max_ms favours delay over late
- * frames; a min_ms keeps a cushion for a network known to be bursty. 0 means no
+ * the buffer holds (one frame plus 500 ms). The buffered audio stays within it too:
+ * when it exceeds max_ms (or, with no max, 500 ms) by more than a frame, as when a
+ * server or path that stopped delivers what it held at once, what is beyond the
+ * target is dropped at once (counted as late) rather than played seconds behind. A
+ * low max_ms favours delay over late frames; a min_ms keeps a cushion for a network
+ * known to be bursty. 0 means no
  * bound (0, 0 lifts both). A stream added later gets the ssrc-0 bounds. Returns
  * VC_ERR_NOT_FOUND (ssrc not received), VC_ERR_INVALID_ARG (min_ms above a non-zero
  * max_ms, either above 10000). Callback-safe: yes.
@@ -998,9 +1002,12 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * mix from the device's callback (vc_read_mixed_pcm), so its device is the clock.
  * The sink runs on an audio thread: it must not block. A sink that blocks for longer
  * than two blocks delays the thread past what it catches up on (two blocks back to
- * back): the rest is skipped, and every stream then holds that much more audio,
- * which its jitter buffer sheds as late frames (a 200 ms stall loses about 160 ms of
- * each talking stream), so that the mix stays in real time. Setting, replacing or
+ * back): the rest is skipped. A stall of more than about 100 ms then costs each
+ * talking stream the audio that was due during it (counted as late frames) and the
+ * mix goes on in real time with the cushions it had; a shorter one leaves that much
+ * more audio buffered, shed at the stream's next pause or quiet frame. The same holds
+ * for a host whose pulls (vc_read_mixed_pcm) stop for more than about 100 ms beyond
+ * their usual size. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
  * Returns VC_ERR_STATE from inside any callback of the client (the sink cannot wait
  * for itself). Callback-safe: no.

@@ -81,6 +81,14 @@
 //     a quiet one); and only once it has lasted `catchUpTicks` by skipping a frame
 //     the network lost, or else dropping one buffered frame. Frames a spike
 //     delivered in a burst are played, not thrown away by a jump of the clock.
+//     Beyond the bound, though (a cushion more than a period over the upper bound,
+//     500 ms by default: a path or server that stopped and then gave its backlog
+//     at once), what exceeds the target is dropped at once: played, it stayed as
+//     seconds of delay, and past the pool every new frame was taken for late.
+//   * A consumer whose ticks stop (catchUp: its thread blocked for more than
+//     `stallPeriods` beyond its burst) has missed those periods: they are taken as
+//     ticks at their times and what was due in them is dropped as late, so the
+//     frames that came meanwhile are placed on the clock that went on.
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
 //     ended in what was played.
@@ -209,6 +217,10 @@ public final class JitterBuffer {
         /// talkspurt with a cushion, little enough that the stream's own path takes
         /// over within a few seconds (half the weight after as many frames).
         public var priorFrames = 64.0
+        /// A consumer whose ticks stop for more than this many periods beyond its burst
+        /// (a host's sink that blocked, a thread that was not scheduled) has missed
+        /// them: they are taken as ticks at their times (stallPeriods).
+        public var stallPeriods = 5.0
         public init() {}
     }
 
@@ -291,6 +303,7 @@ public final class JitterBuffer {
     private static let tickTimeCapacity = 32
     private let tickTimes: UnsafeMutablePointer<Double>
     private var tickTimesKnown = 0
+    private var ticksAtLastTime = 0                   // ticks of the consumer's last burst (within a quarter period)
     private let history: UnsafeMutablePointer<Double> // lateness of recent frames (ring)
     private var historyCount = 0
     private var historyNext = 0
@@ -625,6 +638,11 @@ public final class JitterBuffer {
 
     /// Feeds one arrival to the lateness statistics.
     private func observe(ext: Int64, flags: FrameFlags, arrivalMs: Double) {
+        // Arrived before every tick time kept (handed over after a stall of more than
+        // tickTimeCapacity periods): where it came on the clock is not known, and a
+        // guess would put seconds of lateness into the statistics. It is not observed.
+        if tickTimesKnown >= JitterBuffer.tickTimeCapacity && ticks >= Int64(JitterBuffer.tickTimeCapacity)
+            && arrivalMs < tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] { return }
         let at = arrivalPosition(arrivalMs)
         var l = lateness(ext, at: at.position, grid: at.grid)
         if historyCount > 0 {
@@ -761,12 +779,63 @@ public final class JitterBuffer {
 
     /// Decides the next frame period, at `nowMs` (the clock insert's arrivalMs uses).
     public func next(atMs nowMs: Double) -> Playout {
+        catchUp(toMs: nowMs)
+        let cap = Int64(JitterBuffer.tickTimeCapacity)
+        // Ticks within a quarter period of the one before are one burst (a pull of
+        // several periods renders them one after another).
+        let burst = tickTimesKnown > 0 && ticks > 0 && nowMs - tickTimes[Int((ticks - 1) % cap)] < frameMs / 4
+        ticksAtLastTime = burst ? ticksAtLastTime + 1 : 1
         grid += pendingGrid
         pendingGrid = 0
         tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = nowMs
         gridAtTick[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = grid
         tickTimesKnown += 1
         return advance()
+    }
+
+    /// The consumer's ticks stopped (its thread blocked, a host's sink that took
+    /// seconds) while time went on: the periods it missed are gone. Each is taken as a
+    /// tick at its time, and a frame due in it is dropped as late, as if it had been
+    /// played unheard; so frames that arrived meanwhile are placed on the clock as they
+    /// came (not as early: the buffer held them as seconds of delay for good, and past
+    /// its pool took every new frame for late), and the stream is back to its cushion.
+    /// A consumer taking several periods at once (setConsumerBurst) is not stalled
+    /// between its bursts. Called with each tick's time; a consumer that hands over
+    /// arrivals in batches calls it with the time before each batch (`ticking`: it
+    /// ticks at `t` right after; else `t` is the newest arrival's time), so frames that
+    /// came during a stall are placed on the clock that went on.
+    public func catchUp(toMs t: Double, ticking: Bool = true) {
+        guard tickTimesKnown > 0 && ticks > 0 else { return }
+        let cap = Int64(JitterBuffer.tickTimeCapacity)
+        // Where the consumer's clock is: a consumer that took n periods in its last
+        // burst (a host's pull of n periods) is n - 1 periods past the last tick.
+        let last = tickTimes[Int((ticks - 1) % cap)] + Double(max(0, ticksAtLastTime - 1)) * frameMs
+        let missed = Int(((t - last) / frameMs).rounded(.down)) - (ticking ? 1 : 0)
+        guard Double(missed) > tuning.stallPeriods + (burstMs / frameMs).rounded(.up) else { return }
+        let fs = Int64(frameSamples)
+        grid += pendingGrid
+        pendingGrid = 0
+        // Periods older than the tick times kept are passed at once (a long stall: a
+        // host asleep for an hour costs no more than one for a second).
+        let bulk = max(0, missed - Int(cap))
+        if bulk > 0 {
+            ticks += Int64(bulk)
+            if playing {
+                nextTS += Int64(bulk) * fs
+                for i in 0..<usedEnd where used[i] && timestamps[i] < nextTS { release(i); stats.late += 1 }
+            }
+        }
+        for k in (bulk + 1)...missed {
+            tickTimes[Int(ticks % cap)] = last + Double(k) * frameMs
+            gridAtTick[Int(ticks % cap)] = grid
+            tickTimesKnown += 1
+            ticksAtLastTime = 1
+            if playing {
+                if let s = slot(at: nextTS) { release(s); stats.late += 1 }
+                nextTS += fs
+            }
+            ticks += 1
+        }
     }
 
     /// Decides the next frame period (without a time: arrivals count from the next tick).
@@ -831,7 +900,18 @@ public final class JitterBuffer {
             }
             return play(o)
         }
-        let c = cushion(nextTS)
+        var c = cushion(nextTS)
+        if c > maxTicks + 1 {
+            // More than the bound allows (a path or server that stopped and then gave
+            // its backlog at once): what is beyond the target is shed now, not a frame
+            // at a time (that kept seconds of delay, and past the pool took every new
+            // frame for late). The frames skipped are dropped as late.
+            let k = Int64((c - target).rounded(.down))
+            nextTS += k * fs
+            for i in 0..<usedEnd where used[i] && timestamps[i] < nextTS { release(i); stats.skipped += 1 }
+            excessTicks = 0
+            c = cushion(nextTS)
+        }
         // Excess: a whole period less would still cover the target.
         excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
         let successor = slot(at: nextTS + fs)

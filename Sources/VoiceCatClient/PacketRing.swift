@@ -57,6 +57,13 @@ final class PacketRing: @unchecked Sendable {
         return true
     }
 
+    /// Consumer: when the newest frame waiting arrived (nil: none is waiting).
+    var lastArrivalMs: Double? {
+        let t = tail.load(ordering: .acquiring)
+        guard head.load(ordering: .relaxed) < t else { return nil }
+        return entries[(t - 1) % capacity].arrivalMs
+    }
+
     /// Consumer: when the oldest frame waiting arrived (nil: none is waiting).
     var firstArrivalMs: Double? {
         let h = head.load(ordering: .relaxed)

@@ -181,7 +181,7 @@ final class ReceiveSet {
 
     func stats(ssrc: UInt32) throws -> StreamStats {
         try withSlot(ssrc: ssrc) { s in
-            s.drainInbox()
+            s.drainInbox(nowMs: nil)
             var st = StreamStats()
             st.jitter = s.jitter.stats
             st.jitter.duplicates += s.duplicates.load(ordering: .relaxed)

@@ -168,8 +168,16 @@ final class RemoteSlot {
     }
 
     /// Moves the frames the network thread handed over into the jitter buffer (lock
-    /// held by caller: the renderer, or a host thread reading statistics).
-    func drainInbox() {
+    /// held by caller: the renderer at `nowMs`, or a host thread reading statistics,
+    /// nil). A renderer that has not ticked for a while has stalled: the buffer's clock
+    /// goes on first (JitterBuffer.catchUp), to the render's time, or, for a reader of
+    /// statistics, to the newest arrival's (the receive clock).
+    func drainInbox(nowMs: Double?) {
+        if let t = nowMs {
+            jitter.catchUp(toMs: t)
+        } else if let t = inbox.lastArrivalMs {
+            jitter.catchUp(toMs: t, ticking: false)
+        }
         // A stream's first frames: the buffer starts with the session's lateness.
         if jitter.awaitsPrior, let first = inbox.firstArrivalMs { lateness.seed(jitter, arrivalMs: first) }
         inbox.drain { e, payload in
@@ -200,7 +208,7 @@ final class RemoteSlot {
     /// buffer per slot would be cold at each decode. Leaves blockSlackMs,
     /// blockEndSlackMs, blockHeld and blockPlayed set. Lock held by caller.
     func render(into bus: MixBus, frames: Int, nowMs: Double, scratch: Scratch, tap tapWanted: Bool = false, fixedBlock: Bool = false) {
-        drainInbox()
+        drainInbox(nowMs: nowMs)
         // Decoded audio left past a whole number of blocks (the block length changed,
         // or a host's pulls of other sizes came before the driver) would delay this
         // stream by that much for as long as it lives. Once it is silence (the last
