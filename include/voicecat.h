@@ -185,8 +185,10 @@ typedef enum vc_event_type {
     VC_EVENT_GATE_CLOSED = 19,         /**< local: a MIC stream's input gate closed (stream_id, ssrc, kind):
                                             the frame flagged last went out (the VAD's hang time ran out, the
                                             push-to-talk key was released, or the fed audio ran dry, was
-                                            flushed or the stream stopped). On a channel with DTX the encoder
-                                            may also pause sending while the gate is open. */
+                                            flushed or the stream stopped); also when the stream ends with no
+                                            frame sent (the session moved to another channel or ended). On a
+                                            channel with DTX the encoder may also pause sending while the gate
+                                            is open. */
     VC_EVENT_USER_CONNECTED = 20,      /**< user_id, channel_id (0 = none), muted, deafened (server mute),
                                             text = username: a user logged in to the server (vc_list_users) */
     VC_EVENT_USER_UPDATED = 21,        /**< user_id, channel_id, muted, deafened, text = username: a user's

@@ -673,6 +673,16 @@ final class LocalStream {
         publishDeadline()
     }
 
+    /// The stream ends without a closing frame (the session moved to another channel,
+    /// or ended): a MIC stream's open gate closes with it, as it does when the stream
+    /// is stopped, so a host that follows the gate events is not left "speaking".
+    func abandon() {
+        if kind == .mic && gate.isOpen {
+            gate.reset()
+            raiseGate(VC_EVENT_GATE_CLOSED)
+        }
+    }
+
     // MARK: one frame
 
     /// Send processing (NS / AGC / AEC), then the input gate (MIC streams) or the

@@ -529,6 +529,7 @@ public final class VoiceClient {
         localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)
         let hadAEC = s.slot.lock.withLock { () -> Bool in
+            s.abandon()
             let aec = s.apm?.settings.echoCancellation == true
             s.apm = nil
             return aec

@@ -617,6 +617,27 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertTrue(gate.allSatisfy { $0.streamID == sid && $0.ssrc == watched && $0.kind == StreamKind.mic.rawValue })
     }
 
+    func testAStreamThatEndsWithItsSessionOrChannelClosesItsGate() throws {
+        // GATE_CLOSED came when a stream was stopped, but not when it ended because the
+        // session moved to another channel or disconnected: a host following the gate
+        // events was left "speaking".
+        for end in ["move", "disconnect"] {
+            let alex = try client("alex-\(end)", channel: "Lobby")
+            let events = EventLog(alex)
+            alex.setInputMode(.continuous)
+            let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let talk = Signal.tone(300, seconds: 2, amplitude: 0.2)
+            try talk.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: talk.count, channels: 1) }
+            XCTAssertNotNil(events.wait { $0.type == .gateOpened }, end)
+            if end == "move" { try alex.joinChannel("Music") } else { try alex.disconnect() }
+            let closed = events.wait(timeoutMs: 2000) { $0.type == .gateClosed }
+            XCTAssertNotNil(closed, "\(end): no GATE_CLOSED")
+            XCTAssertEqual(closed?.event.streamID, sid, end)
+            usleep(100_000)
+            XCTAssertEqual(events.count(.gateClosed), 1, "\(end): one GATE_CLOSED")
+        }
+    }
+
     /// Stopping a stream whose talkspurt already closed on the wire sends nothing and
     /// opens no gate: it sent a one-frame talkspurt of silence (GATE_OPENED, then
     /// GATE_CLOSED, seconds after the stream had gone quiet). One still talking ends
