@@ -643,7 +643,9 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * or PipeWire monitor through ALSA's pulse plugin). MIC streams pass the input gate
  * (vc_set_input_mode); SCREEN_AUDIO and AUX_DEVICE never do.
  * On success *out_stream_id names it in later calls. Returns VC_ERR_STATE (no
- * channel), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
+ * channel; or the session moved to another channel, a vc_join_channel on another
+ * thread, after the server announced the stream in the one it left: the move
+ * withdrew it, start it again), VC_ERR_INVALID_ARG (channels not 1 or 2, unknown kind),
  * VC_ERR_REJECTED (stream limit), VC_ERR_DEVICE (the capture device cannot be
  * opened; the text from vc_last_error gives ALSA's reason), VC_ERR_CODEC,
  * VC_ERR_INVALID_ARG (sample_rate not 0 and outside 8000..192000),

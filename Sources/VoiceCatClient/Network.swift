@@ -499,7 +499,7 @@ extension VoiceClient {
 
     /// In no channel any more (a refused join): streams retired, remote streams removed.
     func leaveChannelLocally() {
-        cond.withLock { channelID = 0; channelName = ""; channelAudio = nil }
+        cond.withLock { channelID = 0; channelName = ""; channelAudio = nil; channelEpoch &+= 1 }
         for s in streams.all { retire(s.streamID, why: "ended when the session left its channel") }
         removeAllRemote()
     }
@@ -533,6 +533,7 @@ extension VoiceClient {
         let (name, stayed) = cond.withLock { () -> (String, Bool) in
             // The channel the session is in already: the server keeps its streams.
             let stayed = channelAudio != nil && channelID == r.channelID
+            if !stayed { channelEpoch &+= 1 }
             channelID = r.channelID
             channelAudio = r.audio
             for m in r.members { usernames[m.userID] = m.username }
@@ -556,6 +557,7 @@ extension VoiceClient {
         return cond.withLock {
             guard replies.keys.contains(rid) else { return false }
             replies[rid] = m
+            replyEpochs[rid] = channelEpoch
             cond.broadcast()
             return true
         }

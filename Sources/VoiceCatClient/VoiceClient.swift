@@ -44,6 +44,9 @@ public final class VoiceClient {
     var hello: HelloResult?
     var fingerprint: String?
     var channelID: UInt32 = 0
+    /// Counts the session's moves out of a channel (cond): a stream whose start was
+    /// answered across one may have been withdrawn by the move before it was installed.
+    var channelEpoch: UInt64 = 0
     var channelName = ""
     var channelAudio: AudioConfig?
     var usernames: [UInt32: String] = [:]
@@ -58,6 +61,9 @@ public final class VoiceClient {
     /// refused (it broke the rules, or did not decode).
     var expected: [UInt32: MessageType] = [:]
     var refusedReplies: [UInt32: String] = [:]
+    /// The channel epoch when each reply was handed over (the network thread applies
+    /// what came before it on the wire first).
+    var replyEpochs: [UInt32: UInt64] = [:]
     var networkThread: SystemThread?
     /// Set by disconnect/destroy: the network thread tears the session down and exits.
     var stopNetwork = false
@@ -544,6 +550,14 @@ public final class VoiceClient {
     /// A request that times out may still be applied by the server: its late reply is
     /// reconciled by the network thread (see handleControl).
     func request(_ make: (UInt32) -> ControlMessage, expecting: MessageType, timeoutMs: Int) throws -> ControlMessage {
+        try answered(make, expecting: expecting, timeoutMs: timeoutMs).reply
+    }
+
+    /// As `request`, with the channel epoch at the reply (`channelEpoch` when the network
+    /// thread handed it over): whether the session moved before or after the server
+    /// answered.
+    func answered(_ make: (UInt32) -> ControlMessage, expecting: MessageType,
+                  timeoutMs: Int) throws -> (reply: ControlMessage, epoch: UInt64) {
         let (conn, rid) = try cond.withLock { () throws -> (ControlConnection, UInt32) in
             guard phase == .connected, let c = control else {
                 throw ClientError.state(phase == .reconnecting ? "reconnecting to the server" : "not connected")
@@ -562,9 +576,12 @@ public final class VoiceClient {
         }
         return try cond.withLock {
             // Whatever happens, the request stops being outstanding here.
-            defer { replies.removeValue(forKey: rid); expected.removeValue(forKey: rid); refusedReplies.removeValue(forKey: rid) }
+            defer {
+                replies.removeValue(forKey: rid); expected.removeValue(forKey: rid); refusedReplies.removeValue(forKey: rid)
+                replyEpochs.removeValue(forKey: rid)
+            }
             while true {
-                if case .some(.some(let m)) = replies[rid] { return m }
+                if case .some(.some(let m)) = replies[rid] { return (m, replyEpochs[rid] ?? channelEpoch) }
                 if let why = refusedReplies[rid] { throw ClientError.protocolError(why) }
                 if destroyed { throw ClientError.state("the client is being destroyed") }
                 guard phase == .connected else { throw ClientError.network("the connection ended while waiting for the server") }
@@ -619,8 +636,9 @@ public final class VoiceClient {
                                                                         sampleRate: rate, quality: config.resamplerQuality)
             }
             defer { opened?.device.close() }   // not handed to the stream
-            let reply = try request({ .streamAnnounce(StreamAnnounce(streamID: sid, kind: kind, channels: UInt32(channels), requestID: $0)) },
-                                    expecting: .streamAnnounceResult, timeoutMs: 5000)
+            let (reply, epoch) = try answered({ .streamAnnounce(StreamAnnounce(streamID: sid, kind: kind, channels: UInt32(channels),
+                                                                               requestID: $0)) },
+                                              expecting: .streamAnnounceResult, timeoutMs: 5000)
             switch reply {
             case .streamAnnounceResult(let r):
                 guard let slot = streams.slot(for: sid) else { throw ClientError.state("stream slot lost") }
@@ -646,6 +664,18 @@ public final class VoiceClient {
                 }
                 s.maxOpusBytes = opusLimit
                 streams.install(s)
+                // A move to another channel (a join from another thread) applied after
+                // the server answered: the server announced the stream in the channel
+                // left and withdrew it with the move, and the move's retiring may not
+                // have seen it here yet. Installed first, checked after: a move counted
+                // later retires it itself. (A move applied before the answer came
+                // first on the server too: the stream is in the new channel.)
+                if cond.withLock({ channelEpoch != epoch }) {
+                    installed = true   // retire releases the slot
+                    retire(sid, why: "ended when the session moved to another channel")
+                    cond.withLock { control }.map { try? $0.send(.streamStop(StreamStop(streamID: sid))) }
+                    throw ClientError.state("the session moved to another channel while the stream was starting; start it again")
+                }
                 streams.pacer.start(owner: self, table: streams)
                 localStreamCount.wrappingAdd(1, ordering: .relaxed)
                 wake.wake()   // the network thread probes the media path faster while streams run
