@@ -291,6 +291,17 @@ final class SendPacer {
         t?.join()
     }
 
+    /// Stops the thread when the session ends (no stream is left): a disconnected client
+    /// keeps no thread of its own. The next stream's start() starts it again.
+    func stopThread() {
+        stopAndJoin()
+        lock.withLock {
+            timer.disarm()
+            armedAt.store(.max, ordering: .releasing)
+            stopping.store(false, ordering: .releasing)
+        }
+    }
+
     /// A stream's deadline changed to `deadline` (ns; nil: none) and was published in
     /// its slot (StreamSlot.due, by LocalStream): the timer is armed for the earliest
     /// deadline of the streams in `table`. Called after the stream's slot lock is

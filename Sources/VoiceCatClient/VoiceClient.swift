@@ -499,6 +499,7 @@ public final class VoiceClient {
     func teardown(reason: Int32, text: String) {
         cond.withLock { if phase == .connected || phase == .reconnecting { phase = .closing } }
         for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))") }
+        streams.pacer.stopThread()
         streams.publish(nil)
         output.setConnected(false)
         // Every received stream ends before the session does (TALK_STOP for one that

@@ -105,6 +105,36 @@ final class TrustAndDestroyTests: XCTestCase {
 
     static func count(_ dir: String) -> Int { (try? FileManager.default.contentsOfDirectory(atPath: dir).count) ?? -1 }
 
+    /// Threads of this process named `name` (/proc/self/task/*/comm).
+    static func threads(named name: String) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.filter { t in
+            (try? String(contentsOfFile: "/proc/self/task/\(t)/comm", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == name
+        }.count
+    }
+
+    func testADisconnectedClientKeepsNoThread() throws {
+        // docs/architecture.md: disconnect leaves no thread behind. The send pacer
+        // (vc-send) of a client that had published a stream outlived vc_disconnect.
+        let server = try TestServer()
+        defer { server.stop() }
+        let c = try VoiceClient(config: .testing())
+        defer { c.shutdown() }
+        let before = Self.threads(named: "vc-send")
+        for round in 0..<2 {
+            try c.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: nil,
+                          allowUnverified: true, timeoutMs: 3000)
+            try c.joinChannel("Lobby")
+            let sid = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let tone = Signal.tone(440, seconds: 0.5)
+            try tone.withUnsafeBufferPointer { try c.feed(streamID: sid, pcm: $0.baseAddress!, frames: tone.count, channels: 1) }
+            XCTAssertEqual(Self.threads(named: "vc-send"), before + 1, "round \(round): the pacer runs while the stream does")
+            try c.disconnect()
+            XCTAssertEqual(Self.threads(named: "vc-send"), before, "round \(round): the pacer outlived the session")
+        }
+    }
+
     /// vc_client_destroy from another thread at 20 points during connect, join, stream
     /// start and streaming (5 delays into each stage, over a proxy that delays TCP so
     /// each stage lasts): no crash, no hang, no thread or descriptor left behind.
