@@ -333,8 +333,13 @@ final class LocalStream {
         let completes = (reframer.pending + at48) / audio.frameSamples
         let samples = queuedFrames * audio.frameSamples + reframer.pending + at48
         guard queuedFrames + completes <= maxQueueFrames && samples <= maxQueueSamples else {
+            let callMs = (at48 * 10 / 48 + 5) / 10
+            if at48 / audio.frameSamples > maxQueueFrames || at48 > maxQueueSamples {
+                throw ClientError.noMemory("this call's \(callMs) ms is more than stream \(streamID)'s queue holds (at most "
+                                           + "\(maxQueueSamples / 48) ms, max_queue_ms): feed it in parts; nothing of it was queued")
+            }
             throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queuedMs) ms queued of at most "
-                                       + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \((at48 * 10 / 48 + 5) / 10) ms "
+                                       + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \(callMs) ms "
                                        + "would not fit; nothing of this call was queued")
         }
         if isDrained { lostBeforeBatch = framesLostNoPath }

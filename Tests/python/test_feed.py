@@ -178,10 +178,15 @@ def test_a_whole_file_fed_at_once_is_sent_at_real_time_drained_or_flushed(server
             # slow reader may count it too (it once read 101 under load).
             assert talker.connection_stats().packets_out - before in (100, 101)
             assert wait_until(lambda: talker.connection_stats().packets_out - before == 101)
-            # More than the queue holds: refused whole, nothing queued.
-            with pytest.raises(voicecat.NoMemory):
+            # More than the queue holds: refused whole, nothing queued, and said so (it
+            # read "queue is full: 0 ms queued").
+            with pytest.raises(voicecat.NoMemory, match="is more than stream .* queue holds"):
                 mic.feed(tone(440, 4.0))
             assert mic.queued_ms == 0
+            mic.feed(tone(440, 2.0))
+            with pytest.raises(voicecat.NoMemory, match="queue is full: [0-9]+ ms queued"):
+                mic.feed(tone(440, 2.0))
+            mic.flush()
             # Barge-in: what is queued goes.
             before = talker.connection_stats().packets_out
             mic.feed(tone(660, 2.5))
