@@ -581,8 +581,9 @@ void vc_client_destroy(vc_client *c);
  * is sent after the handshake and vc_last_error names both fingerprints; or
  * neither a pin, a known-servers file nor allow_unverified — then nothing is sent
  * at all), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL (the
- * server's HelloResult broke the rules). VC_ERR_INVALID_ARG for a username that is
- * not 1..64 bytes of UTF-8 without control characters. The password is sent only
+ * server's HelloResult broke the rules). VC_ERR_INVALID_ARG for a NULL or empty host
+ * and for a username that is not 1..64 bytes of UTF-8 without control characters.
+ * The password is sent only
  * after the server's identity was checked.
  * The fingerprint seen is available from vc_get_server_fingerprint() even when
  * the connect fails with VC_ERR_AUTH. A vc_disconnect() or vc_client_destroy()

@@ -248,6 +248,7 @@ public final class VoiceClient {
     public func connect(host: String, port: UInt16, username: String, password: String?, pinnedFingerprint: String?,
                         allowUnverified: Bool = false, timeoutMs: Int) throws {
         try refuseInCallback("vc_connect")
+        if host.isEmpty { throw fail(.invalidArgument("host is empty: give the server's name or address")) }
         if let pin = pinnedFingerprint, pin.count != 64 || bytesFromHex(pin) == nil {
             throw fail(.invalidArgument("server_fingerprint must be 64 hex digits"))
         }

@@ -204,6 +204,11 @@ static void null_args_on_a_live_client(int port) {
     /* Before connecting. */
     EXPECT(vc_connect(c, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);          /* host and username NULL */
+    p.host = "";
+    p.username = "x";
+    EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);          /* an empty host is not a name to resolve */
+    p.host = NULL;
+    p.username = NULL;
     EXPECT(vc_disconnect(c), VC_ERR_STATE);
     EXPECT(vc_get_server_fingerprint(c, fp, sizeof fp), VC_ERR_STATE);
     EXPECT(vc_join_channel(c, "Lobby"), VC_ERR_STATE);
