@@ -131,7 +131,7 @@ final class StallRecoveryTests: XCTestCase {
         // A host that pulls 100 or 400 ms of the mix at a time takes that many periods at
         // once (a pull renders block after block, microseconds apart): its clock is then
         // that far ahead of the pull, not stalled until the next one.
-        for pullMs in [100, 400] {
+        for pullMs in [100, 400, 500] {
             setUp()
             try setUpWithError()
             now = 100_000; seq = 0
