@@ -920,7 +920,7 @@ int vc_get_remote_stream(vc_client *c, uint32_t ssrc, vc_remote_stream *out);
  * cushion the buffer adapts to the network's jitter) stays within [min_ms, max_ms],
  * in whole frames (min rounded up, max down, never below one frame) and within what
  * the buffer holds (one frame plus 500 ms). The buffered audio stays within it too:
- * when it exceeds max_ms (or, with no max, 500 ms) by more than a frame, as when a
+ * when it exceeds max_ms (or, with no max, 500 ms) by more than two frames, as when a
  * server or path that stopped delivers what it held at once, what is beyond the
  * target is dropped at once (counted as late) rather than played seconds behind. A
  * low max_ms favours delay over late frames; a min_ms keeps a cushion for a network
@@ -1011,8 +1011,8 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * talking stream the audio that was due during it (counted as late frames) and the
  * mix goes on in real time with the cushions it had; a shorter one leaves that much
  * more audio buffered, shed at the stream's next pause or quiet frame. The same holds
- * for a host whose pulls (vc_read_mixed_pcm) stop for more than about 100 ms beyond
- * their usual size. Setting, replacing or
+ * for a host whose pulls (vc_read_mixed_pcm) stop for more than about 100 ms plus the
+ * size of its pulls. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
  * Returns VC_ERR_STATE from inside any callback of the client (the sink cannot wait
  * for itself). Callback-safe: no.

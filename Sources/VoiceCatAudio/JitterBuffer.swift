@@ -86,7 +86,7 @@
 //     at once), what exceeds the target is dropped at once: played, it stayed as
 //     seconds of delay, and past the pool every new frame was taken for late.
 //   * A consumer whose ticks stop (catchUp: its thread blocked for more than
-//     `stallPeriods` beyond its burst) has missed those periods: they are taken as
+//     `stallMs` beyond its burst) has missed those periods: they are taken as
 //     ticks at their times and what was due in them is dropped as late, so the
 //     frames that came meanwhile are placed on the clock that went on.
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
@@ -217,10 +217,11 @@ public final class JitterBuffer {
         /// talkspurt with a cushion, little enough that the stream's own path takes
         /// over within a few seconds (half the weight after as many frames).
         public var priorFrames = 64.0
-        /// A consumer whose ticks stop for more than this many periods beyond its burst
-        /// (a host's sink that blocked, a thread that was not scheduled) has missed
-        /// them: they are taken as ticks at their times (stallPeriods).
-        public var stallPeriods = 5.0
+        /// A consumer whose ticks stop for more than this many ms beyond its burst and
+        /// a period (a host's sink that blocked, a thread that was not scheduled) has
+        /// missed those periods: they are taken as ticks at their times (catchUp). In
+        /// ms, not periods: a renderer's lateness is the same whatever the frame length.
+        public var stallMs = 100.0
         public init() {}
     }
 
@@ -303,7 +304,8 @@ public final class JitterBuffer {
     private static let tickTimeCapacity = 32
     private let tickTimes: UnsafeMutablePointer<Double>
     private var tickTimesKnown = 0
-    private var ticksAtLastTime = 0                   // ticks of the consumer's last burst (within a quarter period)
+    private var ticksAtLastTime = 0                   // ticks of the consumer's current burst (within a quarter period)
+    private var lastBurstTicks = 0                    // ...and of its burst before
     private let history: UnsafeMutablePointer<Double> // lateness of recent frames (ring)
     private var historyCount = 0
     private var historyNext = 0
@@ -784,6 +786,7 @@ public final class JitterBuffer {
         // Ticks within a quarter period of the one before are one burst (a pull of
         // several periods renders them one after another).
         let burst = tickTimesKnown > 0 && ticks > 0 && nowMs - tickTimes[Int((ticks - 1) % cap)] < frameMs / 4
+        if !burst { lastBurstTicks = ticksAtLastTime }
         ticksAtLastTime = burst ? ticksAtLastTime + 1 : 1
         grid += pendingGrid
         pendingGrid = 0
@@ -810,8 +813,9 @@ public final class JitterBuffer {
         // Where the consumer's clock is: a consumer that took n periods in its last
         // burst (a host's pull of n periods) is n - 1 periods past the last tick.
         let last = tickTimes[Int((ticks - 1) % cap)] + Double(max(0, ticksAtLastTime - 1)) * frameMs
+        guard t - last > tuning.stallMs + burstMs + (ticking ? frameMs : 0) else { return }
         let missed = Int(((t - last) / frameMs).rounded(.down)) - (ticking ? 1 : 0)
-        guard Double(missed) > tuning.stallPeriods + (burstMs / frameMs).rounded(.up) else { return }
+        guard missed > 0 else { return }
         let fs = Int64(frameSamples)
         grid += pendingGrid
         pendingGrid = 0
@@ -900,8 +904,21 @@ public final class JitterBuffer {
             }
             return play(o)
         }
+        if let o = oldestSlot(), timestamps[o] < nextTS || (timestamps[o] - nextTS) % fs != 0 {
+            // The oldest frame here is off this talkspurt's frame grid: it starts the
+            // next talkspurt, whose timestamps advanced by the pause's wall-clock time,
+            // while this one's end was never played (its last frame lost, or dropped
+            // unheard by a stall or the bound). On this grid none of its frames would
+            // ever be played: this talkspurt ends here, and the next starts on its own
+            // frames (what the clock already passed is dropped as late).
+            for i in 0..<usedEnd where used[i] && timestamps[i] < nextTS { release(i); stats.late += 1 }
+            playing = false
+            if talking { talking = false; talkEdge = .ended }
+            return pausePlayout()
+        }
         var c = cushion(nextTS)
-        if c > maxTicks + 1 {
+        // (A host pulling more than the bound at a time holds that much by design.)
+        if c > max(maxTicks, Double(lastBurstTicks)) + 1 {
             // More than the bound allows (a path or server that stopped and then gave
             // its backlog at once): what is beyond the target is shed now, not a frame
             // at a time (that kept seconds of delay, and past the pool took every new

@@ -58,6 +58,104 @@ final class JitterBufferTests: XCTestCase {
         return out
     }
 
+    /// Talkspurt A (50 frames, its last frame lost in the network), a pause of
+    /// `pauseMs`, talkspurt B (50 frames, marker first) whose timestamps advanced by
+    /// the pause's wall-clock time (off A's frame grid, as LocalStream stamps them),
+    /// ticked every 20 ms with tick times; frames arrive 7 ms into their period.
+    /// Returns how many of B's frames were played, and the talk edges seen.
+    func playsSecondTalkspurt(pauseMs: Double, lossLastOfA: Bool = true,
+                              stall: Range<Double>? = nil) -> (played: Int, starts: Int, ends: Int) {
+        let jb = JitterBuffer()
+        var frames: [(seq: UInt64, ts: UInt32, flags: FrameFlags, at: Double, b: Bool)] = []
+        for i in 0..<50 where !(lossLastOfA && i == 49) {
+            frames.append((UInt64(i), UInt32(i * 960), i == 0 ? [.marker] : (i == 49 ? [.lastFrame] : []), Double(i) * 20 + 7, false))
+        }
+        let bStart = 50 * 960 + Int(pauseMs * 48) + 123
+        for j in 0..<50 {
+            frames.append((UInt64(50 + j), UInt32(bStart + j * 960), j == 0 ? [.marker] : (j == 49 ? [.lastFrame] : []),
+                           1000 + pauseMs + 2.56 + Double(j) * 20 + 7, true))
+        }
+        var played = 0, starts = 0, ends = 0, next = 0
+        for k in 0..<200 {
+            let now = Double(k) * 20
+            // A consumer stall: no tick; what arrives waits to be handed over with the
+            // next tick, after the buffer's clock caught up (as RemoteSlot.drainInbox).
+            if let stall, stall.contains(now) { continue }
+            jb.catchUp(toMs: now)
+            while next < frames.count && frames[next].at <= now {
+                let f = frames[next]
+                let tag: [UInt8] = [f.b ? 1 : 0]
+                _ = tag.withUnsafeBytes { jb.insert(seq: f.seq, timestamp: f.ts, flags: f.flags, payload: $0, arrivalMs: f.at) }
+                next += 1
+            }
+            if case .packet(let s) = jb.next(atMs: now) { if jb.payload(s)[0] == 1 { played += 1 }; jb.release(s) }
+            if jb.talkEdge == .started { starts += 1 }
+            if jb.talkEdge == .ended { ends += 1 }
+        }
+        return (played, starts, ends)
+    }
+
+    func testATalkspurtAfterALostLastFrameAndAShortPauseIsPlayed() {
+        // Its timestamps are off the last talkspurt's grid (they advanced by the pause's
+        // wall-clock time). With that talkspurt's last frame lost and a pause shorter
+        // than the buffer waits before pausing (200 ms), the clock ran on the old grid,
+        // where none of the new frames ever falls.
+        for pauseMs in [60.0, 150.0, 400.0] {
+            let r = playsSecondTalkspurt(pauseMs: pauseMs)
+            XCTAssertGreaterThanOrEqual(r.played, 48, "a \(pauseMs) ms pause after a lost last frame")
+            XCTAssertEqual(r.starts, 2, "\(pauseMs) ms: talk edges")
+            XCTAssertEqual(r.ends, 2, "\(pauseMs) ms: talk edges")
+        }
+        let clean = playsSecondTalkspurt(pauseMs: 60, lossLastOfA: false)
+        XCTAssertEqual(clean.played, 50)
+    }
+
+    func testAShortFrameStreamIsNotStalledByABlockThatComesALittleLate() {
+        // 2.5 ms frames rendered in 20 ms blocks (8 ticks at once), one block in 50 coming
+        // 30 ms late (a renderer's scheduling): the stall rule counts milliseconds, not
+        // frame periods, so it drops nothing more than the buffer does without it
+        // (counted in periods, 12 late periods of 2.5 ms tripped it at every such block).
+        func dropped(stallRule: Bool) -> UInt64 {
+            let jb = JitterBuffer(frameSamples: 120)
+            if !stallRule { jb.tuning.stallMs = .infinity }
+            return drive(jb)
+        }
+        XCTAssertEqual(dropped(stallRule: true), dropped(stallRule: false), "frames dropped for a block 30 ms late")
+    }
+
+    private func drive(_ jb: JitterBuffer) -> UInt64 {
+        jb.reset(frameSamples: 120)
+        var seq: UInt64 = 0
+        var renderAt = 0.0
+        for block in 0..<500 {
+            // The late block, then the next on schedule (10 ms after it).
+            renderAt += block % 50 == 49 ? 50 : (block % 50 == 0 && block > 0 ? 10 : 20)
+            jb.catchUp(toMs: renderAt)
+            while Double(seq) * 2.5 + 1 <= renderAt {
+                let payload: [UInt8] = [1]
+                _ = payload.withUnsafeBytes {
+                    jb.insert(seq: seq, timestamp: UInt32(seq * 120), flags: seq == 0 ? [.marker] : [], payload: $0,
+                              arrivalMs: Double(seq) * 2.5 + 1)
+                }
+                seq += 1
+            }
+            for _ in 0..<8 { if case .packet(let s) = jb.next(atMs: renderAt) { jb.release(s) } }
+        }
+        return jb.stats.late + jb.stats.skipped
+    }
+
+    func testAStallAcrossAPauseLosesOnlyWhatWasDueDuringIt() {
+        // The consumer stops ticking from 900 ms to 1300 ms: the end of talkspurt A
+        // (its last frame too) and the pause pass unheard, then B starts off A's grid.
+        // The stall's catch-up stepped the clock along A's grid, on which none of B's
+        // frames falls: B was lost whole (1 of 50 played).
+        for pauseMs in [100.0, 250.0] {
+            let r = playsSecondTalkspurt(pauseMs: pauseMs, lossLastOfA: false, stall: 900..<1300)
+            let dueInStall = max(0, Int((1300 - (1000 + pauseMs)) / 20) + 1)
+            XCTAssertGreaterThanOrEqual(r.played, 50 - dueInStall - 2, "stall over a \(pauseMs) ms pause")
+        }
+    }
+
     // MARK: Ordering and accounting
 
     func testReorderedFramesInsideTheWindowPlayInOrderAndDuplicatesAreDropped() {
