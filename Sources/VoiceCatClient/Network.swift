@@ -369,6 +369,9 @@ extension VoiceClient {
             var removedKind: UInt32 = 0
             if own {
                 guard let kind = try? streams.withStream(r.streamID, { s, _ in s.kind.rawValue }) else {
+                    // A stream still being started (its announce answered, not yet
+                    // installed: a move crossed it): its starter retires it.
+                    if streams.isReserved(r.streamID) { return }
                     return refuse(m, "names no stream of this session (\(r.streamID))")
                 }
                 removedKind = kind

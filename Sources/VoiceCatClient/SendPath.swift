@@ -152,6 +152,12 @@ final class StreamTable {
         liveMask.bitwiseOr(1 << UInt64(slot.index), ordering: .releasing)
     }
 
+    /// Whether `id` names a slot reserved for a stream being started.
+    func isReserved(_ id: UInt32) -> Bool {
+        guard let slot = slot(for: id) else { return false }
+        return slot.lock.withLock { slot.reserved && slot.generation << 8 | UInt32(slot.index + 1) == id }
+    }
+
     /// Gives a reserved slot back unused.
     func unreserve(_ id: UInt32) {
         guard let slot = slot(for: id) else { return }

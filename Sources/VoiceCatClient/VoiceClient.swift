@@ -498,7 +498,10 @@ public final class VoiceClient {
     /// Forgets the session (network thread, on its way out): streams, devices,
     /// sockets; raises DISCONNECTED and delivers every pending event.
     func teardown(reason: Int32, text: String) {
-        cond.withLock { if phase == .connected || phase == .reconnecting { phase = .closing } }
+        cond.withLock {
+            if phase == .connected || phase == .reconnecting { phase = .closing }
+            channelEpoch &+= 1   // a stream start answered before this is retired by its starter
+        }
         for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))") }
         streams.pacer.stopThread()
         streams.publish(nil)
@@ -665,6 +668,8 @@ public final class VoiceClient {
                     }
                 }
                 s.maxOpusBytes = opusLimit
+                // Counted before it is installed: every retire of it uncounts it.
+                localStreamCount.wrappingAdd(1, ordering: .relaxed)
                 streams.install(s)
                 // A move to another channel (a join from another thread) applied after
                 // the server answered: the server announced the stream in the channel
@@ -675,11 +680,9 @@ public final class VoiceClient {
                 if cond.withLock({ channelEpoch != epoch }) {
                     installed = true   // retire releases the slot
                     retire(sid, why: "ended when the session moved to another channel")
-                    cond.withLock { control }.map { try? $0.send(.streamStop(StreamStop(streamID: sid))) }
                     throw ClientError.state("the session moved to another channel while the stream was starting; start it again")
                 }
                 streams.pacer.start(owner: self, table: streams)
-                localStreamCount.wrappingAdd(1, ordering: .relaxed)
                 wake.wake()   // the network thread probes the media path faster while streams run
                 installed = true
                 ClientLog.log(2, "stream \(sid) (\(kind)) started with ssrc \(r.ssrc)")

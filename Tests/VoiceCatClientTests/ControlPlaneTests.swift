@@ -283,6 +283,15 @@ final class ControlPlaneTests: XCTestCase {
                           "round \(round): the server keeps a stream the client does not: \(ann.view["bo"] ?? "-")")
         }
         print("join racing stream start: \(alive) streams alive, \(refused) ended or refused by the move, of 20")
+        // Nothing in the races broke a rule: no ERROR event (the server's removal of a
+        // stream still being started was refused as naming no stream of the session).
+        var e = vc_event()
+        var errors: [String] = []
+        while vc_poll_event(bo.h, &e, 0) == 1 {
+            if e.type == VC_EVENT_ERROR { errors.append(CHost.text(e.text)) }
+        }
+        errors += bo.seen.filter { $0.type == VC_EVENT_ERROR }.map { CHost.text($0.text) }
+        XCTAssertEqual(errors, [], "ERROR events during the races")
     }
 
     /// When the session ends (the server went away, no auto-reconnect), every received

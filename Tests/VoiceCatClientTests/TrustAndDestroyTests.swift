@@ -129,6 +129,9 @@ final class TrustAndDestroyTests: XCTestCase {
             let sid = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
             let tone = Signal.tone(440, seconds: 0.5)
             try tone.withUnsafeBufferPointer { try c.feed(streamID: sid, pcm: $0.baseAddress!, frames: tone.count, channels: 1) }
+            // The thread names itself once it runs: wait for it (a loaded machine).
+            let deadline = MonotonicClock.milliseconds() + 3000
+            while Self.threads(named: "vc-send") != before + 1 && MonotonicClock.milliseconds() < deadline { usleep(2000) }
             XCTAssertEqual(Self.threads(named: "vc-send"), before + 1, "round \(round): the pacer runs while the stream does")
             try c.disconnect()
             XCTAssertEqual(Self.threads(named: "vc-send"), before, "round \(round): the pacer outlived the session")
