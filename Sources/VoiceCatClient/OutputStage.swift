@@ -210,8 +210,10 @@ final class OutputStage {
             let old = self[keyPath: input]
             self[keyPath: input] = value
             if let e = reconcile(openNow: true, retryAway: true) {
+                // Back to what was: a previous device that is away (or cannot be opened
+                // again now) gets a driver that retries it, not none.
                 self[keyPath: input] = old
-                _ = reconcile(openNow: true)
+                _ = reconcile(openNow: false)
                 throw e
             }
         }

@@ -814,9 +814,14 @@ final class AudioEdgeTests: XCTestCase {
         }
         XCTAssertFalse(sam.isExternalPlayback, "the mode stays the device's")
         XCTAssertEqual(sam.playbackDevice, "mem-play-gone")
+        // Another device that cannot be opened either: the one that is away keeps its
+        // driver, retrying (there was none left: nothing played or retried any more).
+        XCTAssertThrowsError(try sam.setPlaybackDevice("mem-no-such-device"))
+        XCTAssertEqual(sam.playbackDevice, "mem-play-gone")
         play.setRefuseOpen(false)
+        XCTAssertNotNil(events.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) },
+                        "the device that was away is retried and restored by itself")
         try sam.setExternalPlayback(false)
-        XCTAssertNotNil(events.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_PLAYBACK.rawValue) })
         let deadline = MonotonicClock.milliseconds() + 3000
         while play.writtenCount < 9600 && MonotonicClock.milliseconds() < deadline { usleep(10_000) }
         XCTAssertGreaterThanOrEqual(play.writtenCount, 9600, "it plays")
