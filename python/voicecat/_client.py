@@ -846,7 +846,7 @@ class Client:
         """Bounds a remote stream's target playout depth (``StreamStats.target_depth_ms``)
         to [min_ms, max_ms] in whole frames; ``ssrc`` 0: every stream, now and later.
         0 = no bound; (0, 0) lifts them. The buffered audio stays within max_ms too (500
-        ms with no max): a backlog beyond it by more than a frame (a server that stopped
+        ms with no max): a backlog beyond it by more than two frames (a server that stopped
         and then delivered what it held) is dropped at once as late frames, not played
         behind. InvalidArgument for min above max or above 10000."""
         self._call("vc_set_jitter_bounds", _uint(ssrc, "ssrc"), _uint(min_ms, "min_ms"), _uint(max_ms, "max_ms"))
