@@ -66,6 +66,9 @@ final class StreamSlot {
     /// Between reserve() and install(): the stream is being announced.
     var reserved = false
     var generation: UInt32 = 0
+    /// The stream id of this slot's current generation (StreamTable.slot(for:) reads
+    /// the index back from its low byte).
+    var currentID: UInt32 { generation << 8 | UInt32(index + 1) }
     /// The last stream this slot held, and why it ended (for the error of a later call
     /// that names it: "no stream 257: it ended with the session (...)").
     var endedID: UInt32 = 0
@@ -132,7 +135,7 @@ final class StreamTable {
                 slot.reserved = true
                 slot.generation = (slot.generation &+ 1) & 0xff_ffff
                 if slot.generation == 0 { slot.generation = 1 }
-                return slot.generation << 8 | UInt32(slot.index + 1)
+                return slot.currentID
             }
             if let id { return id }
         }
@@ -155,7 +158,7 @@ final class StreamTable {
     /// Whether `id` names a slot reserved for a stream being started.
     func isReserved(_ id: UInt32) -> Bool {
         guard let slot = slot(for: id) else { return false }
-        return slot.lock.withLock { slot.reserved && slot.generation << 8 | UInt32(slot.index + 1) == id }
+        return slot.lock.withLock { slot.reserved && slot.currentID == id }
     }
 
     /// Gives a reserved slot back unused.
