@@ -448,8 +448,13 @@ final class TimingTests: XCTestCase {
             XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(rate) Hz: the file is not heard whole: \(lags)")
             if stalls == 0, let first = found.first {
                 // A dropped frame moves the rest of the file earlier (the defect: by 960
-                // samples at frames 100, 200, 300); a concealed one, later.
-                XCTAssertTrue(found.allSatisfy { $0 >= first - 48 }, "\(rate) Hz: a frame of the file was dropped: \(lags)")
+                // samples at frames 100, 200, 300); a concealed one, later. The window
+                // that holds an excused concealed frame reads its two alignments mixed
+                // (CI under TSan: [4811, 4810, 4603, 5772, …]), so it may read early once
+                // per concealed frame; the windows after it may not.
+                let early = found.filter { $0 < first - 48 }.count
+                XCTAssertTrue(early <= Int(st.jitter.plcFrames) && found.last! >= first - 48,
+                              "\(rate) Hz: a frame of the file was dropped: \(lags)")
                 let moves = zip(found, found.dropFirst()).filter { $1 - $0 > 48 }.count
                 XCTAssertLessThanOrEqual(moves, Int(st.jitter.plcFrames), "\(rate) Hz: the alignment changed within the file: \(lags)")
             }
