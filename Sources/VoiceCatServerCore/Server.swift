@@ -133,8 +133,11 @@ public final class Server {
         listener = tcp!
         udp = udpSock!
         port = addr.port
-        identityCreated = loaded == nil
-        identity = try loaded ?? IdentityStore.create(path: config.identityPath)
+        if let loaded {
+            (identity, identityCreated) = (loaded, false)
+        } else {
+            (identity, identityCreated) = try IdentityStore.create(path: config.identityPath)
+        }
         try listener.setNonBlocking()
         try udp.setNonBlocking()
         udp.setReceiveBuffer(4 << 20)

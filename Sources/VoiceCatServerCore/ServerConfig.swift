@@ -1,4 +1,5 @@
 // Server configuration: defaults, the config file and its parser.
+import Glibc
 import VoiceCatProtocol
 import VoiceCatSystem
 
@@ -267,10 +268,17 @@ public enum IdentityStore {
         return try IdentityKey(seed: seed)
     }
 
-    /// A new identity, written to `path` (which must not exist).
-    public static func create(path: String) throws -> IdentityKey {
+    /// A new identity, written to `path` (created: true); when another process created
+    /// `path` first (two servers started at once on one identity), the identity it wrote
+    /// (created: false).
+    public static func create(path: String) throws -> (key: IdentityKey, created: Bool) {
         let id = IdentityKey()
-        try Files.createExclusive(path, bytes: Array((header + hexString(id.seed) + "\n").utf8), mode: 0o600)
-        return id
+        do {
+            try Files.createExclusive(path, bytes: Array((header + hexString(id.seed) + "\n").utf8), mode: 0o600)
+        } catch let e where e.errno == EEXIST {
+            guard let other = try load(path: path) else { throw e }   // created and removed again
+            return (other, false)
+        }
+        return (id, true)
     }
 }

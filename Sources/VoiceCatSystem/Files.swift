@@ -20,18 +20,35 @@ public enum Files {
         return out
     }
 
-    /// Creates a new file with `mode` (fails if it exists) and writes `bytes`.
+    /// Creates a new file with `mode` holding `bytes`; fails with EEXIST if `path`
+    /// exists. Atomic: the file is written and synced under a temporary name beside it
+    /// and then linked to `path`, so a reader (another process starting at the same
+    /// moment) sees the whole file or none, never an empty or partial one.
     public static func createExclusive(_ path: String, bytes: [UInt8], mode: mode_t) throws(SystemError) {
-        let fd = try syscallValue("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
-        defer { close(fd) }
-        // The umask may have narrowed the mode; a key file must be exactly `mode`.
-        try syscallValue("fchmod(\(path))") { fchmod(fd, mode) }
-        var off = 0
-        while off < bytes.count {
-            let n = try syscallValue("write(\(path))") { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) } }
-            off += n
+        var tmp = path + ".tmp-\(getpid())-"
+        let fd = try syscallValue("open(\(path))") { () -> Int32 in
+            var fd: Int32 = -1
+            for _ in 0..<16 {
+                let candidate = tmp + String(UInt32.random(in: 0...UInt32.max), radix: 16)
+                fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+                if fd >= 0 { tmp = candidate; break }
+                if errno != EEXIST { break }
+            }
+            return fd
         }
-        try syscallValue("fsync(\(path))") { fsync(fd) }
+        defer { unlink(tmp) }   // after the link, `path` holds it; on failure nothing is left
+        do {
+            defer { close(fd) }
+            // The umask may have narrowed the mode; a key file must be exactly `mode`.
+            try syscallValue("fchmod(\(path))") { fchmod(fd, mode) }
+            var off = 0
+            while off < bytes.count {
+                let n = try syscallValue("write(\(path))") { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) } }
+                off += n
+            }
+            try syscallValue("fsync(\(path))") { fsync(fd) }
+        }
+        try syscallValue("link(\(path))") { link(tmp, path) }
     }
 
     /// The permission bits of a file.

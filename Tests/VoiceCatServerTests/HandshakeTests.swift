@@ -68,6 +68,34 @@ final class HandshakeTests: XCTestCase {
         XCTAssertThrowsError(try Server(config: cfg)) { e in XCTAssertTrue("\(e)".contains("not a VoiceCat identity file"), "\(e)") }
     }
 
+    func testServersStartingAtOnceOnOneIdentityFileShareIt() throws {
+        // Two servers started together (a unit restarted while the old one still runs,
+        // two ports on one key) both found no identity; the second one's create failed
+        // with EEXIST, after binding, and its start failed. Now the one that loses the
+        // race takes the winner's identity, and a reader never sees a partial file.
+        for round in 0..<20 {
+            let dir = TestEnvironment.makeDirectory()
+            let path = dir + "/identity.key"
+            let results = UnsafeMutablePointer<(String, Bool)?>.allocate(capacity: 8)
+            results.initialize(repeating: nil, count: 8)
+            defer { results.deallocate() }
+            DispatchQueue.concurrentPerform(iterations: 8) { i in
+                if i % 2 == 0, let (key, created) = try? IdentityStore.create(path: path) {
+                    results[i] = (hexString(key.publicKey), created)
+                } else if let key = try? IdentityStore.load(path: path) ?? IdentityStore.create(path: path).key {
+                    results[i] = (hexString(key.publicKey), false)
+                }
+            }
+            let got = (0..<8).map { results[$0] }
+            XCTAssertTrue(got.allSatisfy { $0 != nil }, "round \(round): a start failed: \(got)")
+            XCTAssertEqual(Set(got.compactMap { $0?.0 }).count, 1, "round \(round): two identities: \(got)")
+            XCTAssertLessThanOrEqual(got.filter { $0?.1 == true }.count, 1, "round \(round): created twice")
+            XCTAssertEqual(try Files.mode(path), 0o600)
+            let left = try FileManager.default.contentsOfDirectory(atPath: dir)
+            XCTAssertEqual(left, ["identity.key"], "round \(round): temporary files left: \(left)")
+        }
+    }
+
     func testMalformedControlInputCostsOnlyThatConnection() throws {
         let ts = try TestServer { $0.frameTimeoutSeconds = 0.5 }
         defer { ts.stop() }
