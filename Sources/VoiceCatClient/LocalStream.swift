@@ -338,7 +338,9 @@ final class LocalStream {
                 throw ClientError.noMemory("this call's \(callMs) ms is more than stream \(streamID)'s queue holds (at most "
                                            + "\(maxQueueSamples / 48) ms, max_queue_ms): feed it in parts; nothing of it was queued")
             }
-            throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queuedMs) ms queued of at most "
+            // A few samples of a partial frame round to "0 ms": say what is there.
+            let queued = queuedMs > 0 || reframer.pending == 0 ? "\(queuedMs) ms" : "\(reframer.pending) samples at 48 kHz"
+            throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queued) queued of at most "
                                        + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \(callMs) ms "
                                        + "would not fit; nothing of this call was queued")
         }

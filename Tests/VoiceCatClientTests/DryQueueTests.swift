@@ -74,6 +74,26 @@ final class DryQueueTests: XCTestCase {
         while let d = slot.lock.withLock({ s.deadline }), d <= until { slot.lock.withLock { s.pump(now: d) } }
     }
 
+    func testAFullQueueSaysWhatItHoldsWhenThatIsUnderAMillisecond() throws {
+        // A partial frame of a few samples and a call of exactly max_queue_ms: refused
+        // (nothing of it queued), and the refusal read "queue is full: 0 ms queued of at
+        // most 100 ms, this call's 100 ms would not fit".
+        let c = try VoiceClient()
+        let slot = c.streams.slots[0]
+        let s = try LocalStream(streamID: 1, ssrc: 5000, kind: .mic, externalFeed: true, inputChannels: 1, audio: .speech,
+                                maxQueueMs: 100, slot: slot, table: c.streams)
+        c.setInputMode(.continuous)
+        try feed(s, slot, samples: 10, at: t0)
+        XCTAssertThrowsError(try feed(s, slot, ms: 100, at: t0 + ms)) { e in
+            XCTAssertTrue("\(e)".contains("queue is full: 10 samples at 48 kHz queued of at most 100 ms"), "\(e)")
+        }
+        XCTAssertEqual(slot.lock.withLock { s.queuedFrames }, 0, "part of the refused call was queued")
+        try feed(s, slot, ms: 40, at: t0 + 2 * ms)
+        XCTAssertThrowsError(try feed(s, slot, ms: 80, at: t0 + 3 * ms)) { e in
+            XCTAssertTrue("\(e)".contains("queue is full: 20 ms queued of at most 100 ms"), "\(e)")   // a frame was sent at once
+        }
+    }
+
     func testBlocksOfAnyLengthAtRealTimeAreNotCut() throws {
         // Blocks that are not whole frames: a 30 ms block completes one frame or two, and
         // the next comes 30 ms after the last, whatever went out when. Right after a
