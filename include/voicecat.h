@@ -1053,7 +1053,8 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * frames a conversion gave beyond `frames` are kept for the next call, so over
  * time the clock follows what was pulled). A call that renders several 20 ms blocks
  * takes their audio at once, so every remote stream then keeps that much in hand
- * (target_depth_ms includes it; at most 500 ms of it counts; held 2 s after the last call that
+ * (target_depth_ms includes it, up to 1.2 s with 20 ms frames, 600 ms with 10 ms: what a
+ * stream's buffer holds; a larger call conceals what does not fit; held 2 s after the last call that
  * large), from the first talkspurt on (a talkspurt that began before the largest
  * pull was first seen may underrun once at it): the size of the pulls adds to the
  * delay, and pulls of 10–20 ms give the least. A per-speaker sink set on the client is

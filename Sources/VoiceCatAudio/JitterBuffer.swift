@@ -475,10 +475,11 @@ public final class JitterBuffer {
     /// underruns) the cushion beyond the frame in play is at least the burst's frames:
     /// the last of them is needed up to the burst less a period before its tick would
     /// be on an even clock, and arrivals fall anywhere between two pulls (one more).
-    /// Within what the buffer holds. 0: the consumer takes a period (or less) at a
-    /// time. Kept across reset, as the bounds.
+    /// Within what the buffer holds (capacity less 4 frames: 1.2 s of 20 ms frames;
+    /// not the target's 500 ms bound, which left pulls of 600 ms short by 100 ms). 0:
+    /// the consumer takes a period (or less) at a time. Kept across reset, as the bounds.
     public func setConsumerBurst(ms: Double) {
-        burstMs = ms.isFinite ? min(max(0, ms), JitterBuffer.maxTargetMs) : 0
+        burstMs = ms.isFinite ? min(max(0, ms), Double(capacity - 4) * frameMs) : 0
         applyBounds()
     }
 
