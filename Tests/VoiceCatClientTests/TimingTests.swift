@@ -440,12 +440,14 @@ final class TimingTests: XCTestCase {
                   + "concealed \(st.jitter.plcFrames), skipped \(st.jitter.skipped), scheduling stalls \(stalls); "
                   + "lag each second (samples): \(lags)")
             XCTAssertGreaterThanOrEqual(Int(st.jitter.packetsReceived), Int(seconds * 50))
+            let found = lags.filter { $0 >= 0 }
+            XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(rate) Hz: the file is not heard whole: \(lags)")
+            defer { alex.shutdown(); sam.shutdown() }   // the next rate's pair runs alone
+            if Sanitizers.thread { continue }   // real-time quality: the normal build judges it
             XCTAssertLessThanOrEqual(Int(st.jitter.late + st.jitter.skipped), stalls, "\(rate) Hz: frames dropped on a clean path")
             // A concealed frame is excused once for a stall nobody saw (this machine is
             // shared); DryQueueTests checks the file's last frame leaves on time.
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), stalls + 1, "\(rate) Hz: frames concealed on a clean path")
-            let found = lags.filter { $0 >= 0 }
-            XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(rate) Hz: the file is not heard whole: \(lags)")
             if stalls == 0, let first = found.first {
                 // A dropped frame moves the rest of the file earlier (the defect: by 960
                 // samples at frames 100, 200, 300); a concealed one, later. The window
@@ -458,8 +460,6 @@ final class TimingTests: XCTestCase {
                 let moves = zip(found, found.dropFirst()).filter { $1 - $0 > 48 }.count
                 XCTAssertLessThanOrEqual(moves, Int(st.jitter.plcFrames), "\(rate) Hz: the alignment changed within the file: \(lags)")
             }
-            alex.shutdown()   // the next rate's pair runs alone
-            sam.shutdown()
         }
     }
 
