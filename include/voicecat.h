@@ -161,7 +161,8 @@ typedef enum vc_event_type {
                                             was played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding. code =
                                             VC_ERR_TIMEOUT, text = for how long no echo came */
-    VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys; text = after how long */
+    VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys; text = how long after
+                                            VC_EVENT_VOICE_DISCONNECTED (the path was silent 2.5 s before it) */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
     VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, user_id, stream_id, kind, muted, hold, text = username:
                                             a remote publisher's own state of the stream (vc_set_stream_state) */
@@ -170,7 +171,10 @@ typedef enum vc_event_type {
                                             on a backoff. VC_ERR_PROTOCOL: a message from the server broke
                                             the rules and was refused, text names it; the session goes on;
                                             at most 20 at once, then 5 a second, the rest counted in the
-                                            next one) */
+                                            next one. After VC_EVENT_RECONNECTED: what could not be
+                                            restored: the channel, with the server's refusal as code, e.g.
+                                            VC_ERR_NOT_FOUND; a stream, VC_ERR_REJECTED and stream_id; those
+                                            streams are stopped) */
     VC_EVENT_DEVICE_RESTORED = 15,     /**< a failed device is back: kind = vc_device_kind, stream_id for a
                                             capture, text = device name */
     VC_EVENT_RECONNECTING = 16,        /**< auto_reconnect: the control connection was lost (code = VC_ERR_*
@@ -178,15 +182,21 @@ typedef enum vc_event_type {
                                             remote streams are removed; local streams keep their ids */
     VC_EVENT_RECONNECTED = 17,         /**< auto_reconnect: the session is back: channel re-joined, local
                                             streams re-announced under the same stream ids (new ssrcs);
-                                            user_id = the new session's user id, text = server name. The user
-                                            and channel lists are the new session's (no USER_* events for it) */
+                                            user_id = the new session's user id, channel_id = the channel
+                                            re-joined (0: it could not be; a VC_EVENT_ERROR after it says why,
+                                            and the local streams are stopped), text = server name. Delivered
+                                            before every event of the new session (its CHANNEL_JOINED, the
+                                            streams and users it hears of). The user and channel lists are the
+                                            new session's (replaced at once, no USER_* events for the change) */
     VC_EVENT_GATE_OPENED = 18,         /**< local: a MIC stream's input gate opened (stream_id, ssrc, kind):
                                             its next frame goes out with the marker, starting a talkspurt */
     VC_EVENT_GATE_CLOSED = 19,         /**< local: a MIC stream's input gate closed (stream_id, ssrc, kind):
                                             the frame flagged last went out (the VAD's hang time ran out, the
                                             push-to-talk key was released, or the fed audio ran dry, was
                                             flushed or the stream stopped); also when the stream ends with no
-                                            frame sent (the session moved to another channel or ended). On a
+                                            frame sent (the session moved to another channel or ended) and at
+                                            VC_EVENT_RECONNECTING (nothing is sent in the gap; the gate opens
+                                            again with the first frame after VC_EVENT_RECONNECTED). On a
                                             channel with DTX the encoder may also pause sending while the gate
                                             is open. */
     VC_EVENT_USER_CONNECTED = 20,      /**< user_id, channel_id (0 = none), muted, deafened (server mute),
@@ -252,7 +262,11 @@ typedef struct vc_client_config {
                                         vc_stream_drain then returns VC_ERR_NETWORK saying how much);
                                         join and stream start return VC_ERR_STATE. It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
-                                        retrying: wrong password, changed fingerprint, version. Default 0:
+                                        retrying: wrong password, changed fingerprint, version. Other
+                                        refusals are retried: a server that has not yet noticed the old
+                                        connection died (it went silent, not closed) refuses the same
+                                        username until it reaps the old session (its reap_seconds, 30 s
+                                        by default). Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */
     int32_t resampler_quality;     /**< SpeexDSP resampler quality 0..10 for every sample-rate conversion
                                         of this client (fed or captured audio at another rate, the output
@@ -618,7 +632,7 @@ int vc_get_server_fingerprint(vc_client *c, char *buf, size_t len);
  * already keeps this client's streams (they go on sending); its remote streams are
  * removed and added again as above.
  * Returns VC_ERR_NOT_FOUND (no such channel), VC_ERR_STATE (not connected, or
- * reconnecting), VC_ERR_TIMEOUT (the server may still apply the join later: then
+ * reconnecting), VC_ERR_TIMEOUT (no answer in 5 s; the server may still apply the join later: then
  * VC_EVENT_CHANNEL_JOINED follows and vc_get_channel_audio names that channel),
  * VC_ERR_NETWORK (the connection ended before the answer came),
  * VC_ERR_INVALID_ARG (a name that is not 1..64 bytes of UTF-8 without control

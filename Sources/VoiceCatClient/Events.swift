@@ -80,6 +80,16 @@ final class EventHub {
         wake.wake()
     }
 
+    /// How many raised events wait for delivery: a place for `raise(_:at:)`.
+    func pendingMark() -> Int { lock.withLock { outbox.count } }
+
+    /// Any thread: hands `e` to the network thread ahead of the events raised since
+    /// `mark` was taken (the network thread delivers nothing in between).
+    func raise(_ e: ClientEvent, at mark: Int) {
+        lock.withLock { outbox.insert(e, at: min(max(0, mark), outbox.count)) }
+        wake.wake()
+    }
+
     /// The network thread: delivers everything raised so far, in order.
     func deliver() {
         lock.withLock { swap(&outbox, &taken) }

@@ -713,6 +713,14 @@ final class LocalStream {
         }
         level = BlockLevel.measure(frame, count: frameLength)
         levelAtNs = MonotonicClock.nanoseconds()
+        guard slot.path != nil else {
+            // A reconnect's gap: dropped before the gate (closed at the gap's start by
+            // abandon(): it opens again with the first frame after it), counted for
+            // vc_stream_drain; the next frame sent starts a talkspurt.
+            needMarker = true
+            framesLostNoPath += 1
+            return
+        }
         if kind == .mic {
             let wasOpen = gate.isOpen
             let decision = gate.process(frame, frameSamples: audio.frameSamples, channels: audio.channels, settings: table.gate.settings)
@@ -766,7 +774,7 @@ final class LocalStream {
         }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
         guard let path = slot.path else {
-            // No media path (a reconnect's gap): dropped, and counted for vc_stream_drain.
+            // No media path since processAndSend looked (a reconnect's gap began).
             needMarker = true
             framesLostNoPath += 1
             return

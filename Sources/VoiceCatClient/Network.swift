@@ -500,10 +500,11 @@ extension VoiceClient {
         events.raise(e)
     }
 
-    /// In no channel any more (a refused join): streams retired, remote streams removed.
-    func leaveChannelLocally() {
+    /// In no channel any more (a refused join): streams retired (`why`: the reason a
+    /// later call naming one gives), remote streams removed.
+    func leaveChannelLocally(why: String = "ended when the session left its channel") {
         cond.withLock { channelID = 0; channelName = ""; channelAudio = nil; channelEpoch &+= 1 }
-        for s in streams.all { retire(s.streamID, why: "ended when the session left its channel") }
+        for s in streams.all { retire(s.streamID, why: why) }
         removeAllRemote()
     }
 

@@ -26,6 +26,9 @@ extension VoiceClient {
         streams.publish(nil)
         voiceConnected.store(false, ordering: .relaxed)
         removeAllRemote()
+        // Nothing is sent in the gap: an open gate closes (GATE_CLOSED, as when the
+        // session ends) and opens again with the first frame sent after it.
+        for s in streams.all { s.slot.lock.withLock { s.abandon() } }
         receive.forgetLateness()   // the new session's path may not be the old one's
         guard let (target, channel) = cond.withLock({ () -> (ConnectTarget, String)? in
             guard !stopNetwork, let t = target else { return nil }
@@ -50,6 +53,10 @@ extension VoiceClient {
             do {
                 let l = try establish(target, deadlineMs: MonotonicClock.milliseconds() + VoiceClient.reconnectAttemptMs)
                 link = l
+                // Events of the new session (its join, the users and streams it hears of,
+                // what could not be restored) are raised from here on; RECONNECTED goes
+                // ahead of them, as CONNECTED goes ahead of a first session's.
+                let newSession = events.pendingMark()
                 try cond.withLock {
                     if stopNetwork { throw ClientError.state("the host ended the session") }
                     install(l)
@@ -66,12 +73,13 @@ extension VoiceClient {
                     return true
                 }
                 guard resumed else { return nil }
-                publishSendPath(l)
-                voiceConnected.store(true, ordering: .relaxed)
                 var ok = ClientEvent(type: .reconnected)
                 ok.userID = l.hello.userID
+                ok.channelID = cond.withLock { channelID }   // 0: the channel could not be joined again
                 ok.text = l.hello.serverName
-                events.raise(ok)
+                events.raise(ok, at: newSession)
+                publishSendPath(l)   // after it: a gate opening with the first frame sent follows it
+                voiceConnected.store(true, ordering: .relaxed)
                 events.deliver()
                 ClientLog.log(2, "reconnected after \(attempt) attempt(s)")
                 return link
@@ -121,10 +129,12 @@ extension VoiceClient {
             }
             applyJoin(r, keepStreams: same)
         case .error(let e):
-            leaveChannelLocally()
+            let why = "could not join \(channel) again after reconnecting: \(ServerMessageLimits.sanitized(e.message))"
+            let hadStreams = !streams.all.isEmpty
+            leaveChannelLocally(why: "ended: the session \(why)")
             var ev = ClientEvent(type: .error)
             ev.code = VoiceClient.mapServerError(e).code
-            ev.text = "could not join \(channel) again after reconnecting: \(ServerMessageLimits.sanitized(e.message))"
+            ev.text = why + (hadStreams ? "; the local streams are stopped" : "")
             events.raise(ev)
             return
         case let other:

@@ -7,6 +7,7 @@ import Synchronization
 import VoiceCatABI
 import VoiceCatClient
 import VoiceCatProtocol
+import VoiceCatServerCore
 import VoiceCatSystem
 import VoiceCatTestSupport
 import XCTest
@@ -49,6 +50,13 @@ final class LivenessTests: XCTestCase {
         try c.connect(host: "127.0.0.1", port: port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 5000)
         if let channel { try c.joinChannel(channel) }
         return (c, log)
+    }
+
+    /// "alex", auto-reconnecting, in Lobby with a fed MIC stream in continuous mode.
+    func reconnectingTalker(_ port: UInt16) throws -> (VoiceClient, EventLog, UInt32) {
+        let (alex, log) = try client(port, "alex", autoReconnect: true)
+        alex.setInputMode(.continuous)
+        return (alex, log, try alex.startStream(kind: .mic, externalFeed: true, channels: 1))
     }
 
     /// Frames received from `ssrc` so far (0 when not received).
@@ -279,6 +287,56 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(alexLog.count(.error), 0, "\(alexLog.events.filter { $0.type == .error })")
         XCTAssertEqual(feeder.failedFeeds, 0)
         XCTAssertTrue(alex.isConnected && sam.isConnected)
+        if let ssrc1 { XCTAssertNotNil(alexLog.wait(timeoutMs: 3000) { $0.type == .gateOpened && $0.ssrc == ssrc1 }) }
+        // RECONNECTED comes before every event of the new session (they came before it:
+        // its CHANNEL_JOINED, USER_UPDATED of itself, the streams it heard of) and names
+        // the channel re-joined.
+        for (name, log) in [("alex", alexLog), ("sam", samLog)] {
+            let ev = log.events
+            let gap = ev.firstIndex { $0.type == .reconnecting }!, back = ev.firstIndex { $0.type == .reconnected }!
+            XCTAssertEqual(ev[gap + 1..<back].map(\.type), [], "\(name): events between RECONNECTING and RECONNECTED")
+            XCTAssertNotEqual(ev[back].channelID, 0, "\(name): RECONNECTED names no channel")
+            XCTAssertTrue(ev[back...].contains { $0.type == .channelJoined && $0.channelID == ev[back].channelID }, name)
+        }
+        // The talker's gate: closed when the gap began (nothing is sent in it), open again
+        // with the new ssrc after RECONNECTED; its events pair up per ssrc.
+        let gates = alexLog.events.filter { [.gateOpened, .gateClosed, .reconnecting, .reconnected].contains($0.type) }
+        let gateTypes = gates.map { $0.type }
+        XCTAssertEqual(Array(gateTypes.prefix(5)), [.gateOpened, .gateClosed, .reconnecting, .reconnected, .gateOpened], "\(gateTypes)")
+        XCTAssertEqual(gates.first?.ssrc, ssrc0)
+        XCTAssertEqual(gates.count > 1 ? gates[1].ssrc : nil, ssrc0)
+    }
+
+    /// The server comes back without the channel the session was in: the session is
+    /// back (RECONNECTED, channel_id 0), an ERROR after it says the channel could not be
+    /// joined again, and the stream is stopped saying so (it read "ended when the session
+    /// left its channel", and RECONNECTED promised a channel re-joined).
+    func testAReconnectThatCannotRejoinTheChannelSaysSo() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, log, sid) = try reconnectingTalker(port)
+        defer { alex.shutdown() }
+        let feeder = Feeder(alex, stream: sid)
+        defer { feeder.finish() }
+        XCTAssertNotNil(log.wait(timeoutMs: 3000) { $0.type == .gateOpened })
+        server.stop()
+        server = try TestServer(port: port) { $0.channels = [ChannelConfig(name: "Other", audio: .speech)] }
+        let back = try XCTUnwrap(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
+        XCTAssertEqual(back.event.channelID, 0)
+        let err = log.wait(timeoutMs: 3000) { $0.type == .error }
+        XCTAssertEqual(err?.event.code, VC_ERR_NOT_FOUND)
+        XCTAssertEqual(err?.event.text, "could not join Lobby again after reconnecting: no channel named Lobby; the local streams are stopped")
+        XCTAssertGreaterThan(err?.ms ?? 0, back.ms - 1)
+        let types = log.events.map(\.type)
+        XCTAssertLessThan(types.firstIndex(of: .reconnected)!, types.firstIndex(of: .error)!, "\(types)")
+        XCTAssertEqual(types.filter { $0 == .gateOpened }.count, types.filter { $0 == .gateClosed }.count, "\(types)")
+        let pcm = [Int16](repeating: 0, count: 960)
+        XCTAssertThrowsError(try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: 960, channels: 1) }) { e in
+            XCTAssertEqual("\(e)".contains("ended: the session could not join Lobby again after reconnecting: no channel named Lobby"), true, "\(e)")
+        }
+        XCTAssertTrue(alex.isConnected)
+        XCTAssertNil(alex.currentChannelAudio)
     }
 
     /// A host that feeds a sentence and drains it while the client reconnects is told
@@ -289,10 +347,8 @@ final class LivenessTests: XCTestCase {
         var server = try TestServer()
         let port = server.port
         defer { server.stop() }
-        let (alex, log) = try client(port, "alex", autoReconnect: true)
+        let (alex, log, sid) = try reconnectingTalker(port)
         defer { alex.shutdown() }
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let sentence = Signal.glidingVoice(seconds: 1, amplitude: 0.3)
         func speak() throws {
             try sentence.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }

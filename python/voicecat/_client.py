@@ -418,7 +418,8 @@ class AsyncEvents:
     async def wait_for(self, *types: EventType, timeout: Optional[float] = None,
                        where: Optional[Callable[[Event], bool]] = None) -> Event:
         """The next event of one of ``types`` (any type if none) for which ``where`` holds;
-        other events are skipped. TimeoutError after ``timeout`` seconds."""
+        other events are skipped. TimeoutError after ``timeout`` seconds, EOFError once
+        closed (the subscription or the client) before such an event came."""
         deadline = None if timeout is None else self._loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - self._loop.time())
@@ -505,7 +506,9 @@ class Client:
         fingerprint or ``allow_unverified``), recording it the first time and refusing
         (AuthError) a server whose identity changed. ``auto_reconnect=True`` reconnects
         after a lost control connection (RECONNECTING, then RECONNECTED: channel
-        re-joined, streams re-announced under the same ids).
+        re-joined, streams re-announced under the same ids; its ``channel_id`` is 0 when
+        the channel could not be joined again, an ERROR event after it says why and the
+        streams are stopped).
 
         The others override the library's defaults: keepalive 5000 ms (TCP ping and idle
         UDP keepalive; 0.5 s while streams are active), 32 remote streams, 256 queued
