@@ -160,7 +160,10 @@ typedef enum vc_event_type {
     VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, kind, text = username: the talkspurt's last frame
                                             was played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding. code =
-                                            VC_ERR_TIMEOUT, text = for how long no echo came */
+                                            VC_ERR_TIMEOUT, text = for how long no echo came. A change of
+                                            this host's address (a NAT rebinding, a new network) is found
+                                            the same way: the server drops media from an address it did not
+                                            bind, so up to 2.5 s of audio is lost each way before it */
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys; text = how long after
                                             VC_EVENT_VOICE_DISCONNECTED (the path was silent 2.5 s before it) */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
