@@ -262,7 +262,8 @@ typedef struct vc_client_config {
                                         then VC_EVENT_RECONNECTED. During the gap vc_stream_feed_pcm
                                         accepts audio as usual and each frame that comes due is dropped
                                         (not held for later; no error is raised, so no error storm;
-                                        vc_stream_drain then returns VC_ERR_NETWORK saying how much);
+                                        vc_stream_drain then returns VC_ERR_NETWORK saying how much, and
+                                        vc_send_stats.frames_dropped counts them);
                                         join and stream start return VC_ERR_STATE. It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Other
@@ -452,6 +453,10 @@ typedef struct vc_send_stats {
     uint32_t reported_expected;    /**< the last feedback acted on: frames expected in its window, ... */
     uint32_t reported_lost;        /**< ... lost before any recovery, ... */
     uint32_t reported_isolated;    /**< ... and of those, lost alone (what in-band FEC rebuilds whole) */
+    uint64_t frames_dropped;       /**< frames that came due while nothing could be sent (an auto_reconnect
+                                        gap) and were dropped: a host feeding in real time learns here how
+                                        much of its audio nobody heard (vc_stream_drain reports only the
+                                        audio fed since the queue was last empty) */
 } vc_send_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
@@ -777,7 +782,9 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * VC_ERR_NETWORK (the queue is empty, but some of the audio fed since it was last
  * empty came due while the connection was down, in an automatic reconnect's gap,
  * and was dropped, not sent: vc_last_error says how many ms; the same answer
- * until more audio is fed to the empty queue),
+ * until more audio is fed to the empty queue; a host feeding in real time, whose
+ * queue is rarely empty for long, reads every dropped frame in
+ * vc_send_stats.frames_dropped),
  * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting), VC_ERR_STATE from
  * inside a callback. Callback-safe: no.
  */

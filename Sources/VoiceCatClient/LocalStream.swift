@@ -215,9 +215,10 @@ final class LocalStream {
     /// Frames taken from the queue to be sent, over the stream's life.
     private(set) var framesTaken: UInt64 = 0
     /// Frames that came due while there was no media path (an automatic reconnect's
-    /// gap): encoded and dropped, not sent. And that count when the host last fed an
-    /// empty queue: what vc_stream_drain reports lost of the audio it waits for.
-    private var framesLostNoPath: UInt64 = 0
+    /// gap): dropped, not sent (vc_send_stats.frames_dropped). And that count when the
+    /// host last fed an empty queue: what vc_stream_drain reports lost of the audio it
+    /// waits for.
+    private(set) var framesLostNoPath: UInt64 = 0
     private var lostBeforeBatch: UInt64 = 0
     /// Frames of the audio fed since the queue was last empty that were dropped for
     /// want of a media path.

@@ -23,6 +23,8 @@ public struct SendStats: Equatable {
     /// The last feedback acted on: listener reports summed up, and the counts sent.
     public var listeners: UInt32 = 0
     public var reported = LossCounts()
+    /// Frames dropped for want of a media path (an auto-reconnect's gap).
+    public var framesDropped: UInt64 = 0
 }
 
 extension VoiceClient {
@@ -97,6 +99,7 @@ extension VoiceClient {
                 st.changes = s.fecPolicy.changes
                 st.listeners = s.fecPolicy.lastListeners
                 st.reported = s.fecPolicy.lastFeedback ?? LossCounts()
+                st.framesDropped = s.framesLostNoPath
                 return st
             }
         }

@@ -361,6 +361,10 @@ final class LivenessTests: XCTestCase {
             XCTAssertEqual((error as? ClientError)?.code, VC_ERR_NETWORK, "\(error)")
             XCTAssertTrue("\(error)".contains("1000 ms of the audio fed came due while the connection to the server was down"), "\(error)")
         }
+        // Counted for a host that feeds in real time and never drains (the sentence's 50
+        // frames, and its closing frame when the talkspurt ended in the gap).
+        let dropped = try alex.sendStats(streamID: sid).framesDropped
+        XCTAssertTrue((50...51).contains(dropped), "frames dropped in the gap: \(dropped)")
         server = try TestServer(port: port)
         XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
         try speak()

@@ -278,7 +278,8 @@ class Stream:
         goes out when the talkspurt ends); at most ``timeout`` seconds (None: no limit),
         then Timeout. NetworkError when the queue emptied but some of the audio fed
         since it was last empty came due while the connection was down (an automatic
-        reconnect's gap) and was dropped, not sent: the message says how many ms."""
+        reconnect's gap) and was dropped, not sent: the message says how many ms
+        (:meth:`send_stats` ``frames_dropped`` counts every such frame)."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         # Watch the queue from here first, so that Ctrl-C reaches a program waiting.

@@ -101,7 +101,8 @@ class vc_send_stats(ctypes.Structure):
                 ("channel_fec", ctypes.c_int32), ("channel_expected_loss", ctypes.c_uint32),
                 ("feedback_received", ctypes.c_uint64), ("protection_changes", ctypes.c_uint64),
                 ("listeners", ctypes.c_uint32), ("reported_expected", ctypes.c_uint32),
-                ("reported_lost", ctypes.c_uint32), ("reported_isolated", ctypes.c_uint32)]
+                ("reported_lost", ctypes.c_uint32), ("reported_isolated", ctypes.c_uint32),
+                ("frames_dropped", ctypes.c_uint64)]
 
 
 class vc_device_info(ctypes.Structure):

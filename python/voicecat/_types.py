@@ -169,6 +169,9 @@ class SendStats:
     """...lost before any recovery..."""
     reported_isolated: int
     """...and of those, lost alone (what in-band FEC rebuilds whole)."""
+    frames_dropped: int
+    """Frames that came due while nothing could be sent (an auto-reconnect gap) and were
+    dropped: how much of a real-time feed nobody heard."""
 
     @classmethod
     def _from_c(cls, s: Any) -> "SendStats":
@@ -177,7 +180,7 @@ class SendStats:
                    channel_expected_loss=s.channel_expected_loss, feedback_received=s.feedback_received,
                    protection_changes=s.protection_changes, listeners=s.listeners,
                    reported_expected=s.reported_expected, reported_lost=s.reported_lost,
-                   reported_isolated=s.reported_isolated)
+                   reported_isolated=s.reported_isolated, frames_dropped=s.frames_dropped)
 
 
 @dataclass(frozen=True)
