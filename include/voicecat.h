@@ -186,8 +186,9 @@ typedef enum vc_event_type {
     VC_EVENT_RECONNECTED = 17,         /**< auto_reconnect: the session is back: channel re-joined, local
                                             streams re-announced under the same stream ids (new ssrcs);
                                             user_id = the new session's user id, channel_id = the channel
-                                            re-joined (0: it could not be; a VC_EVENT_ERROR after it says why,
-                                            and the local streams are stopped), text = server name. Delivered
+                                            re-joined (0: none: the session was in none, or its channel could
+                                            not be joined again: a VC_EVENT_ERROR after it says why; either way
+                                            the local streams are stopped), text = server name. Delivered
                                             before every event of the new session (its CHANNEL_JOINED, the
                                             streams and users it hears of). The user and channel lists are the
                                             new session's (replaced at once, no USER_* events for the change) */
@@ -1077,8 +1078,8 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * frames a conversion gave beyond `frames` are kept for the next call, so over
  * time the clock follows what was pulled). A call that renders several 20 ms blocks
  * takes their audio at once, so every remote stream then keeps that much in hand
- * (target_depth_ms includes it, up to 1.2 s with 20 ms frames, 600 ms with 10 ms: what a
- * stream's buffer holds; a larger call conceals what does not fit; held 2 s after the last call that
+ * (target_depth_ms includes it, up to what a stream's buffer holds: 60 frames, 1.2 s of
+ * 20 ms frames, 600 ms of 10 ms; a larger call conceals what does not fit; held 2 s after the last call that
  * large), from the first talkspurt on (a talkspurt that began before the largest
  * pull was first seen may underrun once at it): the size of the pulls adds to the
  * delay, and pulls of 10–20 ms give the least. A per-speaker sink set on the client is

@@ -2,7 +2,10 @@
 // all, in the order they were raised: into the queue vc_poll_event reads, then to
 // the host's callback. So the callback always runs on the network thread, and the
 // events of one protocol exchange (CHANNEL_JOINED, then the channel's
-// REMOTE_STREAM_ADDED) arrive in protocol order.
+// REMOTE_STREAM_ADDED) arrive in protocol order. (One exception: while a reconnect
+// attempt restores the session, the events the network thread raises are held, and
+// go out after VC_EVENT_RECONNECTED, or not at all when the attempt fails.)
+import Glibc
 import VoiceCatABI
 import VoiceCatSystem
 
@@ -67,6 +70,9 @@ final class EventHub {
     private let lock = Lock()
     private var outbox: [ClientEvent] = []
     private var taken: [ClientEvent] = []
+    /// The network thread while a reconnect attempt holds its events (holdOwnEvents).
+    private var holder: pthread_t?
+    private var held: [ClientEvent] = []
     private let wake: WakeEvent
 
     init(capacity: Int, wake: WakeEvent) {
@@ -76,17 +82,31 @@ final class EventHub {
 
     /// Any thread: hands `e` to the network thread.
     func raise(_ e: ClientEvent) {
-        lock.withLock { outbox.append(e) }
+        lock.withLock {
+            if let h = holder, pthread_equal(h, pthread_self()) != 0 { held.append(e) } else { outbox.append(e) }
+        }
         wake.wake()
     }
 
-    /// How many raised events wait for delivery: a place for `raise(_:at:)`.
-    func pendingMark() -> Int { lock.withLock { outbox.count } }
+    /// The network thread: from now on the events it raises itself are held (a
+    /// reconnect attempt's: what the new session hears of before RECONNECTED); other
+    /// threads' events go out as usual.
+    func holdOwnEvents() {
+        lock.withLock {
+            holder = pthread_self()
+            held.removeAll(keepingCapacity: true)
+        }
+    }
 
-    /// Any thread: hands `e` to the network thread ahead of the events raised since
-    /// `mark` was taken (the network thread delivers nothing in between).
-    func raise(_ e: ClientEvent, at mark: Int) {
-        lock.withLock { outbox.insert(e, at: min(max(0, mark), outbox.count)) }
+    /// The network thread: stops holding; `first` (RECONNECTED), then the held events
+    /// that `keep` accepts, go out in the order raised.
+    func releaseHeld(first: ClientEvent? = nil, keep: (ClientEvent) -> Bool = { _ in true }) {
+        lock.withLock {
+            holder = nil
+            if let first { outbox.append(first) }
+            for e in held where keep(e) { outbox.append(e) }
+            held.removeAll(keepingCapacity: true)
+        }
         wake.wake()
     }
 
@@ -102,5 +122,5 @@ final class EventHub {
     }
 
     /// Forgets undelivered events (a new session starts).
-    func discardPending() { lock.withLock { outbox.removeAll() } }
+    func discardPending() { lock.withLock { outbox.removeAll(); held.removeAll(); holder = nil } }
 }

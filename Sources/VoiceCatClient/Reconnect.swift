@@ -50,13 +50,30 @@ extension VoiceClient {
             if cond.withLock({ stopNetwork }) { return nil }
             attempt += 1
             var link: Link? = nil
+            // What the gap keeps of the channel, put back if this attempt fails after
+            // its join was applied (the next attempt compares the channel's audio).
+            let kept = cond.withLock { (channelID, channelName, channelAudio) }
+            /// A failed attempt that got a link: its remote streams go (their events
+            /// with the rest of the attempt's), the channel state is as before it, and
+            /// of its held events only a stopped stream's ERROR goes out (that stream
+            /// stays stopped).
+            func abandonAttempt(_ l: Link) {
+                removeAllRemote()
+                cond.withLock {
+                    (channelID, channelName, channelAudio) = kept
+                    if control === l.conn { control = nil; udp = nil }
+                }
+                events.releaseHeld { $0.type == .error && $0.streamID != 0 }
+                l.conn.close(); l.udp.close()
+            }
             do {
                 let l = try establish(target, deadlineMs: MonotonicClock.milliseconds() + VoiceClient.reconnectAttemptMs)
                 link = l
                 // Events of the new session (its join, the users and streams it hears of,
-                // what could not be restored) are raised from here on; RECONNECTED goes
-                // ahead of them, as CONNECTED goes ahead of a first session's.
-                let newSession = events.pendingMark()
+                // what could not be restored) are raised from here on, on this thread:
+                // held, so that RECONNECTED goes ahead of them (as CONNECTED goes ahead of
+                // a first session's) and a failed attempt's are not delivered.
+                events.holdOwnEvents()
                 try cond.withLock {
                     if stopNetwork { throw ClientError.state("the host ended the session") }
                     install(l)
@@ -72,22 +89,22 @@ extension VoiceClient {
                     cond.broadcast()
                     return true
                 }
-                guard resumed else { return nil }
+                guard resumed else {
+                    events.releaseHeld { _ in false }
+                    return nil
+                }
                 var ok = ClientEvent(type: .reconnected)
                 ok.userID = l.hello.userID
-                ok.channelID = cond.withLock { channelID }   // 0: the channel could not be joined again
+                ok.channelID = cond.withLock { channelID }   // 0: in no channel (see restore)
                 ok.text = l.hello.serverName
-                events.raise(ok, at: newSession)
+                events.releaseHeld(first: ok)
                 publishSendPath(l)   // after it: a gate opening with the first frame sent follows it
                 voiceConnected.store(true, ordering: .relaxed)
                 events.deliver()
                 ClientLog.log(2, "reconnected after \(attempt) attempt(s)")
                 return link
             } catch let err as ClientError {
-                if let l = link {
-                    cond.withLock { if control === l.conn { control = nil; udp = nil } }
-                    l.conn.close(); l.udp.close()
-                }
+                if let l = link { abandonAttempt(l) }
                 if cond.withLock({ stopNetwork }) { return nil }
                 switch err {
                 case .auth, .version:
@@ -97,6 +114,7 @@ extension VoiceClient {
                     ClientLog.log(1, "reconnect attempt \(attempt) failed: \(err.description)")
                 }
             } catch {
+                if let l = link { abandonAttempt(l) }
                 ClientLog.log(1, "reconnect attempt \(attempt) failed: \(error)")
             }
             events.deliver()
@@ -119,9 +137,8 @@ extension VoiceClient {
         case .joinChannelResult(let r):
             let listed = link.hello.channels.contains(where: { $0.id == r.channelID })
             if let p = ControlMessage.joinChannelResult(r).serverMessageProblem ?? (listed ? nil : "channel \(r.channelID) is not listed") {
-                leaveChannelLocally()
-                raiseRefusal("refused a joinChannelResult message from the server while reconnecting: \(p)")
-                return
+                return channelLost("could not join \(channel) again after reconnecting: the server's answer broke the rules (\(p))",
+                                   code: VC_ERR_PROTOCOL)
             }
             let same = r.audio == oldAudio
             if !same {
@@ -129,14 +146,8 @@ extension VoiceClient {
             }
             applyJoin(r, keepStreams: same)
         case .error(let e):
-            let why = "could not join \(channel) again after reconnecting: \(ServerMessageLimits.sanitized(e.message))"
-            let hadStreams = !streams.all.isEmpty
-            leaveChannelLocally(why: "ended: the session \(why)")
-            var ev = ClientEvent(type: .error)
-            ev.code = VoiceClient.mapServerError(e).code
-            ev.text = why + (hadStreams ? "; the local streams are stopped" : "")
-            events.raise(ev)
-            return
+            return channelLost("could not join \(channel) again after reconnecting: \(ServerMessageLimits.sanitized(e.message))",
+                               code: VoiceClient.mapServerError(e).code)
         case let other:
             throw ClientError.protocolError("unexpected reply \(other.type) to JoinChannel")
         }
@@ -169,6 +180,17 @@ extension VoiceClient {
                 events.raise(ev)
             }
         }
+    }
+
+    /// The channel could not be joined again: the session is in none, its streams end
+    /// saying `why`, and an ERROR (after RECONNECTED) says it.
+    private func channelLost(_ why: String, code: Int32) {
+        let hadStreams = !streams.all.isEmpty
+        leaveChannelLocally(why: "ended: the session \(why)")
+        var ev = ClientEvent(type: .error)
+        ev.code = code
+        ev.text = why + (hadStreams ? "; the local streams are stopped" : "")
+        events.raise(ev)
     }
 
     /// Every local stream ends (reported once, with the reason).

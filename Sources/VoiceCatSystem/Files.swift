@@ -23,7 +23,9 @@ public enum Files {
     /// Creates a new file with `mode` holding `bytes`; fails with EEXIST if `path`
     /// exists. Atomic: the file is written and synced under a temporary name beside it
     /// and then linked to `path`, so a reader (another process starting at the same
-    /// moment) sees the whole file or none, never an empty or partial one.
+    /// moment) sees the whole file or none, never an empty or partial one. On a file
+    /// system without hard links (vfat, some FUSE and CIFS mounts) it is created in
+    /// place with O_EXCL, as before: still exclusive, no longer atomic for readers.
     public static func createExclusive(_ path: String, bytes: [UInt8], mode: mode_t) throws(SystemError) {
         var tmp = path + ".tmp-\(getpid())-"
         let fd = try syscallValue("open(\(path))") { () -> Int32 in
@@ -37,18 +39,31 @@ public enum Files {
             return fd
         }
         defer { unlink(tmp) }   // after the link, `path` holds it; on failure nothing is left
-        do {
-            defer { close(fd) }
-            // The umask may have narrowed the mode; a key file must be exactly `mode`.
-            try syscallValue("fchmod(\(path))") { fchmod(fd, mode) }
-            var off = 0
-            while off < bytes.count {
-                let n = try syscallValue("write(\(path))") { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) } }
-                off += n
-            }
-            try syscallValue("fsync(\(path))") { fsync(fd) }
+        try write(bytes, to: fd, mode: mode, path: path)
+        if linkCall(tmp, path) == 0 { return }
+        let e = errno
+        guard e == EPERM || e == EOPNOTSUPP || e == ENOSYS else { throw SystemError("link(\(path))", errno: e) }
+        let direct = try syscallValue("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
+        do { try write(bytes, to: direct, mode: mode, path: path) } catch let failed {
+            unlink(path)   // a partial file would be taken for a broken one at the next start
+            throw failed
         }
-        try syscallValue("link(\(path))") { link(tmp, path) }
+    }
+
+    /// link(2); a test puts a file system without hard links in its place.
+    nonisolated(unsafe) public static var linkCall: (String, String) -> Int32 = { link($0, $1) }
+
+    /// Sets `mode` exactly, writes `bytes`, syncs and closes `fd`.
+    private static func write(_ bytes: [UInt8], to fd: Int32, mode: mode_t, path: String) throws(SystemError) {
+        defer { close(fd) }
+        // The umask may have narrowed the mode; a key file must be exactly `mode`.
+        try syscallValue("fchmod(\(path))") { fchmod(fd, mode) }
+        var off = 0
+        while off < bytes.count {
+            let n = try syscallValue("write(\(path))") { bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + off, bytes.count - off) } }
+            off += n
+        }
+        try syscallValue("fsync(\(path))") { fsync(fd) }
     }
 
     /// The permission bits of a file.

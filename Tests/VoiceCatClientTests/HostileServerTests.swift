@@ -178,6 +178,40 @@ final class HostileServerTests: XCTestCase {
         XCTAssertTrue(c.isConnected)
     }
 
+    /// A reconnect attempt whose connection drops while it restores the session (here
+    /// at the stream's announce, after its join) delivers none of its events; the next
+    /// attempt's RECONNECTED comes first, then that session's. (The failed attempt's
+    /// CHANNEL_JOINED came before RECONNECTED; a reviewer's reproduction.)
+    func testAReconnectAttemptThatFailsWhileRestoringDeliversNoneOfItsEvents() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        var cfg = ClientConfig.testing(keepaliveMs: 1000)
+        cfg.autoReconnect = true
+        let c = try VoiceClient(config: cfg)
+        let log = EventLog(c)
+        defer { c.shutdown() }
+        try c.connect(host: "127.0.0.1", port: hostile.port, username: "victim", password: "secret", pinnedFingerprint: nil,
+                      allowUnverified: true, timeoutMs: 3000)
+        try c.joinChannel("Lobby")
+        let sid = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
+        hostile.announceReply = { [unowned hostile] a, ssrc in
+            if hostile.handshakes == 2 { hostile.dropConnection() }   // the first reconnect's announce
+            return .streamAnnounceResult(StreamAnnounceResult(streamID: a.streamID, ssrc: ssrc, effectiveAudio: .speech, requestID: a.requestID))
+        }
+        hostile.dropConnection()
+        XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
+        usleep(300_000)
+        XCTAssertGreaterThanOrEqual(hostile.handshakes, 3, "the first attempt did not fail")
+        let ev = log.events
+        let gap = try XCTUnwrap(ev.firstIndex { $0.type == .reconnecting })
+        let back = try XCTUnwrap(ev.firstIndex { $0.type == .reconnected })
+        XCTAssertEqual(ev[gap + 1..<back].map(\.type), [], "events between RECONNECTING and RECONNECTED")
+        XCTAssertEqual(ev[back...].filter { $0.type == .channelJoined }.count, 1, "\(ev[back...].map(\.type))")
+        XCTAssertNotEqual(ev[back].channelID, 0)
+        XCTAssertNotNil(c.ssrc(ofStream: sid), "the stream did not survive the failed attempt")
+        XCTAssertEqual(log.count(.error), 0, "\(log.events.filter { $0.type == .error })")
+    }
+
     func testAFloodOfBadMessagesIsNotAnEventStorm() throws {
         let hostile = try HostileServer()
         defer { hostile.stop() }

@@ -293,7 +293,7 @@ final class LivenessTests: XCTestCase {
         // the channel re-joined.
         for (name, log) in [("alex", alexLog), ("sam", samLog)] {
             let ev = log.events
-            let gap = ev.firstIndex { $0.type == .reconnecting }!, back = ev.firstIndex { $0.type == .reconnected }!
+            let gap = try XCTUnwrap(ev.firstIndex { $0.type == .reconnecting }), back = try XCTUnwrap(ev.firstIndex { $0.type == .reconnected })
             XCTAssertEqual(ev[gap + 1..<back].map(\.type), [], "\(name): events between RECONNECTING and RECONNECTED")
             XCTAssertNotEqual(ev[back].channelID, 0, "\(name): RECONNECTED names no channel")
             XCTAssertTrue(ev[back...].contains { $0.type == .channelJoined && $0.channelID == ev[back].channelID }, name)
@@ -329,7 +329,7 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(err?.event.text, "could not join Lobby again after reconnecting: no channel named Lobby; the local streams are stopped")
         XCTAssertGreaterThan(err?.ms ?? 0, back.ms - 1)
         let types = log.events.map(\.type)
-        XCTAssertLessThan(types.firstIndex(of: .reconnected)!, types.firstIndex(of: .error)!, "\(types)")
+        XCTAssertLessThan(try XCTUnwrap(types.firstIndex(of: .reconnected)), try XCTUnwrap(types.firstIndex(of: .error)), "\(types)")
         XCTAssertEqual(types.filter { $0 == .gateOpened }.count, types.filter { $0 == .gateClosed }.count, "\(types)")
         let pcm = [Int16](repeating: 0, count: 960)
         XCTAssertThrowsError(try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: 960, channels: 1) }) { e in

@@ -96,6 +96,27 @@ final class HandshakeTests: XCTestCase {
         }
     }
 
+    func testAnIdentityFileOnAFileSystemWithoutHardLinksIsCreatedInPlace() throws {
+        // vfat, some FUSE and CIFS mounts refuse link(2) (EPERM): the atomic create
+        // would fail every start there; it creates the file in place instead.
+        let saved = Files.linkCall
+        Files.linkCall = { _, _ in errno = EPERM; return -1 }
+        defer { Files.linkCall = saved }
+        let dir = TestEnvironment.makeDirectory()
+        let path = dir + "/identity.key"
+        let (first, created) = try IdentityStore.create(path: path)
+        XCTAssertTrue(created)
+        XCTAssertEqual(try IdentityStore.load(path: path)?.publicKey, first.publicKey)
+        XCTAssertEqual(try Files.mode(path), 0o600)
+        let (again, createdAgain) = try IdentityStore.create(path: path)
+        XCTAssertFalse(createdAgain)
+        XCTAssertEqual(again.publicKey, first.publicKey)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["identity.key"], "temporary files left")
+        Files.linkCall = { _, _ in errno = EIO; return -1 }   // any other failure fails the create
+        XCTAssertThrowsError(try IdentityStore.create(path: dir + "/other.key")) { e in XCTAssertTrue("\(e)".contains("link("), "\(e)") }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["identity.key"], "temporary files left")
+    }
+
     func testMalformedControlInputCostsOnlyThatConnection() throws {
         let ts = try TestServer { $0.frameTimeoutSeconds = 0.5 }
         defer { ts.stop() }
