@@ -19,6 +19,9 @@ final class HostileServer: @unchecked Sendable {
     private var sealer: ControlSealer?
     private var opener: ControlOpener?
     private var stopping = false
+    /// The server's own thread, and a drop another thread asked of it.
+    private var runThread: pthread_t?
+    private var dropRequested = false
     private var thread: Thread?
     private let done = DispatchSemaphore(value: 0)
     private var nextSSRC: UInt32 = 1000
@@ -89,10 +92,16 @@ final class HostileServer: @unchecked Sendable {
         }
     }
 
-    /// Closes the client's control connection (a server that went away).
+    /// Closes the client's control connection (a server that went away): at once on
+    /// the server's thread (from a reply hook), else by that thread within its next
+    /// poll (the socket is read there without the lock).
     func dropConnection() {
         lock.lock(); defer { lock.unlock() }
-        conn?.close(); conn = nil; sealer = nil; opener = nil
+        if let t = runThread, pthread_equal(t, pthread_self()) != 0 {
+            conn?.close(); conn = nil; sealer = nil; opener = nil
+        } else {
+            dropRequested = true
+        }
     }
 
     /// Forgets `c` if it is still the current connection (a new one may have replaced it).
@@ -104,8 +113,12 @@ final class HostileServer: @unchecked Sendable {
 
     private func run() {
         var buf = [UInt8](repeating: 0, count: 65536)
+        lock.lock(); runThread = pthread_self(); lock.unlock()
         while true {
-            lock.lock(); let stop = stopping; let c = conn; lock.unlock()
+            lock.lock()
+            if dropRequested { dropRequested = false; conn?.close(); conn = nil; sealer = nil; opener = nil }
+            let stop = stopping; let c = conn
+            lock.unlock()
             if stop { return }
             var fds = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: udp.fd, events: Int16(POLLIN), revents: 0)]
             if let c { fds.append(pollfd(fd: c.fd, events: Int16(POLLIN), revents: 0)) }
