@@ -571,9 +571,11 @@ final class TimingTests: XCTestCase {
     /// learned it). Pulls of 600 ms and 1 s are kept in hand too (the cushion was
     /// capped at 500 ms: 600 ms pulls concealed 2 frames and lost 2 late).
     func testPullsOfManyBlocksAtOnceConcealNothingOnACleanPath() throws {
-        for (label, sizes) in [("4410 at a time", [4410]), ("1 to 4410", [1, 7, 441, 1000, 3, 4410, 2, 999]),
-                               ("28800 at a time", [28800]), ("48000 at a time", [48000])] {
-            let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(sizes.count)")
+        let cases = [("4410 at a time", [4410]), ("1 to 4410", [1, 7, 441, 1000, 3, 4410, 2, 999]),
+                     ("28800 at a time", [28800]), ("48000 at a time", [48000])]
+        for (k, (label, sizes)) in cases.enumerated() {
+            let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(k)")
+            defer { alex.shutdown(); sam.shutdown() }   // the next case's pair runs alone (and its names are free)
             let probe = StallProbe()
             probe.start()
             let input = Signal.glidingVoice(seconds: 5, amplitude: 0.3)
@@ -612,7 +614,6 @@ final class TimingTests: XCTestCase {
             // A talkspurt starts at a pull with the burst in hand, so with up to a pull
             // more than it needs: that excess is shed by skipping a frame or a few.
             XCTAssertLessThanOrEqual(Int(st.jitter.skipped), 5 + stalls, "\(label): frames skipped")
-            alex.shutdown(); sam.shutdown()
         }
     }
 
