@@ -198,8 +198,8 @@ typedef enum vc_event_type {
                                             the frame flagged last went out (the VAD's hang time ran out, the
                                             push-to-talk key was released, or the fed audio ran dry, was
                                             flushed or the stream stopped); also when the stream ends with no
-                                            frame sent (the session moved to another channel or ended) and at
-                                            VC_EVENT_RECONNECTING (nothing is sent in the gap; the gate opens
+                                            frame sent (the session moved to another channel or ended) and just
+                                            before VC_EVENT_RECONNECTING (nothing is sent in the gap; the gate opens
                                             again with the first frame after VC_EVENT_RECONNECTED). On a
                                             channel with DTX the encoder may also pause sending while the gate
                                             is open. */

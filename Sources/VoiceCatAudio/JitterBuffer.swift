@@ -475,18 +475,21 @@ public final class JitterBuffer {
     /// underruns) the cushion beyond the frame in play is at least the burst's frames:
     /// the last of them is needed up to the burst less a period before its tick would
     /// be on an even clock, and arrivals fall anywhere between two pulls (one more).
-    /// Within what the buffer holds (capacity less 4 frames: 1.2 s of 20 ms frames;
-    /// not the target's 500 ms bound, which left pulls of 600 ms short by 100 ms). 0:
+    /// Within what the buffer holds (the pool less two periods of room for arrivals:
+    /// 60 frames, 1.2 s of 20 ms ones; not the target's 500 ms bound, which left pulls
+    /// of 600 ms short by 100 ms). 0:
     /// the consumer takes a period (or less) at a time. Kept across reset, as the bounds.
     public func setConsumerBurst(ms: Double) {
-        burstMs = ms.isFinite ? min(max(0, ms), Double(capacity - 4) * frameMs) : 0
+        burstMs = ms.isFinite ? min(max(0, ms), (poolTicks - 2) * frameMs) : 0
         applyBounds()
     }
 
     public private(set) var burstMs = 0.0
 
+    /// The most cushion the buffer can hold beyond the frame in play (and one arriving).
+    private var poolTicks: Double { Double(capacity - 2) }
+
     private func applyBounds() {
-        let poolTicks = Double(capacity - 2)
         let burstTicks = burstMs > 0 ? (burstMs / frameMs).rounded(.up) : 0
         minTicks = min(max((boundMinMs / frameMs).rounded(.up), burstTicks), poolTicks)
         maxTicks = max(minTicks, min((boundMaxMs / frameMs).rounded(.down), poolTicks))

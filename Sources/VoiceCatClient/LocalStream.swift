@@ -714,10 +714,10 @@ final class LocalStream {
         }
         level = BlockLevel.measure(frame, count: frameLength)
         levelAtNs = MonotonicClock.nanoseconds()
-        guard slot.path != nil else {
+        guard let path = slot.path else {
             // A reconnect's gap: dropped before the gate (closed at the gap's start by
             // abandon(): it opens again with the first frame after it), counted for
-            // vc_stream_drain; the next frame sent starts a talkspurt.
+            // vc_stream_drain and vc_send_stats; the next frame sent starts a talkspurt.
             needMarker = true
             framesLostNoPath += 1
             return
@@ -728,9 +728,9 @@ final class LocalStream {
             if !wasOpen && gate.isOpen { raiseGate(VC_EVENT_GATE_OPENED) }
             switch decision {
             case .open:
-                encodeAndSend(frame, timestamp: timestamp, last: last)
+                encodeAndSend(frame, timestamp: timestamp, last: last, path: path)
             case .closing:
-                encodeAndSend(frame, timestamp: timestamp, last: true)
+                encodeAndSend(frame, timestamp: timestamp, last: true, path: path)
                 raiseGate(VC_EVENT_GATE_CLOSED)
             case .closed:
                 needMarker = true   // gated frames are not encoded; time still passes
@@ -743,7 +743,7 @@ final class LocalStream {
                 if zeroRun > LocalStream.zeroGateMs * 48 {
                     if !zeroGated {
                         zeroGated = true
-                        encodeAndSend(frame, timestamp: timestamp, last: true)
+                        encodeAndSend(frame, timestamp: timestamp, last: true, path: path)
                     }
                     needMarker = true
                     return
@@ -753,7 +753,7 @@ final class LocalStream {
                 zeroGated = false
             }
         }
-        encodeAndSend(frame, timestamp: timestamp, last: last)
+        encodeAndSend(frame, timestamp: timestamp, last: last, path: path)
     }
 
     private func isDigitalSilence(_ frame: UnsafePointer<Int16>) -> Bool {
@@ -761,7 +761,7 @@ final class LocalStream {
         return true
     }
 
-    private func encodeAndSend(_ frame: UnsafePointer<Int16>, timestamp: UInt32, last: Bool) {
+    private func encodeAndSend(_ frame: UnsafePointer<Int16>, timestamp: UInt32, last: Bool, path: SendSnapshot) {
         let n: Int
         do { n = try encoder.encode(frame, into: UnsafeMutableRawBufferPointer(rebasing: opusBuffer[0..<maxOpusBytes])) } catch {
             needMarker = true
@@ -774,12 +774,6 @@ final class LocalStream {
             return
         }
         let header = FrameHeader(type: .voice, flags: flags, ssrc: ssrc, seq: seq, timestamp: timestamp)
-        guard let path = slot.path else {
-            // No media path since processAndSend looked (a reconnect's gap began).
-            needMarker = true
-            framesLostNoPath += 1
-            return
-        }
         guard send(header: header, opus: UnsafeRawBufferPointer(rebasing: opusBuffer[0..<n]), path: path) else {
             // Not sent (server-muted, a full socket buffer): the next sent frame is a new talkspurt.
             needMarker = true

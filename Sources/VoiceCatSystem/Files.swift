@@ -22,25 +22,26 @@ public enum Files {
 
     /// Creates a new file with `mode` holding `bytes`; fails with EEXIST if `path`
     /// exists. Atomic: the file is written and synced under a temporary name beside it
-    /// and then linked to `path`, so a reader (another process starting at the same
-    /// moment) sees the whole file or none, never an empty or partial one. On a file
-    /// system without hard links (vfat, some FUSE and CIFS mounts) it is created in
-    /// place with O_EXCL, as before: still exclusive, no longer atomic for readers.
+    /// (mkstemp) and then linked to `path`, so a reader (another process starting at
+    /// the same moment) sees the whole file or none, never an empty or partial one. On
+    /// a file system without hard links (vfat, some FUSE and CIFS mounts: `link` fails
+    /// with EPERM, EOPNOTSUPP or ENOSYS) it is created in place with O_EXCL: still
+    /// exclusive, no longer atomic for readers.
     public static func createExclusive(_ path: String, bytes: [UInt8], mode: mode_t) throws(SystemError) {
-        var tmp = path + ".tmp-\(getpid())-"
-        let fd = try syscallValue("open(\(path))") { () -> Int32 in
-            var fd: Int32 = -1
-            for _ in 0..<16 {
-                let candidate = tmp + String(UInt32.random(in: 0...UInt32.max), radix: 16)
-                fd = open(candidate, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-                if fd >= 0 { tmp = candidate; break }
-                if errno != EEXIST { break }
-            }
-            return fd
-        }
+        try createExclusive(path, bytes: bytes, mode: mode, link: { Glibc.link($0, $1) })
+    }
+
+    /// As above, with `link` standing in for link(2) (a test's file system without hard
+    /// links). (A default argument here crashed the compiler in a caller, Swift 6.3.1.)
+    public static func createExclusive(_ path: String, bytes: [UInt8], mode: mode_t,
+                                       link: (String, String) -> Int32) throws(SystemError) {
+        var template = Array((path + ".XXXXXX").utf8CString)
+        let fd = try syscallValue("mkstemp(\(path))") { template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) } }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        let tmp = String(cString: template)
         defer { unlink(tmp) }   // after the link, `path` holds it; on failure nothing is left
         try write(bytes, to: fd, mode: mode, path: path)
-        if linkCall(tmp, path) == 0 { return }
+        if link(tmp, path) == 0 { return }
         let e = errno
         guard e == EPERM || e == EOPNOTSUPP || e == ENOSYS else { throw SystemError("link(\(path))", errno: e) }
         let direct = try syscallValue("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
@@ -49,9 +50,6 @@ public enum Files {
             throw failed
         }
     }
-
-    /// link(2); a test puts a file system without hard links in its place.
-    nonisolated(unsafe) public static var linkCall: (String, String) -> Int32 = { link($0, $1) }
 
     /// Sets `mode` exactly, writes `bytes`, syncs and closes `fd`.
     private static func write(_ bytes: [UInt8], to fd: Int32, mode: mode_t, path: String) throws(SystemError) {

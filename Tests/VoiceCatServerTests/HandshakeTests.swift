@@ -96,24 +96,24 @@ final class HandshakeTests: XCTestCase {
         }
     }
 
-    func testAnIdentityFileOnAFileSystemWithoutHardLinksIsCreatedInPlace() throws {
+    func testAKeyFileOnAFileSystemWithoutHardLinksIsCreatedInPlace() throws {
         // vfat, some FUSE and CIFS mounts refuse link(2) (EPERM): the atomic create
         // would fail every start there; it creates the file in place instead.
-        let saved = Files.linkCall
-        Files.linkCall = { _, _ in errno = EPERM; return -1 }
-        defer { Files.linkCall = saved }
+        let noLinks: (String, String) -> Int32 = { _, _ in errno = EPERM; return -1 }
         let dir = TestEnvironment.makeDirectory()
         let path = dir + "/identity.key"
-        let (first, created) = try IdentityStore.create(path: path)
-        XCTAssertTrue(created)
-        XCTAssertEqual(try IdentityStore.load(path: path)?.publicKey, first.publicKey)
+        let text = Array("voicecat-identity-v1 00\n".utf8)
+        try Files.createExclusive(path, bytes: text, mode: 0o600, link: noLinks)
+        XCTAssertEqual(try Files.read(path), text)
         XCTAssertEqual(try Files.mode(path), 0o600)
-        let (again, createdAgain) = try IdentityStore.create(path: path)
-        XCTAssertFalse(createdAgain)
-        XCTAssertEqual(again.publicKey, first.publicKey)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["identity.key"], "temporary files left")
-        Files.linkCall = { _, _ in errno = EIO; return -1 }   // any other failure fails the create
-        XCTAssertThrowsError(try IdentityStore.create(path: dir + "/other.key")) { e in XCTAssertTrue("\(e)".contains("link("), "\(e)") }
+        XCTAssertThrowsError(try Files.createExclusive(path, bytes: [1], mode: 0o600, link: noLinks)) { e in
+            XCTAssertEqual((e as? SystemError)?.errno, EEXIST, "\(e)")
+        }
+        XCTAssertEqual(try Files.read(path), text, "an existing file was touched")
+        // Any other failure of link(2) fails the create, and leaves nothing.
+        XCTAssertThrowsError(try Files.createExclusive(dir + "/other.key", bytes: [1], mode: 0o600, link: { _, _ in errno = EIO; return -1 })) { e in
+            XCTAssertTrue("\(e)".contains("link("), "\(e)")
+        }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["identity.key"], "temporary files left")
     }
 
