@@ -1,7 +1,8 @@
 // Loss-adaptive FEC (issue #16), the pure halves on each end:
 //   * LossMeter: what a listener saw of one stream, by seq, before any recovery:
 //     frames expected, lost, and lost alone (both neighbours received), in buckets
-//     of one report interval; the report covers the last few of them.
+//     of one report interval; the report covers the last few of them. A run of
+//     losses longer than a second is an outage, left out of the counts.
 //   * FECPolicy: what a publisher does with the feedback the server derives from
 //     those reports: in-band FEC off on a clean path, on and sized to the measured
 //     loss when isolated losses are seen, with hysteresis, never beyond the
@@ -15,13 +16,25 @@ public final class LossMeter {
     /// A seq is judged once this many newer ones were seen (reordering within it is
     /// not loss): 8 frames, 160 ms at 20 ms.
     public static let reorderFrames: UInt64 = 8
-    /// Seqs held for judgement (a jump beyond it counts the gap lost in bulk).
+    /// Seqs held for judgement (a jump beyond it adds the gap to the run of losses at once).
     static let span = 256
-    /// A jump of more than this many seqs counts only this many (a stream that
-    /// resumes after a long outage reports it, without overflowing the counts).
-    static let maxBulkLoss: UInt64 = 1024
+    /// A run of consecutive losses longer than this much audio is an outage (the
+    /// path was cut: a Wi-Fi handover, a cable, a rebinding), not loss: no protection
+    /// an encoder can add rebuilds it (in-band FEC rebuilds one frame, DRED up to a
+    /// second), and reporting it would have the publisher raise its protection, for
+    /// every listener, for as long as the report window holds it. It is counted
+    /// neither expected nor lost; the frames around it are counted as usual.
+    public static let outageMs = 1000.0
 
     public let windowBuckets: Int
+    /// Runs of more losses than this are outages (`outageMs` of this stream's frames).
+    private var outageFrames: UInt64
+    /// The losses judged since the last frame judged received: counted when the run
+    /// ends (a frame received is judged), unless it is longer than `outageFrames`.
+    private var run: UInt64 = 0
+    /// Outages left out of the counts, and the frames they lost (since `reset`).
+    public private(set) var outages: UInt64 = 0
+    public private(set) var outageLost: UInt64 = 0
     private let received: UnsafeMutablePointer<Bool>     // ring by seq % span
     private let buckets: UnsafeMutablePointer<LossCounts>
     private var bucket = 0                               // the open bucket
@@ -29,10 +42,11 @@ public final class LossMeter {
     private var started = false
     private var base: UInt64 = 0                         // the next seq to judge
     private var highest: UInt64 = 0
-    private var previousReceived = true                  // was base - 1 received
 
-    public init(windowBuckets: Int = LossAggregation.windowBuckets) {
+    /// `frameMs`: the stream's frame length, which says how many lost frames make an outage.
+    public init(windowBuckets: Int = LossAggregation.windowBuckets, frameMs: Double = 20) {
         self.windowBuckets = max(1, windowBuckets)
+        outageFrames = LossMeter.outageFrames(frameMs: frameMs)
         received = .allocate(capacity: LossMeter.span)
         received.initialize(repeating: false, count: LossMeter.span)
         buckets = .allocate(capacity: self.windowBuckets + 1)
@@ -41,12 +55,19 @@ public final class LossMeter {
 
     deinit { received.deallocate(); buckets.deallocate() }
 
-    /// Forgets everything (a new stream).
-    public func reset() {
+    /// Forgets everything (a new stream, of `frameMs` frames).
+    public func reset(frameMs: Double = 20) {
         for i in 0..<LossMeter.span { received[i] = false }
         for i in 0...windowBuckets { buckets[i] = LossCounts() }
         bucket = 0; closed = 0
-        started = false; base = 0; highest = 0; previousReceived = true
+        started = false; base = 0; highest = 0
+        outageFrames = LossMeter.outageFrames(frameMs: frameMs)
+        run = 0; outages = 0; outageLost = 0
+    }
+
+    private static func outageFrames(frameMs: Double) -> UInt64 {
+        guard frameMs.isFinite && frameMs > 0 else { return 50 }
+        return max(2, UInt64((outageMs / frameMs).rounded(.down)))
     }
 
     private func index(_ seq: UInt64) -> Int { Int(seq % UInt64(LossMeter.span)) }
@@ -65,12 +86,8 @@ public final class LossMeter {
             if seq - base > reach {
                 // Beyond what the ring holds: judge what is held, count the rest lost.
                 while base <= highest { judge() }
-                let gap = seq - base
-                if gap > 0 {
-                    let n = UInt32(min(gap, LossMeter.maxBulkLoss))
-                    buckets[bucket].add(LossCounts(expected: n, lost: n, isolated: gap == 1 ? 1 : 0))
-                    previousReceived = false
-                }
+                // The seqs in between never came: part of a run (an outage, this long).
+                run = run &+ (seq - base)
                 base = seq
             }
             highest = seq
@@ -80,19 +97,24 @@ public final class LossMeter {
     }
 
     /// Judges `base` (its successor's fate is known, or assumed lost past `highest`).
+    /// A loss joins the run; a frame received ends it: the run is counted (a run of
+    /// one is an isolated loss: a run starts after a frame received), or left out as
+    /// an outage.
     private func judge() {
         let i = index(base)
         let got = received[i]
         received[i] = false
-        var c = LossCounts(expected: 1)
-        if !got {
-            c.lost = 1
-            let nextGot = base < highest && received[index(base + 1)]
-            if previousReceived && nextGot { c.isolated = 1 }
-        }
-        buckets[bucket].add(c)
-        previousReceived = got
         base += 1
+        guard got else { run = run &+ 1; return }
+        if run > outageFrames {
+            outages += 1
+            outageLost = outageLost &+ run
+        } else if run > 0 {
+            let n = UInt32(run)
+            buckets[bucket].add(LossCounts(expected: n, lost: n, isolated: run == 1 ? 1 : 0))
+        }
+        buckets[bucket].add(LossCounts(expected: 1))
+        run = 0
     }
 
     /// Closes the current interval: the counts of the last `windowBuckets` intervals.

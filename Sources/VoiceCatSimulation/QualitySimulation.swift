@@ -129,8 +129,8 @@ public enum QualitySimulation {
         dec.setChannels(audio.channels)
         var policy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
         let jitter = JitterBuffer(capacity: 64, maxPayload: 1500, frameSamples: audio.frameSamples)
-        let meter = LossMeter()
         let n = audio.frameSamples
+        let meter = LossMeter(frameMs: Double(n) / 48)
         let frames = pcm.count / n
         var r = Result()
         r.protection = [(0, policy.current.fec, policy.current.lossPercent)]

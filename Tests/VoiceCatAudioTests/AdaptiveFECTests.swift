@@ -125,23 +125,55 @@ final class LossMeterTests: XCTestCase {
         XCTAssertEqual(m.closeInterval(), LossCounts(expected: 200, lost: 1, isolated: 1), "nothing new arrived")
     }
 
-    func testALongGapIsCountedInBulkAndDuplicatesOrOldSeqsChangeNothing() {
+    func testALongGapIsAnOutageLeftOutOfTheCountsAndDuplicatesOrOldSeqsChangeNothing() {
         let m = LossMeter(windowBuckets: 5)
         for s in 0..<20 { m.record(seq: UInt64(s)) }
         m.record(seq: 5)          // old: judged already
         m.record(seq: 15)         // a duplicate within the reorder span
-        for s in 1020..<1040 { m.record(seq: UInt64(s)) }   // 1000 frames never came
+        for s in 1020..<1040 { m.record(seq: UInt64(s)) }   // 1000 frames never came: an outage
         let c = m.closeInterval()
-        XCTAssertEqual(c.lost, 1000)
-        XCTAssertEqual(c.isolated, 0)
-        XCTAssertEqual(c.expected, 1032)
+        XCTAssertEqual(c, LossCounts(expected: 32, lost: 0, isolated: 0), "20 before the outage, 12 judged after it")
+        XCTAssertEqual(m.outages, 1)
+        XCTAssertEqual(m.outageLost, 1000)
         XCTAssertNil(c.problem)
         m.reset()
         m.record(seq: 5_000_000)
-        m.record(seq: UInt64.max - 1)   // a hostile sender's jump: bounded
+        m.record(seq: UInt64.max - 1)   // a hostile sender's jump: an outage, nothing overflows
+        for s in 0..<20 { m.record(seq: UInt64.max - UInt64(20 - s)) }
         let d = m.closeInterval()
-        XCTAssertLessThanOrEqual(d.lost, 1024)
+        XCTAssertEqual(d.lost, 0)
         XCTAssertNil(d.problem)
+    }
+
+    /// A run of losses up to a second of audio is loss (counted, a run of one isolated);
+    /// a longer one is an outage (the path was cut), which no protection rebuilds.
+    func testRunsUpToASecondAreLossAndLongerOnesAreOutagesAtEveryFrameLength() {
+        for (frameMs, limit) in [(20.0, 50), (10.0, 100), (60.0, 16), (2.5, 400)] {
+            for (run, counted) in [(1, true), (limit, true), (limit + 1, false)] {
+                let m = LossMeter(windowBuckets: 5, frameMs: frameMs)
+                // Received 0..<100, lost `run` frames, received 100 more, and an
+                // isolated loss among them (seq run + 150).
+                var seqs = Array(0..<100) + Array((100 + run)..<(200 + run))
+                seqs.removeAll { $0 == 150 + run }
+                for s in seqs { m.record(seq: UInt64(s)) }
+                let c = m.closeInterval()
+                let judged = UInt32(200 + run - 8)   // the newest 8 wait for their successors
+                let what = "\(frameMs) ms frames, a run of \(run)"
+                if counted {
+                    XCTAssertEqual(c, LossCounts(expected: judged, lost: UInt32(run) + 1, isolated: run == 1 ? 2 : 1), what)
+                    XCTAssertEqual(m.outages, 0, what)
+                } else {
+                    XCTAssertEqual(c, LossCounts(expected: judged - UInt32(run), lost: 1, isolated: 1), what)
+                    XCTAssertEqual(m.outages, 1, what)
+                    XCTAssertEqual(m.outageLost, UInt64(run), what)
+                }
+            }
+        }
+        // The limit follows the stream: a meter reset for 10 ms frames counts a run of 100.
+        let m = LossMeter(windowBuckets: 5)
+        m.reset(frameMs: 10)
+        for s in Array(0..<50) + Array(150..<200) { m.record(seq: UInt64(s)) }
+        XCTAssertEqual(m.closeInterval().lost, 100)
     }
 }
 

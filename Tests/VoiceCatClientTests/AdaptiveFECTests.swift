@@ -24,6 +24,27 @@ final class AdaptiveFECTests: XCTestCase {
         return false
     }
 
+    /// Feeds speech-like audio to `client`'s stream `sid` in real time, a 20 ms frame
+    /// every 20 ms, on a thread of its own until the returned function is called.
+    func talk(_ client: VoiceClient, streamID sid: UInt32) -> () -> Void {
+        let stop = Atomic<Bool>(false)
+        let feeder = Thread {
+            let voice = Signal.glidingVoice(seconds: 10)
+            let start = MonotonicClock.nanoseconds()
+            var k: UInt64 = 0
+            while !stop.load(ordering: .relaxed) {
+                let at = Int(k % UInt64(voice.count / 960)) * 960
+                _ = try? voice.withUnsafeBufferPointer { try client.feed(streamID: sid, pcm: $0.baseAddress! + at, frames: 960, channels: 1) }
+                k += 1
+                let due = start + k * 20_000_000
+                let now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+        }
+        feeder.start()
+        return { stop.store(true, ordering: .relaxed); usleep(50_000) }
+    }
+
     func testALossyListenerRaisesThePublishersProtectionAndItFallsBackWhenItLeaves() throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -56,22 +77,8 @@ final class AdaptiveFECTests: XCTestCase {
         XCTAssertEqual(st.ceiling, st.protection)
 
         // Alex talks in real time for the whole test; both listeners render what they get.
-        let stop = Atomic<Bool>(false)
-        let feeder = Thread {
-            let voice = Signal.glidingVoice(seconds: 10)
-            let start = MonotonicClock.nanoseconds()
-            var k: UInt64 = 0
-            while !stop.load(ordering: .relaxed) {
-                let at = Int(k % UInt64(voice.count / 960)) * 960
-                _ = try? voice.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + at, frames: 960, channels: 1) }
-                k += 1
-                let due = start + k * 20_000_000
-                let now = MonotonicClock.nanoseconds()
-                if due > now { usleep(UInt32((due - now) / 1000)) }
-            }
-        }
-        feeder.start()
-        defer { stop.store(true, ordering: .relaxed); usleep(50_000) }
+        let stopFeeding = talk(alex, streamID: sid)
+        defer { stopFeeding() }
         try sam.waitForRemote(ssrc: ssrc)
         try sam.setSink { _, _ in }
 
@@ -121,5 +128,58 @@ final class AdaptiveFECTests: XCTestCase {
         XCTAssertTrue(texts.first?.hasPrefix("\(sid) FEC off") == true, "\(texts)")
         XCTAssertTrue(texts.contains { $0.hasPrefix("\(sid) FEC on") }, "\(texts)")
         XCTAssertTrue(texts.last?.hasPrefix("\(sid) FEC off") == true, "\(texts)")
+    }
+    /// A listener's media path cut for 3 s (the trial's UDP outage) loses every frame of
+    /// the cut, but no protection rebuilds an outage: the publisher's encoder must not
+    /// be told "listeners lose 88 %" once the path is back (before: PROTECTION_CHANGED
+    /// to the ceiling for the few seconds the reports' window held the outage).
+    func testAnOutageOfTheListenersPathDoesNotRaiseThePublishersProtection() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var clean = Impairment()
+        clean.baseDelayMs = 5
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: clean, seed: 17)
+        defer { proxy.stop() }
+        var cfg = ClientConfig()
+        cfg.externalPlayback = true
+        let alex = try VoiceClient(config: cfg), kim = try VoiceClient(config: cfg)
+        defer { alex.shutdown(); kim.shutdown() }
+        try alex.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try kim.connect(host: "127.0.0.1", port: proxy.port, username: "kim", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try alex.joinChannel("Lobby")
+        try kim.joinChannel("Lobby")
+        let changes = NSMutableArray()
+        alex.setEventHandler { e in
+            if e.type == .protectionChanged { changes.add("\(MonotonicClock.milliseconds()) \(e.text)") }
+        }
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        let stopFeeding = talk(alex, streamID: sid)
+        defer { stopFeeding() }
+        try kim.waitForRemote(ssrc: ssrc)
+        try kim.setSink { _, _ in }
+        wait("FEC off with a clean listener") { (try? alex.sendStats(streamID: sid))?.protection == FECPolicy.Protection(fec: false, lossPercent: 0) }
+        let before = try alex.sendStats(streamID: sid)
+
+        var cut = Impairment()
+        cut.lossGood = 1
+        proxy.setImpairment(upstream: cut, downstream: cut)
+        usleep(3_000_000)
+        let cutEndMs = MonotonicClock.milliseconds()
+        proxy.setImpairment(upstream: clean, downstream: clean)
+        let receivedAtCutEnd = try kim.streamStats(ssrc: ssrc).jitter.packetsReceived
+        wait("kim hears alex again") { ((try? kim.streamStats(ssrc: ssrc))?.jitter.packetsReceived ?? 0) > receivedAtCutEnd + 50 }
+        // Six more seconds: longer than the reports' window (5 intervals of 1 s).
+        usleep(6_000_000)
+        let after = try alex.sendStats(streamID: sid)
+        let k = try kim.streamStats(ssrc: ssrc).jitter
+        print("outage of 3 s: kim lost \(k.packetsLost) of \(k.packetsReceived + k.packetsLost); alex's protection \(after.protection), "
+              + "last report \(after.reported) from \(after.listeners) listener(s); changes since \(cutEndMs): \(changes)")
+        XCTAssertGreaterThan(k.packetsLost, 100, "the cut lost the frames sent during it")
+        XCTAssertEqual(after.protection, before.protection, "an outage is not loss protection can rebuild")
+        XCTAssertEqual(after.changes, before.changes, "no PROTECTION_CHANGED for an outage: \(changes)")
+        XCTAssertEqual(after.reported.lost, 0, "the reports leave the outage out")
+        XCTAssertGreaterThan(after.feedbacks, before.feedbacks, "kim kept reporting")
     }
 }
