@@ -271,7 +271,9 @@ typedef struct vc_client_config {
                                         refusals are retried: a server that has not yet noticed the old
                                         connection died (it went silent, not closed) refuses the same
                                         username until it reaps the old session (its reap_seconds, 30 s
-                                        by default). Default 0:
+                                        by default). Each failed attempt is logged (vc_set_log_callback,
+                                        level 1) with its reason, e.g. "reconnect attempt 3 failed: the
+                                        server did not answer the handshake in time". Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */
     int32_t resampler_quality;     /**< SpeexDSP resampler quality 0..10 for every sample-rate conversion
                                         of this client (fed or captured audio at another rate, the output

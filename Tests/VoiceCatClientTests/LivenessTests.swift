@@ -204,6 +204,12 @@ final class LivenessTests: XCTestCase {
         defer { feeder.finish() }
         XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(listener, ssrc0) > 25 })
 
+        // The header promises each failed attempt in the log, with its reason.
+        let attempts = NSMutableArray()
+        ClientLog.setSink(ClientLog.Sink { level, line in
+            if line.hasPrefix("reconnect attempt") { attempts.add("\(level) \(line)") }
+        })
+        defer { ClientLog.setSink(nil) }
         let stallMs = MonotonicClock.milliseconds()
         proxy.setTCPStalled(true)
         // A join during the stall times out; the server applies it when TCP resumes.
@@ -235,7 +241,10 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(slow.currentChannelAudio, AudioConfig.music)
         print("TCP stall 20 s: plain client DISCONNECTED (ping timeout) \(deadAfter) ms into the stall; auto-reconnect client "
               + "RECONNECTING \(((reconnecting?.ms ?? stallMs) - stallMs)) ms into it, RECONNECTED \(backAfter) ms after TCP resumed; "
-              + "stream \(sid): ssrc \(ssrc0) → \(ssrc1 ?? 0); late join reconciled to Music")
+              + "stream \(sid): ssrc \(ssrc0) → \(ssrc1 ?? 0); late join reconciled to Music; failed attempts logged: \(attempts)")
+        let logged = attempts.compactMap { $0 as? String }
+        XCTAssertFalse(logged.isEmpty, "no failed reconnect attempt was logged")
+        XCTAssertTrue(logged.allSatisfy { $0.hasPrefix("1 reconnect attempt ") && $0.contains(" failed: ") }, "\(logged)")
         XCTAssertLessThanOrEqual(deadAfter, 3000 + 4000)
         XCTAssertLessThanOrEqual(backAfter, 5000 + 5000)
         XCTAssertEqual(talkLog.count(.reconnecting), 1)

@@ -509,7 +509,8 @@ class Client:
         after a lost control connection (RECONNECTING, then RECONNECTED: channel
         re-joined, streams re-announced under the same ids; its ``channel_id`` is 0 when
         the channel could not be joined again, an ERROR event after it says why and the
-        streams are stopped).
+        streams are stopped). Each failed attempt is logged as a warning with its reason
+        (to ``logging.getLogger("voicecat.library")``, or to :func:`set_log_handler`'s).
 
         The others override the library's defaults: keepalive 5000 ms (TCP ping and idle
         UDP keepalive; 0.5 s while streams are active), 32 remote streams, 256 queued
