@@ -2,7 +2,8 @@
 //   * LossMeter: what a listener saw of one stream, by seq, before any recovery:
 //     frames expected, lost, and lost alone (both neighbours received), in buckets
 //     of one report interval; the report covers the last few of them. A run of
-//     losses longer than a second is an outage, left out of the counts.
+//     losses that spans more than a second (by the timestamps around it) is an
+//     outage, left out of the counts.
 //   * FECPolicy: what a publisher does with the feedback the server derives from
 //     those reports: in-band FEC off on a clean path, on and sized to the measured
 //     loss when isolated losses are seen, with hysteresis, never beyond the
@@ -18,17 +19,26 @@ public final class LossMeter {
     public static let reorderFrames: UInt64 = 8
     /// Seqs held for judgement (a jump beyond it adds the gap to the run of losses at once).
     static let span = 256
-    /// A run of consecutive losses longer than this much audio is an outage (the
-    /// path was cut: a Wi-Fi handover, a cable, a rebinding), not loss: no protection
-    /// an encoder can add rebuilds it (in-band FEC rebuilds one frame, DRED up to a
-    /// second), and reporting it would have the publisher raise its protection, for
-    /// every listener, for as long as the report window holds it. It is counted
-    /// neither expected nor lost; the frames around it are counted as usual.
+    /// A run of consecutive losses over more than this much of the stream's time is
+    /// an outage (the path was cut: a Wi-Fi handover, a cable, a rebinding), not the
+    /// loss FEC is sized for: in-band FEC rebuilds one frame (and this project's DRED,
+    /// where libopus has it, 100 ms), and reporting it would have the publisher raise
+    /// its FEC and expected loss, for every listener, for as long as the report window
+    /// holds it. It is counted neither expected nor lost; the frames around it are
+    /// counted as usual. The run's length is the time between the timestamps of the
+    /// frames received on either side of it, less a frame: a stream that sends
+    /// sparsely (DTX comfort-noise updates, a closed gate) loses few seqs in a long
+    /// cut. A run of more than a second's worth of seqs is an outage whatever its
+    /// timestamps say.
     public static let outageMs = 1000.0
 
     public let windowBuckets: Int
     /// Runs of more losses than this are outages (`outageMs` of this stream's frames).
     private var outageFrames: UInt64
+    /// The stream's frame length in 48 kHz samples (timestamp units).
+    private var frameSamples: Int64
+    /// The timestamp of the last frame judged received (a run starts after it).
+    private var lastReceivedTS: UInt32 = 0
     /// The losses judged since the last frame judged received: counted when the run
     /// ends (a frame received is judged), unless it is longer than `outageFrames`.
     private var run: UInt64 = 0
@@ -36,6 +46,7 @@ public final class LossMeter {
     public private(set) var outages: UInt64 = 0
     public private(set) var outageLost: UInt64 = 0
     private let received: UnsafeMutablePointer<Bool>     // ring by seq % span
+    private let timestamps: UnsafeMutablePointer<UInt32> // the received ones' timestamps, by seq % span
     private let buckets: UnsafeMutablePointer<LossCounts>
     private var bucket = 0                               // the open bucket
     private var closed = 0                               // buckets closed so far (up to windowBuckets)
@@ -47,13 +58,16 @@ public final class LossMeter {
     public init(windowBuckets: Int = LossAggregation.windowBuckets, frameMs: Double = 20) {
         self.windowBuckets = max(1, windowBuckets)
         outageFrames = LossMeter.outageFrames(frameMs: frameMs)
+        frameSamples = LossMeter.frameSamples(frameMs: frameMs)
         received = .allocate(capacity: LossMeter.span)
         received.initialize(repeating: false, count: LossMeter.span)
+        timestamps = .allocate(capacity: LossMeter.span)
+        timestamps.initialize(repeating: 0, count: LossMeter.span)
         buckets = .allocate(capacity: self.windowBuckets + 1)
         buckets.initialize(repeating: LossCounts(), count: self.windowBuckets + 1)
     }
 
-    deinit { received.deallocate(); buckets.deallocate() }
+    deinit { received.deallocate(); timestamps.deallocate(); buckets.deallocate() }
 
     /// Forgets everything (a new stream, of `frameMs` frames).
     public func reset(frameMs: Double = 20) {
@@ -62,22 +76,30 @@ public final class LossMeter {
         bucket = 0; closed = 0
         started = false; base = 0; highest = 0
         outageFrames = LossMeter.outageFrames(frameMs: frameMs)
-        run = 0; outages = 0; outageLost = 0
+        frameSamples = LossMeter.frameSamples(frameMs: frameMs)
+        run = 0; outages = 0; outageLost = 0; lastReceivedTS = 0
+    }
+
+    /// Frame lengths outside the codec's 2.5–60 ms are taken as 20 ms.
+    private static func validFrameMs(_ frameMs: Double) -> Double {
+        frameMs.isFinite && frameMs >= 2.5 && frameMs <= 60 ? frameMs : 20
     }
 
     private static func outageFrames(frameMs: Double) -> UInt64 {
-        guard frameMs.isFinite && frameMs > 0 else { return 50 }
-        return max(2, UInt64((outageMs / frameMs).rounded(.down)))
+        UInt64((outageMs / validFrameMs(frameMs)).rounded(.down))
     }
+
+    private static func frameSamples(frameMs: Double) -> Int64 { Int64((validFrameMs(frameMs) * 48).rounded()) }
 
     private func index(_ seq: UInt64) -> Int { Int(seq % UInt64(LossMeter.span)) }
 
-    /// One frame received.
-    public func record(seq: UInt64) {
+    /// One frame received: its seq and its timestamp (48 kHz samples).
+    public func record(seq: UInt64, timestamp: UInt32) {
         guard started else {
             started = true
             base = seq; highest = seq
             received[index(seq)] = true
+            timestamps[index(seq)] = timestamp
             return
         }
         guard seq >= base else { return }   // judged lost already: it came too late
@@ -93,6 +115,7 @@ public final class LossMeter {
             highest = seq
         }
         received[index(seq)] = true
+        timestamps[index(seq)] = timestamp
         while highest - base >= LossMeter.reorderFrames { judge() }
     }
 
@@ -106,7 +129,12 @@ public final class LossMeter {
         received[i] = false
         base += 1
         guard got else { run = run &+ 1; return }
-        if run > outageFrames {
+        let ts = timestamps[i]
+        // The time the run spans: from the end of the frame received before it to the
+        // start of this one (timestamps that go backwards say nothing: seqs decide).
+        let span = Int64(Int32(bitPattern: ts &- lastReceivedTS)) - frameSamples
+        lastReceivedTS = ts
+        if run > outageFrames || (run > 0 && span > Int64(LossMeter.outageMs * 48)) {
             outages += 1
             outageLost = outageLost &+ run
         } else if run > 0 {

@@ -181,7 +181,7 @@ final class RemoteSlot {
         // A stream's first frames: the buffer starts with the session's lateness.
         if jitter.awaitsPrior, let first = inbox.firstArrivalMs { lateness.seed(jitter, arrivalMs: first) }
         inbox.drain { e, payload in
-            lossMeter.record(seq: e.seq)
+            lossMeter.record(seq: e.seq, timestamp: e.timestamp)
             jitter.insert(seq: e.seq, timestamp: e.timestamp, flags: e.flags, payload: payload, arrivalMs: e.arrivalMs)
         }
     }

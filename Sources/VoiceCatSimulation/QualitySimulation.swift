@@ -187,7 +187,7 @@ public enum QualitySimulation {
             var taken = 0
             while taken < inFlight.count && inFlight[taken].at <= tick {
                 let a = inFlight[taken]
-                meter.record(seq: a.seq)
+                meter.record(seq: a.seq, timestamp: a.ts)
                 a.packet.withUnsafeBytes { _ = jitter.insert(seq: a.seq, timestamp: a.ts, flags: a.flags, payload: $0, arrivalMs: a.at) }
                 taken += 1
             }

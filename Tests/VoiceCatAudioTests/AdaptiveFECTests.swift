@@ -106,42 +106,50 @@ final class PacketFECTests: XCTestCase {
     }
 }
 
+extension LossMeter {
+    /// Frame `s` of a stream that sends every frame: seq s, timestamp s frames.
+    func record(frame s: Int, frameSamples: Int = 960) {
+        record(seq: UInt64(s), timestamp: UInt32(truncatingIfNeeded: s * frameSamples))
+    }
+}
+
 final class LossMeterTests: XCTestCase {
     func testIsolatedAndBurstLossesAreCountedOnceEachOverTheWindow() {
         let m = LossMeter(windowBuckets: 3)
         // 100 frames: 10 and 50 lost alone, 30-32 in a burst, 70 arrives 3 frames late (not lost).
         var order = Array(0..<100).filter { ![10, 30, 31, 32, 50, 70].contains($0) }
         order.insert(70, at: order.firstIndex(of: 73)! + 1)
-        for s in order { m.record(seq: UInt64(s)) }
+        for s in order { m.record(frame: s) }
         let c = m.closeInterval()
         // The newest 8 seqs wait for their successors' fate.
         XCTAssertEqual(c, LossCounts(expected: 92, lost: 5, isolated: 2))
-        for s in 100..<200 { m.record(seq: UInt64(s)) }
+        for s in 100..<200 { m.record(frame: s) }
         XCTAssertEqual(m.closeInterval(), LossCounts(expected: 192, lost: 5, isolated: 2), "the window holds both intervals")
-        for s in 200..<300 where s != 250 { m.record(seq: UInt64(s)) }
+        for s in 200..<300 where s != 250 { m.record(frame: s) }
         XCTAssertEqual(m.closeInterval(), LossCounts(expected: 292, lost: 6, isolated: 3))
-        for s in 300..<400 { m.record(seq: UInt64(s)) }
+        for s in 300..<400 { m.record(frame: s) }
         XCTAssertEqual(m.closeInterval(), LossCounts(expected: 300, lost: 1, isolated: 1), "the first interval left the window")
         XCTAssertEqual(m.closeInterval(), LossCounts(expected: 200, lost: 1, isolated: 1), "nothing new arrived")
     }
 
     func testALongGapIsAnOutageLeftOutOfTheCountsAndDuplicatesOrOldSeqsChangeNothing() {
         let m = LossMeter(windowBuckets: 5)
-        for s in 0..<20 { m.record(seq: UInt64(s)) }
-        m.record(seq: 5)          // old: judged already
-        m.record(seq: 15)         // a duplicate within the reorder span
-        for s in 1020..<1040 { m.record(seq: UInt64(s)) }   // 1000 frames never came: an outage
+        for s in 0..<20 { m.record(frame: s) }
+        m.record(frame: 5)        // old: judged already
+        m.record(frame: 15)       // a duplicate within the reorder span
+        for s in 1020..<1040 { m.record(frame: s) }   // 1000 frames never came: an outage
         let c = m.closeInterval()
         XCTAssertEqual(c, LossCounts(expected: 32, lost: 0, isolated: 0), "20 before the outage, 12 judged after it")
         XCTAssertEqual(m.outages, 1)
         XCTAssertEqual(m.outageLost, 1000)
         XCTAssertNil(c.problem)
         m.reset()
-        m.record(seq: 5_000_000)
-        m.record(seq: UInt64.max - 1)   // a hostile sender's jump: an outage, nothing overflows
-        for s in 0..<20 { m.record(seq: UInt64.max - UInt64(20 - s)) }
+        // A hostile sender's jump near the end of the seq space: an outage, nothing overflows.
+        for s in 0..<20 { m.record(frame: s) }
+        for k in (11...40).reversed() { m.record(seq: UInt64.max - UInt64(k), timestamp: UInt32(truncatingIfNeeded: 40 - k) &* 960) }
         let d = m.closeInterval()
-        XCTAssertEqual(d.lost, 0)
+        XCTAssertEqual(d, LossCounts(expected: 20 + 22, lost: 0, isolated: 0), "the frames on either side are counted")
+        XCTAssertEqual(m.outages, 1)
         XCTAssertNil(d.problem)
     }
 
@@ -155,7 +163,7 @@ final class LossMeterTests: XCTestCase {
                 // isolated loss among them (seq run + 150).
                 var seqs = Array(0..<100) + Array((100 + run)..<(200 + run))
                 seqs.removeAll { $0 == 150 + run }
-                for s in seqs { m.record(seq: UInt64(s)) }
+                for s in seqs { m.record(frame: s, frameSamples: Int(frameMs * 48)) }
                 let c = m.closeInterval()
                 let judged = UInt32(200 + run - 8)   // the newest 8 wait for their successors
                 let what = "\(frameMs) ms frames, a run of \(run)"
@@ -172,8 +180,44 @@ final class LossMeterTests: XCTestCase {
         // The limit follows the stream: a meter reset for 10 ms frames counts a run of 100.
         let m = LossMeter(windowBuckets: 5)
         m.reset(frameMs: 10)
-        for s in Array(0..<50) + Array(150..<200) { m.record(seq: UInt64(s)) }
+        for s in Array(0..<50) + Array(150..<200) { m.record(frame: s, frameSamples: 480) }
         XCTAssertEqual(m.closeInterval().lost, 100)
+    }
+
+    /// A stream that sends sparsely (DTX: a comfort-noise update every 400 ms; a closed
+    /// gate) loses few seqs in a long cut: the run is measured by its timestamps. (Found
+    /// by review: a 3 s cut while the talker spoke 0.8 s lost 45 seqs and was reported
+    /// as 18 % loss.)
+    func testARunIsMeasuredByTheTimeItSpansNotOnlyByItsSeqs() {
+        let m = LossMeter(windowBuckets: 5, frameMs: 20)
+        var seq: UInt64 = 0, ts: UInt32 = 0
+        func received(_ n: Int, stepMs: UInt32 = 20) {
+            for _ in 0..<n { m.record(seq: seq, timestamp: ts); seq += 1; ts &+= stepMs * 48 }
+        }
+        received(150)
+        // The cut: 0.8 s of speech (40 frames) then 2.2 s of DTX (5 updates) never come.
+        seq += 45; ts &+= 3000 * 48
+        received(60)
+        var c = m.closeInterval()
+        XCTAssertEqual(c, LossCounts(expected: 150 + 52, lost: 0, isolated: 0), "a 3 s cut is an outage")
+        XCTAssertEqual(m.outages, 1)
+        XCTAssertEqual(m.outageLost, 45)
+        // In DTX (updates 400 ms apart), one update lost is an isolated loss, not an outage;
+        // a pause with nothing lost is nothing.
+        m.reset(frameMs: 20); seq = 0; ts = 0
+        received(20, stepMs: 400)
+        seq += 1; ts &+= 400 * 48
+        received(20, stepMs: 400)
+        c = m.closeInterval()
+        XCTAssertEqual(c, LossCounts(expected: 20 + 1 + 12, lost: 1, isolated: 1))
+        XCTAssertEqual(m.outages, 0)
+        // Timestamps that go backwards (a hostile sender) say nothing: the seqs decide.
+        m.reset(frameMs: 20); seq = 0; ts = 1_000_000
+        received(20)
+        seq += 30; ts &-= 500_000
+        received(20)
+        XCTAssertEqual(m.closeInterval().lost, 30)
+        XCTAssertEqual(m.outages, 0)
     }
 }
 
