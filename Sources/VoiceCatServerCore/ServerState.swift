@@ -298,31 +298,28 @@ final class Session {
     func refreshPresenceEntry() { presenceEntry = presenceRecord.encoded(asField: UserList.usersField) }
 }
 
-/// The ssrcs of the last few streams a session removed, and when: a frame of one that
-/// comes within `graceMs` (sent before the client stopped or restarted the stream, and
-/// overtaken by its control message) is an ended stream's, not a spoofed ssrc. Fixed
-/// size: a session announcing and removing streams in a loop keeps four.
+/// The ssrcs of the streams a session removed within the last `graceMs`, and when: a
+/// frame of one that comes within `graceMs` (sent before the client stopped or
+/// restarted the stream, or moved to another channel, and overtaken by its control
+/// message) is an ended stream's, not a spoofed ssrc. Every stream a channel move ends
+/// is kept, however many the session had (max_streams_per_user is up to 64; a ring of
+/// four counted the fifth and later as spoofed). Empty, it allocates nothing (an idle
+/// session holds none); a session announcing and removing streams in a loop keeps at
+/// most `capacity`, the newest.
 struct EndedStreams {
     static let graceMs: UInt64 = 2000
-    private var ssrcs: (UInt32, UInt32, UInt32, UInt32) = (0, 0, 0, 0)
-    private var atMs: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-    private var next = 0
+    static let capacity = 128
+    private var ended: [(ssrc: UInt32, atMs: UInt64)] = []
 
     mutating func note(_ ssrc: UInt32, nowMs: UInt64) {
-        switch next {
-        case 0: ssrcs.0 = ssrc; atMs.0 = nowMs
-        case 1: ssrcs.1 = ssrc; atMs.1 = nowMs
-        case 2: ssrcs.2 = ssrc; atMs.2 = nowMs
-        default: ssrcs.3 = ssrc; atMs.3 = nowMs
-        }
-        next = (next + 1) & 3
+        ended.removeAll { nowMs &- $0.atMs > EndedStreams.graceMs }
+        if ended.count >= EndedStreams.capacity { ended.removeFirst(ended.count - EndedStreams.capacity + 1) }
+        ended.append((ssrc, nowMs))
     }
 
     /// True when `ssrc` (never 0: no stream has it) was removed within `graceMs` of `nowMs`.
     func contains(_ ssrc: UInt32, nowMs: UInt64) -> Bool {
-        func recent(_ s: UInt32, _ at: UInt64) -> Bool { s == ssrc && nowMs &- at <= EndedStreams.graceMs }
-        return ssrc != 0 && (recent(ssrcs.0, atMs.0) || recent(ssrcs.1, atMs.1) || recent(ssrcs.2, atMs.2)
-                             || recent(ssrcs.3, atMs.3))
+        ssrc != 0 && ended.contains { $0.ssrc == ssrc && nowMs &- $0.atMs <= EndedStreams.graceMs }
     }
 }
 

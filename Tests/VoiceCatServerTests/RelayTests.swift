@@ -78,6 +78,26 @@ final class RelayTests: XCTestCase {
         XCTAssertNil(b.receiveDatagram(timeoutMs: 200), "a dropped frame was relayed")
     }
 
+    /// A session with more streams than the four the ended-stream record used to hold
+    /// (max_streams_per_user 8) moves to another channel: the frames still in flight of
+    /// every stream it had are ended-stream drops, not spoofing (they were: 4 of 8).
+    func testFramesOfEveryStreamEndedByAChannelMoveAreCountedAsEnded() throws {
+        let ts = try TestServer { $0.maxStreamsPerUser = 8 }
+        defer { ts.stop() }
+        let a = try TestClient.login(port: ts.port, username: "alex")
+        _ = try a.join("Lobby")
+        var ssrcs: [UInt32] = []
+        for id in 1...8 { ssrcs.append(try a.announce(streamID: UInt32(id)).ssrc) }
+        try a.bind()
+        _ = try a.join("Music")
+        for (i, ssrc) in ssrcs.enumerated() {
+            a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: UInt64(i), timestamp: 0, opus: randomOpus(40)))
+        }
+        let c = ts.waitFor("8 frames of ended streams dropped") { $0.dropEndedStream + $0.dropSpoofedSSRC == 8 }
+        XCTAssertEqual(c.dropEndedStream, 8)
+        XCTAssertEqual(c.dropSpoofedSSRC, 0)
+    }
+
     func testBadMediaIsDroppedAndCountedWhileHonestClientsKeepWorking() throws {
         let ts = try TestServer()
         defer { ts.stop() }
