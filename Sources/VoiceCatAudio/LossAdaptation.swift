@@ -31,16 +31,15 @@ public final class LossMeter {
     /// cut. A run of more than a second's worth of seqs is an outage whatever its
     /// timestamps say.
     public static let outageMs = 1000.0
+    private static let outageSamples = Int64(outageMs * 48)
 
     public let windowBuckets: Int
-    /// Runs of more losses than this are outages (`outageMs` of this stream's frames).
-    private var outageFrames: UInt64
     /// The stream's frame length in 48 kHz samples (timestamp units).
     private var frameSamples: Int64
     /// The timestamp of the last frame judged received (a run starts after it).
     private var lastReceivedTS: UInt32 = 0
     /// The losses judged since the last frame judged received: counted when the run
-    /// ends (a frame received is judged), unless it is longer than `outageFrames`.
+    /// ends (a frame received is judged), unless it is an outage.
     private var run: UInt64 = 0
     /// Outages left out of the counts, and the frames they lost (since `reset`).
     public private(set) var outages: UInt64 = 0
@@ -54,11 +53,11 @@ public final class LossMeter {
     private var base: UInt64 = 0                         // the next seq to judge
     private var highest: UInt64 = 0
 
-    /// `frameMs`: the stream's frame length, which says how many lost frames make an outage.
-    public init(windowBuckets: Int = LossAggregation.windowBuckets, frameMs: Double = 20) {
+    /// `frameSamples`: the stream's frame length at 48 kHz, which says how many lost
+    /// frames make an outage.
+    public init(windowBuckets: Int = LossAggregation.windowBuckets, frameSamples: Int = 960) {
         self.windowBuckets = max(1, windowBuckets)
-        outageFrames = LossMeter.outageFrames(frameMs: frameMs)
-        frameSamples = LossMeter.frameSamples(frameMs: frameMs)
+        self.frameSamples = LossMeter.validFrameSamples(frameSamples)
         received = .allocate(capacity: LossMeter.span)
         received.initialize(repeating: false, count: LossMeter.span)
         timestamps = .allocate(capacity: LossMeter.span)
@@ -69,27 +68,18 @@ public final class LossMeter {
 
     deinit { received.deallocate(); timestamps.deallocate(); buckets.deallocate() }
 
-    /// Forgets everything (a new stream, of `frameMs` frames).
-    public func reset(frameMs: Double = 20) {
+    /// Forgets everything (a new stream, of `frameSamples` frames at 48 kHz).
+    public func reset(frameSamples: Int = 960) {
         for i in 0..<LossMeter.span { received[i] = false }
         for i in 0...windowBuckets { buckets[i] = LossCounts() }
         bucket = 0; closed = 0
         started = false; base = 0; highest = 0
-        outageFrames = LossMeter.outageFrames(frameMs: frameMs)
-        frameSamples = LossMeter.frameSamples(frameMs: frameMs)
+        self.frameSamples = LossMeter.validFrameSamples(frameSamples)
         run = 0; outages = 0; outageLost = 0; lastReceivedTS = 0
     }
 
     /// Frame lengths outside the codec's 2.5–60 ms are taken as 20 ms.
-    private static func validFrameMs(_ frameMs: Double) -> Double {
-        frameMs.isFinite && frameMs >= 2.5 && frameMs <= 60 ? frameMs : 20
-    }
-
-    private static func outageFrames(frameMs: Double) -> UInt64 {
-        UInt64((outageMs / validFrameMs(frameMs)).rounded(.down))
-    }
-
-    private static func frameSamples(frameMs: Double) -> Int64 { Int64((validFrameMs(frameMs) * 48).rounded()) }
+    private static func validFrameSamples(_ n: Int) -> Int64 { (120...2880).contains(n) ? Int64(n) : 960 }
 
     private func index(_ seq: UInt64) -> Int { Int(seq % UInt64(LossMeter.span)) }
 
@@ -106,9 +96,9 @@ public final class LossMeter {
         if seq > highest {
             let reach = UInt64(LossMeter.span) - LossMeter.reorderFrames - 1
             if seq - base > reach {
-                // Beyond what the ring holds: judge what is held, count the rest lost.
+                // Beyond what the ring holds: judge what is held; the seqs in between
+                // never came, a run of losses (an outage, this long).
                 while base <= highest { judge() }
-                // The seqs in between never came: part of a run (an outage, this long).
                 run = run &+ (seq - base)
                 base = seq
             }
@@ -134,7 +124,8 @@ public final class LossMeter {
         // start of this one (timestamps that go backwards say nothing: seqs decide).
         let span = Int64(Int32(bitPattern: ts &- lastReceivedTS)) - frameSamples
         lastReceivedTS = ts
-        if run > outageFrames || (run > 0 && span > Int64(LossMeter.outageMs * 48)) {
+        // Longer than a second by its timestamps, or by its seqs.
+        if run > 0 && (span > LossMeter.outageSamples || run > UInt64(LossMeter.outageSamples / frameSamples)) {
             outages += 1
             outageLost = outageLost &+ run
         } else if run > 0 {

@@ -153,7 +153,7 @@ final class RemoteSlot {
         // FEC where the successor's header says it carries it (senders switch FEC
         // with the loss their listeners report, so the channel's setting says little).
         jitter.recoveryAvailable = dredWanted
-        lossMeter.reset(frameMs: Double(frameSamples) / 48)
+        lossMeter.reset(frameSamples: frameSamples)
         overflowsSeen = 0
         reportHold = 0
         decoder.setChannels(channels)   // a mono stream decodes mono: cheaper

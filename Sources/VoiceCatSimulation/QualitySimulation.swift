@@ -130,7 +130,7 @@ public enum QualitySimulation {
         var policy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
         let jitter = JitterBuffer(capacity: 64, maxPayload: 1500, frameSamples: audio.frameSamples)
         let n = audio.frameSamples
-        let meter = LossMeter(frameMs: Double(n) / 48)
+        let meter = LossMeter(frameSamples: n)
         let frames = pcm.count / n
         var r = Result()
         r.protection = [(0, policy.current.fec, policy.current.lossPercent)]

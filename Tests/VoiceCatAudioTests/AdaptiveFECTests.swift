@@ -158,7 +158,7 @@ final class LossMeterTests: XCTestCase {
     func testRunsUpToASecondAreLossAndLongerOnesAreOutagesAtEveryFrameLength() {
         for (frameMs, limit) in [(20.0, 50), (10.0, 100), (60.0, 16), (2.5, 400)] {
             for (run, counted) in [(1, true), (limit, true), (limit + 1, false)] {
-                let m = LossMeter(windowBuckets: 5, frameMs: frameMs)
+                let m = LossMeter(windowBuckets: 5, frameSamples: Int(frameMs * 48))
                 // Received 0..<100, lost `run` frames, received 100 more, and an
                 // isolated loss among them (seq run + 150).
                 var seqs = Array(0..<100) + Array((100 + run)..<(200 + run))
@@ -179,7 +179,7 @@ final class LossMeterTests: XCTestCase {
         }
         // The limit follows the stream: a meter reset for 10 ms frames counts a run of 100.
         let m = LossMeter(windowBuckets: 5)
-        m.reset(frameMs: 10)
+        m.reset(frameSamples: 480)
         for s in Array(0..<50) + Array(150..<200) { m.record(frame: s, frameSamples: 480) }
         XCTAssertEqual(m.closeInterval().lost, 100)
     }
@@ -189,7 +189,7 @@ final class LossMeterTests: XCTestCase {
     /// by review: a 3 s cut while the talker spoke 0.8 s lost 45 seqs and was reported
     /// as 18 % loss.)
     func testARunIsMeasuredByTheTimeItSpansNotOnlyByItsSeqs() {
-        let m = LossMeter(windowBuckets: 5, frameMs: 20)
+        let m = LossMeter(windowBuckets: 5)
         var seq: UInt64 = 0, ts: UInt32 = 0
         func received(_ n: Int, stepMs: UInt32 = 20) {
             for _ in 0..<n { m.record(seq: seq, timestamp: ts); seq += 1; ts &+= stepMs * 48 }
@@ -204,7 +204,7 @@ final class LossMeterTests: XCTestCase {
         XCTAssertEqual(m.outageLost, 45)
         // In DTX (updates 400 ms apart), one update lost is an isolated loss, not an outage;
         // a pause with nothing lost is nothing.
-        m.reset(frameMs: 20); seq = 0; ts = 0
+        m.reset(); seq = 0; ts = 0
         received(20, stepMs: 400)
         seq += 1; ts &+= 400 * 48
         received(20, stepMs: 400)
@@ -212,7 +212,7 @@ final class LossMeterTests: XCTestCase {
         XCTAssertEqual(c, LossCounts(expected: 20 + 1 + 12, lost: 1, isolated: 1))
         XCTAssertEqual(m.outages, 0)
         // Timestamps that go backwards (a hostile sender) say nothing: the seqs decide.
-        m.reset(frameMs: 20); seq = 0; ts = 1_000_000
+        m.reset(); seq = 0; ts = 1_000_000
         received(20)
         seq += 30; ts &-= 500_000
         received(20)
