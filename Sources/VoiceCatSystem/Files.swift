@@ -26,7 +26,10 @@ public enum Files {
     /// the same moment) sees the whole file or none, never an empty or partial one. On
     /// a file system without hard links (vfat, some FUSE and CIFS mounts: `link` fails
     /// with EPERM, EOPNOTSUPP or ENOSYS) it is created in place with O_EXCL: still
-    /// exclusive, no longer atomic for readers.
+    /// exclusive, no longer atomic for readers. The directory is synced after the new
+    /// name is in it, so the file outlives a power cut that comes after this returns
+    /// (a server's identity key that vanished would be replaced by a new one, which
+    /// every client that knew the old one refuses).
     public static func createExclusive(_ path: String, bytes: [UInt8], mode: mode_t) throws(SystemError) {
         try createExclusive(path, bytes: bytes, mode: mode, link: { Glibc.link($0, $1) })
     }
@@ -41,7 +44,10 @@ public enum Files {
         let tmp = String(cString: template)
         defer { unlink(tmp) }   // after the link, `path` holds it; on failure nothing is left
         try write(bytes, to: fd, mode: mode, path: path)
-        if link(tmp, path) == 0 { return }
+        if link(tmp, path) == 0 {
+            syncDirectory(of: path)
+            return
+        }
         let e = errno
         guard e == EPERM || e == EOPNOTSUPP || e == ENOSYS else { throw SystemError("link(\(path))", errno: e) }
         let direct = try syscallValue("open(\(path))") { open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode) }
@@ -49,6 +55,23 @@ public enum Files {
             unlink(path)   // a partial file would be taken for a broken one at the next start
             throw failed
         }
+        syncDirectory(of: path)
+    }
+
+    /// Syncs the directory holding `path` (its entries: a name just linked or created).
+    /// Best effort: a file system that cannot sync a directory (EINVAL) still has the
+    /// file, synced; only its name may not survive a power cut there.
+    private static func syncDirectory(of path: String) {
+        let dir: String
+        if let slash = path.lastIndex(of: "/") {
+            dir = slash == path.startIndex ? "/" : String(path[..<slash])
+        } else {
+            dir = "."
+        }
+        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        close(fd)
     }
 
     /// Sets `mode` exactly, writes `bytes`, syncs and closes `fd`.
