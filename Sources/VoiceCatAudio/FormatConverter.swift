@@ -105,6 +105,16 @@ public final class FormatConverter {
         }
     }
 
+    /// Runs `frames` (at most maxInFrames) of the signal's recent past through the
+    /// filter and discards what comes out: the next block continues from it. A
+    /// converter swapped in mid-stream (a new output format) then starts with the
+    /// signal instead of its filter delay's worth of silence (1-2 ms at most rates,
+    /// a click in a tone or in speech).
+    public func prime(_ pcm: UnsafePointer<Int16>, frames: Int) {
+        guard resampler != nil, frames > 0 else { return }
+        _ = convert(pcm, frames: min(frames, maxInFrames))
+    }
+
     /// The end-to-end delay the resampler adds, in output frames.
     public var latencyFrames: Int { resampler.map { Int(speex_resampler_get_output_latency($0)) } ?? 0 }
 

@@ -126,6 +126,9 @@ final class OutputStage {
     private var format = OutputFormat()
     private var mixConverter: FormatConverter
     private let pullMix: UnsafeMutablePointer<Int16>        // one 48 kHz block
+    /// The last block's worth of the 48 kHz mix (oldest first): a converter that
+    /// replaces the mix's at a format change is primed with it.
+    private let mixHistory: UnsafeMutablePointer<Int16>
     /// Converted frames a pull rendered beyond what it was asked for.
     private var pullRest: UnsafeMutablePointer<Int16>
     private var pullRestCount = 0
@@ -156,10 +159,12 @@ final class OutputStage {
         mixConverter = try OutputStage.mixConverter(for: OutputFormat(), quality: resamplerQuality)
         pullMix = .allocate(capacity: OutputStage.block * 2)
         pullMix.initialize(repeating: 0, count: OutputStage.block * 2)
+        mixHistory = .allocate(capacity: OutputStage.block * 2)
+        mixHistory.initialize(repeating: 0, count: OutputStage.block * 2)
         pullRest = .allocate(capacity: mixConverter.maxOutFrames * 2)
     }
 
-    deinit { pullMix.deallocate(); pullRest.deallocate() }
+    deinit { pullMix.deallocate(); pullRest.deallocate(); mixHistory.deallocate() }
 
     /// A converter from the engine's 48 kHz stereo to `f`, for the mix and for each
     /// speaker's tap. Every one keeps the resampler's filter delay (1-2 ms at most
@@ -311,7 +316,12 @@ final class OutputStage {
             var old: (UnsafeMutablePointer<Int16>, FormatConverter, [FormatConverter?])
             old = renderLock.withLock {
                 format = f
-                let o = (pullRest, mixConverter, installSpeakerConverters(speakers))
+                // The new converters go on from the audio the old ones converted last,
+                // not from silence: a talker heard through the change is not cut by the
+                // filter delay's worth of zeros (into 48 kHz, the old filter delay is
+                // skipped instead; from 48 kHz, the new one's is heard twice).
+                conv.prime(mixHistory, frames: OutputStage.block)
+                let o = (pullRest, mixConverter, installSpeakerConverters(speakers, primed: true))
                 mixConverter = conv
                 pullRest = rest
                 pullRestCount = 0
@@ -346,9 +356,12 @@ final class OutputStage {
     /// Swaps the slots' converters (renderLock held); returns the ones replaced. A new
     /// converter starts with the slot's current stream (it has no memory to forget,
     /// and its start is as mixConverter says); a kept one goes on undisturbed.
-    private func installSpeakerConverters(_ fresh: [FormatConverter?]) -> [FormatConverter?] {
+    /// `primed`: a new one is primed with the slot's last block (a format change: the
+    /// stream goes on through it, as the mix's converter does).
+    private func installSpeakerConverters(_ fresh: [FormatConverter?], primed: Bool = false) -> [FormatConverter?] {
         var replaced: [FormatConverter?] = []
         for (s, c) in zip(receive.slots, fresh) where s.tapConverter !== c {
+            if primed, let c { c.prime(s.tap, frames: s.tapLastFrames) }
             replaced.append(s.tapConverter)
             s.tapConverter = c
             s.tapConvertedSSRC = s.tapSSRC
@@ -612,6 +625,7 @@ final class OutputStage {
                 (pcm, frames) = conv.convert(pcm, frames: frames)
                 channels = conv.outChannels
             }
+            s.tapLastFrames = s.tapFrames
             s.tapFrames = 0
             guard frames > 0 else { continue }
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
@@ -624,6 +638,10 @@ final class OutputStage {
     private func handOutMix(_ mix: UnsafeMutablePointer<Int16>, frames: Int) -> (UnsafePointer<Int16>, Int) {
         let (p, n) = mixConverter.convert(mix, frames: frames)
         if recorders.recordsMix && n > 0 { recorders.push(ssrc: 0, p, frames: n) }
+        // The history keeps the newest block's worth (a pull's chunk may be shorter).
+        let keep = OutputStage.block - min(frames, OutputStage.block)
+        for i in 0..<(keep * 2) { mixHistory[i] = mixHistory[i + frames * 2] }
+        (mixHistory + keep * 2).update(from: mix + (frames - (OutputStage.block - keep)) * 2, count: (OutputStage.block - keep) * 2)
         return (p, n)
     }
 

@@ -505,6 +505,63 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertEqual(Set(all.map(\.thread)).count, 1, "the mixer thread keeps running through the changes")
     }
 
+    func testATalkerHeardThroughFormatChangesIsNotCutBySilence() throws {
+        // A fresh resampler starts from silence: swapped in between two blocks, it put
+        // its filter delay's worth of zeros (1.9 ms from 48 to 16 kHz) into a talker's
+        // tone at every change from 48 kHz: a click in the mix and in the speaker's PCM.
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let lock = NSLock()
+        var mix: [(pcm: [Int16], rate: Int)] = [], speaker: [(pcm: [Int16], rate: Int)] = []
+        try sam.setSpeakerSink { b in
+            let first = (0..<b.frames).map { b.pcm[$0 * b.channels] }
+            lock.withLock { speaker.append((first, b.frames * 50)) }
+        }
+        try sam.setMixedSink { p, frames, ch in
+            let first = (0..<frames).map { p[$0 * ch] }
+            lock.withLock { mix.append((first, frames * 50)) }
+        }
+        let formats = [(16000, 1), (24000, 2), (48000, 2), (44100, 1)]
+        let change = Thread {
+            usleep(900_000)
+            for (r, ch) in formats {
+                try? sam.setOutputFormat(sampleRate: r, channels: ch)
+                usleep(500_000)
+            }
+        }
+        change.start()
+        feedRealtime(alex, sid, Signal.tone(440, seconds: 3.5, amplitude: 0.3))
+        usleep(300_000)
+        try sam.setMixedSink(nil)
+        try sam.setSpeakerSink(nil)
+        // The longest run of near-zero samples while the tone plays (a 440 Hz tone at
+        // 0.3 of full scale is within ±300 for at most two samples at any of these rates).
+        func longestGap(_ blocks: [(pcm: [Int16], rate: Int)]) -> (samples: Int, ms: Double, rates: Set<Int>) {
+            let all = blocks.flatMap { b in b.pcm.map { ($0, b.rate) } }
+            guard let first = all.firstIndex(where: { abs($0.0) > 3000 }),
+                  let last = all.lastIndex(where: { abs($0.0) > 3000 }) else { return (Int.max, 0, []) }
+            var worst = 0, worstMs = 0.0, run = 0, runMs = 0.0
+            for (v, r) in all[first...last] {
+                if abs(v) < 300 { run += 1; runMs += 1000 / Double(r) } else { run = 0; runMs = 0 }
+                if run > worst { worst = run; worstMs = runMs }
+            }
+            return (worst, worstMs, Set(all[first...last].map(\.1)))
+        }
+        let (m, s) = lock.withLock { (mix, speaker) }
+        let mg = longestGap(m), sg = longestGap(s)
+        let stats = try sam.streamStats(ssrc: ssrc)
+        print("tone through four format changes: longest near-zero run \(mg.samples) samples (\(String(format: "%.2f", mg.ms)) ms) "
+              + "in the mix, \(sg.samples) (\(String(format: "%.2f", sg.ms)) ms) in the speaker's PCM; rates heard \(mg.rates.sorted()); "
+              + "\(stats.jitter.plcFrames) frames concealed")
+        XCTAssertEqual(mg.rates, [48000, 16000, 24000, 44100], "the tone was heard in every format")
+        XCTAssertEqual(sg.rates, [48000, 16000, 24000, 44100])
+        XCTAssertLessThanOrEqual(mg.samples, 3, "no run of silence in the mix at a format change")
+        XCTAssertLessThanOrEqual(sg.samples, 3, "no run of silence in the speaker's PCM at a format change")
+    }
+
     func testADeviceThatOffersOnly44100WorksForCaptureAndPlayback() throws {
         let backend = MemoryAudioBackend()
         let mic = backend.addDevice("mem-mic-441", direction: .capture, channels: 1, sampleRate: 44100)
