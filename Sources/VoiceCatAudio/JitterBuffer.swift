@@ -52,9 +52,12 @@
 //     path seeds each stream's buffer, as its first frames arrive, with that of the
 //     others from the same server) counts it from its first frame, whose lateness
 //     then enters the baseline, not the histogram; one with no history at all plays
-//     it at once, unless a lower bound or the consumer's burst (setConsumerBurst: a
-//     host pulling several periods at a time) asks for frames in hand: then once that
-//     many are here, or it has waited that long). Pauses realign for free:
+//     it at the next tick, or a tick later when it came less than
+//     `unknownStartMarginTicks` before that one (tick times known: the frames after
+//     it may come a little later, past their ticks), unless a lower bound or the
+//     consumer's burst (setConsumerBurst: a host pulling several periods at a time)
+//     asks for frames in hand: then once that many are here, or it has waited that
+//     long). Pauses realign for free:
 //     every talkspurt, and every comfort-noise update in a pause, starts there.
 //   * Late frames are waited for, not given up: a missing frame with nothing newer
 //     buffered holds the clock (the period is concealed) while the cushion is
@@ -217,6 +220,12 @@ public final class JitterBuffer {
         /// talkspurt with a cushion, little enough that the stream's own path takes
         /// over within a few seconds (half the weight after as many frames).
         public var priorFrames = 64.0
+        /// A stream with nothing known (no history, no prior: a session's first
+        /// talker) plays its first frame at the next tick, unless it came less than
+        /// this share of a period before that tick (tick times known): then the frames
+        /// after it, which may come a millisecond later, would miss their ticks (a
+        /// concealed period in the first words, a realignment), so it waits one tick.
+        public var unknownStartMarginTicks = 0.1
         /// A consumer whose ticks stop for more than this many ms beyond its burst and
         /// a period (a host's sink that blocked, a thread that was not scheduled) has
         /// missed those periods: they are taken as ticks at their times (catchUp). In
@@ -402,6 +411,7 @@ public final class JitterBuffer {
         recoveryAvailable = false
         seeded = false
         lastObservedMs = -.infinity
+        lastArrivalMs = -.infinity
         applyBounds()
     }
 
@@ -411,6 +421,8 @@ public final class JitterBuffer {
     public var framesObserved: Int { entries }
     /// When the last of them arrived (insert's arrivalMs; -infinity: none yet).
     public private(set) var lastObservedMs = -Double.infinity
+    /// When the last frame of any kind arrived (a talkspurt's marker too).
+    private var lastArrivalMs = -Double.infinity
 
     /// Nothing has entered since reset, nor a prior: seed(from:) would take.
     public var awaitsPrior: Bool { !seeded && !haveSeq }
@@ -649,6 +661,7 @@ public final class JitterBuffer {
         // guess would put seconds of lateness into the statistics. It is not observed.
         if tickTimesKnown >= JitterBuffer.tickTimeCapacity && ticks >= Int64(JitterBuffer.tickTimeCapacity)
             && arrivalMs < tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] { return }
+        lastArrivalMs = arrivalMs
         let at = arrivalPosition(arrivalMs)
         var l = lateness(ext, at: at.position, grid: at.grid)
         if historyCount > 0 {
@@ -895,6 +908,11 @@ public final class JitterBuffer {
                 if cushion(timestamps[o]) < startTicks { return pausePlayout() }
             } else if minTicks > 0 && Double(newestTS - timestamps[o]) / Double(fs) < minTicks
                         && heldStartPeriods() < minTicks {
+                return pausePlayout()
+            } else if minTicks <= 0 && !seeded && heldStartTicks == 0 && tickTimesKnown > 0 && lastArrivalMs.isFinite
+                        && (tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] - lastArrivalMs) / frameMs
+                            < tuning.unknownStartMarginTicks {
+                heldStartTicks = 1
                 return pausePlayout()
             }
             heldStartTicks = 0; heldStartMs = .nan

@@ -149,6 +149,36 @@ final class SubTickLatenessTests: XCTestCase {
         XCTAssertFalse(earliest.align.contains { $0.contains { $0 < 2 } })
     }
 
+    func testAStreamWithNothingKnownWaitsATickWhenItsFirstFrameCameJustBeforeIt() {
+        // A session's first talker has no history and nothing to be seeded from. Its
+        // frames come 0.5 ms before the listener's ticks, one in five 1 ms after (a
+        // feeder and a puller on one clock): played at the first tick, the first frame
+        // that comes after its tick underruns (a concealed period in the first words,
+        // and a realignment). Arriving that close to the tick, the first frame waits
+        // one: one alignment, nothing concealed. Arriving well before it (8 ms), it
+        // still plays at once; so it does when the tick times are not given.
+        func run(_ offset: @escaping (Int) -> Double, tickTimes: Bool = true, margin: Double? = nil)
+            -> (align: [Set<Int>], concealed: UInt64) {
+            let jb = JitterBuffer(frameSamples: 960)
+            if let margin { var t = jb.tuning; t.unknownStartMarginTicks = margin; jb.tuning = t }
+            let trace = talkspurts(count: 3, talk: 50, pause: 20, offset: offset)
+            let align = alignments(drive(jb, trace, ticks: 3 * 70 + 5, tickTimes: tickTimes), talk: 50, pause: 20, count: 3)
+            return (align, jb.stats.plcFrames)
+        }
+        let close: (Int) -> Double = { $0 % 5 == 4 ? 21 : 19.5 }
+        let waited = run(close)
+        XCTAssertEqual(waited.align, [Set([2]), [2], [2]], "the first talkspurt starts a tick later, as the others")
+        XCTAssertEqual(waited.concealed, 0)
+        let atOnce = run(close, margin: 0)
+        XCTAssertEqual(atOnce.align.first, Set([1, 2]), "without the margin: the first late frame realigns it")
+        XCTAssertGreaterThan(atOnce.concealed, 0)
+        let early = run { $0 % 5 == 4 ? 12 : 8 }
+        XCTAssertEqual(early.align, [Set([1]), [1], [1]], "8 ms before the tick: played at once")
+        XCTAssertEqual(early.concealed, 0)
+        let untimed = run(close, tickTimes: false)
+        XCTAssertEqual(untimed.align.first, Set([1, 2]), "whole-tick lateness: as before")
+    }
+
     func testAFreshStreamSeededWithAnotherStreamsLatenessStartsWithItsCushion() {
         // Frames arrive 12 ms into their own slot, one in five 22 ms: 2 ms after the
         // tick that plays the others one period on. A stream that has seen this path
