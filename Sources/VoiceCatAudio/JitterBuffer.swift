@@ -179,11 +179,12 @@ public final class JitterBuffer {
         /// far) is then given up rather than waited for: bench-jitter's 1 % spikes 65.7 →
         /// 47.0 ms with late loss 1.93 → 2.30 % (SpeexDSP 61.5 ms, 2.36 %), the TTS feeder
         /// over Wi-Fi 77.9 → 66.9 ms (2.85 → 3.36 %; SpeexDSP 86.0 ms, 4.0 %), Wi-Fi
-        /// 104.4 → 81.3 ms (2.80 → 3.23 %; SpeexDSP 125.3 ms, 2.81 %). A body of jitter
-        /// (a clean path, a narrow spread) is covered as before. 0: off.
+        /// 104.4 → 81.3 ms (2.80 → 3.23 %; SpeexDSP 125.3 ms, 2.81 %), with
+        /// `waitLikelihood` one half. A body of jitter (a clean path, a narrow spread) is
+        /// covered as before. 0: off.
         public var rescueShare = 0.0045
-        /// The periods ahead `rescueShare` is judged over (bench-jitter: one met 5
-        /// traces, two 6, three 5 or 6 by the share).
+        /// The periods ahead `rescueShare` is judged over (bench-jitter with the other
+        /// defaults: one met 5 traces, two 7, three 6; with the rule off, 5).
         public var rescueWindowTicks = 2.0
         /// A talkspurt starts with the cushion that covers this share: the cushion
         /// then grows towards the target by waiting for late frames.
