@@ -103,10 +103,13 @@ final class LocalStream {
     /// Fed streams: the rate of the PCM the host feeds. Device streams: the rate asked
     /// of the capture device (the capture worker converts what the device gives).
     let inputRate: Int
-    /// Fed streams at another rate than 48 kHz: converters to 48 kHz in the channel's
-    /// layout, for mono and for stereo input.
-    private let fromMono: FormatConverter?
-    private let fromStereo: FormatConverter?
+    /// Fed streams at another rate than 48 kHz: one resampler to 48 kHz, in the
+    /// channel's layout. Fed PCM is first put in that layout (`layoutScratch`), so a
+    /// host may switch between mono and stereo calls without the resampler's state
+    /// breaking (one resampler per input layout, as before, each saw only the calls of
+    /// its layout: alternating calls came out as noise, a switch cut a few ms).
+    private let resampler: FormatConverter?
+    private let layoutScratch: UnsafeMutablePointer<Int16>
     /// Float feeds are converted to int16 here first, a chunk at a time.
     static let floatChunk = 960
     private let floatScratch: UnsafeMutablePointer<Int16>
@@ -256,15 +259,14 @@ final class LocalStream {
             // complete a block after its slot counted from the first, and the
             // talkspurt was held a frame for it (40 ms blocks) or started a block late.
             do {
-                fromMono = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 1, outChannels: audio.channels,
-                                               maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
-                fromStereo = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: 2, outChannels: audio.channels,
-                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+                resampler = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: audio.channels, outChannels: audio.channels,
+                                                maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
             } catch { throw ClientError.invalidArgument("\(error)") }
         } else {
-            fromMono = nil
-            fromStereo = nil
+            resampler = nil
         }
+        layoutScratch = .allocate(capacity: LocalStream.floatChunk * 2)
+        layoutScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
         floatScratch = .allocate(capacity: LocalStream.floatChunk * 2)
         floatScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
         fecPolicy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
@@ -284,7 +286,7 @@ final class LocalStream {
 
     deinit {
         opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
-        queue.deallocate(); floatScratch.deallocate()
+        queue.deallocate(); floatScratch.deallocate(); layoutScratch.deallocate()
     }
 
     // MARK: feeding and pacing (slot lock held by the caller)
@@ -330,7 +332,7 @@ final class LocalStream {
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
     /// with the resampler's bound, so a feed is refused whole or taken whole).
     private func admit(frames: Int) throws {
-        let at48 = fromMono?.outputBound(forInput: frames) ?? frames
+        let at48 = resampler?.outputBound(forInput: frames) ?? frames
         let completes = (reframer.pending + at48) / audio.frameSamples
         let samples = queuedFrames * audio.frameSamples + reframer.pending + at48
         guard queuedFrames + completes <= maxQueueFrames && samples <= maxQueueSamples else {
@@ -350,10 +352,23 @@ final class LocalStream {
 
     /// Resamples (when the stream's rate is not 48 kHz) and reframes into the queue.
     private func push(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) {
-        if let conv = channels == 1 ? fromMono : fromStereo {
-            conv.convertAll(pcm, frames: frames) { p, n in reframe(p, frames: n, channels: conv.outChannels) }
-        } else {
-            reframe(pcm, frames: frames, channels: channels)
+        guard let conv = resampler else { return reframe(pcm, frames: frames, channels: channels) }
+        guard channels != audio.channels else {
+            return conv.convertAll(pcm, frames: frames) { p, n in reframe(p, frames: n, channels: audio.channels) }
+        }
+        // In the channel's layout first (mono upmixed L = R, stereo averaged), a chunk
+        // at a time, as the reframer does at 48 kHz.
+        var done = 0
+        while done < frames {
+            let n = min(LocalStream.floatChunk, frames - done)
+            let src = pcm + done * channels
+            if channels == 1 {
+                for k in 0..<n { layoutScratch[2 * k] = src[k]; layoutScratch[2 * k + 1] = src[k] }
+            } else {
+                for k in 0..<n { layoutScratch[k] = Int16((Int32(src[2 * k]) + Int32(src[2 * k + 1])) / 2) }
+            }
+            conv.convertAll(UnsafePointer(layoutScratch), frames: n) { p, m in reframe(p, frames: m, channels: audio.channels) }
+            done += n
         }
     }
 

@@ -427,6 +427,59 @@ final class AudioEdgeTests: XCTestCase {
 
     // MARK: formats at the edge
 
+    /// vc_stream_feed_pcm names its channel count on every call: a stream at another
+    /// rate than 48 kHz fed mono and stereo calls in turn is one signal, not two
+    /// resamplers' halves (each saw every other call: the tone came out 5-6 dB above
+    /// the damage instead of ~40).
+    func testAResampledStreamFedMonoAndStereoCallsInTurnIsHeardClean() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1, sampleRate: 44100)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let lock = NSLock()
+        var heard: [Double] = []
+        try sam.setMixedSink { p, frames, channels in
+            lock.lock(); for i in 0..<frames { heard.append(Double(p[i * channels])) }; lock.unlock()
+        }
+        // 2 s of a 250 Hz tone at 44.1 kHz in calls of 441 frames: mono, then stereo (L = R).
+        let tone = (0..<88_200).map { Int16(6000 * sin(2 * Double.pi * 250 * Double($0) / 44_100)) }
+        var stereo = [Int16](repeating: 0, count: 882)
+        for c in 0..<200 {
+            let part = tone[(c * 441)..<((c + 1) * 441)]
+            if c % 2 == 0 {
+                try part.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: 441, channels: 1) }
+            } else {
+                for (k, v) in part.enumerated() { stereo[2 * k] = v; stereo[2 * k + 1] = v }
+                try stereo.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: 441, channels: 2) }
+            }
+        }
+        try alex.drain(streamID: sid, timeoutMs: 5000)
+        usleep(400_000)
+        try sam.setMixedSink(nil)
+        lock.lock(); let x = heard; lock.unlock()
+        let start = try XCTUnwrap(x.firstIndex { abs($0) > 1000 }, "the tone was not heard")
+        XCTAssertGreaterThan(x.count, start + 72_000, "1.5 s of the tone")
+        // One second from 0.3 s in, fitted with a 250 Hz sine: what is left is damage.
+        let w = x[(start + 14_400)..<(start + 62_400)]
+        var ss = 0.0, sc = 0.0, s2 = 0.0, c2 = 0.0, sc2 = 0.0
+        for (i, v) in w.enumerated() {
+            let a = 2 * Double.pi * 250 * Double(i) / 48_000
+            ss += v * sin(a); sc += v * cos(a); s2 += sin(a) * sin(a); c2 += cos(a) * cos(a); sc2 += sin(a) * cos(a)
+        }
+        let det = s2 * c2 - sc2 * sc2
+        let (ka, kb) = ((ss * c2 - sc * sc2) / det, (sc * s2 - ss * sc2) / det)
+        var fit = 0.0, rest = 0.0
+        for (i, v) in w.enumerated() {
+            let a = 2 * Double.pi * 250 * Double(i) / 48_000
+            let y = ka * sin(a) + kb * cos(a)
+            fit += y * y; rest += (v - y) * (v - y)
+        }
+        let snr = 10 * log10(fit / max(rest, 1e-9))
+        print("44.1 kHz stream fed mono and stereo calls in turn: tone \(String(format: "%.1f", snr)) dB above the rest")
+        XCTAssertGreaterThan(snr, 25, "the calls of each layout were resampled apart")
+    }
+
     func testA441FloatFeedComesOutOfA16kMonoPullCorrelatedWithTheSameResampling() throws {
         let alex = try client("alex"), sam = try client("sam")
         alex.setInputMode(.continuous)
