@@ -592,7 +592,10 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * VC_ERR_NOT_FOUND: its stream stopped), and destroy waits for every call in
  * flight before it frees the client. Blocks until the client's
  * threads have finished. The handle is invalid afterwards (later calls with it
- * return VC_ERR_INVALID_ARG). Must not be called from inside a callback of the
+ * return VC_ERR_INVALID_ARG). Of the events the teardown raises only that
+ * DISCONNECTED is queued (no GATE_CLOSED, TALK_STOP or REMOTE_STREAM_REMOVED for
+ * what it ends), and the event callback is cleared first: it is not called for
+ * it. Must not be called from inside a callback of the
  * same client (it is then ignored and an error is logged).
  */
 void vc_client_destroy(vc_client *c);
@@ -1248,7 +1251,8 @@ int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
 /**
  * Sets (or clears with NULL) a callback called on the client's network thread for
  * each event, in addition to the queue. Every event (CONNECTED and a host-asked
- * DISCONNECTED included) is delivered there, one at a time, in order. Replacing or
+ * DISCONNECTED included; not the one vc_client_destroy raises, which clears the
+ * callback first) is delivered there, one at a time, in order. Replacing or
  * clearing returns only after a running call of the previous callback has returned,
  * except from inside the callback itself (then it returns at once). Callback-safe: yes.
  */

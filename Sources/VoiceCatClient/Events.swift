@@ -17,6 +17,8 @@ final class EventQueue {
     private let capacity: Int
     /// Set by `close` (the client is being destroyed): waiters return at once.
     private var closed = false
+    /// Set by `closing` (a destroy has begun): only its DISCONNECTED is queued.
+    private var finalOnly = false
 
     init(capacity: Int) {
         self.capacity = max(1, capacity)
@@ -28,6 +30,7 @@ final class EventQueue {
 
     func push(_ e: ClientEvent) {
         cond.withLock {
+            if finalOnly && e.type != .disconnected { return }
             if items.count - head >= capacity { head += 1 }  // oldest dropped, as documented
             items.append(e)
             if head > 256 { items.removeFirst(head); head = 0 }
@@ -55,6 +58,12 @@ final class EventQueue {
     /// then returns 0 events without waiting. A wake alone would not do: a waiter
     /// woken with nothing queued waits again, and destroy waits for it.
     func close() { cond.withLock { closed = true; cond.broadcast() } }
+
+    /// A destroy has begun: what it tears down (streams stopped, talkers gone) is not
+    /// queued, only the DISCONNECTED it raises, so a host thread waiting in
+    /// vc_poll_event wakes with that event, not with one whose next poll would find the
+    /// handle already freed.
+    func closing() { cond.withLock { finalOnly = true } }
 }
 
 /// The host's event callback.

@@ -154,6 +154,7 @@ public final class VoiceClient {
     /// Stops every thread and closes the session (destroy). Blocking calls in other
     /// threads return promptly (VC_ERR_STATE); afterwards nothing runs.
     public func shutdown() {
+        events.queue.closing()
         cond.withLock {
             destroyed = true
             cond.broadcast()

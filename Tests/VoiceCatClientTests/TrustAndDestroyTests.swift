@@ -237,7 +237,11 @@ final class TrustAndDestroyTests: XCTestCase {
     func testDestroyReleasesAThreadWaitingForEventsWhenNothingIsConnected() throws {
         let server = try TestServer()
         defer { server.stop() }
-        for (connectFirst, timeoutMs, stayConnected) in [(false, Int32(-1), false), (false, 8000, false), (true, -1, false), (true, -1, true)] {
+        // The last case also publishes a stream: the destroy stops it, and the waiter
+        // must still wake with the DISCONNECTED (it woke with GATE_CLOSED, and its next
+        // poll found the handle freed).
+        for (connectFirst, timeoutMs, stayConnected, withStream) in [(false, Int32(-1), false, false), (false, 8000, false, false),
+                                                                     (true, -1, false, false), (true, -1, true, false), (true, -1, true, true)] {
             var h: OpaquePointer? = nil
             var cfg = vc_client_config_default()
             cfg.external_playback = 1
@@ -253,6 +257,15 @@ final class TrustAndDestroyTests: XCTestCase {
                 }
                 XCTAssertEqual(rc, VC_OK)
                 if !stayConnected { XCTAssertEqual(vc_disconnect(handle), VC_OK) }
+                if withStream {
+                    XCTAssertEqual(vc_join_channel(handle, "Lobby"), VC_OK)
+                    XCTAssertEqual(vc_set_input_mode(handle, VC_INPUT_CONTINUOUS), VC_OK)
+                    var d = vc_stream_desc_default()
+                    var sid: UInt32 = 0
+                    XCTAssertEqual(vc_stream_start(handle, &d, &sid), VC_OK)
+                    let zeros = [Int16](repeating: 0, count: 96_000)
+                    XCTAssertEqual(zeros.withUnsafeBufferPointer { vc_stream_feed_pcm(handle, sid, $0.baseAddress, 96_000, 1) }, VC_OK)
+                }
                 usleep(100_000)
                 var e = vc_event()
                 while vc_poll_event(handle, &e, 0) == 1 {}
