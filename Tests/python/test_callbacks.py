@@ -3,6 +3,7 @@ the logging module."""
 import gc
 import logging
 import threading
+import time
 import weakref
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import voicecat
 from voicecat import EventType, LogLevel
 
-from conftest import joined, unique, wait_until
+from conftest import joined, tone, unique, wait_until
 
 
 def _failure_records(caplog, which):
@@ -235,3 +236,30 @@ def test_a_client_dropped_inside_a_callback_is_destroyed_after_it(server):
         assert _client._orphans == []
         assert wait_until(lambda: not on_server()), "destroyed"
         host.set_sink(None)
+
+
+def test_drain_inside_a_callback_is_refused_at_once(server):
+    """Stream.drain from a sink is refused (StateError) at once, not after waiting on
+    the library's thread for as long as the queue lasts."""
+    with joined(server, "cb-drain") as client:
+        mic = client.start_stream()
+        mic.feed(tone(300, 3.0))                       # three seconds queued, sent at real time
+        seen = []
+
+        def sink(pcm, frames):
+            if not seen:
+                t0 = time.monotonic()
+                try:
+                    mic.drain()
+                    seen.append(("returned", time.monotonic() - t0))
+                except voicecat.StateError as e:
+                    seen.append((e, time.monotonic() - t0))
+
+        client.set_sink(sink)
+        assert wait_until(lambda: seen)
+        client.set_sink(None)
+        what, took = seen[0]
+        assert isinstance(what, voicecat.StateError), what
+        assert took < 0.5, f"drain waited {took:.2f} s inside the sink before it was refused"
+        assert mic.queued_ms > 1000
+        mic.flush()

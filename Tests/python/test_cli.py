@@ -94,6 +94,12 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     assert "Nowhere" in nowhere.stderr
     missing = voicecat_cmd("speak", str(tmp_path / "missing.wav"), server=server, check=7)
     assert "missing.wav" in missing.stderr
+    # An output that cannot be written is refused before an hour is recorded into it.
+    t0 = time.monotonic()
+    voicecat_cmd("record", "", "--seconds", "3600", server=server, check=2)
+    into_dir = voicecat_cmd("record", str(tmp_path), "--seconds", "3600", server=server, check=7)
+    assert "directory" in into_dir.stderr
+    assert time.monotonic() - t0 < 30, "the output was checked only after recording"
     # Any rate the library resamples is spoken (espeak-ng writes 22050 Hz); below it, refused.
     def silent_wav(name, rate):   # 0.1 s of mono 16-bit silence at `rate`
         path = tmp_path / name

@@ -282,6 +282,14 @@ class Stream:
         (:meth:`send_stats` ``frames_dropped`` counts every such frame)."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
+        # Ask the library first without waiting: from inside a callback it refuses at
+        # once (StateError), where the wait below would hold the library's thread for
+        # as long as the queue lasts; an empty queue returns (or raises) here.
+        try:
+            self._client._call("vc_stream_drain", self.id, 0)
+            return
+        except Timeout:
+            pass
         # Watch the queue from here first, so that Ctrl-C reaches a program waiting.
         while self.queued_ms > 0 and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.02)

@@ -348,6 +348,10 @@ def cmd_record(args: argparse.Namespace) -> ExitCode:
             speaker = speakers[block.ssrc] = _Speaker(block.ssrc, block.user_id, have[0])
         speaker.chunks.append(block.pcm)
 
+    if not args.out:
+        raise CommandError(ExitCode.USAGE, "OUT.wav must name a file (it is empty)")
+    if os.path.isdir(args.out):
+        raise CommandError(ExitCode.FILE, f"{args.out}: cannot write (it is a directory)")
     try:  # fail on an unwritable output now, not after the recording (and leave OUT.wav as it is)
         open(args.out + ".part", "wb").close()
         os.unlink(args.out + ".part")
