@@ -349,8 +349,12 @@ extension Server {
         let c = s.connection
         if !held && holdForBackoff(c, msg, adminPasswordFailures) { return nil }
         guard let admin = live.adminPassword, !admin.isEmpty, Sodium.equal(Array(password.utf8), Array(admin.utf8)) else {
-            wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: "\(what) needs the admin password",
-                                                              requestID: requestID))
+            // Say which: a host that sent a password learns it was wrong, not that none was sent.
+            let why = live.adminPassword?.isEmpty ?? true
+                ? "\(what) needs the admin password, and this server has none set (admin requests are off)"
+                : password.isEmpty ? "\(what) needs the admin password (none was given)"
+                : "\(what) needs the admin password (the one given is wrong)"
+            wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: why, requestID: requestID))
             return nil
         }
         adminPasswordFailures.clear(c.peer.host)
