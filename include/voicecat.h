@@ -1118,10 +1118,12 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * Default 48000 Hz, 2 channels. The client still renders at 48 kHz and converts
  * each block (SpeexDSP resampler, vc_client_config.resampler_quality), in buffers
  * built here on the calling thread and swapped in between two blocks (nothing is
- * restarted; a talker heard through the change goes on without a gap: the new
- * resampler starts from the last block's audio, so the resampler's delay, 1-2 ms, is
- * added by repeating that much audio from 48 kHz and dropped going back to it). The playback device is not affected (it is fed at the rate it runs
- * at). Float output exists for pulls only
+ * restarted; a talker heard through the change goes on without a gap or a click: the
+ * new resampler starts from the last block's audio, and the first block after the
+ * change fades over 5 ms from where the old output left off into the new one's
+ * timeline, which is later by the difference of the resamplers' delays, 1-2 ms at most
+ * rates; every block keeps its length). The playback device is not affected (it is fed
+ * at the rate it runs at). Float output exists for pulls only
  * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
  * int16 (the mix is limited to 16 bits, a speaker's block rounded and clipped to
  * them), so a callback converts in a loop of its own at no loss, and one sink type

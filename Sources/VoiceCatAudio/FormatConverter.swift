@@ -38,6 +38,16 @@ public final class FormatConverter {
     private let downmixed: UnsafeMutablePointer<Int16>?   // stereo → mono before resampling
     private let resampled: UnsafeMutablePointer<Int16>?   // the resampler's output
     private let upmixed: UnsafeMutablePointer<Int16>?     // mono → stereo after resampling
+    // A splice (splice(after:history:frames:unheardFrames:)): the output of the primed
+    // history, and where the replaced converter's next frame lies against this one's
+    // (output frames; negative: in `spliceHead`), crossfaded over the first block.
+    private let spliceHead: UnsafeMutablePointer<Int16>
+    private var spliceHeadFrames = 0
+    private let spliceOut: UnsafeMutablePointer<Int16>
+    private var spliceFrom = 0
+    private var spliceFade = 0
+    /// The crossfade from a replaced converter's timeline to this one's, at most.
+    public static let spliceFadeMs = 5
 
     /// True when output equals input (48 kHz stereo to 48 kHz stereo, ...): `convert`
     /// hands the input back untouched.
@@ -89,34 +99,76 @@ public final class FormatConverter {
         downmixed = inChannels == 2 && outChannels == 1 ? buffer(maxInFrames) : nil
         resampled = resampler != nil ? buffer(maxOutFrames * coreChannels) : nil
         upmixed = inChannels == 1 && outChannels == 2 ? buffer(maxOutFrames * 2) : nil
+        spliceHead = buffer(maxOutFrames * outChannels)
+        spliceOut = buffer(maxOutFrames * outChannels)
     }
 
     deinit {
         if let r = resampler { speex_resampler_destroy(r) }
         downmixed?.deallocate(); resampled?.deallocate(); upmixed?.deallocate()
+        spliceHead.deallocate(); spliceOut.deallocate()
     }
 
     /// Forgets the signal so far (a new stream starts): no tail of the old one leaks
     /// into the next block. `skipFilterDelay` as at init.
     public func reset(skipFilterDelay: Bool = false) {
+        spliceFade = 0
         if let r = resampler {
             speex_resampler_reset_mem(r)
             if skipFilterDelay { speex_resampler_skip_zeros(r) }
         }
     }
 
-    /// Runs `frames` (at most maxInFrames) of the signal's recent past through the
-    /// filter and discards what comes out: the next block continues from it. A
-    /// converter swapped in mid-stream (a new output format) then starts with the
-    /// signal instead of its filter delay's worth of silence (1-2 ms at most rates,
-    /// a click in a tone or in speech).
-    public func prime(_ pcm: UnsafePointer<Int16>, frames: Int) {
-        guard resampler != nil, frames > 0 else { return }
-        _ = convert(pcm, frames: min(frames, maxInFrames))
+    /// Takes over a running stream from `old` (nil: the stream went out unconverted, at
+    /// this converter's input rate), a converter with the same input whose output
+    /// format differs (a new output format). `history` is the newest `frames` (at most
+    /// maxInFrames) of the input, which `old` converted last; `unheardFrames` of old's
+    /// output were never handed on (a pull's rest, dropped). This converter is primed
+    /// with the history, so it starts with the signal rather than its filter delay's
+    /// worth of silence; and the two converters' delays differ (1-2 ms at most rates, 4
+    /// at 8 kHz, plus what went unheard), so the next block's start would repeat or
+    /// skip that much audio: a jump in a tone or in speech, a click. Instead, the first
+    /// block after the splice fades from where `old`'s output left off to this one's
+    /// over up to spliceFadeMs (the block's length bounds it); the blocks keep their
+    /// lengths. Allocates nothing (buffers are made at init).
+    public func splice(after old: FormatConverter?, history: UnsafePointer<Int16>, frames: Int, unheardFrames: Int = 0) {
+        spliceFade = 0
+        spliceHeadFrames = 0
+        guard frames > 0 else { return }
+        let (p, n) = convert(history, frames: min(frames, maxInFrames))
+        spliceHead.update(from: p, count: n * outChannels)
+        spliceHeadFrames = n
+        // Where old's next frame lies on the input's timeline, against this one's next.
+        let unheard = old.map { Double(unheardFrames) * Double(inRate) / Double($0.outRate) } ?? Double(unheardFrames)
+        let shift = Double(inputLatencyFrames - (old?.inputLatencyFrames ?? 0)) - unheard
+        spliceFrom = max(-n, Int((shift * Double(outRate) / Double(inRate)).rounded()))
+        if spliceFrom != 0 { spliceFade = outRate * FormatConverter.spliceFadeMs / 1000 }
+    }
+
+    /// The first block after a splice, faded from old's timeline into this one's.
+    private func fadeIn(_ p: UnsafePointer<Int16>, frames n: Int) -> UnsafePointer<Int16> {
+        defer { spliceFade = 0 }
+        // Old's continuation must be in the head or in this block.
+        let m = min(spliceFade, n - max(0, spliceFrom))
+        guard m > 0 else { return p }
+        let ch = outChannels
+        spliceOut.update(from: p, count: n * ch)
+        for i in 0..<m {
+            let g = spliceFrom + i
+            let from = g < 0 ? UnsafePointer(spliceHead + (spliceHeadFrames + g) * ch) : p + g * ch
+            let w = Float(i + 1) / Float(m + 1)
+            for c in 0..<ch {
+                spliceOut[i * ch + c] = Int16(((1 - w) * Float(from[c]) + w * Float(p[i * ch + c])).rounded())
+            }
+        }
+        return UnsafePointer(spliceOut)
     }
 
     /// The end-to-end delay the resampler adds, in output frames.
     public var latencyFrames: Int { resampler.map { Int(speex_resampler_get_output_latency($0)) } ?? 0 }
+
+    /// The same delay in input frames.
+    public var inputLatencyFrames: Int { resampler.map { Int(speex_resampler_get_input_latency($0)) } ?? 0 }
 
     /// Converts `frames` (at most maxInFrames) interleaved frames. Returns the
     /// converted block, valid until the next call (the input itself when nothing
@@ -139,6 +191,7 @@ public final class FormatConverter {
             for i in 0..<n { u[2 * i] = p[i]; u[2 * i + 1] = p[i] }
             p = UnsafePointer(u)
         }
+        if spliceFade > 0 && n > 0 { p = fadeIn(p, frames: n) }
         return (p, n)
     }
 

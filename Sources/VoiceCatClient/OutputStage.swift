@@ -127,7 +127,7 @@ final class OutputStage {
     private var mixConverter: FormatConverter
     private let pullMix: UnsafeMutablePointer<Int16>        // one 48 kHz block
     /// The last block's worth of the 48 kHz mix (oldest first): a converter that
-    /// replaces the mix's at a format change is primed with it.
+    /// replaces the mix's at a format change is spliced in with it (FormatConverter.splice).
     private let mixHistory: UnsafeMutablePointer<Int16>
     /// Converted frames a pull rendered beyond what it was asked for.
     private var pullRest: UnsafeMutablePointer<Int16>
@@ -317,10 +317,11 @@ final class OutputStage {
             old = renderLock.withLock {
                 format = f
                 // The new converters go on from the audio the old ones converted last,
-                // not from silence: a talker heard through the change is not cut by the
-                // filter delay's worth of zeros (into 48 kHz, the old filter delay is
-                // skipped instead; from 48 kHz, the new one's is heard twice).
-                conv.prime(mixHistory, frames: OutputStage.block)
+                // not from silence (a talker heard through the change is not cut by the
+                // filter delay's worth of zeros), and fade from where the old output
+                // left off into their own timeline (their filter delays differ, and a
+                // pull's rest in the old format is dropped): no jump, no click.
+                conv.splice(after: mixConverter, history: mixHistory, frames: OutputStage.block, unheardFrames: pullRestCount)
                 let o = (pullRest, mixConverter, installSpeakerConverters(speakers, primed: true))
                 mixConverter = conv
                 pullRest = rest
@@ -343,12 +344,15 @@ final class OutputStage {
     }
 
     /// A converter to `f` for each receive slot (kept where one exists), or none when
-    /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo).
+    /// per-speaker blocks are not wanted or need no conversion (48 kHz stereo; but a
+    /// slot converting to another format now gets one that passes its blocks through,
+    /// so that the change back is spliced as the mix's is, not a jump).
     private func speakerConverters(for f: OutputFormat, wanted: Bool) throws -> [FormatConverter?] {
-        guard wanted && !f.isNative else { return Array(repeating: nil, count: receive.slots.count) }
+        guard wanted else { return Array(repeating: nil, count: receive.slots.count) }
         return try receive.slots.map { s in
             let current = renderLock.withLock { s.tapConverter }
             if let c = current, c.outRate == f.sampleRate, c.outChannels == f.channels { return c }
+            if f.isNative && current == nil { return nil }
             return try OutputStage.mixConverter(for: f, quality: quality)
         }
     }
@@ -356,12 +360,12 @@ final class OutputStage {
     /// Swaps the slots' converters (renderLock held); returns the ones replaced. A new
     /// converter starts with the slot's current stream (it has no memory to forget,
     /// and its start is as mixConverter says); a kept one goes on undisturbed.
-    /// `primed`: a new one is primed with the slot's last block (a format change: the
+    /// `primed`: a new one is spliced in after the old with the slot's last block (a format change: the
     /// stream goes on through it, as the mix's converter does).
     private func installSpeakerConverters(_ fresh: [FormatConverter?], primed: Bool = false) -> [FormatConverter?] {
         var replaced: [FormatConverter?] = []
         for (s, c) in zip(receive.slots, fresh) where s.tapConverter !== c {
-            if primed, let c { c.prime(s.tap, frames: s.tapLastFrames) }
+            if primed, let c { c.splice(after: s.tapConverter, history: s.tap, frames: s.tapLastFrames) }
             replaced.append(s.tapConverter)
             s.tapConverter = c
             s.tapConvertedSSRC = s.tapSSRC

@@ -89,7 +89,7 @@ final class RemoteSlot {
     let tap: UnsafeMutablePointer<Int16>
     var tapFrames = 0
     /// The frames of the tap's last block, after it was handed out (renderLock): what
-    /// a new converter of the tap is primed with at a format change.
+    /// a new converter of the tap is spliced in with at a format change.
     var tapLastFrames = 0
     var tapSSRC: UInt32 = 0
     var tapUserID: UInt32 = 0

@@ -605,14 +605,74 @@ final class AudioEdgeTests: XCTestCase {
         }
         let (m, s) = lock.withLock { (mix, speaker) }
         let mg = longestGap(m), sg = longestGap(s)
+        let ms = AudioEdgeTests.worstStep(m), ss = AudioEdgeTests.worstStep(s)
         let stats = try sam.streamStats(ssrc: ssrc)
         print("tone through four format changes: longest near-zero run \(mg.samples) samples (\(String(format: "%.2f", mg.ms)) ms) "
               + "in the mix, \(sg.samples) (\(String(format: "%.2f", sg.ms)) ms) in the speaker's PCM; rates heard \(mg.rates.sorted()); "
-              + "\(stats.jitter.plcFrames) frames concealed")
+              + "\(stats.jitter.plcFrames) frames concealed; largest step \(String(format: "%.2f", ms.ratio)) x the tone's steepest "
+              + "in the mix (\(ms.rates.0) → \(ms.rates.1) Hz), \(String(format: "%.2f", ss.ratio)) x in the speaker's PCM "
+              + "(\(ss.rates.0) → \(ss.rates.1) Hz)")
+        if stats.jitter.plcFrames == 0 {   // a concealed frame may step too (not this test's subject)
+            XCTAssertLessThanOrEqual(ms.ratio, 1.5, "a click in the mix at a format change")
+            XCTAssertLessThanOrEqual(ss.ratio, 1.5, "a click in the speaker's PCM at a format change")
+        }
         XCTAssertEqual(mg.rates, [48000, 16000, 24000, 44100], "the tone was heard in every format")
         XCTAssertEqual(sg.rates, [48000, 16000, 24000, 44100])
         XCTAssertLessThanOrEqual(mg.samples, 3, "no run of silence in the mix at a format change")
         XCTAssertLessThanOrEqual(sg.samples, 3, "no run of silence in the speaker's PCM at a format change")
+    }
+
+    /// The largest step from one sample to the next while the tone plays, against the
+    /// tone's steepest (2π · 440 Hz · amplitude / rate; at a change, the lower rate's).
+    /// A new converter that repeats or skips the difference of the two filter delays
+    /// (1-2 ms) jumps by up to twice the amplitude there: a click (14 times the
+    /// tone's steepest step at 16 kHz, 30 at 48 kHz).
+    static func worstStep(_ blocks: [(pcm: [Int16], rate: Int)]) -> (ratio: Double, at: Int, rates: (Int, Int)) {
+        let all = blocks.flatMap { b in b.pcm.map { ($0, b.rate) } }
+        guard let first = all.firstIndex(where: { abs($0.0) > 3000 }),
+              let last = all.lastIndex(where: { abs($0.0) > 3000 }) else { return (.infinity, 0, (0, 0)) }
+        let amplitude = Double(all[first...last].map { abs(Int($0.0)) }.max()!)
+        var worst = (ratio: 0.0, at: 0, rates: (0, 0))
+        for k in (first + 1)...last {
+            let steepest = 2 * Double.pi * 440 * amplitude / Double(min(all[k].1, all[k - 1].1))
+            let r = Double(abs(Int(all[k].0) - Int(all[k - 1].0))) / steepest
+            if r > worst.ratio { worst = (r, k - first, (all[k - 1].1, all[k].1)) }
+        }
+        return worst
+    }
+
+    func testATalkerPulledThroughFormatChangesHasNoClick() throws {
+        // Pulls of 7 ms: a pull's converted rest in the old format is dropped at a
+        // change, so the new output also starts that much later than the old left off.
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        Thread.detachNewThread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 3.5, amplitude: 0.3)) }
+        let formats = [(44100, 1), (16000, 2), (48000, 2), (22050, 1), (48000, 1)]
+        var blocks: [(pcm: [Int16], rate: Int)] = []
+        var buf = [Int16](repeating: 0, count: 2 * 7 * 48)
+        let t0 = MonotonicClock.nanoseconds()
+        for n in 1...500 {
+            if n % 80 == 0 && n / 80 <= formats.count {
+                try sam.setOutputFormat(sampleRate: formats[n / 80 - 1].0, channels: formats[n / 80 - 1].1)
+            }
+            let f = sam.outputFormat
+            let frames = 7 * f.sampleRate / 1000
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: frames) }
+            blocks.append(((0..<frames).map { buf[$0 * f.channels] }, f.sampleRate))
+            let due = t0 + UInt64(n) * 7_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        let worst = AudioEdgeTests.worstStep(blocks)
+        let stats = try sam.streamStats(ssrc: ssrc)
+        print("tone pulled 7 ms at a time through five format changes: largest step \(String(format: "%.2f", worst.ratio)) x the "
+              + "tone's steepest (\(worst.rates.0) → \(worst.rates.1) Hz); \(stats.jitter.plcFrames) frames concealed")
+        XCTAssertEqual(Set(blocks.map(\.rate)), [48000, 44100, 16000, 22050])
+        if stats.jitter.plcFrames == 0 {
+            XCTAssertLessThanOrEqual(worst.ratio, 1.5, "a click in the pulled mix at a format change")
+        }
     }
 
     func testADeviceThatOffersOnly44100WorksForCaptureAndPlayback() throws {
