@@ -104,12 +104,13 @@ final class LocalStream {
     /// of the capture device (the capture worker converts what the device gives).
     let inputRate: Int
     /// Fed streams at another rate than 48 kHz: one resampler to 48 kHz, in the
-    /// channel's layout. Fed PCM is first put in that layout (`layoutScratch`), so a
-    /// host may switch between mono and stereo calls without the resampler's state
-    /// breaking (one resampler per input layout, as before, each saw only the calls of
-    /// its layout: alternating calls came out as noise, a switch cut a few ms).
+    /// channel's layout. Fed PCM in the other layout is first put in the channel's
+    /// (`relayout`: channels only, at the input rate), so a host may switch between
+    /// mono and stereo calls without the resampler's state breaking (one resampler per
+    /// input layout, as before, each saw only the calls of its layout: alternating
+    /// calls came out as noise, a switch cut a few ms).
     private let resampler: FormatConverter?
-    private let layoutScratch: UnsafeMutablePointer<Int16>
+    private let relayout: FormatConverter?
     /// Float feeds are converted to int16 here first, a chunk at a time.
     static let floatChunk = 960
     private let floatScratch: UnsafeMutablePointer<Int16>
@@ -261,12 +262,13 @@ final class LocalStream {
             do {
                 resampler = try FormatConverter(inRate: inputRate, outRate: 48000, inChannels: audio.channels, outChannels: audio.channels,
                                                 maxInFrames: LocalStream.floatChunk, quality: resamplerQuality)
+                relayout = try FormatConverter(inRate: inputRate, outRate: inputRate, inChannels: 3 - audio.channels,
+                                               outChannels: audio.channels, maxInFrames: LocalStream.floatChunk)
             } catch { throw ClientError.invalidArgument("\(error)") }
         } else {
             resampler = nil
+            relayout = nil
         }
-        layoutScratch = .allocate(capacity: LocalStream.floatChunk * 2)
-        layoutScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
         floatScratch = .allocate(capacity: LocalStream.floatChunk * 2)
         floatScratch.initialize(repeating: 0, count: LocalStream.floatChunk * 2)
         fecPolicy = FECPolicy(fec: audio.fec, expectedLoss: Int(audio.expectedPacketLoss))
@@ -286,7 +288,7 @@ final class LocalStream {
 
     deinit {
         opusBuffer.deallocate(); sealBuffer.deallocate(); silence.deallocate(); processed.deallocate(); farBlock.deallocate()
-        queue.deallocate(); floatScratch.deallocate(); layoutScratch.deallocate()
+        queue.deallocate(); floatScratch.deallocate()
     }
 
     // MARK: feeding and pacing (slot lock held by the caller)
@@ -353,23 +355,12 @@ final class LocalStream {
     /// Resamples (when the stream's rate is not 48 kHz) and reframes into the queue.
     private func push(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) {
         guard let conv = resampler else { return reframe(pcm, frames: frames, channels: channels) }
-        guard channels != audio.channels else {
-            return conv.convertAll(pcm, frames: frames) { p, n in reframe(p, frames: n, channels: audio.channels) }
+        func toFrames(_ p: UnsafePointer<Int16>, _ n: Int) {
+            conv.convertAll(p, frames: n) { q, m in reframe(q, frames: m, channels: audio.channels) }
         }
-        // In the channel's layout first (mono upmixed L = R, stereo averaged), a chunk
-        // at a time, as the reframer does at 48 kHz.
-        var done = 0
-        while done < frames {
-            let n = min(LocalStream.floatChunk, frames - done)
-            let src = pcm + done * channels
-            if channels == 1 {
-                for k in 0..<n { layoutScratch[2 * k] = src[k]; layoutScratch[2 * k + 1] = src[k] }
-            } else {
-                for k in 0..<n { layoutScratch[k] = Int16((Int32(src[2 * k]) + Int32(src[2 * k + 1])) / 2) }
-            }
-            conv.convertAll(UnsafePointer(layoutScratch), frames: n) { p, m in reframe(p, frames: m, channels: audio.channels) }
-            done += n
-        }
+        // In the channel's layout first (mono upmixed L = R, stereo averaged, as the
+        // reframer does at 48 kHz).
+        if channels != audio.channels, let relayout { relayout.convertAll(pcm, frames: frames, toFrames) } else { toFrames(pcm, frames) }
     }
 
     private func reframe(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int) {
