@@ -81,6 +81,47 @@ final class ConverterTests: XCTestCase {
         }
     }
 
+    /// A converter replacing another mid-stream (a new output format) goes on from
+    /// where the old one's output left off: the largest step from one sample to the
+    /// next across the change stays that of the tone. (Primed and swapped in, the new
+    /// one started the difference of the two filter delays earlier or later: a jump.)
+    func testASplicedConverterGoesOnWithoutAJump() throws {
+        let block = 960
+        let input = Self.tone(440, rate: 48000, seconds: 0.2, amplitude: 0.3).flatMap { [$0, $0] }   // L = R
+        let formats = [(48000, 2), (16000, 1), (44100, 2), (8000, 2), (24000, 1), (48000, 1), (192_000, 2)]
+        let pcm = UnsafeMutablePointer<Int16>.allocate(capacity: input.count)
+        defer { pcm.deallocate() }
+        pcm.update(from: input, count: input.count)
+        // Once before counting allocations (the runtime's first-use work).
+        try FormatConverter(inRate: 48000, outRate: 16000, inChannels: 2, outChannels: 1, maxInFrames: block)
+            .splice(after: nil, history: pcm, frames: block)
+        for (a, b) in formats.flatMap({ a in formats.filter { $0 != a }.map { (a, $0) } }) {
+            let old = try FormatConverter(inRate: 48000, outRate: a.0, inChannels: 2, outChannels: a.1, maxInFrames: block)
+            let new = try FormatConverter(inRate: 48000, outRate: b.0, inChannels: 2, outChannels: b.1, maxInFrames: block)
+            var heard: [(Int16, Int)] = []   // the first channel, and its rate
+            for k in 0..<5 {
+                let (q, m) = old.convert(pcm + k * block * 2, frames: block)
+                heard += (0..<m).map { (q[$0 * a.1], a.0) }
+            }
+            let allocations = vc_alloc_count()
+            new.splice(after: old, history: pcm + 4 * block * 2, frames: block)
+            if vc_alloc_counter_active() != 0 { XCTAssertEqual(vc_alloc_count() - allocations, 0, "\(a) → \(b): the splice allocated") }
+            for k in 5..<10 {
+                let (q, m) = new.convert(pcm + k * block * 2, frames: block)
+                if k == 5 { XCTAssertEqual(m, b.0 / 50, "\(a) → \(b): the first block keeps its length") }
+                heard += (0..<m).map { (q[$0 * b.1], b.0) }
+            }
+            // From the second block on (the first holds each converter's filter delay).
+            let start = a.0 / 50
+            var worst = 0.0
+            for i in (start + 1)..<heard.count {
+                let steepest = 2 * Double.pi * 440 * 0.3 * 32767 / Double(min(heard[i].1, heard[i - 1].1))
+                worst = max(worst, Double(abs(Int(heard[i].0) - Int(heard[i - 1].0))) / steepest)
+            }
+            XCTAssertLessThanOrEqual(worst, 1.3, "\(a) → \(b): a jump at the splice")
+        }
+    }
+
     func testBadFormatsAreRefused() {
         XCTAssertThrowsError(try FormatConverter(inRate: 7999, outRate: 48000, inChannels: 1, outChannels: 1, maxInFrames: 960))
         XCTAssertThrowsError(try FormatConverter(inRate: 48000, outRate: 192_001, inChannels: 1, outChannels: 1, maxInFrames: 960))
