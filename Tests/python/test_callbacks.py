@@ -263,3 +263,25 @@ def test_drain_inside_a_callback_is_refused_at_once(server):
         assert took < 0.5, f"drain waited {took:.2f} s inside the sink before it was refused"
         assert mic.queued_ms > 1000
         mic.flush()
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+def test_a_callback_that_raises_keyboard_interrupt_or_system_exit_is_disabled_and_surfaces(server, caplog, raised):
+    """KeyboardInterrupt and SystemExit raised by a callback on a library thread follow the
+    documented path (disabled, logged, CallbackError from the next call); a
+    KeyboardInterrupt was silently dropped there and the callback kept being called."""
+    calls = []
+
+    def sink(pcm, frames):
+        calls.append(frames)
+        raise raised()
+
+    with joined(server, "cb-base-exc") as client:
+        client.set_sink(sink)
+        assert wait_until(lambda: calls)
+        assert not wait_until(lambda: len(calls) > 1, seconds=0.3), "disabled after it raised"
+        with pytest.raises(voicecat.CallbackError) as e:
+            client.connection_stats()
+        assert isinstance(e.value.__cause__, raised)
+        assert len(_failure_records(caplog, "mixed-output sink")) == 1
+        client.set_sink(None)

@@ -1,12 +1,16 @@
 """Running Python code on the library's threads without losing its exceptions, and
 routing the library's log lines to the ``logging`` module.
 
-A callback that raises is logged once (``logging.getLogger("voicecat")``, with its
-traceback) and disabled: it is not called again until it is set again. The exception
+A callback that raises (any exception: KeyboardInterrupt and SystemExit too) is logged
+once (``logging.getLogger("voicecat")``, with its traceback) and disabled: it is not
+called again until it is set again. The exception
 is kept in the owner's :class:`FailureBox` and raised, as a :class:`CallbackError`
 whose ``__cause__`` it is, from the next call the program makes on that client (the
 log handler, which is global, from the next call on any client or of any module
-function). ctypes would otherwise print "Exception ignored" and carry on.
+function). ctypes would otherwise print "Exception ignored" and carry on. The one
+exception: Ctrl-C landing in a callback that runs on the main thread during a call of
+the program (a log line) is not the callback's failure; that call raises the
+KeyboardInterrupt when it returns.
 """
 from __future__ import annotations
 
@@ -93,15 +97,18 @@ class Guarded:
         _local.render_depth = getattr(_local, "render_depth", 0) + self.renders
         try:
             self.fn(*args)
-        except KeyboardInterrupt as e:
-            # Ctrl-C reached Python code running in a callback on the main thread (a log
-            # line during a call the program made): it cannot cross C, and it is not
-            # the callback's failure. The package raises it when that call returns
-            # (raise_interrupt), once what C now holds is kept. (Delivered again with
-            # _thread.interrupt_main instead, it would land at the start of the next
-            # callback on this thread, outside any guard, and be lost.)
-            _local.interrupt = e
         except BaseException as e:  # noqa: B902 - nothing may escape into C
+            if isinstance(e, KeyboardInterrupt) and threading.get_ident() == threading.main_thread().ident:
+                # Ctrl-C reached Python code running in a callback on the main thread (a
+                # log line during a call the program made): it cannot cross C, and it is
+                # not the callback's failure. The package raises it when that call
+                # returns (raise_interrupt), once what C now holds is kept. (Delivered
+                # again with _thread.interrupt_main instead, it would land at the start of
+                # the next callback on this thread, outside any guard, and be lost.) On a
+                # library thread no Ctrl-C lands: a KeyboardInterrupt there is the
+                # callback's own, a failure like any other (nothing would raise it).
+                _local.interrupt = e
+                return
             self.failed = True
             self.box.store(CallbackError(self.which, e))  # before the log line: who sees it can rely on it
             logger.error("the %s raised %s; it is disabled, and the error is raised from the next call",
