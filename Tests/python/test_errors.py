@@ -1,5 +1,6 @@
 """Bad input gets a clear exception, and nothing is sent for it."""
 import array
+import asyncio
 import ctypes
 import os
 import threading
@@ -391,3 +392,35 @@ def test_trust_on_first_use_records_the_server_and_refuses_a_changed_identity(se
         with pytest.raises(voicecat.AuthError):
             c.connect("127.0.0.1", server.port, unique("tofu"))
         c.connect("127.0.0.1", server.port, unique("tofu"), allow_unverified=True)
+
+
+def test_timeouts_take_infinity_as_no_limit_and_refuse_nan_negatives_and_non_numbers(server):
+    inf = float("inf")
+    with voicecat.Client() as c:
+        c.connect("127.0.0.1", server.port, unique("inf"), timeout=inf)
+        c.join("Lobby")
+        assert c.poll_event(inf) is not None                  # CONNECTED is queued
+        assert next(c.events(timeout=inf)) is not None
+        threading.Timer(0.2, lambda: joined(server, "inf-other").close()).start()
+        assert c.wait_event(voicecat.EventType.USER_CONNECTED, timeout=inf).type == voicecat.EventType.USER_CONNECTED
+        with c.start_stream() as mic:
+            mic.feed(bytes(1920 * 5))
+            mic.drain(timeout=inf)
+            calls = {"poll_event": lambda t: c.poll_event(t), "events": lambda t: next(c.events(timeout=t)),
+                     "wait_event": lambda t: c.wait_event(timeout=t), "drain": lambda t: mic.drain(t),
+                     "connect": lambda t: c.connect("127.0.0.1", server.port, unique("inf"), timeout=t)}
+            for name, call in calls.items():
+                for bad in (float("nan"), -1, -0.5, -inf):
+                    with pytest.raises(ValueError, match="timeout must be"):
+                        call(bad)
+                for bad in ("1", b"1", [1]):
+                    with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+                        call(bad)
+
+        async def on_asyncio():
+            async with c.async_events() as events:
+                with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+                    await events.get("1")
+                with pytest.raises(ValueError, match="timeout must be"):
+                    await events.wait_for(timeout=float("nan"))
+        asyncio.run(on_asyncio())

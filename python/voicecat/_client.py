@@ -5,6 +5,8 @@ import array
 import asyncio
 import atexit
 import ctypes
+import math
+import numbers
 import operator
 import os
 import threading
@@ -76,13 +78,31 @@ def _uint(value: int, what: str, high: int = 0xFFFFFFFF, low: int = 0) -> int:
     return number
 
 
-def _millis(seconds: Optional[float], what: str) -> int:
-    """Seconds as whole milliseconds for C (None = forever = -1)."""
+def _seconds(seconds: Optional[float], what: str) -> Optional[float]:
+    """A timeout checked: None for no limit (None or infinity), else seconds >= 0.
+    TypeError for what is not a number, ValueError for NaN or a negative number."""
     if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        raise TypeError(f"{what} must be a number of seconds (None or float('inf'): no limit), "
+                        f"not {type(seconds).__name__} {seconds!r}")
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int beyond float's range
+        value = math.inf if seconds > 0 else -math.inf
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{what} must be a non-negative number of seconds (None or float('inf'): no limit), "
+                         f"not {seconds!r}")
+    return None if value == math.inf else value
+
+
+def _millis(seconds: Optional[float], what: str) -> int:
+    """A timeout as whole milliseconds for C: None or infinity = forever = -1; else at
+    most 0x7FFFFFFF (about 24.8 days). Checked as :func:`_seconds` does."""
+    value = _seconds(seconds, what)
+    if value is None:
         return -1
-    if seconds != seconds or seconds < 0:
-        raise ValueError(f"{what} must be a non-negative number of seconds, not {seconds}")
-    return min(int(round(seconds * 1000)), 0x7FFFFFFF)
+    return min(int(round(value * 1000)), 0x7FFFFFFF)
 
 
 # ---- The part of a client that C-side callbacks and the finalizer hold -----------------
@@ -275,8 +295,9 @@ class Stream:
 
     def drain(self, timeout: Optional[float] = None) -> None:
         """Waits until everything fed has been sent, the last partial frame included (it
-        goes out when the talkspurt ends); at most ``timeout`` seconds (None: no limit),
-        then Timeout. NetworkError when the queue emptied but some of the audio fed
+        goes out when the talkspurt ends); at most ``timeout`` seconds (None or
+        ``float('inf')``: no limit), then Timeout; ValueError for a negative or NaN
+        timeout, TypeError for one that is not a number. NetworkError when the queue emptied but some of the audio fed
         since it was last empty came due while the connection was down (an automatic
         reconnect's gap) and was dropped, not sent: the message says how many ms
         (:meth:`send_stats` ``frames_dropped`` counts every such frame)."""
@@ -411,7 +432,10 @@ class AsyncEvents:
         self._queue.put_nowait(item)
 
     async def get(self, timeout: Optional[float] = None) -> Event:
-        """The next event; TimeoutError after ``timeout`` seconds, EOFError once closed."""
+        """The next event; TimeoutError after ``timeout`` seconds (None or
+        ``float('inf')``: no limit), EOFError once closed. The timeout is checked as
+        :meth:`Client.poll_event` does."""
+        timeout = _seconds(timeout, "timeout")
         if self._closed and self._queue.empty():
             raise EOFError("the event subscription is closed")
         try:
@@ -429,6 +453,7 @@ class AsyncEvents:
         """The next event of one of ``types`` (any type if none) for which ``where`` holds;
         other events are skipped. TimeoutError after ``timeout`` seconds, EOFError once
         closed (the subscription or the client) before such an event came."""
+        timeout = _seconds(timeout, "timeout")
         deadline = None if timeout is None else self._loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - self._loop.time())
@@ -660,9 +685,13 @@ class Client:
     # -- session --
 
     def connect(self, host: str, port: int, username: str, *, password: Optional[str] = None,
-                fingerprint: Optional[str] = None, timeout: float = 5.0, allow_unverified: bool = False) -> None:
+                fingerprint: Optional[str] = None, timeout: Optional[float] = 5.0,
+                allow_unverified: bool = False) -> None:
         """Connects: TCP, handshake, Hello, then the UDP media path; blocks until the
-        session is accepted or fails (at most ``timeout`` seconds).
+        session is accepted or fails (at most ``timeout`` seconds; None or
+        ``float('inf')``: no limit, in practice the longest the library takes, about 24.8
+        days; ValueError for a negative or NaN timeout, TypeError for one that is not a
+        number).
 
         ``port`` 0 means 47800; ``username`` is 1..64 bytes of UTF-8 without control
         characters. ``fingerprint`` pins the server's key (64 hex digits); without it the
@@ -680,7 +709,8 @@ class Client:
         params.username = _cstr(username, "username")
         params.password = _optional_cstr(password, "password")
         params.server_fingerprint = _optional_cstr(fingerprint, "fingerprint")
-        params.timeout_ms = max(1, _millis(timeout, "timeout"))
+        wait = _millis(timeout, "timeout")
+        params.timeout_ms = 0x7FFFFFFF if wait < 0 else max(1, wait)  # 0 would mean the default, 5 s
         params.allow_unverified = int(bool(allow_unverified))
         if threading.current_thread() is not threading.main_thread() or in_callback():
             self._call("vc_connect", ctypes.byref(params))
@@ -1124,9 +1154,11 @@ class Client:
         _update_event_callback(self._core)
 
     def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:
-        """The oldest queued event, waiting up to ``timeout`` seconds (None: until one
-        comes or the client is closed); None when none came, and once the client is
-        closed (so :meth:`events` ends; :meth:`wait_event` raises StateError then)."""
+        """The oldest queued event, waiting up to ``timeout`` seconds (None or
+        ``float('inf')``: until one comes or the client is closed); None when none came,
+        and once the client is closed (so :meth:`events` ends; :meth:`wait_event` raises
+        StateError then). ValueError for a negative or NaN timeout, TypeError for one
+        that is not a number."""
         out = _lib.vc_event()
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
@@ -1147,7 +1179,8 @@ class Client:
 
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterates over queued events as they come; ends after ``timeout`` seconds
-        without one (None: when the client is closed)."""
+        without one (None or ``float('inf')``: when the client is closed). The timeout is
+        checked as :meth:`poll_event` does."""
         while True:
             event = self.poll_event(timeout)
             if event is None:
@@ -1158,8 +1191,9 @@ class Client:
                    where: Optional[Callable[[Event], bool]] = None) -> Event:
         """Takes queued events until one of ``types`` (any if none given) for which
         ``where`` holds arrives, and returns it; TimeoutError after ``timeout`` seconds
-        (None: no limit), StateError once the client is closed (by another thread too),
-        ValueError for a negative timeout."""
+        (None or ``float('inf')``: no limit), StateError once the client is closed (by
+        another thread too), ValueError for a negative or NaN timeout, TypeError for one
+        that is not a number."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         while True:
