@@ -285,3 +285,34 @@ def test_a_callback_that_raises_keyboard_interrupt_or_system_exit_is_disabled_an
         assert isinstance(e.value.__cause__, raised)
         assert len(_failure_records(caplog, "mixed-output sink")) == 1
         client.set_sink(None)
+
+
+def test_a_callback_may_close_another_client_but_not_its_own(server):
+    """close() of another client from inside a callback closes it there (vc_client_destroy
+    refuses only a callback of the same client); closing the client whose callback runs
+    stays refused."""
+    other = joined(server, "cb-close-other")
+    name = next(u.username for u in other.users() if u.is_self)
+    outcome = []
+
+    with joined(server, "cb-close-host") as host:
+        def sink(pcm, frames):
+            if outcome:
+                return
+            try:
+                host.close()
+                outcome.append("closed its own client")
+            except voicecat.StateError:
+                outcome.append("own refused")
+            try:
+                other.close()
+                outcome.append("other closed")
+            except Exception as e:  # noqa: BLE001 - the outcome is what is checked
+                outcome.append(e)
+
+        host.set_sink(sink)
+        assert wait_until(lambda: len(outcome) == 2)
+        host.set_sink(None)
+        assert outcome == ["own refused", "other closed"], outcome
+        assert other.closed and not host.closed
+        assert wait_until(lambda: all(u.username != name for u in host.users())), "still on the server"

@@ -34,7 +34,13 @@ _local = threading.local()
 
 def in_callback() -> bool:
     """True on a thread that is running one of this package's callbacks right now."""
-    return bool(getattr(_local, "depth", 0))
+    return bool(getattr(_local, "owners", None))
+
+
+def in_callback_of(box: "FailureBox") -> bool:
+    """True on a thread that is running a callback of the owner of ``box`` right now (a
+    client's callbacks report to its box, the log handler to :data:`global_failures`)."""
+    return box in getattr(_local, "owners", ())
 
 
 def in_render_callback() -> bool:
@@ -93,7 +99,10 @@ class Guarded:
     def __call__(self, *args: Any) -> None:
         if self.failed:
             return
-        _local.depth = getattr(_local, "depth", 0) + 1
+        owners = getattr(_local, "owners", None)
+        if owners is None:
+            owners = _local.owners = []
+        owners.append(self.box)
         _local.render_depth = getattr(_local, "render_depth", 0) + self.renders
         try:
             self.fn(*args)
@@ -114,7 +123,7 @@ class Guarded:
             logger.error("the %s raised %s; it is disabled, and the error is raised from the next call",
                          self.which, type(e).__name__, exc_info=e)
         finally:
-            _local.depth -= 1
+            owners.pop()
             _local.render_depth -= self.renders
 
 

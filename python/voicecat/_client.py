@@ -15,8 +15,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Set, Type, Union
 
 from . import _lib, _pcm
-from ._callbacks import (FailureBox, Guarded, global_failures, in_callback, in_render_callback, raise_interrupt,
-                         require_callable)
+from ._callbacks import (FailureBox, Guarded, global_failures, in_callback, in_callback_of, in_render_callback,
+                         raise_interrupt, require_callable)
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import (InvalidArgument, NotFound, StateError, Timeout, Unsupported, VoiceCatError, error_for,
                       global_detail)
@@ -151,15 +151,18 @@ class _Core:
         if handler is not None:
             handler(event)
 
-    def destroy(self) -> None:
-        """Destroys the C client, then lets go of the callbacks (idempotent)."""
+    def destroy(self, now: bool = False) -> None:
+        """Destroys the C client, then lets go of the callbacks (idempotent). Inside a
+        callback only when ``now`` (an explicit close, never from this client's own
+        callbacks: see Client.close); else it is left to _reap_orphans."""
         with self.lock:
             handle, self.handle = self.handle, None
         if handle is None:
             return
-        if in_callback():
-            # vc_client_destroy ignores a call from inside the client's own callback, and
-            # would stall another client's audio thread: leave it to _reap_orphans.
+        if in_callback() and not now:
+            # The finalizer, run inside a callback: vc_client_destroy ignores a call from
+            # inside the client's own callback, and would stall another client's audio
+            # thread for a collection the program did not ask for: leave it to _reap_orphans.
             self.handle = handle
             _orphans.append(self)
             return
@@ -651,12 +654,17 @@ class Client:
         """Disconnects if connected, stops the client's threads and frees it; idempotent.
 
         Raises a :class:`CallbackError` a callback left unreported (after closing).
-        Must not be called from inside one of this client's callbacks.
+        StateError from inside one of this client's own callbacks, or the log handler
+        (which may run on this client's threads): ``vc_client_destroy`` cannot be
+        called there. From a callback of another client it closes this one at once,
+        holding that callback until this client's threads have stopped.
         """
-        if in_callback() and self._core.handle is not None:
-            raise StateError(ErrorCode.STATE, "a client cannot be closed from inside a callback (close it from "
-                                              "one of your threads)")
-        self._finalizer()
+        if (in_callback_of(self._core.failures) or in_callback_of(global_failures)) and self._core.handle is not None:
+            raise StateError(ErrorCode.STATE, "a client cannot be closed from inside its own callbacks or the log "
+                                              "handler (close it from one of your threads, or another client's "
+                                              "callback)")
+        self._finalizer.detach()
+        self._core.destroy(now=True)
         _reap_orphans()
         raise_interrupt()
         _raise_pending(self._core)
