@@ -424,3 +424,16 @@ def test_timeouts_take_infinity_as_no_limit_and_refuse_nan_negatives_and_non_num
                 with pytest.raises(ValueError, match="timeout must be"):
                     await events.wait_for(timeout=float("nan"))
         asyncio.run(on_asyncio())
+
+
+def test_stop_is_idempotent_after_the_stream_ended_by_itself(server):
+    with joined(server, "err-stop-ended") as c:
+        mic = c.start_stream()
+        c.join("Music")  # the stream ends with the channel change
+        assert mic.stopped
+        mic.stop()       # was NotFound
+        mic.stop()
+        other = c.start_stream()
+        c.disconnect()   # the session ends, and the stream with it
+        assert other.stopped
+        other.stop()

@@ -331,10 +331,15 @@ class Stream:
 
     def stop(self) -> None:
         """Stops the stream: audio still queued is dropped (:meth:`drain` first to have it
-        sent), the last frame is flagged, then the server is told. Idempotent."""
+        sent), the last frame is flagged, then the server is told. Idempotent, also
+        once the stream ended by itself (:attr:`stopped`: the server withdrew it, the
+        session or its channel ended), when there is nothing left to stop."""
         if self._stopped:
             return
-        self._client._call("vc_stream_stop", self.id)
+        try:
+            self._client._call("vc_stream_stop", self.id)
+        except NotFound:
+            pass  # it ended by itself: stopped already
         self._stopped = True
 
     def set_capture_device(self, name: str) -> None:
