@@ -316,3 +316,40 @@ def test_a_callback_may_close_another_client_but_not_its_own(server):
         assert outcome == ["own refused", "other closed"], outcome
         assert other.closed and not host.closed
         assert wait_until(lambda: all(u.username != name for u in host.users())), "still on the server"
+
+
+def test_waiting_for_events_inside_a_callback_is_refused_at_once(server):
+    """wait_event, poll_event and events with a wait, called from a callback, raise
+    StateError at once (as Stream.drain does) instead of holding the library's thread;
+    poll_event(0) stays allowed."""
+    with joined(server, "cb-wait") as client:
+        seen = []
+
+        def handler(event):
+            if seen:
+                return
+            for name, call in [("wait_event", lambda: client.wait_event(EventType.TALK_START, timeout=1)),
+                               ("wait_event(None)", lambda: client.wait_event(EventType.TALK_START, timeout=None)),
+                               ("poll_event", lambda: client.poll_event(1)),
+                               ("poll_event(None)", lambda: client.poll_event(None)),
+                               ("events", lambda: next(client.events(timeout=1), None))]:
+                t0 = time.monotonic()
+                try:
+                    call()
+                    seen.append((name, "returned", time.monotonic() - t0))
+                except voicecat.StateError:
+                    seen.append((name, "refused", time.monotonic() - t0))
+                except Exception as e:  # noqa: BLE001 - the outcome is what is checked
+                    seen.append((name, type(e).__name__, time.monotonic() - t0))
+            client.poll_event(0)  # not waiting: allowed
+            seen.append(("poll_event(0)", "returned", 0.0))
+
+        client.set_event_handler(handler)
+        other = joined(server, "cb-wait-other")   # events for the handler
+        assert wait_until(lambda: len(seen) == 6), seen
+        client.set_event_handler(None)
+        other.close()
+        assert [(name, what) for name, what, _ in seen] == [
+            ("wait_event", "refused"), ("wait_event(None)", "refused"), ("poll_event", "refused"),
+            ("poll_event(None)", "refused"), ("events", "refused"), ("poll_event(0)", "returned")], seen
+        assert all(took < 0.5 for _, _, took in seen), seen

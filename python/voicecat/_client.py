@@ -185,6 +185,15 @@ def _refuse_in_sink(what: str) -> None:
         raise StateError(ErrorCode.STATE, f"{what} cannot be called from inside a sink (the library is rendering)")
 
 
+def _refuse_wait_in_callback(what: str, wait_ms: int) -> None:
+    """A wait for events from inside a callback: refused at once (the library does not
+    wait there, so the package's loop would hold the library's thread, spinning, for
+    the whole timeout). Not waiting (timeout 0) is allowed."""
+    if wait_ms != 0 and in_callback():
+        raise StateError(ErrorCode.STATE, f"{what} cannot wait inside a callback (it would hold the library's "
+                                          "thread); use timeout=0 there, or wait on one of your threads")
+
+
 def _reap_orphans() -> None:
     while _orphans and not in_callback():
         _orphans.pop().destroy()
@@ -1171,9 +1180,11 @@ class Client:
         ``float('inf')``: until one comes or the client is closed); None when none came,
         and once the client is closed (so :meth:`events` ends; :meth:`wait_event` raises
         StateError then). ValueError for a negative or NaN timeout, TypeError for one
-        that is not a number."""
+        that is not a number. From inside a callback only ``timeout=0`` (StateError at
+        once otherwise: the wait would hold the library's thread)."""
         out = _lib.vc_event()
         wait = _millis(timeout, "timeout")
+        _refuse_wait_in_callback("poll_event", wait)
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         while not self.closed:
             # Wait in slices so that Ctrl-C reaches a program blocked here.
@@ -1193,7 +1204,9 @@ class Client:
     def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterates over queued events as they come; ends after ``timeout`` seconds
         without one (None or ``float('inf')``: when the client is closed). The timeout is
-        checked as :meth:`poll_event` does."""
+        checked as :meth:`poll_event` does; from inside a callback only ``timeout=0``
+        (StateError at once otherwise)."""
+        _refuse_wait_in_callback("events", _millis(timeout, "timeout"))
         while True:
             event = self.poll_event(timeout)
             if event is None:
@@ -1206,8 +1219,11 @@ class Client:
         ``where`` holds arrives, and returns it; TimeoutError after ``timeout`` seconds
         (None or ``float('inf')``: no limit), StateError once the client is closed (by
         another thread too), ValueError for a negative or NaN timeout, TypeError for one
-        that is not a number."""
+        that is not a number. From inside a callback only ``timeout=0`` (StateError at
+        once otherwise: the wait would hold the library's thread, as for
+        :meth:`Stream.drain`)."""
         wait = _millis(timeout, "timeout")
+        _refuse_wait_in_callback("wait_event", wait)
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         while True:
             event = self.poll_event(None if deadline is None else max(0.0, deadline - time.monotonic()))
