@@ -125,3 +125,13 @@ def test_the_command_is_installed_and_runs_as_a_module():
     for command in ("speak", "record", "devices", "stats", "ping"):
         assert command in out.stdout
     assert "exit status" in out.stdout
+
+
+def test_a_library_that_is_not_libvoicecat_is_named_so():
+    import ctypes.util
+    other = ctypes.util.find_library("m")
+    assert other, "libm is on every system"
+    env = dict(os.environ, VOICECAT_LIBRARY=other)
+    out = run_python("import voicecat\ntry:\n    voicecat.version()\nexcept voicecat.LibraryError as e:\n    print(e)",
+                     env=env)
+    assert "is not libvoicecat" in out.stdout and "older" not in out.stdout, out.stdout

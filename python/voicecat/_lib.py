@@ -347,8 +347,14 @@ def find_library() -> Tuple[str, str]:
 def _declare(lib: ctypes.CDLL, path: str) -> None:
     missing = [name for name, _, _ in _protos if not hasattr(lib, name)]
     if missing:
-        raise LibraryError(f"{path} lacks {', '.join(missing)}: it is older than this binding "
-                           f"({'.'.join(map(str, BINDING_VERSION))})")
+        if not hasattr(lib, "vc_version_number") or not hasattr(lib, "vc_version_string"):
+            # Every libvoicecat has these: this is some other library.
+            raise LibraryError(f"{path} is not libvoicecat (it has no vc_version_number); point VOICECAT_LIBRARY "
+                               "or load_library() at libvoicecat.so.0")
+        lib.vc_version_string.restype = ctypes.c_char_p
+        lib.vc_version_string.argtypes = []
+        raise LibraryError(f"{path} is libvoicecat {lib.vc_version_string().decode(errors='replace')}, older than "
+                           f"this binding ({'.'.join(map(str, BINDING_VERSION))}): it lacks {', '.join(missing)}")
     for name, restype, argtypes in _protos:
         fn = getattr(lib, name)
         fn.restype = restype
