@@ -533,3 +533,25 @@ def test_without_numpy_float_pulls_are_array_f(server, monkeypatch):
         assert client.read_mix_into(out) == 10 and not any(out)
         with pytest.raises(ImportError, match="numpy"):
             client.set_speaker_sink(lambda block: None, numpy=True)
+
+
+@needs_numpy
+def test_pulls_take_numpy_dtypes_and_say_why_a_strided_array_is_refused(server):
+    with joined(server, "edge-dtype") as client:
+        for dtype, want in [(numpy.float32, numpy.float32), (numpy.dtype("float32"), numpy.float32),
+                            (numpy.int16, numpy.int16), (numpy.dtype("int16"), numpy.int16), ("float32", numpy.float32)]:
+            mix = client.read_mix(10, dtype=dtype)
+            assert mix.dtype == want and mix.shape == (10, 2), (dtype, mix.dtype, mix.shape)
+        for bad in (numpy.int8, numpy.float64, "int8"):
+            with pytest.raises(ValueError, match="dtype must be"):
+                client.read_mix(10, dtype=bad)
+        for strided in (numpy.zeros((40, 2), dtype=numpy.int16)[::2], numpy.zeros((20, 2), dtype=numpy.float32, order="F")):
+            with pytest.raises(ValueError, match="must be C-contiguous") as e:
+                client.read_mix_into(strided)
+            assert f"not {strided.dtype}" not in str(e.value), str(e.value)
+        with pytest.raises(ValueError, match="int16 or float32"):
+            client.read_mix_into(numpy.zeros((20, 2), dtype=numpy.float64))
+        frozen = numpy.zeros((20, 2), dtype=numpy.int16)
+        frozen.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            client.read_mix_into(frozen)

@@ -1041,26 +1041,30 @@ class Client:
         until then)."""
         return self._core.output_format
 
-    def read_mix(self, frames: int, dtype: str = "int16") -> MixBlock:
+    def read_mix(self, frames: int, dtype: "Union[str, npt.DTypeLike]" = "int16") -> MixBlock:
         """Pull mode: renders ``frames`` frames of the mix in the output format now and
         returns them: a numpy array of shape (frames, channels) of ``dtype`` "int16"
         (``vc_read_mixed_pcm``) or "float32" (full scale ±1.0, ``vc_read_mixed_pcm_f32``),
         or without numpy an ``array('h')`` / ``array('f')`` of interleaved samples.
+        ``dtype`` is a name, or with numpy also a dtype or scalar type
+        (``numpy.float32``, ``numpy.dtype("int16")``).
         Call it at the rate the audio is consumed: each call advances the playout clock
         by what it rendered. ValueError for another dtype; StateError unless in pull
         mode (external playback and no mix sink; a per-speaker sink or a recording may
         run) or when called from the per-speaker sink."""
         n = _uint(frames, "frames")
-        if dtype not in ("int16", "float32"):
-            raise ValueError(f"read_mix: dtype must be 'int16' or 'float32', not {dtype!r}")
+        name = dtype if isinstance(dtype, str) else _pcm.dtype_name(dtype)
+        if name not in ("int16", "float32"):
+            raise ValueError(f"read_mix: dtype must be 'int16' or 'float32' (or numpy.int16 / numpy.float32), "
+                             f"not {dtype!r}")
         _refuse_in_sink("read_mix")
         with self._core.format_lock:
             channels = self._core.output_format.channels
             result: MixBlock
             if _pcm.has_numpy():
                 np = _pcm.require_numpy("read_mix")
-                result = np.zeros((n, channels), dtype=np.float32 if dtype == "float32" else np.int16)
-            elif dtype == "float32":
+                result = np.zeros((n, channels), dtype=np.float32 if name == "float32" else np.int16)
+            elif name == "float32":
                 result = array.array("f", bytes(4 * n * channels))
             else:
                 result = array.array("h", bytes(2 * n * channels))

@@ -22,7 +22,7 @@ import array
 import ctypes
 import operator
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 from . import _lib
 
@@ -176,16 +176,31 @@ def pcm_block(pcm: PcmInput, channels: int, explicit: bool = False) -> PcmBlock:
     return _from_buffer(pcm, channels, explicit)
 
 
+def dtype_name(dtype: Any) -> Optional[str]:
+    """The name of a numpy dtype, scalar type or anything numpy.dtype() takes ("float32"),
+    or None when it is none of those (or numpy is not installed)."""
+    if _np is None:
+        return None
+    try:
+        return str(_np.dtype(dtype).name)
+    except (TypeError, ValueError):
+        return None
+
+
 def pcm_out(buffer: Any, channels: int, what: str) -> PcmBlock:
     """A writable buffer for ``channels``-channel output: a C-contiguous int16 or float32
     numpy array of shape (frames, channels) or (channels * frames,); a bytearray (int16)
     of whole frames; or an array('h') / array('f') / writable memoryview of int16 or
     float32 items, ``channels * frames`` of them."""
     if _np is not None and isinstance(buffer, _np.ndarray):
-        if buffer.dtype not in (_np.int16, _np.float32) or not buffer.flags.c_contiguous \
-                or not buffer.flags.writeable:
-            raise ValueError(f"{what}: a writable C-contiguous int16 or float32 array is needed, not "
-                             f"{buffer.dtype}{'' if buffer.flags.writeable else ' (read-only)'}")
+        if buffer.dtype not in (_np.int16, _np.float32):
+            raise ValueError(f"{what}: an int16 or float32 array is needed, not {buffer.dtype}")
+        if not buffer.flags.c_contiguous:
+            raise ValueError(f"{what}: the array must be C-contiguous (this {buffer.dtype} array of shape "
+                             f"{buffer.shape} is a strided view or in Fortran order); render into a contiguous "
+                             "one (numpy.empty(...)) and copy from it")
+        if not buffer.flags.writeable:
+            raise ValueError(f"{what}: the array is read-only")
         if not ((buffer.ndim == 2 and buffer.shape[1] == channels) or (buffer.ndim == 1 and buffer.size % channels == 0)):
             raise ValueError(f"{what}: shape {buffer.shape} is not (frames, {channels}) or ({channels} * frames,) "
                              f"for the output format's {channels} channel(s)")
