@@ -437,3 +437,11 @@ def test_stop_is_idempotent_after_the_stream_ended_by_itself(server):
         c.disconnect()   # the session ends, and the stream with it
         assert other.stopped
         other.stop()
+
+
+def test_resampler_quality_out_of_range_states_the_real_range():
+    with pytest.raises(ValueError, match=r"resampler_quality must be in 0\.\.10, not -1"):
+        voicecat.Client(resampler_quality=-1)   # said 0..2147483647 (what C can hold)
+    with pytest.raises(voicecat.InvalidArgument, match=r"resampler_quality must be within 0\.\.10"):
+        voicecat.Client(resampler_quality=11)
+    voicecat.Client(resampler_quality=10).close()

@@ -68,13 +68,15 @@ def _optional_cstr(value: Union[str, bytes, None], what: str) -> Optional[bytes]
     return raw
 
 
-def _uint(value: int, what: str, high: int = 0xFFFFFFFF, low: int = 0) -> int:
+def _uint(value: int, what: str, high: int = 0xFFFFFFFF, low: int = 0, valid: Optional[str] = None) -> int:
+    """``value`` as an int in low..high; the messages state ``valid`` as the range when
+    given (the range the library checks, where low..high is only what C can hold)."""
     try:
         number = operator.index(value)
     except TypeError:
         raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
     if not low <= number <= high:
-        raise ValueError(f"{what} must be in {low}..{high}, not {number}")
+        raise ValueError(f"{what} must be in {valid or f'{low}..{high}'}, not {number}")
     return number
 
 
@@ -569,7 +571,8 @@ class Client:
         listener's loss does not size its publishers' FEC), resampler quality 4
         (``resampler_quality``, 0..10: SpeexDSP's, for every rate conversion of this
         client: streams fed or captured at another rate than 48 kHz, :meth:`set_output_format`,
-        devices that do not run at 48 kHz; higher is cleaner and costs more CPU).
+        devices that do not run at 48 kHz; higher is cleaner and costs more CPU;
+        ValueError below 0, InvalidArgument above 10).
         """
         _raise_pending(None)
         _reap_orphans()
@@ -594,7 +597,8 @@ class Client:
         if loss_report_ms is not None:
             cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms")
         if resampler_quality is not None:
-            cfg.resampler_quality = _uint(resampler_quality, "resampler_quality", high=0x7FFFFFFF)
+            # Above 10 the library refuses it (InvalidArgument, with its reason).
+            cfg.resampler_quality = _uint(resampler_quality, "resampler_quality", high=0x7FFFFFFF, valid="0..10")
         handle = ctypes.c_void_p()
         rc = int(lib.vc_client_create(ctypes.byref(cfg), ctypes.byref(handle)))
         if rc < 0:
