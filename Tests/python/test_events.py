@@ -82,3 +82,14 @@ def test_asyncio_awaits_events_from_another_client(server):
             await events.get()
 
     asyncio.run(main())
+
+
+def test_a_user_updated_event_holds_its_change_bits_as_user_change_not_an_error_code():
+    import typing
+    from voicecat import ErrorCode, Event, UserChange, _lib
+    updated = Event._from_c(_lib.vc_event(type=int(EventType.USER_UPDATED), code=5))
+    assert isinstance(updated.code, UserChange) and not isinstance(updated.code, ErrorCode), repr(updated.code)
+    assert updated.code == UserChange.CHANNEL | UserChange.STREAMS == updated.changes
+    failed = Event._from_c(_lib.vc_event(type=int(EventType.ERROR), code=-4))
+    assert failed.code is ErrorCode.NETWORK and failed.changes == UserChange(0)
+    assert set(typing.get_args(typing.get_type_hints(Event)["code"])) == {ErrorCode, UserChange}

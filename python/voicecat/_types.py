@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 from . import _lib
 from ._enums import ChannelMode, DeviceKind, ErrorCode, EventType, OpusApplication, StreamKind, UserChange
@@ -19,12 +19,15 @@ class Event:
 
     ``kind`` is a :class:`StreamKind` for the stream and talk events (REMOTE_STREAM_ADDED
     / REMOVED, TALK_START / STOP, STREAM_STATE_UPDATE), a :class:`DeviceKind` for ERROR
-    and DEVICE_RESTORED, a plain int otherwise. For USER_UPDATED, ``code`` holds the
-    :class:`UserChange` bits (see :attr:`changes`).
+    and DEVICE_RESTORED, a plain int otherwise. ``code`` is the C field of the same
+    name, which holds two kinds of value: for USER_UPDATED the :class:`UserChange`
+    bits of what changed (also :attr:`changes`), for every other event an
+    :class:`ErrorCode` (``OK`` unless the event reports a failure).
     """
 
     type: EventType
-    code: ErrorCode
+    code: Union[ErrorCode, UserChange]
+    """An :class:`ErrorCode`, or for USER_UPDATED the :class:`UserChange` bits."""
     user_id: int
     ssrc: int
     stream_id: int
@@ -44,14 +47,16 @@ class Event:
             kind = StreamKind(kind)
         elif type_ in (EventType.ERROR, EventType.DEVICE_RESTORED):
             kind = DeviceKind(kind)
-        return cls(type=type_, code=ErrorCode(e.code), user_id=e.user_id, ssrc=e.ssrc, stream_id=e.stream_id,
+        code: Union[ErrorCode, UserChange] = (UserChange(e.code) if type_ == EventType.USER_UPDATED
+                                               else ErrorCode(e.code))
+        return cls(type=type_, code=code, user_id=e.user_id, ssrc=e.ssrc, stream_id=e.stream_id,
                    channel_id=e.channel_id, kind=kind, channels=e.channels, muted=bool(e.muted),
                    deafened=bool(e.deafened), hold=bool(e.hold), text=_text(e.text))
 
     @property
     def changes(self) -> UserChange:
         """What a USER_UPDATED event reports as changed (empty for other events)."""
-        return UserChange(int(self.code)) if self.type == EventType.USER_UPDATED else UserChange(0)
+        return UserChange(self.code) if self.type == EventType.USER_UPDATED else UserChange(0)
 
     def __str__(self) -> str:
         parts = [self.type.name.lower()]
