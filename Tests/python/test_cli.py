@@ -210,3 +210,12 @@ def test_ping_shows_the_fingerprint_and_round_trips(server):
     assert result["keepalives_sent"] >= 3 and result["keepalives_lost"] == 0
     text = voicecat_cmd("ping", "--count", "2", server=server, check=0).stdout
     assert f"server fingerprint {server.fingerprint}" in text and "media rtt: 2 keepalive echoes" in text
+
+
+def test_help_is_plain_text_without_rest_markup(capsys):
+    from voicecat import cli
+    for argv in (["--help"], *([command, "--help"] for command in ("speak", "record", "devices", "stats", "ping"))):
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("usage: voicecat"), out
+        assert not re.search(r"``|:[a-z]+:`", out), f"voicecat {' '.join(argv)} shows reST markup:\n{out}"

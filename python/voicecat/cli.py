@@ -601,17 +601,25 @@ def _common_options() -> argparse.ArgumentParser:
     return p
 
 
+def _plain_text(text: str) -> str:
+    """A docstring's text as --help shows it: reST markup (``literal``, :role:`name`) as
+    plain text."""
+    text = re.sub(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`", r"\1", text)   # :func:`name`, :meth:`~a.b`
+    return re.sub(r"``(.+?)``", r"\1", text, flags=re.S)              # ``literal``
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``voicecat`` command."""
     common, server = _common_options(), _server_options()
-    parser = argparse.ArgumentParser(prog="voicecat", description=__doc__.split("\n\n")[0] if __doc__ else None,
+    description = _plain_text(__doc__.split("\n\n")[0]) if __doc__ else None
+    parser = argparse.ArgumentParser(prog="voicecat", description=description,
                                      epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"voicecat {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], ExitCode], parents: Sequence[argparse.ArgumentParser],
             ) -> argparse.ArgumentParser:
-        doc = inspect.cleandoc(fn.__doc__ or "")
+        doc = _plain_text(inspect.cleandoc(fn.__doc__ or ""))
         p = sub.add_parser(name, parents=list(parents), help=doc.split("\n\n")[0].split(". ")[0].replace("\n", " "),
                            description=doc, epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=fn)
