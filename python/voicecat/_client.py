@@ -164,9 +164,14 @@ class _Core:
         if in_callback() and not now:
             # The finalizer, run inside a callback: vc_client_destroy ignores a call from
             # inside the client's own callback, and would stall another client's audio
-            # thread for a collection the program did not ask for: leave it to _reap_orphans.
+            # thread for a collection the program did not ask for: a thread of the package's
+            # destroys it, once the callback has returned (vc_client_destroy waits for it).
             self.handle = handle
             _orphans.append(self)
+            try:
+                threading.Thread(target=_reap_orphans, name="voicecat-reaper", daemon=True).start()
+            except RuntimeError:
+                pass  # the interpreter is shutting down: the atexit hook reaps it
             return
         _lib.get().vc_client_destroy(handle)
         for subscriber in list(self.subscribers):
@@ -175,8 +180,9 @@ class _Core:
         self.event_handler = None
 
 
-#: Cores whose destruction was asked for from inside a callback (see _Core.destroy); they
-#: are destroyed by the next Client() or close() outside callbacks, or at exit.
+#: Cores whose destruction was asked for from inside a callback (see _Core.destroy); a
+#: reaper thread started then destroys them (so does the next Client() or close() outside
+#: callbacks, or the exit, whichever comes first).
 _orphans: List[_Core] = []
 
 
@@ -197,8 +203,12 @@ def _refuse_wait_in_callback(what: str, wait_ms: int) -> None:
 
 
 def _reap_orphans() -> None:
-    while _orphans and not in_callback():
-        _orphans.pop().destroy()
+    while not in_callback():
+        try:
+            core = _orphans.pop()
+        except IndexError:  # none left (another thread may have taken the last)
+            return
+        core.destroy()
 
 
 atexit.register(_reap_orphans)
