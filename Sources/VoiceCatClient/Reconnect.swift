@@ -157,8 +157,13 @@ extension VoiceClient {
                 .streamAnnounce(StreamAnnounce(streamID: s.streamID, kind: s.kind, channels: UInt32(channels), requestID: $0))
             }
             var why: String? = nil
+            // The server made the stream (this client refuses its answer): it is stopped
+            // there too. A refused one the server never made: a stop would be answered
+            // with "no stream", an ERROR that names no stream.
+            var madeByServer = false
             switch reply {
             case .streamAnnounceResult(let r):
+                madeByServer = true
                 if let p = reply.serverMessageProblem { why = p } else if r.effectiveAudio != s.audio {
                     why = "its effective audio configuration changed"
                 } else {
@@ -172,7 +177,7 @@ extension VoiceClient {
             }
             if let why {
                 retire(s.streamID, why: "could not be announced again after reconnecting: \(why)")
-                try? link.conn.send(.streamStop(StreamStop(streamID: s.streamID)))
+                if madeByServer { try? link.conn.send(.streamStop(StreamStop(streamID: s.streamID))) }
                 var ev = ClientEvent(type: .error)
                 ev.code = VC_ERR_REJECTED
                 ev.streamID = s.streamID
