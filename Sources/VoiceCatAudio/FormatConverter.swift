@@ -40,14 +40,16 @@ public final class FormatConverter {
     private let upmixed: UnsafeMutablePointer<Int16>?     // mono → stereo after resampling
     // A splice (splice(after:history:frames:unheardFrames:)): the output of the primed
     // history, and where the replaced converter's next frame lies against this one's
-    // (output frames; negative: in `spliceHead`), crossfaded over the first block.
+    // (output frames; negative: in `spliceHead`), taken up over the first block.
     private let spliceHead: UnsafeMutablePointer<Int16>
     private var spliceHeadFrames = 0
     private let spliceOut: UnsafeMutablePointer<Int16>
     private var spliceFrom = 0
     private var spliceFade = 0
-    /// The crossfade from a replaced converter's timeline to this one's, at most.
-    public static let spliceFadeMs = 5
+    /// How long the first block after a splice takes to move from the replaced
+    /// converter's timeline to this one's, at least (four times the shift when that
+    /// is longer), within the block.
+    public static let spliceFadeMs = 10
 
     /// True when output equals input (48 kHz stereo to 48 kHz stereo, ...): `convert`
     /// hands the input back untouched.
@@ -128,9 +130,9 @@ public final class FormatConverter {
     /// worth of silence; and the two converters' delays differ (1-2 ms at most rates, 4
     /// at 8 kHz, plus what went unheard), so the next block's start would repeat or
     /// skip that much audio: a jump in a tone or in speech, a click. Instead, the first
-    /// block after the splice fades from where `old`'s output left off to this one's
-    /// over up to spliceFadeMs (the block's length bounds it); the blocks keep their
-    /// lengths. Allocates nothing (buffers are made at init).
+    /// block after the splice starts where `old`'s output left off and moves into this
+    /// one's timeline over spliceFadeMs or more (the block's length bounds it); the
+    /// blocks keep their lengths. Allocates nothing (buffers are made at init).
     public func splice(after old: FormatConverter?, history: UnsafePointer<Int16>, frames: Int, unheardFrames: Int = 0) {
         spliceFade = 0
         spliceHeadFrames = 0
@@ -142,23 +144,33 @@ public final class FormatConverter {
         let unheard = old.map { Double(unheardFrames) * Double(inRate) / Double($0.outRate) } ?? Double(unheardFrames)
         let shift = Double(inputLatencyFrames - (old?.inputLatencyFrames ?? 0)) - unheard
         spliceFrom = max(-n, Int((shift * Double(outRate) / Double(inRate)).rounded()))
-        if spliceFrom != 0 { spliceFade = outRate * FormatConverter.spliceFadeMs / 1000 }
+        // At least spliceFadeMs, and four times the shift (a change of speed of at most
+        // a quarter: a 4 ms shift at 8 kHz takes 16 ms), as far as the block allows.
+        if spliceFrom != 0 { spliceFade = max(outRate * FormatConverter.spliceFadeMs / 1000, 4 * abs(spliceFrom)) }
     }
 
-    /// The first block after a splice, faded from old's timeline into this one's.
+    /// The first block after a splice, read from old's timeline moving into this one's:
+    /// frame i is taken at position i + spliceFrom × (1 - (i + 1) / (m + 1)) of the
+    /// signal (linear interpolation between its frames), so the shift is taken up by a
+    /// short change of speed (at most a quarter), with neither a jump nor the dip a crossfade of
+    /// two shifted copies has where they are out of phase.
     private func fadeIn(_ p: UnsafePointer<Int16>, frames n: Int) -> UnsafePointer<Int16> {
         defer { spliceFade = 0 }
-        // Old's continuation must be in the head or in this block.
+        // Every position read must be in the head or in this block.
         let m = min(spliceFade, n - max(0, spliceFrom))
         guard m > 0 else { return p }
         let ch = outChannels
         spliceOut.update(from: p, count: n * ch)
+        func frame(_ j: Int) -> UnsafePointer<Int16> {
+            j < 0 ? UnsafePointer(spliceHead + (spliceHeadFrames + j) * ch) : p + min(j, n - 1) * ch
+        }
         for i in 0..<m {
-            let g = spliceFrom + i
-            let from = g < 0 ? UnsafePointer(spliceHead + (spliceHeadFrames + g) * ch) : p + g * ch
-            let w = Float(i + 1) / Float(m + 1)
+            let g = Double(spliceFrom) * (1 - Double(i + 1) / Double(m + 1)) + Double(i)
+            let k = Int(g.rounded(.down))
+            let f = Float(g - Double(k))
+            let a = frame(k), b = frame(k + 1)
             for c in 0..<ch {
-                spliceOut[i * ch + c] = Int16(((1 - w) * Float(from[c]) + w * Float(p[i * ch + c])).rounded())
+                spliceOut[i * ch + c] = Int16(((1 - f) * Float(a[c]) + f * Float(b[c])).rounded())
             }
         }
         return UnsafePointer(spliceOut)

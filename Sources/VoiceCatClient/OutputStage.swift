@@ -318,7 +318,7 @@ final class OutputStage {
                 format = f
                 // The new converters go on from the audio the old ones converted last,
                 // not from silence (a talker heard through the change is not cut by the
-                // filter delay's worth of zeros), and fade from where the old output
+                // filter delay's worth of zeros), and move from where the old output
                 // left off into their own timeline (their filter delays differ, and a
                 // pull's rest in the old format is dropped): no jump, no click.
                 conv.splice(after: mixConverter, history: mixHistory, frames: OutputStage.block, unheardFrames: pullRestCount)
