@@ -232,7 +232,10 @@ typedef enum vc_event_type {
 /** Client settings. Get defaults from vc_client_config_default(). */
 typedef struct vc_client_config {
     const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat" */
-    uint32_t keepalive_ms;         /**< TCP ping period and idle UDP keepalive period; default 5000. While
+    uint32_t keepalive_ms;         /**< TCP ping period and idle UDP keepalive period; default 5000, at
+                                        least 50 (VC_ERR_INVALID_ARG). Keep it well under the server's idle
+                                        limit (voicecat-server's reap_seconds, 30 s by default): a session
+                                        that sends nothing for that long is dropped. While
                                         streams are active (local or remote) the UDP keepalive runs every
                                         0.5 s and the media path is declared lost 2.5 s after its last
                                         echo (VC_EVENT_VOICE_DISCONNECTED); idle, after 3.5 periods. The
@@ -896,8 +899,12 @@ int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *cou
  * VC_EVENT_USER_UPDATED). It is information for the others' user interfaces only:
  * the stream's audio is not touched (stop feeding it, or use push-to-talk, to stop
  * sending). After an automatic reconnect it is published again. Does not wait for
- * the server. Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0
- * or 1), VC_ERR_STATE (not connected). Callback-safe: yes.
+ * the server's answer (only, at most 2 s, for the connection to take the message).
+ * Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0 or 1),
+ * VC_ERR_STATE (not connected), VC_ERR_NETWORK (the server took no control message
+ * for 2 s, or the connection failed: the session is then lost as when the server goes
+ * away, VC_EVENT_DISCONNECTED or, with auto_reconnect, VC_EVENT_RECONNECTING, and
+ * calls that need the server fail at once until then). Callback-safe: yes.
  */
 int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
 
@@ -1120,10 +1127,10 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * built here on the calling thread and swapped in between two blocks (nothing is
  * restarted; a talker heard through the change goes on without a gap or a click: the
  * new resampler starts from the last block's audio, and the first block after the
- * change fades over 5 ms from where the old output left off into the new one's
- * timeline, which is later by the difference of the resamplers' delays, 1-2 ms at most
- * rates; every block keeps its length). The playback device is not affected (it is fed
- * at the rate it runs at). Float output exists for pulls only
+ * change starts where the old output left off and moves into the new one's timeline,
+ * which differs by the difference of the resamplers' delays (1-2 ms at most rates, 4 ms
+ * at 8 kHz), over 10-16 ms played up to a quarter faster or slower; every block keeps
+ * its length). The playback device is not affected (it is fed at the rate it runs at). Float output exists for pulls only
  * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
  * int16 (the mix is limited to 16 bits, a speaker's block rounded and clipped to
  * them), so a callback converts in a loop of its own at no loss, and one sink type

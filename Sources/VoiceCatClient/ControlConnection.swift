@@ -124,18 +124,37 @@ final class ControlConnection: ControlSender {
         return out
     }
 
-    /// Seals and sends one message (any thread). Waits at most 2 s for socket space.
+    /// Why the connection cannot be written to any more (nil while it can): a frame
+    /// was not taken in full. Its nonce is spent and the server would take the next
+    /// frame for a forged one, so the connection is ended (shutdownBothWays: the network
+    /// thread reads its end and reports this) and every later send fails at once.
+    var brokenReason: String? { brokenLock.withLock { broken } }
+    private var broken: String?
+    private let brokenLock = Lock()
+
+    /// Seals and sends one message (any thread). Waits at most 2 s for socket space;
+    /// then, or on a write error, the connection is broken (brokenReason).
     /// The plaintext and the frame are built in buffers kept for the connection, so
     /// the steady control traffic (pings) allocates nothing.
     func send(_ m: ControlMessage) throws {
         try sendLock.withLock {
+            if let why = brokenReason { throw ClientError.network("the control connection is lost: \(why)") }
             m.encode(into: &plainOut)
             let need = plainOut.count + ControlFraming.overhead
             if frameOut.count < need { frameOut = [UInt8](repeating: 0, count: need) }
             let n = plainOut.withUnsafeBytes { p in frameOut.withUnsafeMutableBytes { sealer.seal(p, into: $0) } }
-            try frameOut.withUnsafeBytes { f in
-                try ControlConnection.writeAll(socket, UnsafeRawBufferPointer(rebasing: f[0..<n]),
-                                               deadlineMs: MonotonicClock.milliseconds() + 2000, cancel: cancel)
+            do {
+                try frameOut.withUnsafeBytes { f in
+                    try ControlConnection.writeAll(socket, UnsafeRawBufferPointer(rebasing: f[0..<n]),
+                                                   deadlineMs: MonotonicClock.milliseconds() + 2000, cancel: cancel)
+                }
+            } catch let e as ClientError {
+                if case .state = e { throw e }   // a cancel: the client is going anyway
+                var why = e.description
+                if case .timeout = e { why = "the server took no control message for 2 s (it stopped reading, or the path is stuck)" }
+                brokenLock.withLock { broken = why }
+                socket.shutdownBothWays()
+                throw ClientError.network("the control connection is lost: \(why)")
             }
         }
     }

@@ -239,10 +239,12 @@ extension VoiceClient {
                     }
                     if !open {
                         events.deliver()
-                        return .lost(VC_ERR_NETWORK, "the server closed the connection")
+                        return .lost(VC_ERR_NETWORK, conn.brokenReason.map { "the control connection is lost: \($0)" }
+                                     ?? "the server closed the connection")
                     }
                 } catch let e as ClientError {
                     events.deliver()
+                    if let why = conn.brokenReason { return .lost(VC_ERR_NETWORK, "the control connection is lost: \(why)") }
                     return .lost(e.code, e.description)
                 } catch {
                     events.deliver()

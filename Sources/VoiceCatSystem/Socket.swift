@@ -115,6 +115,12 @@ public final class Socket {
         if fd >= 0 { Glibc.close(fd); fd = -1 }
     }
 
+    /// Ends the connection both ways, keeping the descriptor (a thread polling it sees
+    /// it readable, and reads its end).
+    public func shutdownBothWays() {
+        if fd >= 0 { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
     static func make(family: Int32, type: Int32) throws(SystemError) -> Socket {
         let fd = try syscallValue("socket") { socket(family, type | Int32(SOCK_CLOEXEC.rawValue), 0) }
         return Socket(fd: fd)

@@ -50,7 +50,17 @@ final class HostileServer: @unchecked Sendable {
     /// The seq of its UDP_BINDING answers (they must increase).
     private var bindSeq: UInt64 = 0
 
-    init(identity: IdentityKey = IdentityKey(), port: UInt16 = 0) throws {
+    /// True: the connection is not read (a server that stopped reading: the client's
+    /// writes fill the socket buffers).
+    var readingPaused: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _readingPaused }
+        set { lock.lock(); _readingPaused = newValue; lock.unlock() }
+    }
+    private var _readingPaused = false
+
+    /// `smallReceiveBuffer`: accepted connections get a receive buffer of a few KB, so a
+    /// paused reader's window closes after a few hundred control messages.
+    init(identity: IdentityKey = IdentityKey(), port: UInt16 = 0, smallReceiveBuffer: Bool = false) throws {
         self.identity = identity
         var addr = try SocketAddress(host: "127.0.0.1", port: port)
         var t: Socket? = nil, u: Socket? = nil
@@ -62,6 +72,10 @@ final class HostileServer: @unchecked Sendable {
         }
         guard let t, let u else { throw SystemError("hostile bind", errno: EADDRINUSE) }
         listener = t; udp = u; self.port = addr.port
+        if smallReceiveBuffer {
+            var size: Int32 = 4096
+            setsockopt(listener.fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         try listener.setNonBlocking()
         try udp.setNonBlocking()
         let th = Thread { [self] in run(); done.signal() }
@@ -117,7 +131,7 @@ final class HostileServer: @unchecked Sendable {
         while true {
             lock.lock()
             if dropRequested { dropRequested = false; conn?.close(); conn = nil; sealer = nil; opener = nil }
-            let stop = stopping; let c = conn
+            let stop = stopping; let c = _readingPaused ? nil : conn
             lock.unlock()
             if stop { return }
             var fds = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: udp.fd, events: Int16(POLLIN), revents: 0)]

@@ -54,6 +54,40 @@ final class HostileServerTests: XCTestCase {
         return a
     }
 
+    /// A server that stops reading: once a control message cannot be written within 2 s,
+    /// the connection is lost, saying why, and later calls fail at once. (The timed-out
+    /// frame, maybe half written, had spent its nonce; the connection was used on, every
+    /// later call could block 2 s more, and when the server read again it took the next
+    /// frame for a forged one: "control frame failed authentication", and the client saw
+    /// only "Connection reset by peer".)
+    func testAServerThatStopsReadingEndsTheSessionSayingWhy() throws {
+        let hostile = try HostileServer(smallReceiveBuffer: true)
+        defer { hostile.stop() }
+        let (c, log) = try connected(hostile)
+        defer { c.shutdown() }
+        try c.joinChannel("Lobby")
+        let sid = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
+        hostile.readingPaused = true
+        var calls = 0
+        var failure: Error? = nil
+        let deadline = MonotonicClock.milliseconds() + 60_000
+        while failure == nil && MonotonicClock.milliseconds() < deadline {
+            do { try c.setStreamState(streamID: sid, muted: calls % 2 == 0, hold: false) } catch { failure = error }
+            calls += 1
+        }
+        let e = try XCTUnwrap(failure as? ClientError, "\(calls) calls went through a server that reads nothing")
+        print("server stopped reading: call \(calls) failed: \(e)")
+        XCTAssertEqual(e.code, VC_ERR_NETWORK)
+        XCTAssertTrue("\(e)".contains("the server took no control message for 2 s"), "\(e)")
+        XCTAssertThrowsError(try c.setStreamState(streamID: sid, muted: false, hold: false)) { next in
+            XCTAssertTrue("\(next)".contains("control connection is lost") || "\(next)".contains("not connected"),
+                          "a later call: \(next)")
+        }
+        let lost = try XCTUnwrap(log.wait(timeoutMs: 5000) { $0.type == .disconnected })
+        XCTAssertEqual(lost.event.code, VC_ERR_NETWORK)
+        XCTAssertTrue(lost.event.text.contains("the server took no control message for 2 s"), lost.event.text)
+    }
+
     func testEveryBadMessageIsRefusedByNameAndTheSessionGoesOn() throws {
         let hostile = try HostileServer()
         defer { hostile.stop() }
