@@ -268,7 +268,9 @@ typedef struct vc_client_config {
                                         (not held for later; no error is raised, so no error storm;
                                         vc_stream_drain then returns VC_ERR_NETWORK saying how much, and
                                         vc_send_stats.frames_dropped counts them);
-                                        join and stream start return VC_ERR_STATE. It stops (with
+                                        join, stream start, vc_set_stream_state and the admin calls
+                                        return VC_ERR_STATE ("reconnecting to the server"; a stream
+                                        state set before the loss is published again). It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Other
                                         refusals are retried: a server that has not yet noticed the old
