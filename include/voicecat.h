@@ -268,8 +268,9 @@ typedef struct vc_client_config {
                                         (not held for later; no error is raised, so no error storm;
                                         vc_stream_drain then returns VC_ERR_NETWORK saying how much, and
                                         vc_send_stats.frames_dropped counts them);
-                                        join, stream start, vc_set_stream_state and the admin calls
-                                        return VC_ERR_STATE ("reconnecting to the server"; a stream
+                                        join, stream start, vc_set_stream_state, vc_list_users,
+                                        vc_list_channels and the admin calls return VC_ERR_STATE
+                                        ("reconnecting to the server"; a stream
                                         state set before the loss is published again). It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Other
@@ -1131,8 +1132,9 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * new resampler starts from the last block's audio, and the first block after the
  * change starts where the old output left off and moves into the new one's timeline,
  * which differs by the difference of the resamplers' delays (1-2 ms at most rates, 4 ms
- * at 8 kHz), over 10-16 ms played up to a quarter faster or slower; every block keeps
- * its length). The playback device is not affected (it is fed at the rate it runs at). Float output exists for pulls only
+ * at 8 kHz), within that block: over 10-16 ms played up to a quarter faster or slower
+ * when the block is 20 ms (sinks, devices, pulls of 20 ms or more), faster or slower
+ * still within a shorter first pull; every block keeps its length). The playback device is not affected (it is fed at the rate it runs at). Float output exists for pulls only
  * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
  * int16 (the mix is limited to 16 bits, a speaker's block rounded and clipped to
  * them), so a callback converts in a loop of its own at no loss, and one sink type

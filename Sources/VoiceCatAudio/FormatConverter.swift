@@ -52,7 +52,7 @@ public final class FormatConverter {
     public static let spliceFadeMs = 10
 
     /// True when output equals input (48 kHz stereo to 48 kHz stereo, ...): `convert`
-    /// hands the input back untouched.
+    /// hands the input back untouched (but for the first block after a splice).
     public var isIdentity: Bool { resampler == nil && inChannels == outChannels }
 
     /// `skipFilterDelay`: keep the resampler's filter delay (`false`, the default:

@@ -121,6 +121,7 @@ extension VoiceClient {
                 return c
             }
             do { try conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: muted, hold: hold))) } catch {
+                if let e = error as? ClientError, case .state = e { throw e }   // the session is ending
                 throw ClientError.network("cannot send the stream state: \(error)")
             }
         }

@@ -663,6 +663,12 @@ extension VoiceClient {
     /// Keepalives and the media path's liveness, rebinding, the control connection's
     /// ping and liveness, talk state. Returns why the connection is dead, if it is.
     func timers(conn: ControlConnection, sock: Socket, media: inout MediaPathState, control: inout ControlLiveness) -> LinkEnd? {
+        // A control write that failed ended the connection: that is why it ends, not the
+        // ping timeout that may also have come due by now.
+        if let why = conn.brokenReason {
+            events.deliver()
+            return .lost(VC_ERR_NETWORK, "the control connection is lost: \(why)")
+        }
         let now = MonotonicClock.milliseconds()
         let configured = UInt64(config.keepaliveMs)
         let (bindingID, addr, curEpoch) = cond.withLock { (hello?.bindingID ?? 0, serverAddress, epoch) }

@@ -157,8 +157,8 @@ extension VoiceClient {
                 .streamAnnounce(StreamAnnounce(streamID: s.streamID, kind: s.kind, channels: UInt32(channels), requestID: $0))
             }
             var why: String? = nil
-            // The server made the stream (this client refuses its answer): it is stopped
-            // there too. A refused one the server never made: a stop would be answered
+            // The server made the stream, or may have (this client refuses its answer):
+            // it is stopped there too. A refused one the server never made: a stop would be answered
             // with "no stream", an ERROR that names no stream.
             var madeByServer = false
             switch reply {
@@ -173,7 +173,7 @@ extension VoiceClient {
                     ClientLog.log(2, "stream \(s.streamID) announced again with ssrc \(r.ssrc)")
                 }
             case .error(let e): why = "the server refused it: \(ServerMessageLimits.sanitized(e.message))"
-            default: why = "unexpected reply \(reply.type)"
+            default: why = "unexpected reply \(reply.type)"; madeByServer = true   // it may have made it
             }
             if let why {
                 retire(s.streamID, why: "could not be announced again after reconnecting: \(why)")

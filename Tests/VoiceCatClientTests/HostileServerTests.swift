@@ -63,7 +63,9 @@ final class HostileServerTests: XCTestCase {
     func testAServerThatStopsReadingEndsTheSessionSayingWhy() throws {
         let hostile = try HostileServer(smallReceiveBuffer: true)
         defer { hostile.stop() }
-        let (c, log) = try connected(hostile)
+        // Pings 5 s apart: the ping timeout (15 s) is not what ends it, however long the
+        // buffers take to fill on a loaded machine.
+        let (c, log) = try connected(hostile, keepaliveMs: 5000)
         defer { c.shutdown() }
         try c.joinChannel("Lobby")
         let sid = try c.startStream(kind: .mic, externalFeed: true, channels: 1)
