@@ -294,9 +294,10 @@ def test_a_callback_that_raises_keyboard_interrupt_or_system_exit_is_disabled_an
 
 
 def test_a_callback_may_close_another_client_but_not_its_own(server):
-    """close() of another client from inside a callback closes it there (vc_client_destroy
-    refuses only a callback of the same client); closing the client whose callback runs
-    stays refused."""
+    """close() of another client from inside a callback closes it (for the program's
+    calls at once, on the server once the reaper thread destroyed it); closing the
+    client whose callback runs stays refused. Two clients closing each other from their
+    callbacks do not wait for each other."""
     other = joined(server, "cb-close-other")
     name = next(u.username for u in other.users() if u.is_self)
     outcome = []
@@ -322,6 +323,25 @@ def test_a_callback_may_close_another_client_but_not_its_own(server):
         assert outcome == ["own refused", "other closed"], outcome
         assert other.closed and not host.closed
         assert wait_until(lambda: all(u.username != name for u in host.users())), "still on the server"
+
+    a, b = joined(server, "cb-close-a"), joined(server, "cb-close-b")
+    done = threading.Event()
+    closes = []
+
+    def closer(whom):
+        def sink(pcm, frames):
+            if whom.closed:
+                return
+            whom.close()
+            closes.append(whom)
+            if len(closes) == 2:
+                done.set()
+        return sink
+
+    a.set_sink(closer(b))
+    b.set_sink(closer(a))
+    assert done.wait(10), f"closed {len(closes)} of 2"
+    assert a.closed and b.closed
 
 
 def test_waiting_for_events_inside_a_callback_is_refused_at_once(server):

@@ -104,7 +104,7 @@ def _millis(seconds: Optional[float], what: str) -> int:
     value = _seconds(seconds, what)
     if value is None:
         return -1
-    return min(int(round(value * 1000)), 0x7FFFFFFF)
+    return int(round(min(value * 1000, 0x7FFFFFFF)))
 
 
 # ---- The part of a client that C-side callbacks and the finalizer hold -----------------
@@ -120,6 +120,8 @@ class _Core:
 
     def __init__(self, handle: int) -> None:
         self.handle: Optional[int] = handle
+        #: A handle closed for the program's calls, left to the reaper (see destroy).
+        self.parked: Optional[int] = None
         self.failures = FailureBox()
         self.lock = threading.Lock()
         #: The program's event handler, held by its Client (``Client._guards``): the core
@@ -153,23 +155,30 @@ class _Core:
         if handler is not None:
             handler(event)
 
-    def destroy(self, now: bool = False) -> None:
+    def destroy(self) -> None:
         """Destroys the C client, then lets go of the callbacks (idempotent). Inside a
-        callback only when ``now`` (an explicit close, never from this client's own
-        callbacks: see Client.close); else it is left to _reap_orphans."""
+        callback the client is closed for the program's calls at once and destroyed by a
+        reaper thread (see below)."""
         with self.lock:
             handle, self.handle = self.handle, None
+            if handle is None:
+                handle, self.parked = self.parked, None
         if handle is None:
             return
-        if in_callback() and not now:
-            # The finalizer, run inside a callback: vc_client_destroy ignores a call from
-            # inside the client's own callback, and would stall another client's audio
-            # thread for a collection the program did not ask for: a thread of the package's
-            # destroys it, once the callback has returned (vc_client_destroy waits for it).
-            self.handle = handle
+        if in_callback():
+            # vc_client_destroy ignores a call from inside the client's own callback (the
+            # finalizer may run there), and from another client's callback it would hold
+            # that client's thread until this one's threads stopped (two clients closing
+            # each other there would wait for each other forever): a thread of the
+            # package destroys it, once the callback has returned (vc_client_destroy
+            # waits for it).
+            with self.lock:
+                self.parked = handle
             _orphans.append(self)
             try:
-                threading.Thread(target=_reap_orphans, name="voicecat-reaper", daemon=True).start()
+                reaper = threading.Thread(target=_reap_orphans, name="voicecat-reaper", daemon=True)
+                reaper.start()
+                _reapers.add(reaper)
             except RuntimeError:
                 pass  # the interpreter is shutting down: the atexit hook reaps it
             return
@@ -211,7 +220,18 @@ def _reap_orphans() -> None:
         core.destroy()
 
 
-atexit.register(_reap_orphans)
+#: Reaper threads started (a daemon thread is cut off at exit: the exit hook waits for
+#: one still destroying a client, so its recordings are finished).
+_reapers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def _reap_at_exit() -> None:
+    _reap_orphans()
+    for reaper in list(_reapers):
+        reaper.join(10)
+
+
+atexit.register(_reap_at_exit)
 
 
 def _raise_pending(core: Optional[_Core]) -> None:
@@ -684,15 +704,17 @@ class Client:
         Raises a :class:`CallbackError` a callback left unreported (after closing).
         StateError from inside one of this client's own callbacks, or the log handler
         (which may run on this client's threads): ``vc_client_destroy`` cannot be
-        called there. From a callback of another client it closes this one at once,
-        holding that callback until this client's threads have stopped.
+        called there. From a callback of another client it is closed at once for your
+        calls (:attr:`closed`) and destroyed by a thread of the package as soon as the
+        callback has returned (waiting there for this client's threads could deadlock:
+        two clients closing each other from their callbacks).
         """
         if (in_callback_of(self._core.failures) or in_callback_of(global_failures)) and self._core.handle is not None:
             raise StateError(ErrorCode.STATE, "a client cannot be closed from inside its own callbacks or the log "
                                               "handler (close it from one of your threads, or another client's "
                                               "callback)")
         self._finalizer.detach()
-        self._core.destroy(now=True)
+        self._core.destroy()
         _reap_orphans()
         raise_interrupt()
         _raise_pending(self._core)
