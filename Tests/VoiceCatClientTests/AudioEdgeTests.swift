@@ -460,23 +460,32 @@ final class AudioEdgeTests: XCTestCase {
         lock.lock(); let x = heard; lock.unlock()
         let start = try XCTUnwrap(x.firstIndex { abs($0) > 1000 }, "the tone was not heard")
         XCTAssertGreaterThan(x.count, start + 72_000, "1.5 s of the tone")
-        // One second from 0.3 s in, fitted with a 250 Hz sine: what is left is damage.
-        let w = x[(start + 14_400)..<(start + 62_400)]
-        var ss = 0.0, sc = 0.0, s2 = 0.0, c2 = 0.0, sc2 = 0.0
-        for (i, v) in w.enumerated() {
-            let a = 2 * Double.pi * 250 * Double(i) / 48_000
-            ss += v * sin(a); sc += v * cos(a); s2 += sin(a) * sin(a); c2 += cos(a) * cos(a); sc2 += sin(a) * cos(a)
+        // One second from 0.3 s in, in ten windows of 100 ms, each fitted with a 250 Hz
+        // sine (its own phase): what is left is damage. The median window judges, so a
+        // frame concealed on a slow machine (CI under TSan: 15.9 dB over one 1 s fit)
+        // spoils a window or two, not the verdict; the defect (a resampler per layout)
+        // damaged every window (5.5 dB).
+        var snrs: [Double] = []
+        for k in 0..<10 {
+            let w = x[(start + 14_400 + k * 4800)..<(start + 14_400 + (k + 1) * 4800)]
+            var ss = 0.0, sc = 0.0, s2 = 0.0, c2 = 0.0, sc2 = 0.0
+            for (i, v) in w.enumerated() {
+                let a = 2 * Double.pi * 250 * Double(i) / 48_000
+                ss += v * sin(a); sc += v * cos(a); s2 += sin(a) * sin(a); c2 += cos(a) * cos(a); sc2 += sin(a) * cos(a)
+            }
+            let det = s2 * c2 - sc2 * sc2
+            let (ka, kb) = ((ss * c2 - sc * sc2) / det, (sc * s2 - ss * sc2) / det)
+            var fit = 0.0, rest = 0.0
+            for (i, v) in w.enumerated() {
+                let a = 2 * Double.pi * 250 * Double(i) / 48_000
+                let y = ka * sin(a) + kb * cos(a)
+                fit += y * y; rest += (v - y) * (v - y)
+            }
+            snrs.append(10 * log10(fit / max(rest, 1e-9)))
         }
-        let det = s2 * c2 - sc2 * sc2
-        let (ka, kb) = ((ss * c2 - sc * sc2) / det, (sc * s2 - ss * sc2) / det)
-        var fit = 0.0, rest = 0.0
-        for (i, v) in w.enumerated() {
-            let a = 2 * Double.pi * 250 * Double(i) / 48_000
-            let y = ka * sin(a) + kb * cos(a)
-            fit += y * y; rest += (v - y) * (v - y)
-        }
-        let snr = 10 * log10(fit / max(rest, 1e-9))
-        print("44.1 kHz stream fed mono and stereo calls in turn: tone \(String(format: "%.1f", snr)) dB above the rest")
+        let snr = snrs.sorted()[5]
+        print("44.1 kHz stream fed mono and stereo calls in turn: tone \(String(format: "%.1f", snr)) dB above the rest "
+              + "(median of ten 100 ms windows; lowest \(String(format: "%.1f", snrs.min()!)) dB)")
         XCTAssertGreaterThan(snr, 25, "the calls of each layout were resampled apart")
     }
 
