@@ -45,11 +45,11 @@ public final class FormatConverter {
     private var spliceHeadFrames = 0
     private let spliceOut: UnsafeMutablePointer<Int16>
     private var spliceFrom = 0
-    private var spliceFade = 0
+    private var spliceMoveFrames = 0
     /// How long the first block after a splice takes to move from the replaced
     /// converter's timeline to this one's, at least (four times the shift when that
     /// is longer), within the block.
-    public static let spliceFadeMs = 10
+    public static let spliceMoveMs = 10
 
     /// True when output equals input (48 kHz stereo to 48 kHz stereo, ...): `convert`
     /// hands the input back untouched (but for the first block after a splice).
@@ -114,7 +114,7 @@ public final class FormatConverter {
     /// Forgets the signal so far (a new stream starts): no tail of the old one leaks
     /// into the next block. `skipFilterDelay` as at init.
     public func reset(skipFilterDelay: Bool = false) {
-        spliceFade = 0
+        spliceMoveFrames = 0
         if let r = resampler {
             speex_resampler_reset_mem(r)
             if skipFilterDelay { speex_resampler_skip_zeros(r) }
@@ -131,10 +131,10 @@ public final class FormatConverter {
     /// at 8 kHz, plus what went unheard), so the next block's start would repeat or
     /// skip that much audio: a jump in a tone or in speech, a click. Instead, the first
     /// block after the splice starts where `old`'s output left off and moves into this
-    /// one's timeline over spliceFadeMs or more (the block's length bounds it); the
+    /// one's timeline over spliceMoveMs or more (the block's length bounds it); the
     /// blocks keep their lengths. Allocates nothing (buffers are made at init).
     public func splice(after old: FormatConverter?, history: UnsafePointer<Int16>, frames: Int, unheardFrames: Int = 0) {
-        spliceFade = 0
+        spliceMoveFrames = 0
         spliceHeadFrames = 0
         guard frames > 0 else { return }
         let (p, n) = convert(history, frames: min(frames, maxInFrames))
@@ -144,9 +144,9 @@ public final class FormatConverter {
         let unheard = old.map { Double(unheardFrames) * Double(inRate) / Double($0.outRate) } ?? Double(unheardFrames)
         let shift = Double(inputLatencyFrames - (old?.inputLatencyFrames ?? 0)) - unheard
         spliceFrom = max(-n, Int((shift * Double(outRate) / Double(inRate)).rounded()))
-        // At least spliceFadeMs, and four times the shift (a change of speed of at most
+        // At least spliceMoveMs, and four times the shift (a change of speed of at most
         // a quarter: a 4 ms shift at 8 kHz takes 16 ms), as far as the block allows.
-        if spliceFrom != 0 { spliceFade = max(outRate * FormatConverter.spliceFadeMs / 1000, 4 * abs(spliceFrom)) }
+        if spliceFrom != 0 { spliceMoveFrames = max(outRate * FormatConverter.spliceMoveMs / 1000, 4 * abs(spliceFrom)) }
     }
 
     /// The first block after a splice, read from old's timeline moving into this one's:
@@ -154,10 +154,10 @@ public final class FormatConverter {
     /// signal (linear interpolation between its frames), so the shift is taken up by a
     /// short change of speed (at most a quarter), with neither a jump nor the dip a crossfade of
     /// two shifted copies has where they are out of phase.
-    private func fadeIn(_ p: UnsafePointer<Int16>, frames n: Int) -> UnsafePointer<Int16> {
-        defer { spliceFade = 0 }
+    private func moveIntoTimeline(_ p: UnsafePointer<Int16>, frames n: Int) -> UnsafePointer<Int16> {
+        defer { spliceMoveFrames = 0 }
         // Every position read must be in the head or in this block.
-        let m = min(spliceFade, n - max(0, spliceFrom))
+        let m = min(spliceMoveFrames, n - max(0, spliceFrom))
         guard m > 0 else { return p }
         let ch = outChannels
         spliceOut.update(from: p, count: n * ch)
@@ -203,7 +203,7 @@ public final class FormatConverter {
             for i in 0..<n { u[2 * i] = p[i]; u[2 * i + 1] = p[i] }
             p = UnsafePointer(u)
         }
-        if spliceFade > 0 && n > 0 { p = fadeIn(p, frames: n) }
+        if spliceMoveFrames > 0 && n > 0 { p = moveIntoTimeline(p, frames: n) }
         return (p, n)
     }
 

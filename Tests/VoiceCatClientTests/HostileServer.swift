@@ -58,9 +58,7 @@ final class HostileServer: @unchecked Sendable {
     }
     private var _readingPaused = false
 
-    /// `smallReceiveBuffer`: accepted connections get a receive buffer of a few KB, so a
-    /// paused reader's window closes after a few hundred control messages.
-    init(identity: IdentityKey = IdentityKey(), port: UInt16 = 0, smallReceiveBuffer: Bool = false) throws {
+    init(identity: IdentityKey = IdentityKey(), port: UInt16 = 0) throws {
         self.identity = identity
         var addr = try SocketAddress(host: "127.0.0.1", port: port)
         var t: Socket? = nil, u: Socket? = nil
@@ -72,10 +70,6 @@ final class HostileServer: @unchecked Sendable {
         }
         guard let t, let u else { throw SystemError("hostile bind", errno: EADDRINUSE) }
         listener = t; udp = u; self.port = addr.port
-        if smallReceiveBuffer {
-            var size: Int32 = 4096
-            setsockopt(listener.fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        }
         try listener.setNonBlocking()
         try udp.setNonBlocking()
         let th = Thread { [self] in run(); done.signal() }

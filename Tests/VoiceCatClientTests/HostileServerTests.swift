@@ -61,7 +61,7 @@ final class HostileServerTests: XCTestCase {
     /// frame for a forged one: "control frame failed authentication", and the client saw
     /// only "Connection reset by peer".)
     func testAServerThatStopsReadingEndsTheSessionSayingWhy() throws {
-        let hostile = try HostileServer(smallReceiveBuffer: true)
+        let hostile = try HostileServer()
         defer { hostile.stop() }
         // Pings 5 s apart: the ping timeout (15 s) is not what ends it, however long the
         // buffers take to fill on a loaded machine.
