@@ -600,35 +600,58 @@ final class AudioEdgeTests: XCTestCase {
         try sam.setMixedSink(nil)
         try sam.setSpeakerSink(nil)
         // The longest run of near-zero samples while the tone plays (a 440 Hz tone at
-        // 0.3 of full scale is within ±300 for at most two samples at any of these rates).
-        func longestGap(_ blocks: [(pcm: [Int16], rate: Int)]) -> (samples: Int, ms: Double, rates: Set<Int>) {
+        // 0.3 of full scale is within ±300 for at most two samples at any of these rates),
+        // anywhere and within 30 ms of a format change.
+        func longestGap(_ blocks: [(pcm: [Int16], rate: Int)], nearChanges: Bool = false) -> (samples: Int, ms: Double, rates: Set<Int>) {
             let all = blocks.flatMap { b in b.pcm.map { ($0, b.rate) } }
             guard let first = all.firstIndex(where: { abs($0.0) > 3000 }),
                   let last = all.lastIndex(where: { abs($0.0) > 3000 }) else { return (Int.max, 0, []) }
+            let near = AudioEdgeTests.nearAChange(all.map(\.1), withinMs: 30)
             var worst = 0, worstMs = 0.0, run = 0, runMs = 0.0
-            for (v, r) in all[first...last] {
+            for k in first...last {
+                let (v, r) = all[k]
                 if abs(v) < 300 { run += 1; runMs += 1000 / Double(r) } else { run = 0; runMs = 0 }
-                if run > worst { worst = run; worstMs = runMs }
+                if run > worst && (!nearChanges || near[k]) { worst = run; worstMs = runMs }
             }
             return (worst, worstMs, Set(all[first...last].map(\.1)))
         }
         let (m, s) = lock.withLock { (mix, speaker) }
         let mg = longestGap(m), sg = longestGap(s)
+        let mgAt = longestGap(m, nearChanges: true), sgAt = longestGap(s, nearChanges: true)
         let ms = AudioEdgeTests.worstStep(m), ss = AudioEdgeTests.worstStep(s)
+        let msAt = AudioEdgeTests.worstStep(m, nearChanges: true), ssAt = AudioEdgeTests.worstStep(s, nearChanges: true)
         let stats = try sam.streamStats(ssrc: ssrc)
         print("tone through four format changes: longest near-zero run \(mg.samples) samples (\(String(format: "%.2f", mg.ms)) ms) "
               + "in the mix, \(sg.samples) (\(String(format: "%.2f", sg.ms)) ms) in the speaker's PCM; rates heard \(mg.rates.sorted()); "
               + "\(stats.jitter.plcFrames) frames concealed; largest step \(String(format: "%.2f", ms.ratio)) x the tone's steepest "
               + "in the mix (\(ms.rates.0) → \(ms.rates.1) Hz), \(String(format: "%.2f", ss.ratio)) x in the speaker's PCM "
-              + "(\(ss.rates.0) → \(ss.rates.1) Hz)")
-        if stats.jitter.plcFrames == 0 {   // a concealed frame may step too (not this test's subject)
-            XCTAssertLessThanOrEqual(ms.ratio, 1.5, "a click in the mix at a format change")
-            XCTAssertLessThanOrEqual(ss.ratio, 1.5, "a click in the speaker's PCM at a format change")
-        }
+              + "(\(ss.rates.0) → \(ss.rates.1) Hz); within 30 ms of a change: runs \(mgAt.samples) and \(sgAt.samples), "
+              + "steps \(String(format: "%.2f", msAt.ratio)) and \(String(format: "%.2f", ssAt.ratio)) x")
         XCTAssertEqual(mg.rates, [48000, 16000, 24000, 44100], "the tone was heard in every format")
         XCTAssertEqual(sg.rates, [48000, 16000, 24000, 44100])
-        XCTAssertLessThanOrEqual(mg.samples, 3, "no run of silence in the mix at a format change")
-        XCTAssertLessThanOrEqual(sg.samples, 3, "no run of silence in the speaker's PCM at a format change")
+        // At the changes always; elsewhere only when no frame was concealed (a concealed
+        // frame may fade and step too, under TSan's slow threads: not this test's subject).
+        XCTAssertLessThanOrEqual(msAt.ratio, 1.5, "a click in the mix at a format change")
+        XCTAssertLessThanOrEqual(ssAt.ratio, 1.5, "a click in the speaker's PCM at a format change")
+        XCTAssertLessThanOrEqual(mgAt.samples, 3, "no run of silence in the mix at a format change")
+        XCTAssertLessThanOrEqual(sgAt.samples, 3, "no run of silence in the speaker's PCM at a format change")
+        if stats.jitter.plcFrames == 0 {
+            XCTAssertLessThanOrEqual(ms.ratio, 1.5, "a click in the mix")
+            XCTAssertLessThanOrEqual(ss.ratio, 1.5, "a click in the speaker's PCM")
+            XCTAssertLessThanOrEqual(mg.samples, 3, "a run of silence in the mix")
+            XCTAssertLessThanOrEqual(sg.samples, 3, "a run of silence in the speaker's PCM")
+        }
+    }
+
+    /// For each sample (given as its block's rate), whether it lies within `withinMs`
+    /// of a change of rate (every format change these tests make changes the rate).
+    static func nearAChange(_ rates: [Int], withinMs: Double) -> [Bool] {
+        var near = [Bool](repeating: false, count: rates.count)
+        for k in rates.indices.dropFirst() where rates[k] != rates[k - 1] {
+            let before = Int(withinMs * Double(rates[k - 1]) / 1000), after = Int(withinMs * Double(rates[k]) / 1000)
+            for j in max(0, k - before)..<min(rates.count, k + after) { near[j] = true }
+        }
+        return near
     }
 
     /// The largest step from one sample to the next while the tone plays, against the
@@ -636,13 +659,15 @@ final class AudioEdgeTests: XCTestCase {
     /// A new converter that repeats or skips the difference of the two filter delays
     /// (1-2 ms) jumps by up to twice the amplitude there: a click (14 times the
     /// tone's steepest step at 16 kHz, 30 at 48 kHz).
-    static func worstStep(_ blocks: [(pcm: [Int16], rate: Int)]) -> (ratio: Double, at: Int, rates: (Int, Int)) {
+    /// With `nearChanges`, only within 30 ms of a format change.
+    static func worstStep(_ blocks: [(pcm: [Int16], rate: Int)], nearChanges: Bool = false) -> (ratio: Double, at: Int, rates: (Int, Int)) {
         let all = blocks.flatMap { b in b.pcm.map { ($0, b.rate) } }
         guard let first = all.firstIndex(where: { abs($0.0) > 3000 }),
               let last = all.lastIndex(where: { abs($0.0) > 3000 }) else { return (.infinity, 0, (0, 0)) }
         let amplitude = Double(all[first...last].map { abs(Int($0.0)) }.max()!)
+        let near = nearChanges ? nearAChange(all.map(\.1), withinMs: 30) : []
         var worst = (ratio: 0.0, at: 0, rates: (0, 0))
-        for k in (first + 1)...last {
+        for k in (first + 1)...last where !nearChanges || near[k] {
             let steepest = 2 * Double.pi * 440 * amplitude / Double(min(all[k].1, all[k - 1].1))
             let r = Double(abs(Int(all[k].0) - Int(all[k - 1].0))) / steepest
             if r > worst.ratio { worst = (r, k - first, (all[k - 1].1, all[k].1)) }
@@ -679,8 +704,9 @@ final class AudioEdgeTests: XCTestCase {
         print("tone pulled 7 ms at a time through five format changes: largest step \(String(format: "%.2f", worst.ratio)) x the "
               + "tone's steepest (\(worst.rates.0) → \(worst.rates.1) Hz); \(stats.jitter.plcFrames) frames concealed")
         XCTAssertEqual(Set(blocks.map(\.rate)), [48000, 44100, 16000, 22050])
+        XCTAssertLessThanOrEqual(AudioEdgeTests.worstStep(blocks, nearChanges: true).ratio, 1.5, "a click in the pulled mix at a format change")
         if stats.jitter.plcFrames == 0 {
-            XCTAssertLessThanOrEqual(worst.ratio, 1.5, "a click in the pulled mix at a format change")
+            XCTAssertLessThanOrEqual(worst.ratio, 1.5, "a click in the pulled mix")
         }
     }
 
