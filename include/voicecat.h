@@ -796,9 +796,12 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * and was dropped, not sent: vc_last_error says how many ms; the same answer
  * until more audio is fed to the empty queue; a host feeding in real time, whose
  * queue is rarely empty for long, reads every dropped frame in
- * vc_send_stats.frames_dropped),
- * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting), VC_ERR_STATE from
- * inside a callback. Callback-safe: no.
+ * vc_send_stats.frames_dropped; or the session was lost, not ended by the host,
+ * while audio was still queued: the stream ended with it, and vc_last_error says
+ * why and how many ms were not sent; it returns once VC_EVENT_DISCONNECTED has been
+ * raised, so the events that say so are there to read),
+ * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting, or its session ended
+ * by vc_disconnect), VC_ERR_STATE from inside a callback. Callback-safe: no.
  */
 int vc_stream_drain(vc_client *c, uint32_t stream_id, int timeout_ms);
 

@@ -73,6 +73,11 @@ final class StreamSlot {
     /// that names it: "no stream 257: it ended with the session (...)").
     var endedID: UInt32 = 0
     var endedWhy = ""
+    /// When it ended with a session that was lost (not ended by the host): why, and
+    /// whether audio fed to it was still waiting to be sent (vc_stream_drain's answer).
+    var endedLostSession: String?
+    var endedQueuedMs: UInt32 = 0
+    var endedUnsent = false
     var path: SendSnapshot?
     var packetsOut: UInt64 = 0
     var bytesOut: UInt64 = 0
@@ -91,6 +96,10 @@ final class StreamTable {
     /// vc_stream_drain waits here; senders broadcast while anyone waits.
     let drainCond = Condition()
     let drainWaiters = Atomic<Int>(0)
+    /// While a session is being torn down (from before its streams are retired until
+    /// DISCONNECTED has been raised; guarded by drainCond): a drain whose stream ended
+    /// with it returns only then, so the host that looks for why finds the events.
+    private var sessionEnding = false
     let pacer: SendPacer
     let gate = GateControl()
     /// The played mix, for streams that cancel echo; `aecStreams` counts them so the
@@ -167,14 +176,26 @@ final class StreamTable {
         slot.lock.withLock { slot.reserved = false }
     }
 
-    /// Takes a stream out of the table (its sends stop); returns it.
-    func remove(_ id: UInt32, why: String) -> LocalStream? {
+    /// The session is being torn down: drains of its streams wait for sessionEnded().
+    func sessionEnding(_ on: Bool) {
+        drainCond.withLock {
+            sessionEnding = on
+            drainCond.broadcast()
+        }
+    }
+
+    /// Takes a stream out of the table (its sends stop); returns it. `lostSession`:
+    /// it ends because the session was lost, for that reason.
+    func remove(_ id: UInt32, why: String, lostSession: String? = nil) -> LocalStream? {
         guard let slot = slot(for: id) else { return nil }
         let s = slot.lock.withLock { () -> LocalStream? in
             guard let s = slot.stream, s.streamID == id else { return nil }
             slot.stream = nil
             slot.endedID = id
             slot.endedWhy = why
+            slot.endedLostSession = lostSession
+            slot.endedQueuedMs = s.queuedMs
+            slot.endedUnsent = !s.isDrained
             slot.due.store(.max, ordering: .releasing)
             return s
         }
@@ -204,9 +225,16 @@ final class StreamTable {
         drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
         while true {
-            let (drained, due, lostMs) = try withStream(id) { s, _ in
-                (s.isDrained, s.deadline, s.framesLostSinceIdle * UInt64(s.audio.frameMicros) / 1000)
+            let state: (drained: Bool, due: UInt64?, lostMs: UInt64)
+            do {
+                state = try withStream(id) { s, _ in
+                    (s.isDrained, s.deadline, s.framesLostSinceIdle * UInt64(s.audio.frameMicros) / 1000)
+                }
+            } catch {
+                try endedWhileWaiting(id, error, deadline: deadline)
+                return
             }
+            let (drained, due, lostMs) = state
             if drained {
                 // Sent as far as this client could: frames that came due with no media
                 // path (a reconnect's gap) were dropped, and the host is told.
@@ -222,6 +250,24 @@ final class StreamTable {
             }
             drainCond.withLock { _ = drainCond.wait(untilMs: min(deadline, MonotonicClock.milliseconds() + 50)) }
         }
+    }
+
+    /// A drained stream is gone (`error` says so): when it ended with its session,
+    /// waits until the session's end has been raised; returns when everything fed had
+    /// been sent before the session was lost, throws VC_ERR_NETWORK when not; rethrows
+    /// `error` (VC_ERR_NOT_FOUND) for a stream stopped or ended by the host.
+    private func endedWhileWaiting(_ id: UInt32, _ error: Error, deadline: UInt64) throws {
+        guard let slot = slot(for: id) else { throw error }
+        let ended = slot.lock.withLock { () -> (why: String?, ms: UInt32, unsent: Bool)? in
+            slot.endedID == id ? (slot.endedLostSession, slot.endedQueuedMs, slot.endedUnsent) : nil
+        }
+        guard let ended else { throw error }
+        drainCond.withLock {
+            while sessionEnding && MonotonicClock.milliseconds() < deadline { _ = drainCond.wait(untilMs: deadline) }
+        }
+        guard let why = ended.why else { throw error }
+        guard ended.unsent else { return }
+        throw ClientError.network("stream \(id): the session was lost (\(why)) with \(ended.ms) ms of the audio fed not sent")
     }
 
     /// Every live stream (a copy of the table, for control paths).

@@ -503,7 +503,10 @@ public final class VoiceClient {
             if phase == .connected || phase == .reconnecting { phase = .closing }
             channelEpoch &+= 1   // a stream start answered before this is retired by its starter
         }
-        for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))") }
+        streams.sessionEnding(true)
+        defer { streams.sessionEnding(false) }   // after DISCONNECTED is raised
+        let lost = reason == VC_OK ? nil : text
+        for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))", lostSession: lost) }
         streams.pacer.stopThread()
         streams.publish(nil)
         output.setConnected(false)
@@ -535,8 +538,8 @@ public final class VoiceClient {
     /// Takes a local stream out (stopped by the host, withdrawn by the server, or the
     /// session ended): its capture stops, later calls naming it are refused with `why`
     /// ("no stream 257: it " + why).
-    func retire(_ id: UInt32, why: String) {
-        guard let s = streams.remove(id, why: why) else { return }
+    func retire(_ id: UInt32, why: String, lostSession: String? = nil) {
+        guard let s = streams.remove(id, why: why, lostSession: lostSession) else { return }
         cond.withLock { _ = streamStates.removeValue(forKey: id) }
         localStreamCount.wrappingSubtract(1, ordering: .relaxed)
         stopCapture(s)

@@ -11,7 +11,7 @@ import pytest
 import voicecat
 from voicecat import ErrorCode, StreamKind, _lib
 
-from conftest import joined, needs_numpy, numpy, unique
+from conftest import _start_server, joined, needs_numpy, numpy, unique
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +107,26 @@ def test_a_drain_that_times_out_says_the_callers_timeout_and_what_is_left(talker
     mic.flush()
     assert mic.queued_ms == 0
     mic.drain(timeout=1)
+
+
+def test_a_drain_cut_short_by_the_server_going_away_says_so():
+    # The server dies with seconds of audio queued: the drain raises NetworkError
+    # saying the session was lost and how much was not sent (it raised NotFound
+    # "no stream N" from its own queue watch), and DISCONNECTED is already queued.
+    proc, info = _start_server([])
+    try:
+        with joined(info, "lost-drainer") as c:
+            c.set_input_mode(voicecat.InputMode.CONTINUOUS)
+            s = c.start_stream()
+            s.feed(array.array("h", [1000]) * (48000 * 5))
+            threading.Timer(0.5, proc.kill).start()
+            with pytest.raises(voicecat.NetworkError, match=r"the session was lost \(.+\) with \d+ ms of the audio fed not sent"):
+                s.drain(timeout=10)
+            types = [e.type for e in c.events(timeout=0)]
+            assert voicecat.EventType.DISCONNECTED in types, types
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def test_arguments_are_checked_before_they_reach_c(server):

@@ -337,6 +337,12 @@ class Stream:
         self._client._call("vc_stream_queued_ms", self.id, ctypes.byref(out))
         return out.value
 
+    def _queued_or_zero(self) -> int:
+        try:
+            return self.queued_ms
+        except NotFound:
+            return 0
+
     def drain(self, timeout: Optional[float] = None) -> None:
         """Waits until everything fed has been sent, the last partial frame included (it
         goes out when the talkspurt ends); at most ``timeout`` seconds (None or
@@ -344,7 +350,10 @@ class Stream:
         timeout, TypeError for one that is not a number. NetworkError when the queue emptied but some of the audio fed
         since it was last empty came due while the connection was down (an automatic
         reconnect's gap) and was dropped, not sent: the message says how many ms
-        (:meth:`send_stats` ``frames_dropped`` counts every such frame)."""
+        (:meth:`send_stats` ``frames_dropped`` counts every such frame), and when the
+        session was lost while audio was still queued (the message says why and how
+        many ms were not sent; DISCONNECTED is queued by then). NotFound when the
+        stream was stopped, or the session ended by :meth:`Client.disconnect`."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         # Ask the library first without waiting: from inside a callback it refuses at
@@ -356,14 +365,16 @@ class Stream:
         except Timeout:
             pass
         # Watch the queue from here first, so that Ctrl-C reaches a program waiting.
-        while self.queued_ms > 0 and (deadline is None or time.monotonic() < deadline):
+        # A stream that ended meanwhile (stopped, or with a lost session) is left to
+        # the library's drain below, which says how it ended.
+        while self._queued_or_zero() > 0 and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.02)
         left = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
         try:
             self._client._call("vc_stream_drain", self.id, left)
         except Timeout:
             # The library only saw the time left after the wait above: say the caller's.
-            raise Timeout(ErrorCode.TIMEOUT, f"stream {self.id} still has {self.queued_ms} ms queued after "
+            raise Timeout(ErrorCode.TIMEOUT, f"stream {self.id} still has {self._queued_or_zero()} ms queued after "
                           f"{timeout} s") from None
 
     def flush(self) -> None:
