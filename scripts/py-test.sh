@@ -20,23 +20,28 @@ wheel=$(ls "$root"/dist/voicecat-*.whl)
 rm -rf "$work"
 mkdir -p "$work"
 
+# A test that hangs (a wait the library never ends) fails after 5 minutes with every
+# thread's stack (pytest-timeout, thread method: it works while the main thread is
+# blocked in a C call, where a signal would not be handled), not at CI's time limit.
+hang_guard="--timeout=300 --timeout-method=thread"
+
 echo "py-test: source install (pip install ./python) with numpy, library through pkg-config"
 "$python" -m venv "$work/source"
-"$work/source/bin/pip" install -q pytest numpy mypy
+"$work/source/bin/pip" install -q pytest pytest-timeout numpy mypy
 "$work/source/bin/pip" install -q "$root/python"
 # Type-check the installed package (its py.typed) and the examples that use it, from a
 # directory where the checkout's python/ cannot shadow it.
 (cd "$work" && source/bin/mypy --strict --no-incremental -p voicecat && \
     source/bin/mypy --strict --no-incremental "$root"/examples/python/*.py)
 (cd "$work" && env -u VOICECAT_LIBRARY PKG_CONFIG_PATH="$prefix/lib/pkgconfig" VOICECAT_SERVER="$server" \
-    VOICECAT_TEST_INSTALL=source source/bin/python -m pytest -q -p no:cacheprovider "$root/Tests/python")
+    VOICECAT_TEST_INSTALL=source source/bin/python -m pytest -q -p no:cacheprovider $hang_guard "$root/Tests/python")
 
 echo "py-test: wheel install ($(basename "$wheel")) without numpy, only the bundled library"
 "$python" -m venv "$work/wheel"
-"$work/wheel/bin/pip" install -q pytest
+"$work/wheel/bin/pip" install -q pytest pytest-timeout
 "$work/wheel/bin/pip" install -q "$wheel"
 (cd "$work" && env -u VOICECAT_LIBRARY -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH VOICECAT_SERVER="$server" \
-    VOICECAT_TEST_INSTALL=wheel wheel/bin/python -m pytest -q -p no:cacheprovider "$root/Tests/python")
+    VOICECAT_TEST_INSTALL=wheel wheel/bin/python -m pytest -q -p no:cacheprovider $hang_guard "$root/Tests/python")
 
 if [ -n "$bench_quality" ]; then
     echo "py-test: listening quality under loss (PESQ-WB; issue #16)"
