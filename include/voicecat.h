@@ -268,10 +268,10 @@ typedef struct vc_client_config {
                                         (not held for later; no error is raised, so no error storm;
                                         vc_stream_drain then returns VC_ERR_NETWORK saying how much, and
                                         vc_send_stats.frames_dropped counts them);
-                                        join, stream start, vc_set_stream_state, vc_list_users,
-                                        vc_list_channels and the admin calls return VC_ERR_STATE
-                                        ("reconnecting to the server"; a stream
-                                        state set before the loss is published again). It stops (with
+                                        vc_set_stream_state is kept and published once reconnected
+                                        (as is a state set before the loss); join, stream start,
+                                        vc_list_users, vc_list_channels and the admin calls return
+                                        VC_ERR_STATE ("reconnecting to the server"). It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Other
                                         refusals are retried: a server that has not yet noticed the old
@@ -904,7 +904,8 @@ int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *cou
  * listener, and to those who join later) and the roster (vc_list_user_streams,
  * VC_EVENT_USER_UPDATED). It is information for the others' user interfaces only:
  * the stream's audio is not touched (stop feeding it, or use push-to-talk, to stop
- * sending). After an automatic reconnect it is published again. Does not wait for
+ * sending). After an automatic reconnect it is published again; one set during the
+ * reconnect's gap is kept (VC_OK) and published once reconnected. Does not wait for
  * the server's answer (only, at most 2 s, for the connection to take the message).
  * Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0 or 1),
  * VC_ERR_STATE (not connected), VC_ERR_NETWORK (the server took no control message

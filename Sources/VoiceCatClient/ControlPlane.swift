@@ -112,17 +112,28 @@ extension VoiceClient {
             .state(phase == .reconnecting ? "reconnecting to the server" : "not connected")
         }
         // Not connected first: no stream exists then, and that is not the reason.
-        try failing { try cond.withLock { if phase != .connected || control == nil { throw notConnected() } } }
-        let ssrc = try failing { try streams.withStream(streamID) { s, _ in s.ssrc } }
+        try failing { try cond.withLock { if phase != .reconnecting && (phase != .connected || control == nil) { throw notConnected() } } }
         try failing {
-            let conn = try cond.withLock { () throws -> ControlConnection in
-                guard phase == .connected, let c = control else { throw notConnected() }
-                streamStates[streamID] = (muted, hold)
-                return c
-            }
-            do { try conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: muted, hold: hold))) } catch {
-                if let e = error as? ClientError, case .state = e { throw e }   // the session is ending
-                throw ClientError.network("cannot send the stream state: \(error)")
+            _ = try streams.withStream(streamID) { s, _ in s.ssrc }
+            // Stored and sent in one step, so that what the server has last is what was
+            // set last (a reconnect tells the states set in its gap: publishStatesSetInGap).
+            try stateSendLock.withLock {
+                let conn = try cond.withLock { () throws -> ControlConnection? in
+                    if phase == .reconnecting {
+                        streamStates[streamID] = (muted, hold)
+                        statesSetInGap.insert(streamID)
+                        return nil
+                    }
+                    guard phase == .connected, let c = control else { throw notConnected() }
+                    streamStates[streamID] = (muted, hold)
+                    return c
+                }
+                guard let conn else { return }   // kept for the reconnected session
+                let ssrc = try streams.withStream(streamID) { s, _ in s.ssrc }
+                do { try conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: muted, hold: hold))) } catch {
+                    if let e = error as? ClientError, case .state = e { throw e }   // the session is ending
+                    throw ClientError.network("cannot send the stream state: \(error)")
+                }
             }
         }
     }
@@ -238,10 +249,30 @@ extension VoiceClient {
         return s.lock.withLock { (s.userID, s.streamID, s.kind, s.username) }
     }
 
-    /// After a reconnect re-announced a stream: its published state is told again.
+    /// After a reconnect re-announced a stream: its published state is told again
+    /// (a stream starts unmuted and not on hold: only a state other than that).
     func republishStreamState(_ conn: ControlConnection, streamID: UInt32, ssrc: UInt32) {
-        guard let (muted, hold) = cond.withLock({ streamStates[streamID] }), muted || hold else { return }
+        let state = cond.withLock { () -> (muted: Bool, hold: Bool)? in
+            statesSetInGap.remove(streamID)
+            return streamStates[streamID]
+        }
+        guard let (muted, hold) = state, muted || hold else { return }
         try? conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: muted, hold: hold)))
+    }
+
+    /// Once a reconnect has resumed the session: the states set in its gap after
+    /// their stream was announced again are told now (as set, unmuted too).
+    func publishStatesSetInGap(_ conn: ControlConnection) {
+        stateSendLock.withLock {
+            let late = cond.withLock { () -> [(UInt32, (muted: Bool, hold: Bool))] in
+                defer { statesSetInGap = [] }
+                return statesSetInGap.compactMap { id in streamStates[id].map { (id, $0) } }
+            }
+            for (id, state) in late {
+                guard let ssrc = try? streams.withStream(id, { s, _ in s.ssrc }) else { continue }
+                try? conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: state.muted, hold: state.hold)))
+            }
+        }
     }
 }
 

@@ -93,6 +93,7 @@ extension VoiceClient {
                     events.releaseHeld { _ in false }
                     return nil
                 }
+                publishStatesSetInGap(l.conn)
                 var ok = ClientEvent(type: .reconnected)
                 ok.userID = l.hello.userID
                 ok.channelID = cond.withLock { channelID }   // 0: in no channel (see restore)

@@ -54,6 +54,12 @@ public final class VoiceClient {
     var roster: [UInt32: UserPresence]?
     /// The state each local stream published (stream id → muted, hold), told again after a reconnect.
     var streamStates: [UInt32: (muted: Bool, hold: Bool)] = [:]
+    /// Streams whose state was set in a reconnect's gap and not yet told to the new
+    /// session (restore tells it with the stream's announce; what is set after that
+    /// is told once the session is connected again).
+    var statesSetInGap: Set<UInt32> = []
+    /// Held while a stream state is stored and sent (host) or the gap's are told (network thread).
+    let stateSendLock = Lock()
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]
@@ -296,6 +302,7 @@ public final class VoiceClient {
                 channelAudio = nil
                 usernames = [l.hello.userID: username]
                 streamStates = [:]
+                statesSetInGap = []
                 replies = [:]
                 stopNetwork = false
                 phase = .connected

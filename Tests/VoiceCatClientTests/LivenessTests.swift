@@ -404,6 +404,36 @@ final class LivenessTests: XCTestCase {
         try speak()
     }
 
+    /// A stream's state set while an automatic reconnect is under way is kept and told
+    /// to the new session. It was refused (VC_ERR_STATE "reconnecting to the server"):
+    /// a mute the user pressed in the gap was lost, and after the reconnect the others
+    /// saw the stream as it was before.
+    func testAStreamStateSetInAReconnectsGapIsToldOnceReconnected() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, log, sid) = try reconnectingTalker(port)
+        defer { alex.shutdown() }
+        server.stop()
+        XCTAssertNotNil(log.wait(timeoutMs: 5000) { $0.type == .reconnecting })
+        try alex.setStreamState(streamID: sid, muted: false, hold: true)
+        try alex.setStreamState(streamID: sid, muted: true, hold: true)   // the last one set counts
+        XCTAssertThrowsError(try alex.setStreamState(streamID: 4242, muted: true, hold: false)) { error in
+            XCTAssertEqual((error as? ClientError)?.code, VC_ERR_NOT_FOUND, "\(error)")
+        }
+        server = try TestServer(port: port)
+        XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
+        let (sam, _) = try client(port, "sam")
+        defer { sam.shutdown() }
+        func alexStream() -> StreamPresence? { (try? sam.users())?.first { $0.username == "alex" }?.streams.first }
+        XCTAssertTrue(waitUntil(timeoutMs: 3000) { alexStream().map { $0.muted && $0.hold } ?? false },
+                      "the state set in the gap: \(String(describing: alexStream()))")
+        try alex.setStreamState(streamID: sid, muted: false, hold: false)
+        XCTAssertTrue(waitUntil(timeoutMs: 3000) { alexStream().map { !$0.muted && !$0.hold } ?? false },
+                      "the state set after: \(String(describing: alexStream()))")
+        XCTAssertEqual(log.count(.error), 0, "\(log.events.filter { $0.type == .error })")
+    }
+
     /// The server goes away (no auto_reconnect) while a host waits in vc_stream_drain
     /// with seconds of audio queued: the drain says the session was lost
     /// (VC_ERR_NETWORK, why, and how much was not sent), and once it has returned the

@@ -430,7 +430,8 @@ class Stream:
         """Publishes this stream's state for the others' user interfaces: listeners in
         the channel get STREAM_STATE_UPDATE, every client sees it in :meth:`Client.users`
         (USER_UPDATED). The audio itself is not touched: stop feeding (or use
-        push-to-talk) to stop sending."""
+        push-to-talk) to stop sending. With ``auto_reconnect``, a state set while the
+        client reconnects is kept and published once it is back."""
         self._client._call("vc_set_stream_state", self.id, int(bool(muted)), int(bool(hold)))
 
     def send_stats(self) -> SendStats:
