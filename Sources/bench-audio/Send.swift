@@ -67,16 +67,9 @@ func runSender(_ args: Arguments) throws {
     let periodNs = UInt64(audio.frameMicros) * 1000
     let t0 = MonotonicClock.nanoseconds() + 20_000_000
     try pcm.withUnsafeBufferPointer { p in
-        for k in 0...total {
+        for k in 0..<total {
             sleepUntil(ns: t0 + UInt64(k) * periodNs)
             let w = (k - warm) / perWindow
-            if k > warm {
-                // The pacer's CPU since the last frame belongs to the window of that frame.
-                let pNow = pacer!.read()
-                pacerNs[(k - 1 - warm) / perWindow] += pNow - pacer0
-                pacer0 = pNow
-            }
-            if k == total { break }
             if k == warm {
                 pacer = NamedThreadClock("vc-send")
                 network = NamedThreadClock("vc-network")
@@ -108,6 +101,13 @@ func runSender(_ args: Arguments) throws {
                 bareNs[w] += b
                 sendtoNs[w] += st
                 if e > b / 2 { onFeeder += 1 }
+                // The pacer's CPU since the last reading belongs to this frame's window.
+                // Read here, after the bare encode, not just before the feed: reading
+                // it (a /proc file) before one of the two slots made that slot slower
+                // (an A/A run, --control 1, read 1.03x).
+                let pNow = pacer!.read()
+                pacerNs[w] += pNow - pacer0
+                pacer0 = pNow
             }
         }
         alloc1 = vc_alloc_count()
