@@ -1169,7 +1169,10 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  *                                         recordings); vc_read_mixed_pcm is served, and
  *                                         while the host pulls, its pulls render instead
  *                                         (the thread stays away while a pull came within
- *                                         40 ms, or 1.5 of the host's pull intervals)
+ *                                         40 ms, or 1.5 of the host's pull interval: the
+ *                                         shorter of the gaps between its last three
+ *                                         pulls, at most 1 s, so one pull after a pause
+ *                                         keeps it away only briefly)
  * So it works with and without a consumer of the mix. The sink must not block; it
  * runs under the client's render lock, which none of the callback-safe functions
  * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones

@@ -18,9 +18,9 @@
 //   background  otherwise, a per-speaker sink is set or a recording runs: a driver
 //               thread renders every 20 ms for them, except while the host pulls
 //               (vc_read_mixed_pcm is served, and a pull within the last 40 ms, or
-//               one and a half of the host's pull intervals, makes the driver skip
-//               its block), so the host's pulls and the driver never both advance
-//               the clock for long.
+//               one and a half of the host's pull interval (the shorter of its last
+//               two), makes the driver skip its block), so the host's pulls and the
+//               driver never both advance the clock for long.
 //   pull        otherwise: nothing renders by itself; vc_read_mixed_pcm renders on
 //               the caller's thread.
 //
@@ -134,10 +134,14 @@ final class OutputStage {
     private var pullRestCount = 0
     private var pullRestHead = 0
     private var lastPullNs: UInt64 = 0
-    /// The time between the host's last two pulls (at most a second): a background
-    /// driver stays away for one and a half of them, so a host that pulls 100 ms at a
-    /// time is not mistaken for one that stopped.
+    /// The host's pull interval: the shorter of the gaps between its last three pulls
+    /// (each at most a second). A background driver stays away for one and a half of it, so
+    /// a host that pulls 100 ms at a time is not mistaken for one that stopped, and one
+    /// pull after a pause (a peek, an audio callback restarted) is not taken for a host
+    /// that pulls once a second.
     private var pullGapNs: UInt64 = 0
+    /// The time between the host's last two pulls (at most a second).
+    private var lastGapNs: UInt64 = 1_000_000_000
     /// The most blocks one pull rendered lately (renderLock): a host that pulls several
     /// blocks at a time takes all of their audio at once, so every stream's jitter
     /// buffer keeps that much in hand (ReceiveSet.setConsumerBurst). Held for
@@ -513,7 +517,11 @@ final class OutputStage {
         // Nothing to render: not a pull (no clock, burst or background yield moves).
         guard frames > 0 else { return }
         let now = MonotonicClock.nanoseconds()
-        if lastPullNs != 0 { pullGapNs = min(now &- lastPullNs, 1_000_000_000) }
+        if lastPullNs != 0 {
+            let gap = min(now &- lastPullNs, 1_000_000_000)
+            pullGapNs = min(gap, lastGapNs)
+            lastGapNs = gap
+        }
         lastPullNs = now
         let ch = format.channels
         // The blocks this pull renders, known before it renders them: the jitter

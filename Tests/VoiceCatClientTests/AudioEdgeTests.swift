@@ -407,6 +407,43 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertEqual(others, 0, "the background thread stays away while the host pulls")
     }
 
+    /// A host that pulled, paused for seconds, then pulled once (a peek at the mix, an
+    /// audio callback restarted) is not taken for one that pulls once a second: the
+    /// background thread takes over again within a few blocks. It stayed away for
+    /// 1.5 s (one and a half of the last gap, capped at a second), and the per-speaker
+    /// sink and recordings lost that audio (its frames came late and were dropped).
+    func testOnePullAfterAPauseKeepsTheBackgroundThreadAwayOnlyBriefly() throws {
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let log = SpeakerLog()
+        try sam.setSpeakerSink { log.take($0) }   // background mode
+        let feeder = Thread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 5, amplitude: 0.3)) }
+        feeder.start()
+        var buf = [Int16](repeating: 0, count: 960 * 2)
+        let t0 = MonotonicClock.nanoseconds()
+        for n in 1...40 {   // 0.8 s of 20 ms pulls
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
+            let due = t0 + UInt64(n) * 20_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        usleep(1_500_000)
+        try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
+        let peek = MonotonicClock.nanoseconds()
+        usleep(1_500_000)
+        try sam.setSpeakerSink(nil)
+        let times = log.lock.withLock { log.blocks.filter { $0.ssrc == ssrc && $0.t >= peek }.map(\.t) }
+        let gaps = zip([peek] + times, times).map { Double($1 - $0) / 1e6 }
+        let worst = gaps.max() ?? 1500
+        let late = try sam.streamStats(ssrc: ssrc).jitter.late
+        print("one pull after a 1.5 s pause: \(times.count) speaker blocks in the 1.5 s after it, longest gap \(Int(worst)) ms; "
+              + "frames late \(late)")
+        XCTAssertLessThan(worst, 250, "the background thread stayed away after a single pull")
+        XCTAssertGreaterThan(times.count, 50, "1.5 s of 20 ms blocks for the per-speaker sink")
+    }
+
     func testClearingThePerSpeakerSinkWaitsForARunningCall() throws {
         let alex = try client("alex"), sam = try client("sam")
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
