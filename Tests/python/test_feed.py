@@ -64,8 +64,12 @@ def test_every_input_form_sends_every_frame_and_the_listener_hears_each_tone(ser
             assert wait_until(lambda: len(recorder.chunks) * 960 > (len(forms) * SECONDS + 0.5) * 48000)
         listener.set_sink(None)
         ssrcs = [s.ssrc for s in listener.remote_streams()]
+    # Every frame is sent. A feeder this busy machine held up past the dry slack ends
+    # its talkspurt, and that sends a closing frame (silence, last-frame flag) besides
+    # (CI once counted 21 for 20 frames): a frame or two more, never fewer.
     for (name, _, _), packets in zip(forms, sent):
-        assert packets == FRAMES // frame, f"{name}: {packets} packets sent for {SECONDS} s, not {FRAMES // frame}"
+        assert FRAMES // frame <= packets <= FRAMES // frame + 2, \
+            f"{name}: {packets} packets sent for {SECONDS} s, not {FRAMES // frame}"
     assert ssrcs == [] or len(ssrcs) == 1
 
     # Which candidate tone dominates each 100 ms of the mix, in order.
