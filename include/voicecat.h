@@ -1168,11 +1168,10 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  *                                         every 20 ms for the per-speaker sink (and
  *                                         recordings); vc_read_mixed_pcm is served, and
  *                                         while the host pulls, its pulls render instead
- *                                         (the thread stays away while a pull came within
- *                                         40 ms, or 1.5 of the host's pull interval: the
- *                                         shorter of the gaps between its last three
- *                                         pulls, at most 1 s, so one pull after a pause
- *                                         keeps it away only briefly)
+ *                                         (the thread stays away while the audio the
+ *                                         host's pulls took reaches within 40 ms of now,
+ *                                         or half its last pull plus 20 ms: one 20 ms
+ *                                         pull after a pause keeps it away for 60 ms)
  * So it works with and without a consumer of the mix. The sink must not block; it
  * runs under the client's render lock, which none of the callback-safe functions
  * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones

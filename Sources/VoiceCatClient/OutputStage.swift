@@ -17,9 +17,9 @@
 //               (RenderPhase: the phase moves, the rate stays real time).
 //   background  otherwise, a per-speaker sink is set or a recording runs: a driver
 //               thread renders every 20 ms for them, except while the host pulls
-//               (vc_read_mixed_pcm is served, and a pull within the last 40 ms, or
-//               one and a half of the host's pull interval (the shorter of its last
-//               two), makes the driver skip its block), so the host's pulls and the
+//               (vc_read_mixed_pcm is served, and the driver skips its block while
+//               the audio the host's pulls took reaches within 40 ms of now, or half
+//               its last pull plus 20 ms: pullHorizonNs), so the host's pulls and the
 //               driver never both advance the clock for long.
 //   pull        otherwise: nothing renders by itself; vc_read_mixed_pcm renders on
 //               the caller's thread.
@@ -133,15 +133,15 @@ final class OutputStage {
     private var pullRest: UnsafeMutablePointer<Int16>
     private var pullRestCount = 0
     private var pullRestHead = 0
-    private var lastPullNs: UInt64 = 0
-    /// The host's pull interval: the shorter of the gaps between its last three pulls
-    /// (each at most a second). A background driver stays away for one and a half of it, so
-    /// a host that pulls 100 ms at a time is not mistaken for one that stopped, and one
-    /// pull after a pause (a peek, an audio callback restarted) is not taken for a host
-    /// that pulls once a second.
-    private var pullGapNs: UInt64 = 0
-    /// The time between the host's last two pulls (at most a second).
-    private var lastGapNs: UInt64 = 1_000_000_000
+    /// How far the host's pulls have taken the audio (monotonic ns): each pull moves it
+    /// by the audio it asked for, from now if it had fallen behind (at most a second
+    /// ahead). A background driver stays away until the host is more than a margin
+    /// behind it (40 ms, or half its last pull plus 20 ms), so a host that pulls 100 ms
+    /// at a time, or two blocks at once every 40 ms, is not mistaken for one that
+    /// stopped, and one pull after a pause (a peek, an audio callback restarted) keeps
+    /// the driver away only for what it took.
+    private var pullHorizonNs: UInt64 = 0
+    private var pullMarginNs: UInt64 = 40_000_000
     /// The most blocks one pull rendered lately (renderLock): a host that pulls several
     /// blocks at a time takes all of their audio at once, so every stream's jitter
     /// buffer keeps that much in hand (ReceiveSet.setConsumerBurst). Held for
@@ -517,12 +517,9 @@ final class OutputStage {
         // Nothing to render: not a pull (no clock, burst or background yield moves).
         guard frames > 0 else { return }
         let now = MonotonicClock.nanoseconds()
-        if lastPullNs != 0 {
-            let gap = min(now &- lastPullNs, 1_000_000_000)
-            pullGapNs = min(gap, lastGapNs)
-            lastGapNs = gap
-        }
-        lastPullNs = now
+        let audioNs = UInt64(frames) * 1_000_000_000 / UInt64(format.sampleRate)
+        pullHorizonNs = min(max(pullHorizonNs, now) &+ audioNs, now &+ 1_000_000_000)
+        pullMarginNs = max(40_000_000, audioNs / 2 + 20_000_000)
         let ch = format.channels
         // The blocks this pull renders, known before it renders them: the jitter
         // buffers learn the burst before its first frame is played.
@@ -587,7 +584,7 @@ final class OutputStage {
         -> (frames: Int, channels: Int, played: PlayedBlock)? {
         renderLock.lock()
         defer { renderLock.unlock() }
-        if mode == .background && lastPullNs &+ max(40_000_000, pullGapNs * 3 / 2 + 20_000_000) > MonotonicClock.nanoseconds() {
+        if mode == .background && pullHorizonNs &+ pullMarginNs > MonotonicClock.nanoseconds() {
             return nil
         }
         // A background driver renders a block at a time once the host stopped pulling:

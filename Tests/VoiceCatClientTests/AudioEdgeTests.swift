@@ -407,7 +407,8 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertEqual(others, 0, "the background thread stays away while the host pulls")
     }
 
-    /// A host that pulled, paused for seconds, then pulled once (a peek at the mix, an
+    /// A host that pulls two blocks at once every 100 ms keeps the background thread
+    /// away; one that paused for seconds, then pulled once (a peek at the mix, an
     /// audio callback restarted) is not taken for one that pulls once a second: the
     /// background thread takes over again within a few blocks. It stayed away for
     /// 1.5 s (one and a half of the last gap, capped at a second), and the per-speaker
@@ -422,15 +423,24 @@ final class AudioEdgeTests: XCTestCase {
         try sam.setSpeakerSink { log.take($0) }   // background mode
         let feeder = Thread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 5, amplitude: 0.3)) }
         feeder.start()
-        var buf = [Int16](repeating: 0, count: 960 * 2)
+        var buf = [Int16](repeating: 0, count: 4800 * 2)
+        let me = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(bitPattern: UInt(pthread_self()))))
+        // 1 s of an 80 ms pull and a 20 ms one right after it every 100 ms (a host that
+        // pulls until it has enough): the host's clock alone, once its first pulls came.
+        // (Taking the time between pulls for the host's cadence, the second pull of
+        // each pair made it look like one pulling every few microseconds.)
         let t0 = MonotonicClock.nanoseconds()
-        for n in 1...40 {   // 0.8 s of 20 ms pulls
-            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
-            let due = t0 + UInt64(n) * 20_000_000, now = MonotonicClock.nanoseconds()
+        var settled: UInt64 = 0
+        for n in 1...10 {
+            for frames in [3840, 960] { try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: frames) } }
+            if n == 2 { settled = MonotonicClock.nanoseconds() }
+            let due = t0 + UInt64(n) * 100_000_000, now = MonotonicClock.nanoseconds()
             if due > now { usleep(UInt32((due - now) / 1000)) }
         }
+        let pullsEnd = MonotonicClock.nanoseconds()
+        let others = log.lock.withLock { log.blocks.filter { $0.t > settled && $0.t < pullsEnd && $0.thread != me }.count }
         usleep(1_500_000)
-        try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
+        try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }   // the peek
         let peek = MonotonicClock.nanoseconds()
         usleep(1_500_000)
         try sam.setSpeakerSink(nil)
@@ -438,8 +448,9 @@ final class AudioEdgeTests: XCTestCase {
         let gaps = zip([peek] + times, times).map { Double($1 - $0) / 1e6 }
         let worst = gaps.max() ?? 1500
         let late = try sam.streamStats(ssrc: ssrc).jitter.late
-        print("one pull after a 1.5 s pause: \(times.count) speaker blocks in the 1.5 s after it, longest gap \(Int(worst)) ms; "
-              + "frames late \(late)")
+        print("80 + 20 ms pulls every 100 ms: \(others) blocks rendered by another thread; one pull after a 1.5 s pause: "
+              + "\(times.count) speaker blocks in the 1.5 s after it, longest gap \(Int(worst)) ms; frames late \(late)")
+        XCTAssertEqual(others, 0, "the background thread stays away while the host pulls")
         XCTAssertLessThan(worst, 250, "the background thread stayed away after a single pull")
         XCTAssertGreaterThan(times.count, 50, "1.5 s of 20 ms blocks for the per-speaker sink")
     }
