@@ -114,7 +114,9 @@ How each line is measured (every baseline runs in this run, on this machine; rat
 CPU per frame of the feeding thread inside VoiceClient.feed (thread CPU clock around each call) plus the client's pacer \
 thread vc-send (scheduler run time), which sends the frames that are early for the talkspurt's clock. Bare = a bare \
 OpusEncoderBox at the channel's settings encoding the same frame on the feeding thread half a period later. Median over \
-20 windows of 25 frames of the windows' ratios.
+20 windows of 25 frames of the windows' ratios. The pacer's run time is read after the bare encode (reading it just \
+before the feed slowed that slot: an A/A run, --control 1, read 1.03x). The kernel's loopback sendto is in the send \
+path and not in the baseline (the next line takes it out).
 - receive + decode + mix: one process receives N streams that a talker process sends (pre-encoded speech-like packets, \
 sends spread over the frame period) through the server process; the client's rendering consumer is its own sink \
 thread (vc-mixer: external playback with a mixed-output sink, a 20 ms block every 20 ms, the sink only counts). \
