@@ -798,10 +798,13 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * queue is rarely empty for long, reads every dropped frame in
  * vc_send_stats.frames_dropped; or the session was lost, not ended by the host,
  * while audio was still queued: the stream ended with it, and vc_last_error says
- * why and how many ms were not sent; it returns once VC_EVENT_DISCONNECTED has been
- * raised, so the events that say so are there to read),
+ * why and how many ms were not sent; it returns once VC_EVENT_DISCONNECTED is in the
+ * queue vc_poll_event reads (before the event callback has seen it), and a later
+ * drain naming that stream gets the same answer until a new stream takes its place;
+ * VC_ERR_TIMEOUT if the timeout ends first),
  * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting, or its session ended
- * by vc_disconnect), VC_ERR_STATE from inside a callback. Callback-safe: no.
+ * by vc_disconnect or vc_client_destroy), VC_ERR_STATE from inside a callback.
+ * Callback-safe: no.
  */
 int vc_stream_drain(vc_client *c, uint32_t stream_id, int timeout_ms);
 
@@ -905,13 +908,14 @@ int vc_list_channels(vc_client *c, vc_channel_info *out, size_t cap, size_t *cou
  * VC_EVENT_USER_UPDATED). It is information for the others' user interfaces only:
  * the stream's audio is not touched (stop feeding it, or use push-to-talk, to stop
  * sending). After an automatic reconnect it is published again; one set during the
- * reconnect's gap is kept (VC_OK) and published once reconnected. Does not wait for
+ * reconnect's gap, or whose send the lost connection cut short, is kept (VC_OK) and
+ * published once reconnected. Does not wait for
  * the server's answer (only, at most 2 s, for the connection to take the message).
  * Returns VC_ERR_NOT_FOUND (unknown stream), VC_ERR_INVALID_ARG (not 0 or 1),
- * VC_ERR_STATE (not connected), VC_ERR_NETWORK (the server took no control message
- * for 2 s, or the connection failed: the session is then lost as when the server goes
- * away, VC_EVENT_DISCONNECTED or, with auto_reconnect, VC_EVENT_RECONNECTING, and
- * calls that need the server fail at once until then). Callback-safe: yes.
+ * VC_ERR_STATE (not connected), VC_ERR_NETWORK (without auto_reconnect: the server
+ * took no control message for 2 s, or the connection failed; the session is then
+ * lost as when the server goes away, VC_EVENT_DISCONNECTED, and calls that need the
+ * server fail at once until then). Callback-safe: yes.
  */
 int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
 

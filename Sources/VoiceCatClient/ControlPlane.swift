@@ -132,6 +132,10 @@ extension VoiceClient {
                 let ssrc = try streams.withStream(streamID) { s, _ in s.ssrc }
                 do { try conn.send(.streamStateUpdate(StreamStateUpdate(ssrc: ssrc, muted: muted, hold: hold))) } catch {
                     if let e = error as? ClientError, case .state = e { throw e }   // the session is ending
+                    // The connection broke under this send: with auto_reconnect the state
+                    // is kept (stored above) and told to the reconnected session, as one
+                    // set in the gap that follows.
+                    if config.autoReconnect { return }
                     throw ClientError.network("cannot send the stream state: \(error)")
                 }
             }

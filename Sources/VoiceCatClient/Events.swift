@@ -120,13 +120,14 @@ final class EventHub {
     }
 
     /// The network thread: delivers everything raised so far, in order.
-    func deliver() {
+    /// `queued`: runs once the events are in the poll queue, before the callback sees
+    /// them (the callback may wait on host threads that this releases).
+    func deliver(queued: (() -> Void)? = nil) {
         lock.withLock { swap(&outbox, &taken) }
+        for e in taken { queue.push(e) }
+        queued?()
         guard !taken.isEmpty else { return }
-        for e in taken {
-            queue.push(e)
-            callback.call { $0.handle(e) }
-        }
+        for e in taken { callback.call { $0.handle(e) } }
         taken.removeAll(keepingCapacity: true)
     }
 

@@ -98,7 +98,8 @@ final class StreamTable {
     let drainWaiters = Atomic<Int>(0)
     /// While a session is being torn down (from before its streams are retired until
     /// DISCONNECTED has been raised; guarded by drainCond): a drain whose stream ended
-    /// with it returns only then, so the host that looks for why finds the events.
+    /// with it returns only then (endedWhileWaiting), so the host that looks for why
+    /// finds the events.
     private var sessionEnding = false
     let pacer: SendPacer
     let gate = GateControl()
@@ -176,7 +177,7 @@ final class StreamTable {
         slot.lock.withLock { slot.reserved = false }
     }
 
-    /// The session is being torn down: drains of its streams wait for sessionEnded().
+    /// The session is being torn down (true) or its end has been raised (false).
     func sessionEnding(_ on: Bool) {
         drainCond.withLock {
             sessionEnding = on
@@ -231,8 +232,7 @@ final class StreamTable {
                     (s.isDrained, s.deadline, s.framesLostSinceIdle * UInt64(s.audio.frameMicros) / 1000)
                 }
             } catch {
-                try endedWhileWaiting(id, error, deadline: deadline)
-                return
+                try ended(id, error, deadline: deadline)
             }
             let (drained, due, lostMs) = state
             if drained {
@@ -252,22 +252,31 @@ final class StreamTable {
         }
     }
 
-    /// A drained stream is gone (`error` says so): when it ended with its session,
-    /// waits until the session's end has been raised; returns when everything fed had
-    /// been sent before the session was lost, throws VC_ERR_NETWORK when not; rethrows
-    /// `error` (VC_ERR_NOT_FOUND) for a stream stopped or ended by the host.
-    private func endedWhileWaiting(_ id: UInt32, _ error: Error, deadline: UInt64) throws {
+    /// The stream to drain is gone (`error` says so, VC_ERR_NOT_FOUND). When it ended
+    /// with a lost session while audio fed to it was still queued, that is the answer
+    /// (VC_ERR_NETWORK, also to a later drain naming it, until its slot holds another
+    /// stream), once the session's end has been raised (DISCONNECTED is queued); a
+    /// deadline that passes first is VC_ERR_TIMEOUT. Otherwise `error` (stopped, ended
+    /// by the host, or everything had been sent).
+    private func ended(_ id: UInt32, _ error: Error, deadline: UInt64) throws -> Never {
         guard let slot = slot(for: id) else { throw error }
         let ended = slot.lock.withLock { () -> (why: String?, ms: UInt32, unsent: Bool)? in
             slot.endedID == id ? (slot.endedLostSession, slot.endedQueuedMs, slot.endedUnsent) : nil
         }
-        guard let ended else { throw error }
-        drainCond.withLock {
-            while sessionEnding && MonotonicClock.milliseconds() < deadline { _ = drainCond.wait(untilMs: deadline) }
+        guard let ended, let why = ended.why, ended.unsent else { throw error }
+        let raised = drainCond.withLock { () -> Bool in
+            while sessionEnding {
+                let now = MonotonicClock.milliseconds()
+                if now >= deadline { return false }
+                _ = drainCond.wait(untilMs: min(deadline, now + 50))
+            }
+            return true
         }
-        guard let why = ended.why else { throw error }
-        guard ended.unsent else { return }
-        throw ClientError.network("stream \(id): the session was lost (\(why)) with \(ended.ms) ms of the audio fed not sent")
+        guard raised else {
+            throw ClientError.timeout("stream \(id) ended with a session that is being torn down (\(why)); its end is not reported yet")
+        }
+        let unsent = ended.ms > 0 ? "\(ended.ms) ms of the audio fed" : "the last part of a frame fed"
+        throw ClientError.network("stream \(id): the session was lost (\(why)) with \(unsent) not sent")
     }
 
     /// Every live stream (a copy of the table, for control paths).

@@ -511,7 +511,6 @@ public final class VoiceClient {
             channelEpoch &+= 1   // a stream start answered before this is retired by its starter
         }
         streams.sessionEnding(true)
-        defer { streams.sessionEnding(false) }   // after DISCONNECTED is raised
         let lost = reason == VC_OK ? nil : text
         for s in streams.all { retire(s.streamID, why: "ended with the session (\(text))", lostSession: lost) }
         streams.pacer.stopThread()
@@ -539,7 +538,10 @@ public final class VoiceClient {
         e.code = reason
         e.text = text
         events.raise(e)
-        events.deliver()
+        // Drains of the streams that ended with the session return once DISCONNECTED
+        // is in the poll queue, not after the event callback has seen it (a callback
+        // that waits for a thread in vc_stream_drain must not wait for itself).
+        events.deliver(queued: { self.streams.sessionEnding(false) })
     }
 
     /// Takes a local stream out (stopped by the host, withdrawn by the server, or the

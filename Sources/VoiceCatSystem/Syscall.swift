@@ -126,11 +126,13 @@ public final class Condition: @unchecked Sendable {
     }
 
     /// Waits (lock held) until signalled or until the monotonic deadline (ms);
-    /// false when the deadline passed. A nil deadline waits forever.
+    /// false when the deadline passed. A nil deadline, or one too far to express in
+    /// nanoseconds (a "no limit" taken as Int.max / 2 ms), waits forever.
     @discardableResult
     public func wait(untilMs deadline: UInt64?) -> Bool {
         guard let deadline else { pthread_cond_wait(c, m); return true }
-        let ns = deadline * 1_000_000
+        let (ns, overflow) = deadline.multipliedReportingOverflow(by: 1_000_000)
+        if overflow || ns > UInt64(Int.max) { pthread_cond_wait(c, m); return true }
         var ts = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
         return pthread_cond_timedwait(c, m, &ts) == 0
     }

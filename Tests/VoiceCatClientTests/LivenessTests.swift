@@ -441,40 +441,76 @@ final class LivenessTests: XCTestCase {
     /// The server goes away (no auto_reconnect) while a host waits in vc_stream_drain
     /// with seconds of audio queued: the drain says the session was lost
     /// (VC_ERR_NETWORK, why, and how much was not sent), and once it has returned the
-    /// events that say so (the stream's gate closed, DISCONNECTED) are there to read.
-    /// It returned VC_ERR_NOT_FOUND ("no stream 257: it ended with the session") while
-    /// the session was still being torn down, before DISCONNECTED was raised.
+    /// events that say so (the stream's gate closed, DISCONNECTED) are in the poll
+    /// queue. It returned VC_ERR_NOT_FOUND ("no stream 257: it ended with the
+    /// session") while the session was still being torn down, before DISCONNECTED was
+    /// raised. A later drain naming the stream gets the same answer. With no time limit
+    /// (-1 at the C API: Int.max / 2 ms), as with one.
     func testADrainCutShortByALostSessionSaysSoAndTheEventsAreThere() throws {
+        for timeoutMs in [20_000, Int.max / 2] {
+            let server = try TestServer()
+            defer { server.stop() }
+            let (alex, _) = try client(server.port, "alex")
+            defer { alex.shutdown() }
+            alex.setInputMode(.continuous)
+            let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let speech = Signal.glidingVoice(seconds: 5, amplitude: 0.3)
+            try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+            let outcome = Mutex<(error: ClientError?, ms: UInt64, queued: [ClientEventType])?>(nil)
+            let waiter = SystemThread(name: "drainer") {
+                var err: ClientError?
+                do { try alex.drain(streamID: sid, timeoutMs: timeoutMs) } catch { err = error as? ClientError }
+                let ms = MonotonicClock.milliseconds()
+                var queued: [ClientEventType] = []
+                while let e = alex.pollEvent(timeoutMs: 0) { queued.append(e.type) }
+                outcome.withLock { $0 = (err, ms, queued) }
+            }
+            usleep(600_000)
+            let stopMs = MonotonicClock.milliseconds()
+            server.stop()
+            waiter.join()
+            let o = try XCTUnwrap(outcome.withLock { $0 })
+            print("drain (timeout \(timeoutMs) ms) when the server went away: \(o.error.map { "\($0.code) \($0)" } ?? "no error") "
+                  + "after \(o.ms - stopMs) ms; events queued by then: \(o.queued.map(\.rawValue))")
+            XCTAssertEqual(o.error?.code, VC_ERR_NETWORK, "\(String(describing: o.error))")
+            let text = o.error.map { "\($0)" } ?? ""
+            XCTAssertTrue(text.contains("stream \(sid)") && text.contains("not sent") && text.contains("lost"), text)
+            XCTAssertTrue(o.queued.contains(.disconnected), "the drain returned before DISCONNECTED was queued: \(o.queued)")
+            XCTAssertTrue(o.queued.contains(.gateClosed), "the stream's gate closed before the drain returned: \(o.queued)")
+            XCTAssertThrowsError(try alex.drain(streamID: sid, timeoutMs: 0)) { later in
+                XCTAssertEqual("\(later)", text, "a later drain naming the stream")
+            }
+        }
+    }
+
+    /// A drain with no time limit when the host ends the session from another thread
+    /// (vc_disconnect, destroy): it returns VC_ERR_NOT_FOUND, the stream having ended
+    /// with the session. (The wait for the session's end took the caller's deadline,
+    /// Int.max / 2 ms for -1, into a nanosecond computation that overflowed: the
+    /// process stopped.)
+    func testADrainWithNoTimeLimitEndsWhenTheHostEndsTheSession() throws {
         let server = try TestServer()
         defer { server.stop() }
-        let (alex, log) = try client(server.port, "alex")
-        defer { alex.shutdown() }
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let speech = Signal.glidingVoice(seconds: 5, amplitude: 0.3)
-        try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
-        let outcome = Mutex<(error: ClientError?, ms: UInt64, events: [ClientEventType])?>(nil)
-        let waiter = SystemThread(name: "drainer") {
-            var err: ClientError?
-            do { try alex.drain(streamID: sid, timeoutMs: 20_000) } catch { err = error as? ClientError }
-            let ms = MonotonicClock.milliseconds()
-            let seen = log.events.map(\.type)
-            outcome.withLock { $0 = (err, ms, seen) }
+        for ending in ["disconnect", "destroy"] {
+            let (alex, _) = try client(server.port, "alex-\(ending)")
+            alex.setInputMode(.continuous)
+            let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+            let speech = Signal.glidingVoice(seconds: 5, amplitude: 0.3)
+            try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+            let outcome = Mutex<ClientError??>(nil)
+            let waiter = SystemThread(name: "drainer") {
+                var err: ClientError?
+                do { try alex.drain(streamID: sid, timeoutMs: Int.max / 2) } catch { err = error as? ClientError }
+                outcome.withLock { $0 = .some(err) }
+            }
+            usleep(300_000)
+            if ending == "disconnect" { try alex.disconnect() } else { alex.shutdown() }
+            waiter.join()
+            let e = try XCTUnwrap(outcome.withLock { $0 }, "the drain did not return")
+            print("drain with no limit, session ended by \(ending): \(e.map { "\($0.code) \($0)" } ?? "no error")")
+            XCTAssertEqual(e?.code, VC_ERR_NOT_FOUND, "\(String(describing: e))")
+            alex.shutdown()
         }
-        usleep(600_000)
-        let stopMs = MonotonicClock.milliseconds()
-        server.stop()
-        waiter.join()
-        let o = try XCTUnwrap(outcome.withLock { $0 })
-        let disconnected = log.wait(timeoutMs: 5000) { $0.type == .disconnected }
-        print("drain when the server went away: \(o.error.map { "\($0.code) \($0)" } ?? "no error") after "
-              + "\(o.ms - stopMs) ms; DISCONNECTED \(disconnected.map { "\(Int($0.ms) - Int(o.ms)) ms after the drain returned" } ?? "never"); "
-              + "events seen by then: \(o.events.map(\.rawValue))")
-        XCTAssertEqual(o.error?.code, VC_ERR_NETWORK, "\(String(describing: o.error))")
-        let text = o.error.map { "\($0)" } ?? ""
-        XCTAssertTrue(text.contains("stream \(sid)") && text.contains("not sent") && text.contains("lost"), text)
-        XCTAssertTrue(o.events.contains(.disconnected), "the drain returned before DISCONNECTED was raised: \(o.events)")
-        XCTAssertTrue(o.events.contains(.gateClosed), "the stream's gate closed before the drain returned: \(o.events)")
     }
 
     /// The server comes back on the same port with another identity: the reconnect is

@@ -352,8 +352,9 @@ class Stream:
         reconnect's gap) and was dropped, not sent: the message says how many ms
         (:meth:`send_stats` ``frames_dropped`` counts every such frame), and when the
         session was lost while audio was still queued (the message says why and how
-        many ms were not sent; DISCONNECTED is queued by then). NotFound when the
-        stream was stopped, or the session ended by :meth:`Client.disconnect`."""
+        many ms were not sent; DISCONNECTED is queued for :meth:`Client.poll_event` by
+        then). NotFound when the stream was stopped, or the session ended by
+        :meth:`Client.disconnect` or :meth:`Client.close`."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         # Ask the library first without waiting: from inside a callback it refuses at
