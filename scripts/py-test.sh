@@ -20,9 +20,10 @@ wheel=$(ls "$root"/dist/voicecat-*.whl)
 rm -rf "$work"
 mkdir -p "$work"
 
-# A test that hangs (a wait the library never ends) fails after 5 minutes with every
-# thread's stack (pytest-timeout, thread method: it works while the main thread is
-# blocked in a C call, where a signal would not be handled), not at CI's time limit.
+# A test that hangs (a wait the library never ends) ends the run after 5 minutes with
+# every thread's stack, failed (pytest-timeout, thread method: it works while the main
+# thread is blocked in a C call, where a signal would not be handled; it exits at once,
+# so the fixtures' servers are left to die with the CI job), not at CI's time limit.
 hang_guard="--timeout=300 --timeout-method=thread"
 
 echo "py-test: source install (pip install ./python) with numpy, library through pkg-config"
