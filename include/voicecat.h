@@ -800,8 +800,9 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * while audio was still queued: the stream ended with it, and vc_last_error says
  * why and how many ms were not sent; it returns once VC_EVENT_DISCONNECTED is in the
  * queue vc_poll_event reads (before the event callback has seen it), and a later
- * drain naming that stream gets the same answer until a new stream takes its place;
- * VC_ERR_TIMEOUT if the timeout ends first),
+ * drain naming that stream gets the same answer while the client remembers how it
+ * ended (as vc_last_error's "it ended with the session" for other calls: until a
+ * later stream that took its slot ends); VC_ERR_TIMEOUT if the timeout ends first),
  * VC_ERR_NOT_FOUND (unknown stream, or stopped while waiting, or its session ended
  * by vc_disconnect or vc_client_destroy), VC_ERR_STATE from inside a callback.
  * Callback-safe: no.

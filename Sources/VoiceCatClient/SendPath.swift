@@ -254,8 +254,8 @@ final class StreamTable {
 
     /// The stream to drain is gone (`error` says so, VC_ERR_NOT_FOUND). When it ended
     /// with a lost session while audio fed to it was still queued, that is the answer
-    /// (VC_ERR_NETWORK, also to a later drain naming it, until its slot holds another
-    /// stream), once the session's end has been raised (DISCONNECTED is queued); a
+    /// (VC_ERR_NETWORK, also to a later drain naming it, until a later stream in its
+    /// slot ends), once the session's end has been raised (DISCONNECTED is queued); a
     /// deadline that passes first is VC_ERR_TIMEOUT. Otherwise `error` (stopped, ended
     /// by the host, or everything had been sent).
     private func ended(_ id: UInt32, _ error: Error, deadline: UInt64) throws -> Never {
