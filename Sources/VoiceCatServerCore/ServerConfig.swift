@@ -77,6 +77,12 @@ public struct ServerConfig {
         public var description: String { "config line \(line): \(message)" }
     }
 
+    /// Whether a `key = value` line's value is quoted (its `#` are not comments).
+    static func quoted(_ line: String) -> Bool {
+        guard let eq = line.firstIndex(of: "=") else { return false }
+        return line[line.index(after: eq)...].trimmingWhitespace().hasPrefix("\"")
+    }
+
     /// Applies the settings of a config file (see docs/server.md for the format) on top of `self`.
     /// A file with `[channel NAME]` sections replaces the default channels.
     public mutating func apply(configText: String) throws {
@@ -85,7 +91,14 @@ public struct ServerConfig {
         for (i, raw) in configText.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let lineNo = i + 1
             var line = raw.trimmingWhitespace()
-            if let hash = line.firstIndex(of: "#") { line = String(line[..<hash]).trimmingWhitespace() }
+            if line.hasPrefix("#") { continue }
+            // A comment after a setting starts at a `#` that follows whitespace; a `#`
+            // inside a value is part of it (`password = open#sesame`).
+            let chars = Array(line)
+            if let k = chars.indices.first(where: { chars[$0] == "#" && $0 > 0 && (chars[$0 - 1] == " " || chars[$0 - 1] == "\t") }),
+               !ServerConfig.quoted(line) {
+                line = String(chars[..<k]).trimmingWhitespace()
+            }
             if line.isEmpty { continue }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else { throw ParseError(line: lineNo, message: "unterminated section header") }
@@ -101,7 +114,17 @@ public struct ServerConfig {
             }
             guard let eq = line.firstIndex(of: "=") else { throw ParseError(line: lineNo, message: "expected key = value") }
             let key = String(line[..<eq]).trimmingWhitespace().lowercased()
-            let value = String(line[line.index(after: eq)...]).trimmingWhitespace()
+            var value = String(line[line.index(after: eq)...]).trimmingWhitespace()
+            if value.hasPrefix("\"") {
+                // A quoted value is taken as written (a `#` or spaces at its ends included).
+                let inner = value.dropFirst()
+                guard let close = inner.firstIndex(of: "\"") else { throw ParseError(line: lineNo, message: "\(key): unterminated quote") }
+                let rest = inner[inner.index(after: close)...].trimmingWhitespace()
+                guard rest.isEmpty || rest.hasPrefix("#") else {
+                    throw ParseError(line: lineNo, message: "\(key): unexpected \"\(rest)\" after the quoted value")
+                }
+                value = String(inner[..<close])
+            }
             func int() throws -> Int {
                 guard let v = Int(value), v >= 0 else { throw ParseError(line: lineNo, message: "\(key) needs a non-negative integer, got \"\(value)\"") }
                 return v
@@ -162,8 +185,14 @@ public struct ServerConfig {
                     port = UInt16(p)
                     anyPort = false
                 case "identity": identityPath = value
-                case "password": password = value
-                case "admin_password": adminPassword = value
+                case "password", "admin_password":
+                    // An empty one would mean none: a value that a comment swallowed
+                    // (`password = #secret`) must not turn the password off.
+                    guard !value.isEmpty else {
+                        throw ParseError(line: lineNo, message: "\(key) is empty (leave the line out for none; a # after a space starts "
+                                                             + "a comment: quote a value that starts with #)")
+                    }
+                    if key == "password" { password = value } else { adminPassword = value }
                 case "max_users": maxUsers = try int()
                 case "max_streams_per_user": maxStreamsPerUser = try int()
                 case "max_datagram_bytes": maxDatagramBytes = try int()

@@ -62,6 +62,26 @@ final class ConfigTests: XCTestCase {
         XCTAssertNotEqual(s.port, 5000)
     }
 
+    /// A `#` inside a value is part of it; a comment starts at a `#` after whitespace;
+    /// a quoted value is taken as written. Every `#` started a comment:
+    /// `password = open#sesame` set the password "open", and `password = #Zq9-secret`
+    /// set none at all (helper-58's trial), without a word.
+    func testAHashInsideAValueIsPartOfItAndAQuotedValueIsTakenAsWritten() throws {
+        var c = ServerConfig()
+        try c.apply(configText: """
+            password = open#sesame
+            admin_password = "#Zq9 secret#"   # quoted
+            name = Team#1 # the first
+            max_users = 12	# tab before the comment
+            [channel Lobby]  # section comment
+            """)
+        XCTAssertEqual(c.password, "open#sesame")
+        XCTAssertEqual(c.adminPassword, "#Zq9 secret#")
+        XCTAssertEqual(c.serverName, "Team#1")
+        XCTAssertEqual(c.maxUsers, 12)
+        XCTAssertEqual(c.channels.map(\.name), ["Lobby"])
+    }
+
     func testAFileWithoutChannelsKeepsTheDefaults() throws {
         var c = ServerConfig()
         try c.apply(configText: "name = x\n")
@@ -78,6 +98,10 @@ final class ConfigTests: XCTestCase {
             ("[room X]\n", 1, "unknown section"),
             ("just words\n", 1, "key = value"),
             ("[channel A]\nmode = surround\n", 2, "mono or stereo"),
+            ("name = a\npassword = #Zq9-secret\n", 2, "password is empty"),
+            ("admin_password =\n", 1, "admin_password is empty"),
+            ("password = \"abc\n", 1, "unterminated quote"),
+            ("password = \"abc\" def\n", 1, "after the quoted value"),
         ]
         for (text, line, words) in bad {
             var c = ServerConfig()
