@@ -272,6 +272,12 @@ extension Server {
     }
 
     func join(_ s: Session, name: String, requestID: UInt32) {
+        // A name no channel can have is refused without echoing it: a 64 KB one made
+        // an answer too large to send (no reply, a log line per request).
+        if let problem = NameRules.problem(name, what: "the channel name") {
+            send(s.connection, .error(ErrorMessage(code: .badRequest, message: problem, requestID: requestID)))
+            return
+        }
         guard let ch = channelsByName[name] else {
             send(s.connection, .error(ErrorMessage(code: .notFound, message: "no channel named \(name)", requestID: requestID)))
             return

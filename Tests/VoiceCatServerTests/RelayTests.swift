@@ -273,6 +273,15 @@ final class RelayTests: XCTestCase {
         XCTAssertEqual(try a.expectError(requestID: 99).code, ProtocolErrorCode.wrongState.rawValue)
         a.send(.joinChannel(JoinChannel(name: "Nowhere", requestID: 5)))
         XCTAssertEqual(try a.expectError(requestID: 5).code, ProtocolErrorCode.notFound.rawValue)
+        // A name no channel can have is refused without being echoed: a 65,500-byte one
+        // made the "no channel named …" answer too large for a frame, and none came.
+        for (rid, name) in [(50, String(repeating: "x", count: 65_500)), (51, ""), (52, "bell\u{7}")] as [(UInt32, String)] {
+            a.send(.joinChannel(JoinChannel(name: name, requestID: rid)))
+            let e = try a.expectError(requestID: rid)
+            XCTAssertEqual(e.code, ProtocolErrorCode.badRequest.rawValue, e.message)
+            XCTAssertLessThan(e.message.utf8.count, 200, e.message)
+        }
+        XCTAssertEqual(ts.counters.controlOversize, 0)
         _ = try a.join("Lobby")
         _ = try a.announce(streamID: 1)
         a.send(.streamAnnounce(StreamAnnounce(streamID: 1, kind: .mic, channels: 1, requestID: 6)))
