@@ -100,9 +100,14 @@ for c in config.channels.prefix(20) {
     print("channel \(c.name): \(c.audio.mode == .stereo ? "stereo" : "mono") \(c.audio.bitrate) bps \(Double(c.audio.frameMicros) / 1000) ms")
 }
 if config.channels.count > 20 { print("... and \(config.channels.count - 20) more channels") }
-if let pf = portFile, let f = fopen(pf, "w") {
-    fputs("\(server.port)\n", f)
-    fclose(f)
+if let pf = portFile {
+    // A script waits for this file: one that cannot be written is an error, not a
+    // server running on a port nobody learns.
+    guard let f = fopen(pf, "w") else {
+        fail("cannot write the port file \(pf): \(String(cString: strerror(errno)))")
+    }
+    let written = fputs("\(server.port)\n", f) >= 0
+    guard fclose(f) == 0, written else { fail("cannot write the port file \(pf): \(String(cString: strerror(errno)))") }
 }
 
 // SIGINT/SIGTERM stop the loop cleanly and SIGHUP reloads. They are blocked in every

@@ -158,4 +158,17 @@ final class ConfigRangeTests: XCTestCase {
         XCTAssertTrue(p.output.contains("invalid setting reap_seconds: must be between 0.1 and 86400.0, got 1e+30"), p.output)
         XCTAssertEqual(access(dir + "/id.key", F_OK), -1, "nothing created before the check")
     }
+
+    /// A port file that cannot be written stops the server with the reason (it was
+    /// skipped without a word: with `--port any` the server ran on a port nobody
+    /// could learn, and a script waiting for the file waited forever).
+    func testAPortFileThatCannotBeWrittenIsAnError() throws {
+        let binary = try XCTUnwrap(ChildProcess.siblingExecutable("voicecat-server"), "build voicecat-server first (swift build)")
+        let dir = try ChildProcess.temporaryDirectory()
+        defer { unlink(dir + "/out"); unlink(dir + "/id.key"); rmdir(dir) }
+        let p = try ChildProcess(binary, ["--port", "any", "--identity", dir + "/id.key", "--port-file", dir + "/no/such/dir/port"],
+                                 outputPath: dir + "/out")
+        XCTAssertEqual(p.wait(), 2)
+        XCTAssertTrue(p.output.contains("cannot write the port file \(dir)/no/such/dir/port: No such file or directory"), p.output)
+    }
 }
