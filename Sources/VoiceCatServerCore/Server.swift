@@ -213,6 +213,7 @@ public final class Server {
             runBacklog()
             runTimers()
             endTurn()
+            counters.deadlineEntries = deadlines.count
             requestLock.withLock { snapshot = counters }
         }
         stopping = true
@@ -703,6 +704,7 @@ public final class Server {
         forgetUnauthenticated(c)
         if connection(c.fd) === c { connections[Int(c.fd)] = nil }
         connectionCount -= 1
+        deadlines.dropStale(whenMoreThan: 2 * connectionCount + 64)
         // Closing the descriptor also takes it out of the epoll set.
         c.socket.close()
     }

@@ -23,6 +23,9 @@ public struct ServerCounters: Equatable, Sendable {
     public var loginTimeouts: UInt64 = 0
     /// Times a connection was paused for exceeding its control-message rate.
     public var controlThrottled: UInt64 = 0
+    /// Entries in the server's deadline heap (live and stale) at the end of the loop's
+    /// last turn: bounded by the connections open, not by how many came and went.
+    public var deadlineEntries: Int = 0
     /// Control messages the server built that did not fit one frame and were not sent
     /// (lists are split beforehand, so this stays 0 unless something is wrong).
     public var controlOversize: UInt64 = 0
@@ -488,6 +491,31 @@ struct DeadlineHeap {
             guard items[p].at > items[i].at else { break }
             items.swapAt(p, i)
             i = p
+        }
+    }
+
+    /// Drops the entries of closed connections and superseded deadlines when they are
+    /// more than `limit` in all (a closed connection's entry kept it in memory until its
+    /// deadline: a peer opening and closing connections fast grew the heap by its rate
+    /// × the handshake timeout). O(n), at most once per `limit` entries added.
+    mutating func dropStale(whenMoreThan limit: Int) {
+        guard items.count > limit else { return }
+        items.removeAll { $0.c.closed || $0.c.timerAtMs != $0.at }
+        // Heapify bottom-up.
+        var i = items.count / 2 - 1
+        while i >= 0 {
+            var j = i
+            let n = items.count
+            while true {
+                let l = 2 * j + 1, r = l + 1
+                var m = j
+                if l < n && items[l].at < items[m].at { m = l }
+                if r < n && items[r].at < items[m].at { m = r }
+                if m == j { break }
+                items.swapAt(j, m)
+                j = m
+            }
+            i -= 1
         }
     }
 

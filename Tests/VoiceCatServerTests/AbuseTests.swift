@@ -45,6 +45,27 @@ final class AbuseTests: XCTestCase {
         for s in idle + more { s.close() }
     }
 
+    /// Connections opened and closed at once (before their handshake deadline) leave
+    /// nothing behind: each one's deadline entry held it in memory until the deadline
+    /// (10 s), so a peer churning connections grew the server by its rate × the timeout
+    /// (helper-58's trial: 26 → 158 MB in 30 s, 654 MB with a 60 s timeout).
+    func testConnectionsClosedBeforeTheirDeadlineAreNotKeptUntilIt() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        for _ in 0..<3000 {
+            let s = try idleConnection(ts.port)
+            s.close()
+        }
+        ts.waitFor("3000 accepted", timeoutMs: 20_000) { $0.tcpAccepted >= 3000 }
+        // One more turn of the loop, so that the gauge is of after the last close.
+        let alex = try TestClient.login(port: ts.port, username: "alex")
+        alex.send(.ping(Ping(timestamp: 9)))
+        XCTAssertEqual(try pong(alex, 9), 9)
+        let entries = ts.counters.deadlineEntries
+        print("after 3000 connections opened and closed: \(entries) deadline entries")
+        XCTAssertLessThan(entries, 200, "closed connections kept in the deadline heap")
+    }
+
     func testHandshakeAndLoginDeadlines() throws {
         let ts = try TestServer { $0.frameTimeoutSeconds = 0.3; $0.loginTimeoutSeconds = 0.6 }
         defer { ts.stop() }
