@@ -501,22 +501,8 @@ struct DeadlineHeap {
     mutating func dropStale(whenMoreThan limit: Int) {
         guard items.count > limit else { return }
         items.removeAll { $0.c.closed || $0.c.timerAtMs != $0.at }
-        // Heapify bottom-up.
-        var i = items.count / 2 - 1
-        while i >= 0 {
-            var j = i
-            let n = items.count
-            while true {
-                let l = 2 * j + 1, r = l + 1
-                var m = j
-                if l < n && items[l].at < items[m].at { m = l }
-                if r < n && items[r].at < items[m].at { m = r }
-                if m == j { break }
-                items.swapAt(j, m)
-                j = m
-            }
-            i -= 1
-        }
+        var i = items.count / 2 - 1   // heapify bottom-up
+        while i >= 0 { siftDown(i); i -= 1 }
     }
 
     /// The next live entry due at `now` or earlier (its connection's `timerAtMs` cleared).
@@ -536,7 +522,11 @@ struct DeadlineHeap {
         let last = items.removeLast()
         guard !items.isEmpty else { return }
         items[0] = last
-        var i = 0
+        siftDown(0)
+    }
+
+    private mutating func siftDown(_ start: Int) {
+        var i = start
         let n = items.count
         while true {
             let l = 2 * i + 1, r = l + 1
