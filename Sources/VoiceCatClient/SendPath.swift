@@ -98,7 +98,7 @@ final class StreamTable {
     let drainWaiters = Atomic<Int>(0)
     /// While a session is being torn down (from before its streams are retired until
     /// DISCONNECTED has been raised; guarded by drainCond): a drain whose stream ended
-    /// with it returns only then (endedWhileWaiting), so the host that looks for why
+    /// with it returns only then (ended(_:_:deadline:)), so the host that looks for why
     /// finds the events.
     private var sessionEnding = false
     let pacer: SendPacer

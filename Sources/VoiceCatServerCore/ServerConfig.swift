@@ -77,10 +77,18 @@ public struct ServerConfig {
         public var description: String { "config line \(line): \(message)" }
     }
 
-    /// Whether a `key = value` line's value is quoted (its `#` are not comments).
-    static func quoted(_ line: String) -> Bool {
-        guard let eq = line.firstIndex(of: "=") else { return false }
-        return line[line.index(after: eq)...].trimmingWhitespace().hasPrefix("\"")
+    /// A trimmed line without its comment: all of it when it starts with `#`, else from
+    /// a `#` that follows a space or tab; a `#` inside a value is part of it
+    /// (`password = open#sesame`). A quoted value is left whole (its parse takes a
+    /// comment after the closing quote).
+    static func withoutComment(_ line: String) -> String {
+        if line.hasPrefix("#") { return "" }
+        if let eq = line.firstIndex(of: "="), line[line.index(after: eq)...].trimmingWhitespace().hasPrefix("\"") { return line }
+        for i in line.indices.dropFirst() where line[i] == "#" {
+            let before = line[line.index(before: i)]
+            if before == " " || before == "\t" { return String(line[..<i]).trimmingWhitespace() }
+        }
+        return line
     }
 
     /// Applies the settings of a config file (see docs/server.md for the format) on top of `self`.
@@ -90,15 +98,7 @@ public struct ServerConfig {
         var current: Int? = nil
         for (i, raw) in configText.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let lineNo = i + 1
-            var line = raw.trimmingWhitespace()
-            if line.hasPrefix("#") { continue }
-            // A comment after a setting starts at a `#` that follows whitespace; a `#`
-            // inside a value is part of it (`password = open#sesame`).
-            let chars = Array(line)
-            if let k = chars.indices.first(where: { chars[$0] == "#" && $0 > 0 && (chars[$0 - 1] == " " || chars[$0 - 1] == "\t") }),
-               !ServerConfig.quoted(line) {
-                line = String(chars[..<k]).trimmingWhitespace()
-            }
+            let line = ServerConfig.withoutComment(raw.trimmingWhitespace())
             if line.isEmpty { continue }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else { throw ParseError(line: lineNo, message: "unterminated section header") }

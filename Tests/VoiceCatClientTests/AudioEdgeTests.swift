@@ -193,6 +193,17 @@ final class AudioEdgeTests: XCTestCase {
         return c
     }
 
+    /// alex publishing a fed mono MIC stream in continuous input mode, and sam hearing
+    /// it (its ssrc known at sam's end).
+    func talkerAndListener() throws -> (alex: VoiceClient, sam: VoiceClient, sid: UInt32, ssrc: UInt32) {
+        let alex = try client("alex"), sam = try client("sam")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        return (alex, sam, sid, ssrc)
+    }
+
     /// Feeds `pcm` (mono) in 20 ms blocks at real-time pace, as int16 or as float.
     func feedRealtime(_ c: VoiceClient, _ stream: UInt32, _ pcm: [Int16], rate: Int = 48000, float: Bool = false) {
         let block = rate / 50
@@ -414,11 +425,7 @@ final class AudioEdgeTests: XCTestCase {
     /// 1.5 s (one and a half of the last gap, capped at a second), and the per-speaker
     /// sink and recordings lost that audio (its frames came late and were dropped).
     func testOnePullAfterAPauseKeepsTheBackgroundThreadAwayOnlyBriefly() throws {
-        let alex = try client("alex"), sam = try client("sam")
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-        try sam.waitForRemote(ssrc: ssrc)
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
         let log = SpeakerLog()
         try sam.setSpeakerSink { log.take($0) }   // background mode
         let feeder = Thread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 5, amplitude: 0.3)) }
@@ -619,11 +626,7 @@ final class AudioEdgeTests: XCTestCase {
         // A fresh resampler starts from silence: swapped in between two blocks, it put
         // its filter delay's worth of zeros (1.9 ms from 48 to 16 kHz) into a talker's
         // tone at every change from 48 kHz: a click in the mix and in the speaker's PCM.
-        let alex = try client("alex"), sam = try client("sam")
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-        try sam.waitForRemote(ssrc: ssrc)
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
         let lock = NSLock()
         var mix: [(pcm: [Int16], rate: Int)] = [], speaker: [(pcm: [Int16], rate: Int)] = []
         try sam.setSpeakerSink { b in
@@ -730,11 +733,7 @@ final class AudioEdgeTests: XCTestCase {
     func testATalkerPulledThroughFormatChangesHasNoClick() throws {
         // Pulls of 7 ms: a pull's converted rest in the old format is dropped at a
         // change, so the new output also starts that much later than the old left off.
-        let alex = try client("alex"), sam = try client("sam")
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-        try sam.waitForRemote(ssrc: ssrc)
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
         Thread.detachNewThread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 3.5, amplitude: 0.3)) }
         let formats = [(44100, 1), (16000, 2), (48000, 2), (22050, 1), (48000, 1)]
         var blocks: [(pcm: [Int16], rate: Int)] = []
