@@ -326,8 +326,8 @@ extension Server {
         var ssrc = nextSSRC
         while ssrc == 0 || streamsBySSRC[ssrc] != nil || sessionsByBinding[ssrc] != nil { ssrc &+= 1 }
         nextSSRC = ssrc &+ 1
-        let st = Stream(streamID: a.streamID, ssrc: ssrc, kind: a.kind, channels: a.channels, owner: s,
-                        rate: live.maxPacketsPerSecond, now: now)
+        let st = Stream(streamID: a.streamID, ssrc: ssrc, kind: a.kind, channels: a.channels, owner: s, audio: ch.audio,
+                        rate: live.maxPacketsPerSecond, bitrateFactor: live.maxStreamBitrateFactor, now: now)
         s.streams[a.streamID] = st
         streamsBySSRC[ssrc] = st
         ch.streams.append(st)

@@ -90,7 +90,11 @@ extension Server {
             }
             guard st.replay.accept(header.seq) == .fresh else { counters.dropReplay += 1; return }
             s.lastSeenMs = now
-            guard st.take(rate: live.maxPacketsPerSecond, nowMs: now) else { counters.dropRateLimited += 1; return }
+            switch st.take(bytes: d.count, rate: live.maxPacketsPerSecond, bitrateFactor: live.maxStreamBitrateFactor, nowMs: now) {
+            case .admitted: break
+            case .overPacketRate: counters.dropRateLimited += 1; return
+            case .overBitrate: counters.dropBitrate += 1; return
+            }
             guard !s.serverMuted else { counters.dropServerMuted += 1; return }
             counters.voiceRelayedIn += 1
             guard let ch = s.channel else { return }

@@ -35,6 +35,9 @@ public struct ServerConfig {
     public var maxDatagramBytes = 1400
     /// Packets per second allowed per ssrc (token bucket, one second of burst).
     public var maxPacketsPerSecond = 500
+    /// Bytes per second allowed per ssrc, as a multiple of the stream's nominal rate (its
+    /// channel's bitrate plus its frames' headers; token bucket, two seconds of burst).
+    public var maxStreamBitrateFactor = 3.0
     /// Sessions silent on both TCP and UDP this long are dropped.
     public var reapSeconds = 30.0
     /// A handshake, or a control frame started but not finished, must complete within this.
@@ -197,6 +200,7 @@ public struct ServerConfig {
                 case "max_streams_per_user": maxStreamsPerUser = try int()
                 case "max_datagram_bytes": maxDatagramBytes = try int()
                 case "max_packets_per_second": maxPacketsPerSecond = try int()
+                case "max_stream_bitrate_factor": maxStreamBitrateFactor = try double()
                 case "reap_seconds": reapSeconds = try double()
                 case "frame_timeout_seconds": frameTimeoutSeconds = try double()
                 case "login_timeout_seconds": loginTimeoutSeconds = try double()
@@ -248,6 +252,7 @@ extension ServerConfig {
         try check("max_streams_per_user", maxStreamsPerUser, 1, 64)
         try check("max_datagram_bytes", maxDatagramBytes, 64, ServerConfig.datagramBytesLimit)
         try check("max_packets_per_second", maxPacketsPerSecond, 1, 1_000_000)
+        try check("max_stream_bitrate_factor", maxStreamBitrateFactor, 1.0, 1_000.0)
         try check("reap_seconds", reapSeconds, 0.1, 86_400)
         try check("frame_timeout_seconds", frameTimeoutSeconds, 0.1, 3_600)
         try check("login_timeout_seconds", loginTimeoutSeconds, 0.1, 3_600)

@@ -63,6 +63,9 @@ public struct ServerCounters: Equatable, Sendable {
     public var dropAuthFailed: UInt64 = 0
     public var dropReplay: UInt64 = 0
     public var dropRateLimited: UInt64 = 0
+    /// Frames over their stream's byte budget (`max_stream_bitrate_factor` of its
+    /// channel's bitrate): a sender flooding listeners' downlinks with large frames.
+    public var dropBitrate: UInt64 = 0
     public var dropServerMuted: UInt64 = 0
     /// Binding requests whose cookie was wrong or stale (answered with a new challenge).
     public var dropBindingCookie: UInt64 = 0
@@ -79,7 +82,7 @@ public struct ServerCounters: Equatable, Sendable {
     /// All drops of media datagrams.
     public var mediaDrops: UInt64 {
         dropMalformed + dropOversize + dropUnbound + dropSpoofedSSRC + dropEndedStream + dropAuthFailed + dropReplay
-            + dropRateLimited + dropServerMuted + dropBindingCookie
+            + dropRateLimited + dropBitrate + dropServerMuted + dropBindingCookie
     }
 
     public var summary: String {
@@ -93,7 +96,7 @@ public struct ServerCounters: Equatable, Sendable {
             + "keepalives=\(keepalivesEchoed) bindings=\(bindingsAccepted) binding_challenges=\(bindingChallenges) "
             + "drop_malformed=\(dropMalformed) drop_oversize=\(dropOversize) drop_unbound=\(dropUnbound) "
             + "drop_spoofed_ssrc=\(dropSpoofedSSRC) drop_ended_stream=\(dropEndedStream) drop_auth=\(dropAuthFailed) drop_replay=\(dropReplay) "
-            + "drop_rate=\(dropRateLimited) drop_muted=\(dropServerMuted) drop_cookie=\(dropBindingCookie) "
+            + "drop_rate=\(dropRateLimited) drop_bitrate=\(dropBitrate) drop_muted=\(dropServerMuted) drop_cookie=\(dropBindingCookie) "
             + "drop_send=\(dropSendFailed) loss_reports=\(lossReports) loss_reports_ignored=\(lossReportsIgnored) "
             + "loss_feedback=\(lossFeedbackSent)"
     }
@@ -215,8 +218,14 @@ final class Stream {
     var muted = false
     var hold = false
     var replay = ReplayWindow()
-    // Token bucket: refilled at `rate` per second, capacity `rate`.
+    /// The stream's nominal bytes per second: its channel's bitrate plus the datagram
+    /// overhead of its frames (header and tag) at the channel's frame rate. A stream
+    /// never changes channel (a move removes it), so this is fixed.
+    let nominalBytesPerSecond: Double
+    // Two token buckets refilled together: packets (capacity one second of `rate`) and
+    // bytes (capacity `byteBurstSeconds` of the byte rate).
     var tokens: Double
+    var byteTokens: Double
     var lastRefill: UInt64
     /// Loss feedback (LossFeedback.swift): each listener's latest report, by user id,
     /// and when the publisher was last told.
@@ -224,19 +233,35 @@ final class Stream {
     var lossReports: [UInt32: ListenerReport] = [:]
     var lastFeedbackMs: UInt64 = 0
 
-    init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, channels: UInt32, owner: Session, rate: Int, now: UInt64) {
+    /// How much of a byte budget a stream may save up: Opus VBR spends well above its
+    /// target on a transient or a music passage and less in pauses.
+    static let byteBurstSeconds = 2.0
+
+    init(streamID: UInt32, ssrc: UInt32, kind: StreamKind, channels: UInt32, owner: Session, audio: AudioConfig,
+         rate: Int, bitrateFactor: Double, now: UInt64) {
         self.streamID = streamID; self.ssrc = ssrc; self.kind = kind; self.channels = channels; self.owner = owner
-        tokens = Double(rate); lastRefill = now
+        nominalBytesPerSecond = Double(audio.bitrate) / 8
+            + Double(MediaCrypto.overhead) * 1_000_000 / Double(max(audio.frameMicros, 1))
+        tokens = Double(rate)
+        byteTokens = bitrateFactor * nominalBytesPerSecond * Stream.byteBurstSeconds
+        lastRefill = now
     }
 
-    /// Takes one token; false when the stream is over its packet rate.
-    func take(rate: Int, nowMs: UInt64) -> Bool {
+    enum Admission { case admitted, overPacketRate, overBitrate }
+
+    /// Takes one packet of `bytes` from the stream's budgets: `rate` packets per second
+    /// and `bitrateFactor` x its nominal bytes per second.
+    func take(bytes: Int, rate: Int, bitrateFactor: Double, nowMs: UInt64) -> Admission {
         let elapsed = Double(nowMs &- lastRefill) / 1000
         lastRefill = nowMs
+        let byteRate = bitrateFactor * nominalBytesPerSecond
         tokens = min(Double(rate), tokens + elapsed * Double(rate))
-        guard tokens >= 1 else { return false }
+        byteTokens = min(byteRate * Stream.byteBurstSeconds, byteTokens + elapsed * byteRate)
+        guard tokens >= 1 else { return .overPacketRate }
+        guard byteTokens >= Double(bytes) else { return .overBitrate }
         tokens -= 1
-        return true
+        byteTokens -= Double(bytes)
+        return .admitted
     }
 }
 

@@ -69,6 +69,7 @@ let serverConfig = """
     # voicecat-loadgen: room for every session, no per-stream cap in the way of a loaded talker.
     max_users = \(idleCount + 1000)
     max_packets_per_second = 100000
+    max_stream_bitrate_factor = 1000
     reap_seconds = 600
     [channel Lobby]
     \((0..<10).map { "[channel Room \($0)]" }.joined(separator: "\n"))

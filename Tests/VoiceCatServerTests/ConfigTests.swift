@@ -15,6 +15,7 @@ final class ConfigTests: XCTestCase {
             admin_password = s3cret
             max_users = 10
             reap_seconds = 12.5
+            max_stream_bitrate_factor = 4.5
 
             [channel Lobby]
 
@@ -31,6 +32,7 @@ final class ConfigTests: XCTestCase {
         XCTAssertEqual(c.adminPassword, "s3cret")
         XCTAssertEqual(c.maxUsers, 10)
         XCTAssertEqual(c.reapSeconds, 12.5)
+        XCTAssertEqual(c.maxStreamBitrateFactor, 4.5)
         XCTAssertEqual(c.channels.map(\.name), ["Lobby", "Low latency"])
         XCTAssertEqual(c.channels[0].audio, .speech)
         let low = c.channels[1].audio
@@ -123,6 +125,7 @@ final class ConfigRangeTests: XCTestCase {
             ("max_users", { $0.maxUsers = 0 }, "max_users: must be between 1 and 1000000, got 0"),
             ("max_datagram_bytes", { $0.maxDatagramBytes = 70_000 }, "max_datagram_bytes: must be between 64 and 8192"),
             ("max_packets_per_second", { $0.maxPacketsPerSecond = 0 }, "max_packets_per_second"),
+            ("max_stream_bitrate_factor", { $0.maxStreamBitrateFactor = 0.5 }, "max_stream_bitrate_factor: must be between 1.0 and 1000.0, got 0.5"),
             ("control_messages_per_second", { $0.controlMessagesPerSecond = .infinity }, "control_messages_per_second"),
             ("auth_backoff_max_seconds", { $0.authBackoffBaseSeconds = 10; $0.authBackoffMaxSeconds = 1 }, "auth_backoff_max_seconds"),
             ("max_auth_failures", { $0.maxAuthFailures = 0 }, "max_auth_failures"),

@@ -148,7 +148,7 @@ final class RelayTests: XCTestCase {
     }
 
     func testSeventyThousandFramesRelayWithoutAuthenticationFailure() throws {
-        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000 }
+        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000; $0.maxStreamBitrateFactor = 1_000 }
         defer { ts.stop() }
         let (a, b, ssrc) = try pair(ts)
         let total = 70_000
@@ -319,6 +319,32 @@ final class RelayTests: XCTestCase {
         XCTAssertGreaterThan(c.dropRateLimited, 80)
     }
 
+    /// A sender cannot flood the channel's listeners with large frames within the packet
+    /// rate: Lobby is 32 kbit/s at 20 ms, a nominal 5800 B/s with the headers; three times
+    /// that with two seconds of burst lets about 34.8 KB through at once, 33 datagrams of
+    /// 1036 bytes, where the packet rate alone (500/s) would pass all 200.
+    func testByteRateIsLimitedPerSSRCAgainstTheChannelBitrate() throws {
+        let ts = try TestServer { $0.maxStreamBitrateFactor = 3 }
+        defer { ts.stop() }
+        let (a, b, ssrc) = try pair(ts)
+        // Frames of an honest size first: 100 of them at once pass whole.
+        for i in 0..<100 { a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: UInt64(i), timestamp: UInt32(i * 960), opus: randomOpus(120))) }
+        var c = ts.waitFor("honest frames in") { $0.voiceRelayedIn + $0.dropBitrate == 100 }
+        XCTAssertEqual(c.voiceRelayedIn, 100)
+        XCTAssertEqual(c.dropBitrate, 0)
+        for _ in 0..<100 { XCTAssertNotNil(b.receiveVoice()) }
+        // Then the budget is spent: wait for it to refill (2 s), then flood.
+        Thread.sleep(forTimeInterval: 2.1)
+        let big = randomOpus(1000)
+        for i in 100..<300 { a.sendDatagram(a.sealVoice(ssrc: ssrc, seq: UInt64(i), timestamp: UInt32(i * 960), opus: big)) }
+        c = ts.waitFor("flood counted") { $0.voiceRelayedIn + $0.dropBitrate == 300 }
+        XCTAssertEqual(c.dropRateLimited, 0)
+        XCTAssertGreaterThanOrEqual(c.voiceRelayedIn - 100, 30)
+        XCTAssertLessThan(c.voiceRelayedIn - 100, 45, "the byte budget let a flood through")
+        XCTAssertGreaterThan(c.dropBitrate, 150)
+        XCTAssertTrue(c.summary.contains("drop_bitrate=\(c.dropBitrate)"))
+    }
+
     func testServerMuteIsEnforcedAndSignaled() throws {
         let ts = try TestServer { $0.adminPassword = "hunter2" }
         defer { ts.stop() }
@@ -349,7 +375,7 @@ final class RelayAllocationTests: XCTestCase {
     /// allocates nothing per packet: counted with the test binary's own malloc.
     func testRelayDoesNotAllocatePerPacket() throws {
         try XCTSkipIf(vc_alloc_counter_active() == 0, "the allocation counter is off under sanitizers")
-        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000 }
+        let ts = try TestServer { $0.maxPacketsPerSecond = 1_000_000; $0.maxStreamBitrateFactor = 1_000 }
         defer { ts.stop() }
         let talker = try TestClient.login(port: ts.port, username: "talker")
         _ = try talker.join("Lobby")
