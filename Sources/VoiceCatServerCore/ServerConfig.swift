@@ -147,6 +147,46 @@ public struct ServerConfig {
                 default: throw ParseError(line: lineNo, message: "\(key) needs true or false, got \"\(value)\"")
                 }
             }
+            /// A server setting (before the first [channel] section): false when `key` is none.
+            func applyServerSetting(to c: inout ServerConfig) throws -> Bool {
+                switch key {
+                case "name": c.serverName = value
+                case "bind": c.bindHost = value
+                case "port":
+                    if value == "any" { c.anyPort = true; break }
+                    let p = try int()
+                    guard p <= 65535 else { throw ParseError(line: lineNo, message: "port out of range") }
+                    c.port = UInt16(p)
+                    c.anyPort = false
+                case "identity": c.identityPath = value
+                case "password", "admin_password":
+                    // An empty one would mean none: a value that a comment swallowed
+                    // (`password = #secret`) must not turn the password off.
+                    guard !value.isEmpty else {
+                        throw ParseError(line: lineNo, message: "\(key) is empty (leave the line out for none; a # after a space starts "
+                                                             + "a comment: quote a value that starts with #)")
+                    }
+                    if key == "password" { c.password = value } else { c.adminPassword = value }
+                case "max_users": c.maxUsers = try int()
+                case "max_streams_per_user": c.maxStreamsPerUser = try int()
+                case "max_datagram_bytes": c.maxDatagramBytes = try int()
+                case "max_packets_per_second": c.maxPacketsPerSecond = try int()
+                case "max_stream_bitrate_factor": c.maxStreamBitrateFactor = try double()
+                case "reap_seconds": c.reapSeconds = try double()
+                case "frame_timeout_seconds": c.frameTimeoutSeconds = try double()
+                case "login_timeout_seconds": c.loginTimeoutSeconds = try double()
+                case "max_unauthenticated_per_address": c.maxUnauthenticatedPerAddress = try int()
+                case "max_unauthenticated": c.maxUnauthenticated = try int()
+                case "control_messages_per_second": c.controlMessagesPerSecond = try double()
+                case "control_burst": c.controlBurst = try int()
+                case "auth_backoff_base_seconds": c.authBackoffBaseSeconds = try double()
+                case "auth_backoff_max_seconds": c.authBackoffMaxSeconds = try double()
+                case "max_auth_failures": c.maxAuthFailures = try int()
+                case "stats_interval_seconds": c.statsIntervalSeconds = try double()
+                default: return false
+                }
+                return true
+            }
             if let c = current {
                 var a = parsedChannels[c].audio
                 switch key {
@@ -173,47 +213,19 @@ public struct ServerConfig {
                 case "dtx": a.dtx = try bool()
                 case "complexity": a.complexity = try u32()
                 case "dred": a.dred = try bool()
-                default: throw ParseError(line: lineNo, message: "unknown channel setting \(key)")
+                default:
+                    // A server setting written after a [channel] header (a bad value of one counts as known).
+                    var probe = ServerConfig()
+                    if (try? applyServerSetting(to: &probe)) ?? true {
+                        throw ParseError(line: lineNo, message: "\(key) is a server setting, not a channel one: server settings go before "
+                                                             + "the first [channel] section")
+                    }
+                    throw ParseError(line: lineNo, message: "unknown channel setting \(key)")
                 }
                 if let why = a.validationError() { throw ParseError(line: lineNo, message: why) }
                 parsedChannels[c].audio = a
-            } else {
-                switch key {
-                case "name": serverName = value
-                case "bind": bindHost = value
-                case "port":
-                    if value == "any" { anyPort = true; break }
-                    let p = try int()
-                    guard p <= 65535 else { throw ParseError(line: lineNo, message: "port out of range") }
-                    port = UInt16(p)
-                    anyPort = false
-                case "identity": identityPath = value
-                case "password", "admin_password":
-                    // An empty one would mean none: a value that a comment swallowed
-                    // (`password = #secret`) must not turn the password off.
-                    guard !value.isEmpty else {
-                        throw ParseError(line: lineNo, message: "\(key) is empty (leave the line out for none; a # after a space starts "
-                                                             + "a comment: quote a value that starts with #)")
-                    }
-                    if key == "password" { password = value } else { adminPassword = value }
-                case "max_users": maxUsers = try int()
-                case "max_streams_per_user": maxStreamsPerUser = try int()
-                case "max_datagram_bytes": maxDatagramBytes = try int()
-                case "max_packets_per_second": maxPacketsPerSecond = try int()
-                case "max_stream_bitrate_factor": maxStreamBitrateFactor = try double()
-                case "reap_seconds": reapSeconds = try double()
-                case "frame_timeout_seconds": frameTimeoutSeconds = try double()
-                case "login_timeout_seconds": loginTimeoutSeconds = try double()
-                case "max_unauthenticated_per_address": maxUnauthenticatedPerAddress = try int()
-                case "max_unauthenticated": maxUnauthenticated = try int()
-                case "control_messages_per_second": controlMessagesPerSecond = try double()
-                case "control_burst": controlBurst = try int()
-                case "auth_backoff_base_seconds": authBackoffBaseSeconds = try double()
-                case "auth_backoff_max_seconds": authBackoffMaxSeconds = try double()
-                case "max_auth_failures": maxAuthFailures = try int()
-                case "stats_interval_seconds": statsIntervalSeconds = try double()
-                default: throw ParseError(line: lineNo, message: "unknown setting \(key)")
-                }
+            } else if try !applyServerSetting(to: &self) {
+                throw ParseError(line: lineNo, message: "unknown setting \(key)")
             }
         }
         if !parsedChannels.isEmpty { channels = parsedChannels }

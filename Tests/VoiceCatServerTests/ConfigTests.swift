@@ -94,6 +94,9 @@ final class ConfigTests: XCTestCase {
     func testErrorsNameTheLine() {
         let bad: [(String, Int, String)] = [
             ("name = a\nbogus = 1\n", 2, "unknown setting"),
+            ("[channel A]\nbogus = 1\n", 2, "unknown channel setting bogus"),
+            ("[channel A]\nmax_users = 5\n", 2, "max_users is a server setting, not a channel one: server settings go before the first [channel]"),
+            ("[channel A]\nmax_users = lots\n", 2, "server settings go before the first [channel]"),
             ("[channel A]\nframe_ms = 30\n", 2, "frame duration"),
             ("[channel A]\n[channel A]\n", 2, "defined twice"),
             ("max_users = -3\n", 1, "non-negative"),
