@@ -1165,7 +1165,9 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  * thread at a time and in real time (the mixed sink's thread within the lead
  * vc_set_mixed_output_sink describes), after the mix of that block is
  * made; a stream that is silent (between talkspurts, or concealed) still delivers
- * its blocks, so each stream's PCM keeps its own timeline.
+ * its blocks, so each stream's PCM keeps its own timeline. When the sink is set
+ * while no speaker's recording runs, streams heard at that moment fade in over
+ * their first 5 ms (no click from starting mid-waveform).
  * Modes (vc_set_external_playback), with a per-speaker sink set:
  *   external 0, connected, not suspended  the playback thread renders: device, taps
  *   external 1, a mixed sink set          the mixer thread renders for both sinks
@@ -1206,7 +1208,9 @@ int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *u
  * Returns VC_ERR_INVALID_ARG (path NULL, or the file cannot be created:
  * vc_last_error says why), VC_ERR_NOT_FOUND (no remote stream `ssrc`), VC_ERR_STATE
  * (that source is already being recorded; another recording of this client writes
- * that file; inside a callback), VC_ERR_NO_MEMORY (8 recordings run). Callback-safe: no.
+ * that file; inside a callback), VC_ERR_NO_MEMORY (8 recordings run). The file's
+ * first 5 ms fade in (a recording started while someone talks has no click at its
+ * start). Callback-safe: no.
  */
 int vc_start_recording(vc_client *c, const char *path, uint32_t ssrc);
 

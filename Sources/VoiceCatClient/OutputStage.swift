@@ -86,6 +86,8 @@ final class OutputStage {
 
     /// The render block: 20 ms at 48 kHz (every render is at most this long).
     static let block = 960
+    /// The per-speaker taps' fade-in, at 48 kHz (they are converted after it).
+    static let tapFadeFrames = FadeIn.frames(at: 48000)
     /// The blocks (ms) the mixer thread may render in sink mode (vc_set_mixed_output_block_ms).
     static let sinkBlockMs = [10, 20]
     /// The most frames a block gives in any output format (192 kHz, plus the
@@ -149,6 +151,13 @@ final class OutputStage {
     /// move it each time.
     private var burstBlocks = 0
     private var burstSinceNs: UInt64 = 0
+    /// Whether the last render tapped the streams, and how far (48 kHz frames) the taps'
+    /// fade-in has gone since they started (renderLock): per-speaker blocks that start
+    /// while someone talks fade in over FadeIn.milliseconds, from a converter without
+    /// the history of an earlier tapping (a click otherwise: the waveform's value after
+    /// silence, or after the filter delay's zeros of a fresh resampler).
+    private var tapsWereOn = false
+    private var tapFadeDone = Int.max
     static let burstHoldNs: UInt64 = 2_000_000_000
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
@@ -607,22 +616,36 @@ final class OutputStage {
         // frame that comes during the read counts as after this render).
         receive.readForRender()
         let tapping = speakerSink.isSet || recorders.recordsSpeakers
+        if tapping != tapsWereOn {
+            tapsWereOn = tapping
+            if tapping { startTapFade() }
+        }
         bus.clear(frames: frames)
         let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, fixedBlock: fixedBlock)
         bus.render(into: out, frames: frames)
         // The echo canceller's far-end reference: what is being played.
         if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
-        if tapping { handOutSpeakers() }
+        if tapping { handOutSpeakers(frames: frames) }
         return played
     }
 
+    /// The taps start (a per-speaker sink set, a speaker's recording started, with
+    /// neither running): every consumer is new, so the slots' converters forget what
+    /// they converted when taps last ran, and the first blocks fade in (renderLock held).
+    private func startTapFade() {
+        for s in receive.slots { s.tapConverter?.reset() }
+        tapFadeDone = 0
+    }
+
     /// Each tapped slot's block, converted, to the per-speaker sink and its recording.
-    private func handOutSpeakers() {
+    private func handOutSpeakers(frames rendered: Int) {
         let slots = receive.slots
         let recordSpeakers = recorders.recordsSpeakers
+        let fadeFrom = tapFadeDone
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.tapFrames > 0 else { continue }
+            FadeIn.apply(s.tap, frames: s.tapFrames, channels: 2, done: fadeFrom, total: OutputStage.tapFadeFrames)
             var pcm = UnsafePointer(s.tap)
             var frames = s.tapFrames
             var channels = 2
@@ -641,6 +664,9 @@ final class OutputStage {
             speakerSink.call { $0.deliver(block) }
             if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
         }
+        // The fade runs on the render's clock: a stream that starts later starts as
+        // its codec starts it, unfaded.
+        if fadeFrom < OutputStage.tapFadeFrames { tapFadeDone = fadeFrom + rendered }
     }
 
     /// The mix block in the output format, recorded if the mix is (renderLock held).

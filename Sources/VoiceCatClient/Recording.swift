@@ -7,6 +7,7 @@
 // most one per source and `RecorderSet.capacity` at once.
 import Glibc
 import Synchronization
+import VoiceCatAudio
 import VoiceCatSystem
 
 /// Single-producer single-consumer ring of int16 samples.
@@ -160,11 +161,16 @@ final class Recorder {
         var dataBytes: UInt64 = 0
         var headerAt: UInt64 = 0
         let second = UInt64(sampleRate * channels * 2)
+        // A recording started while someone talks begins mid-waveform: its first
+        // milliseconds fade in (no click at the start of the file).
+        var fadeDone = 0
+        let fadeFrames = FadeIn.frames(at: sampleRate)
         while true {
             let stopping = stop.isSet
             while true {
                 let n = ring.pop(into: chunk, max: chunkSamples)
                 if n == 0 { break }
+                fadeDone = FadeIn.apply(chunk, frames: n / channels, channels: channels, done: fadeDone, total: fadeFrames)
                 let bytes = UInt64(n * 2)
                 guard failure == nil, dataBytes + bytes <= Recorder.maxDataBytes else {
                     unwrittenFrames += UInt64(n / channels)

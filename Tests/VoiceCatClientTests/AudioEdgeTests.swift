@@ -390,6 +390,55 @@ final class AudioEdgeTests: XCTestCase {
         }
     }
 
+    /// A per-speaker sink set and recordings started while a talker talks begin with a
+    /// fade, not with a jump from silence into the waveform (at 16 kHz the speaker's
+    /// fresh resampler gave its filter delay's ~30 samples of zeros, then the tone at
+    /// once). Judged on a 1 kHz tone's level at the start against its level later: with
+    /// the fade (5 ms, raised cosine) the first 2 ms of a recording were at 0.14 of it
+    /// and the sink's first 5 ms (2 of them the filter delay) at 0.23; without it, at
+    /// 0.96 and 0.77.
+    func testConsumersStartedMidTalkFadeIn() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        try sam.setOutputFormat(sampleRate: 16000, channels: 1)
+        // The mix is rendered all along (into a sink that only counts), so the
+        // per-speaker sink set later starts in the middle of the talker's audio.
+        try sam.setMixedSink { _, _, _ in }
+        let toneRMS = 0.5 * 32767 / 2.0.squareRoot()
+        let lock = NSLock()
+        var blocks: [[Int16]] = []
+        let consumers = Thread {
+            usleep(1_200_000)
+            try? sam.setSpeakerSink { b in
+                guard b.ssrc == ssrc else { return }
+                let a = Array(UnsafeBufferPointer(start: b.pcm, count: b.frames * b.channels))
+                lock.withLock { if blocks.count < 6 { blocks.append(a) } }
+            }
+            usleep(500_000)
+            try? sam.startRecording(path: self.dir + "/mix-mid.wav", ssrc: 0)
+            try? sam.startRecording(path: self.dir + "/alex-mid.wav", ssrc: ssrc)
+        }
+        consumers.start()
+        feedRealtime(alex, sid, Signal.tone(1000, seconds: 3, amplitude: 0.5))
+        try sam.stopRecording(ssrc: 0)
+        try sam.stopRecording(ssrc: ssrc)
+        try sam.setSpeakerSink(nil)
+        try sam.setMixedSink(nil)
+        let got = lock.withLock { blocks }
+        XCTAssertEqual(got.count, 6, "the sink got the talker")
+        let (head, body) = (got[0], got[5])
+        XCTAssertEqual(head.count, 320)
+        XCTAssertGreaterThan(Signal.rms(body[...]), 0.8 * toneRMS, "the tone at full level after the fade")
+        let mix = try Measure.readWAV(dir + "/mix-mid.wav").pcm, own = try Measure.readWAV(dir + "/alex-mid.wav").pcm
+        XCTAssertGreaterThan(mix.count, 16000, "the recordings ran")
+        XCTAssertGreaterThan(Signal.rms(mix[8000..<8320]), 0.8 * toneRMS, "the mix recording holds the tone")
+        let starts = [("the per-speaker sink's first 5 ms", Signal.rms(head[0..<80]) / toneRMS),
+                      ("the mix recording's first 2 ms", Signal.rms(mix[0..<32]) / toneRMS),
+                      ("the speaker recording's first 2 ms (started with the sink running)", Signal.rms(own[0..<32]) / toneRMS)]
+        print("level at the consumers' starts against the tone's: "
+              + starts.map { "\($0.0) \(String(format: "%.2f", $0.1))" }.joined(separator: ", "))
+        for (what, level) in starts { XCTAssertLessThan(level, 0.4, "\(what) starts at the waveform's level, a click") }
+    }
+
     func testAHostPullingAHundredMillisecondsAtATimeKeepsTheClockAtRealTime() throws {
         let alex = try client("alex"), sam = try client("sam")
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)

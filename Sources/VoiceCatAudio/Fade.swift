@@ -1,0 +1,29 @@
+// A short fade-in for a consumer that starts in the middle of a stream (a per-speaker
+// sink set, a recording started while someone talks): its first sample would otherwise
+// jump from the silence before it to wherever the waveform is, a click.
+import Glibc
+
+public enum FadeIn {
+    /// How long a fade-in lasts.
+    public static let milliseconds = 5
+
+    /// Frames of a fade-in at `sampleRate`.
+    public static func frames(at sampleRate: Int) -> Int { max(1, sampleRate * milliseconds / 1000) }
+
+    /// Scales interleaved int16 `pcm` (`frames` x `channels`) by a raised-cosine ramp
+    /// from 0 to 1 over `total` frames, of which `done` were faded before (a fade that
+    /// spans several blocks). Returns the new `done`; frames past the ramp are untouched.
+    @discardableResult
+    public static func apply(_ pcm: UnsafeMutablePointer<Int16>, frames: Int, channels: Int, done: Int, total: Int) -> Int {
+        guard done < total else { return done }
+        let n = min(frames, total - done)
+        for i in 0..<n {
+            let g = 0.5 - 0.5 * cos(Double.pi * Double(done + i) / Double(total))
+            for c in 0..<channels {
+                let k = i * channels + c
+                pcm[k] = Int16((Double(pcm[k]) * g).rounded())
+            }
+        }
+        return done + n
+    }
+}
