@@ -83,6 +83,7 @@ extension VoiceClient {
                 }
                 for text in l.refused { raiseRefusal(text) }
                 try restore(l, channel: channel)
+                cond.withLock { afterRestoreForTests }?()
                 let resumed = cond.withLock { () -> Bool in
                     guard !stopNetwork else { return false }
                     phase = .connected

@@ -60,6 +60,9 @@ public final class VoiceClient {
     var statesSetInGap: Set<UInt32> = []
     /// Held while a stream state is stored and sent (host) or the gap's are told (network thread).
     let stateSendLock = Lock()
+    /// Tests only (under `cond`): run on the network thread when a reconnect has restored
+    /// the session (streams announced again) and before it counts as connected.
+    var afterRestoreForTests: (() -> Void)?
     var nextRequestID: UInt32 = 1
     /// Outstanding requests by request id: nil until the reply arrives.
     var replies: [UInt32: ControlMessage?] = [:]

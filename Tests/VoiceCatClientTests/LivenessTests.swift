@@ -5,7 +5,7 @@
 import Foundation
 import Synchronization
 import VoiceCatABI
-import VoiceCatClient
+@testable import VoiceCatClient
 import VoiceCatProtocol
 import VoiceCatServerCore
 import VoiceCatSystem
@@ -435,6 +435,37 @@ final class LivenessTests: XCTestCase {
         try alex.setStreamState(streamID: sid, muted: false, hold: false)
         XCTAssertTrue(waitUntil(timeoutMs: 3000) { alexStream().map { !$0.muted && !$0.hold } ?? false },
                       "the state set after: \(String(describing: alexStream()))")
+        XCTAssertEqual(log.count(.error), 0, "\(log.events.filter { $0.type == .error })")
+    }
+
+    /// A state set after the reconnect announced the stream again, before it counts as
+    /// connected (the host's mute lands in that window), is told once connected
+    /// (publishStatesSetInGap): the re-announce told the state of before.
+    func testAStreamStateSetBetweenTheReannounceAndTheReconnectIsTold() throws {
+        var server = try TestServer()
+        let port = server.port
+        defer { server.stop() }
+        let (alex, log, sid) = try reconnectingTalker(port)
+        defer { alex.shutdown() }
+        let setInWindow = Mutex<ClientError?>(nil)
+        alex.cond.withLock {
+            alex.afterRestoreForTests = {
+                do { try alex.setStreamState(streamID: sid, muted: true, hold: false) } catch {
+                    setInWindow.withLock { $0 = error as? ClientError ?? .state("\(error)") }
+                }
+            }
+        }
+        server.stop()
+        XCTAssertNotNil(log.wait(timeoutMs: 5000) { $0.type == .reconnecting })
+        server = try TestServer(port: port)
+        XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .reconnected })
+        alex.cond.withLock { alex.afterRestoreForTests = nil }
+        XCTAssertNil(setInWindow.withLock { $0 }, "the state set while the session was being restored was refused")
+        let (sam, _) = try client(port, "sam")
+        defer { sam.shutdown() }
+        func alexStream() -> StreamPresence? { (try? sam.users())?.first { $0.username == "alex" }?.streams.first }
+        XCTAssertTrue(waitUntil(timeoutMs: 3000) { alexStream()?.muted ?? false },
+                      "the state set between the re-announce and the reconnect: \(String(describing: alexStream()))")
         XCTAssertEqual(log.count(.error), 0, "\(log.events.filter { $0.type == .error })")
     }
 
