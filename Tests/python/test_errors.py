@@ -397,6 +397,8 @@ def test_a_stream_that_ended_by_itself_says_it_is_stopped(server):
             mic.feed(bytes(1920))
         other = c.start_stream(channels=2)
     assert other.stopped  # the client is closed
+    other.stop()  # and stop() does nothing, as stopped says (it raised StateError)
+    mic.stop()
 
 
 def test_trust_on_first_use_records_the_server_and_refuses_a_changed_identity(server, tmp_path):

@@ -386,8 +386,10 @@ class Stream:
         """Stops the stream: audio still queued is dropped (:meth:`drain` first to have it
         sent), the last frame is flagged, then the server is told. Idempotent, also
         once the stream ended by itself (:attr:`stopped`: the server withdrew it, the
-        session or its channel ended), when there is nothing left to stop."""
-        if self._stopped:
+        session or its channel ended) and once the client is closed, when there is
+        nothing left to stop."""
+        if self._stopped or self._client.closed:
+            self._stopped = True
             return
         try:
             self._client._call("vc_stream_stop", self.id)
