@@ -466,6 +466,10 @@ typedef struct vc_send_stats {
                                         gap) and were dropped: a host feeding in real time learns here how
                                         much of its audio nobody heard (vc_stream_drain reports only the
                                         audio fed since the queue was last empty) */
+    uint64_t frames_sent_path_lost;/**< frames sent while the media path was lost (after
+                                        VC_EVENT_VOICE_DISCONNECTED, before VC_EVENT_VOICE_RECONNECTED):
+                                        sent as usual, since the path may still work one way, but most
+                                        likely heard by nobody (counted in packets_sent too) */
 } vc_send_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
@@ -793,10 +797,12 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * = no limit). Returns VC_OK, VC_ERR_TIMEOUT (audio still queued),
  * VC_ERR_NETWORK (the queue is empty, but some of the audio fed since it was last
  * empty came due while the connection was down, in an automatic reconnect's gap,
- * and was dropped, not sent: vc_last_error says how many ms; the same answer
+ * and was dropped, not sent, or was sent while the media path was lost, between
+ * VC_EVENT_VOICE_DISCONNECTED and VC_EVENT_VOICE_RECONNECTED, and most likely
+ * reached nobody: vc_last_error says how many ms of each; the same answer
  * until more audio is fed to the empty queue; a host feeding in real time, whose
- * queue is rarely empty for long, reads every dropped frame in
- * vc_send_stats.frames_dropped; or the session was lost, not ended by the host,
+ * queue is rarely empty for long, reads every such frame in
+ * vc_send_stats.frames_dropped and frames_sent_path_lost; or the session was lost, not ended by the host,
  * while audio was still queued: the stream ended with it, and vc_last_error says
  * why and how many ms were not sent; it returns once VC_EVENT_DISCONNECTED is in the
  * queue vc_poll_event reads (before the event callback has seen it), and a later

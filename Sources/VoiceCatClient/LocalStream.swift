@@ -227,6 +227,11 @@ final class LocalStream {
     /// Frames of the audio fed since the queue was last empty that were dropped for
     /// want of a media path.
     var framesLostSinceIdle: UInt64 { framesLostNoPath - lostBeforeBatch }
+    /// Frames sent while the media path was lost (SendSnapshot.pathLost): most likely
+    /// unheard (vc_send_stats.frames_sent_path_lost); and since the queue was last empty.
+    private(set) var framesSentPathLost: UInt64 = 0
+    private var sentPathLostBeforeBatch: UInt64 = 0
+    var framesSentPathLostSinceIdle: UInt64 { framesSentPathLost - sentPathLostBeforeBatch }
     private var spurtTimestamp: UInt32 = 0
     /// Where the next talkspurt's timestamps continue from: the timestamp and the
     /// nominal time of the frame after the last one taken.
@@ -349,7 +354,10 @@ final class LocalStream {
                                        + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \(callMs) ms "
                                        + "would not fit; nothing of this call was queued")
         }
-        if isDrained { lostBeforeBatch = framesLostNoPath }
+        if isDrained {
+            lostBeforeBatch = framesLostNoPath
+            sentPathLostBeforeBatch = framesSentPathLost
+        }
     }
 
     /// Resamples (when the stream's rate is not 48 kHz) and reframes into the queue.
@@ -802,6 +810,7 @@ final class LocalStream {
         slot.packetsOut += 1
         slot.bytesOut += UInt64(n)
         bytesSent += UInt64(n)
+        if path.pathLost { framesSentPathLost += 1 }
         return true
     }
 

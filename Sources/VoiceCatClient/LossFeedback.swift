@@ -25,6 +25,8 @@ public struct SendStats: Equatable {
     public var reported = LossCounts()
     /// Frames dropped for want of a media path (an auto-reconnect's gap).
     public var framesDropped: UInt64 = 0
+    /// Frames sent while the media path was lost (VOICE_DISCONNECTED until VOICE_RECONNECTED).
+    public var framesSentPathLost: UInt64 = 0
 }
 
 extension VoiceClient {
@@ -100,6 +102,7 @@ extension VoiceClient {
                 st.listeners = s.fecPolicy.lastListeners
                 st.reported = s.fecPolicy.lastFeedback ?? LossCounts()
                 st.framesDropped = s.framesLostNoPath
+                st.framesSentPathLost = s.framesSentPathLost
                 return st
             }
         }

@@ -651,6 +651,7 @@ extension VoiceClient {
                 if !media.voiceConnected {
                     media.voiceConnected = true
                     voiceConnected.store(true, ordering: .relaxed)
+                    if let snap = streams.snapshot, snap.pathLost { streams.publish(snap.with(pathLost: false)) }
                     var e = ClientEvent(type: .voiceReconnected)
                     e.text = "media path back after \(now &- media.voiceLostAtMs) ms"
                     events.raise(e)
@@ -697,6 +698,9 @@ extension VoiceClient {
         if media.voiceConnected && now &- media.lastSignMs > media.lostAfter(configured) {
             media.voiceConnected = false
             voiceConnected.store(false, ordering: .relaxed)
+            // Frames go on being sent (the path may work one way), counted as most
+            // likely unheard until the path is back.
+            if let snap = streams.snapshot, !snap.pathLost { streams.publish(snap.with(pathLost: true)) }
             media.voiceLostAtMs = now
             var e = ClientEvent(type: .voiceDisconnected)
             e.code = VC_ERR_TIMEOUT

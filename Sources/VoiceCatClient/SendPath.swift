@@ -23,13 +23,24 @@ final class SendSnapshot {
     let address: SocketAddress
     /// The server mutes this user: nothing is sent.
     let serverMuted: Bool
+    /// The media path is lost (VC_EVENT_VOICE_DISCONNECTED until VOICE_RECONNECTED):
+    /// frames are still sent (the path may work one way), and counted as most likely
+    /// unheard (vc_send_stats.frames_sent_path_lost, vc_stream_drain).
+    let pathLost: Bool
 
-    init(key: SymmetricKey, socket: Socket, address: SocketAddress, serverMuted: Bool) {
-        self.key = key; self.socket = socket; self.address = address; self.serverMuted = serverMuted
+    init(key: SymmetricKey, socket: Socket, address: SocketAddress, serverMuted: Bool, pathLost: Bool = false) {
+        self.key = key; self.socket = socket; self.address = address; self.serverMuted = serverMuted; self.pathLost = pathLost
     }
 
-    func with(key: SymmetricKey) -> SendSnapshot { SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted) }
-    func with(serverMuted: Bool) -> SendSnapshot { SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted) }
+    func with(key: SymmetricKey) -> SendSnapshot {
+        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
+    }
+    func with(serverMuted: Bool) -> SendSnapshot {
+        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
+    }
+    func with(pathLost: Bool) -> SendSnapshot {
+        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
+    }
 }
 
 /// The input gate's settings, written by any thread, read per frame without a lock.
@@ -226,22 +237,31 @@ final class StreamTable {
         drainWaiters.wrappingAdd(1, ordering: .acquiringAndReleasing)
         defer { drainWaiters.wrappingSubtract(1, ordering: .acquiringAndReleasing) }
         while true {
-            let state: (drained: Bool, due: UInt64?, lostMs: UInt64)
+            let state: (drained: Bool, due: UInt64?, lostMs: UInt64, sentLostMs: UInt64)
             do {
                 state = try withStream(id) { s, _ in
-                    (s.isDrained, s.deadline, s.framesLostSinceIdle * UInt64(s.audio.frameMicros) / 1000)
+                    let frameMicros = UInt64(s.audio.frameMicros)
+                    return (s.isDrained, s.deadline, s.framesLostSinceIdle * frameMicros / 1000,
+                            s.framesSentPathLostSinceIdle * frameMicros / 1000)
                 }
             } catch {
                 try ended(id, error, deadline: deadline)
             }
-            let (drained, due, lostMs) = state
+            let (drained, due, lostMs, sentLostMs) = state
             if drained {
                 // Sent as far as this client could: frames that came due with no media
-                // path (a reconnect's gap) were dropped, and the host is told.
-                guard lostMs == 0 else {
-                    throw ClientError.network("stream \(id): \(lostMs) ms of the audio fed came due while the connection "
-                                              + "to the server was down (reconnecting) and were dropped, not sent")
+                // path (a reconnect's gap) were dropped, frames sent while the media
+                // path was lost most likely went nowhere, and the host is told.
+                var unheard: [String] = []
+                if lostMs > 0 {
+                    unheard.append("\(lostMs) ms of the audio fed came due while the connection to the server was down "
+                                   + "(reconnecting) and were dropped, not sent")
                 }
+                if sentLostMs > 0 {
+                    unheard.append("\(sentLostMs) ms of the audio fed were sent while the media path to the server was lost "
+                                   + "(no keepalive echo; rebinding): most likely nobody heard them")
+                }
+                guard unheard.isEmpty else { throw ClientError.network("stream \(id): " + unheard.joined(separator: "; ")) }
                 return
             }
             rescheduled(due)

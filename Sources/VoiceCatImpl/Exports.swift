@@ -682,7 +682,8 @@ public func vc_get_send_stats(_ p: OpaquePointer?, _ streamID: UInt32, _ out: Un
                                     channel_fec: s.ceiling.fec ? 1 : 0, channel_expected_loss: UInt32(s.ceiling.lossPercent),
                                     feedback_received: s.feedbacks, protection_changes: s.changes, listeners: s.listeners,
                                     reported_expected: s.reported.expected, reported_lost: s.reported.lost,
-                                    reported_isolated: s.reported.isolated, frames_dropped: s.framesDropped)
+                                    reported_isolated: s.reported.isolated, frames_dropped: s.framesDropped,
+                                    frames_sent_path_lost: s.framesSentPathLost)
         return VC_OK
     }
 }

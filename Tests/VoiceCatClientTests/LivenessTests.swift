@@ -178,6 +178,54 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(feeder.failedFeeds, 0)
     }
 
+    /// A host feeds 10 s of speech in one call and drains; UDP is cut for 5 s meanwhile.
+    /// What was sent between VOICE_DISCONNECTED and VOICE_RECONNECTED most likely
+    /// reached nobody: vc_send_stats counts it (frames_sent_path_lost) and the drain
+    /// says how many ms (VC_ERR_NETWORK). Before, every drain returned VC_OK and the
+    /// stats showed nothing lost (helper-59's trial: 9.5 s unheard, all "drained").
+    func testAudioSentWhileTheMediaPathIsLostIsCountedAndTheDrainSaysSo() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        var clean = Impairment()
+        clean.baseDelayMs = 1
+        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: 5)
+        defer { proxy.stop() }
+        let (alex, log) = try client(proxy.port, "alex", keepaliveMs: 2000)
+        defer { alex.shutdown() }
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let speech = Signal.glidingVoice(seconds: 10, amplitude: 0.3)
+        try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+        usleep(1_000_000)
+        XCTAssertEqual(try alex.sendStats(streamID: sid).framesSentPathLost, 0)
+        var cut = Impairment()
+        cut.lossGood = 1
+        proxy.setImpairment(upstream: cut, downstream: cut)
+        let lost = try XCTUnwrap(log.wait(timeoutMs: 10_000) { $0.type == .voiceDisconnected }, "the cut was never reported")
+        usleep(2_000_000)
+        proxy.setImpairment(upstream: clean, downstream: clean)
+        let back = try XCTUnwrap(log.wait(from: 0, timeoutMs: 10_000) { $0.type == .voiceReconnected }, "the path's return")
+        var drainError: ClientError?
+        do { try alex.drain(streamID: sid, timeoutMs: 20_000) } catch { drainError = error as? ClientError }
+        let stats = try alex.sendStats(streamID: sid)
+        let windowFrames = Double(back.ms - lost.ms) / 20
+        print("media path lost for \(back.ms - lost.ms) ms (VOICE_DISCONNECTED to VOICE_RECONNECTED): "
+              + "\(stats.framesSentPathLost) frames sent in it of \(stats.packetsSent); drain: "
+              + "\(drainError.map { "\($0.code) \($0)" } ?? "VC_OK")")
+        XCTAssertGreaterThan(Double(stats.framesSentPathLost), 0.7 * windowFrames, "the frames sent while the path was lost")
+        XCTAssertLessThan(Double(stats.framesSentPathLost), 1.3 * windowFrames + 5)
+        XCTAssertEqual(stats.framesDropped, 0, "nothing was dropped: the control connection stayed up")
+        XCTAssertEqual(drainError?.code, VC_ERR_NETWORK, "\(String(describing: drainError))")
+        let text = drainError.map { "\($0)" } ?? ""
+        XCTAssertTrue(text.contains("\(stats.framesSentPathLost * 20) ms of the audio fed were sent while the media path to the "
+                                    + "server was lost"), text)
+        // Audio fed after that, sent on a working path, drains clean.
+        let more = Signal.glidingVoice(seconds: 0.5, amplitude: 0.3)
+        try more.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+        XCTAssertNoThrow(try alex.drain(streamID: sid, timeoutMs: 5000))
+        XCTAssertEqual(try alex.sendStats(streamID: sid).framesSentPathLost, stats.framesSentPathLost)
+    }
+
     /// TCP stalled for 20 s: a plain client is declared disconnected by its ping
     /// timeout; an auto-reconnecting one is back afterwards with the same stream id
     /// and audio; a join that timed out during a stall is reconciled when it lands.

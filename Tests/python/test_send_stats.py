@@ -21,7 +21,7 @@ def test_a_clean_listener_turns_the_publishers_fec_off(server):
             assert start.fec and start.packet_loss_perc == 10
             assert start.channel_fec and start.channel_expected_loss == 10
             assert start.listeners == 0 and start.feedback_received == 0 and start.ssrc != 0
-            assert start.frames_dropped == 0
+            assert start.frames_dropped == 0 and start.frames_sent_path_lost == 0
             block = tone(300, 0.02)
             stop = threading.Event()
 

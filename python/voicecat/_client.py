@@ -349,8 +349,10 @@ class Stream:
         ``float('inf')``: no limit), then Timeout; ValueError for a negative or NaN
         timeout, TypeError for one that is not a number. NetworkError when the queue emptied but some of the audio fed
         since it was last empty came due while the connection was down (an automatic
-        reconnect's gap) and was dropped, not sent: the message says how many ms
-        (:meth:`send_stats` ``frames_dropped`` counts every such frame), and when the
+        reconnect's gap) and was dropped, not sent, or was sent while the media path was
+        lost (between VOICE_DISCONNECTED and VOICE_RECONNECTED) and most likely reached
+        nobody: the message says how many ms of each (:meth:`send_stats`
+        ``frames_dropped`` and ``frames_sent_path_lost`` count every such frame), and when the
         session was lost while audio was still queued (the message says why and how
         many ms were not sent; DISCONNECTED is queued for :meth:`Client.poll_event` by
         then). NotFound when the stream was stopped, or the session ended by

@@ -102,7 +102,7 @@ class vc_send_stats(ctypes.Structure):
                 ("feedback_received", ctypes.c_uint64), ("protection_changes", ctypes.c_uint64),
                 ("listeners", ctypes.c_uint32), ("reported_expected", ctypes.c_uint32),
                 ("reported_lost", ctypes.c_uint32), ("reported_isolated", ctypes.c_uint32),
-                ("frames_dropped", ctypes.c_uint64)]
+                ("frames_dropped", ctypes.c_uint64), ("frames_sent_path_lost", ctypes.c_uint64)]
 
 
 class vc_device_info(ctypes.Structure):

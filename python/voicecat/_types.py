@@ -177,6 +177,9 @@ class SendStats:
     frames_dropped: int
     """Frames that came due while nothing could be sent (an auto-reconnect gap) and were
     dropped: how much of a real-time feed nobody heard."""
+    frames_sent_path_lost: int
+    """Frames sent while the media path was lost (after VOICE_DISCONNECTED, before
+    VOICE_RECONNECTED): sent, but most likely heard by nobody."""
 
     @classmethod
     def _from_c(cls, s: Any) -> "SendStats":
@@ -185,7 +188,8 @@ class SendStats:
                    channel_expected_loss=s.channel_expected_loss, feedback_received=s.feedback_received,
                    protection_changes=s.protection_changes, listeners=s.listeners,
                    reported_expected=s.reported_expected, reported_lost=s.reported_lost,
-                   reported_isolated=s.reported_isolated, frames_dropped=s.frames_dropped)
+                   reported_isolated=s.reported_isolated, frames_dropped=s.frames_dropped,
+                   frames_sent_path_lost=s.frames_sent_path_lost)
 
 
 @dataclass(frozen=True)
