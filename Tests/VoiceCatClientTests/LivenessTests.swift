@@ -120,14 +120,22 @@ final class LivenessTests: XCTestCase {
         XCTAssertLessThanOrEqual(woke, 2, "an idle client's network thread woke \(woke) times in 6 s")
     }
 
+    /// A proxy in front of `server` whose path is clean (1 ms) until set to `cut` (every
+    /// datagram lost, both ways).
+    func cuttableProxy(_ server: TestServer, seed: UInt64) throws -> (ImpairmentProxy, clean: Impairment, cut: Impairment) {
+        var clean = Impairment()
+        clean.baseDelayMs = 1
+        var cut = Impairment()
+        cut.lossGood = 1
+        return (try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: seed), clean, cut)
+    }
+
     /// The default 5 s keepalive, a 5 s UDP cut while streaming: lost within 3 s of
     /// the last echo, rebound within 200 ms of the path's return, audio resumes.
     func testUDPCutOfFiveSecondsIsReportedAndRebound() throws {
         let server = try TestServer()
         defer { server.stop() }
-        var clean = Impairment()
-        clean.baseDelayMs = 1
-        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: 3)
+        let (proxy, clean, cut) = try cuttableProxy(server, seed: 3)
         defer { proxy.stop() }
         let (alex, log) = try client(proxy.port, "alex", keepaliveMs: 5000)
         let (sam, _) = try client(server.port, "sam")
@@ -143,8 +151,6 @@ final class LivenessTests: XCTestCase {
         defer { feeder.finish() }
         XCTAssertTrue(waitUntil(timeoutMs: 5000) { self.received(sam, ssrc) > 25 }, "audio before the cut")
 
-        var cut = Impairment()
-        cut.lossGood = 1
         let cutMs = MonotonicClock.milliseconds()
         proxy.setImpairment(upstream: cut, downstream: cut)
         let lost = log.wait(timeoutMs: 10_000) { $0.type == .voiceDisconnected }
@@ -186,9 +192,7 @@ final class LivenessTests: XCTestCase {
     func testAudioSentWhileTheMediaPathIsLostIsCountedAndTheDrainSaysSo() throws {
         let server = try TestServer()
         defer { server.stop() }
-        var clean = Impairment()
-        clean.baseDelayMs = 1
-        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: clean, downstream: clean, seed: 5)
+        let (proxy, clean, cut) = try cuttableProxy(server, seed: 5)
         defer { proxy.stop() }
         let (alex, log) = try client(proxy.port, "alex", keepaliveMs: 2000)
         defer { alex.shutdown() }
@@ -198,8 +202,6 @@ final class LivenessTests: XCTestCase {
         try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
         usleep(1_000_000)
         XCTAssertEqual(try alex.sendStats(streamID: sid).framesSentPathLost, 0)
-        var cut = Impairment()
-        cut.lossGood = 1
         proxy.setImpairment(upstream: cut, downstream: cut)
         let lost = try XCTUnwrap(log.wait(timeoutMs: 10_000) { $0.type == .voiceDisconnected }, "the cut was never reported")
         usleep(2_000_000)
