@@ -467,9 +467,11 @@ typedef struct vc_send_stats {
                                         much of its audio nobody heard (vc_stream_drain reports only the
                                         audio fed since the queue was last empty) */
     uint64_t frames_sent_path_lost;/**< frames sent while the media path was lost (after
-                                        VC_EVENT_VOICE_DISCONNECTED, before VC_EVENT_VOICE_RECONNECTED):
-                                        sent as usual, since the path may still work one way, but most
-                                        likely heard by nobody (counted in packets_sent too) */
+                                        VC_EVENT_VOICE_DISCONNECTED, until VC_EVENT_VOICE_RECONNECTED or
+                                        an auto_reconnect's new session): sent as usual, since the path
+                                        may still work one way, but most likely heard by nobody (counted
+                                        in packets_sent too). A lower bound: the path was silent for 2.5 s
+                                        (while streams are active) before the event said so */
 } vc_send_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */

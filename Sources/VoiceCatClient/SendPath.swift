@@ -23,7 +23,8 @@ final class SendSnapshot {
     let address: SocketAddress
     /// The server mutes this user: nothing is sent.
     let serverMuted: Bool
-    /// The media path is lost (VC_EVENT_VOICE_DISCONNECTED until VOICE_RECONNECTED):
+    /// The media path is lost (VC_EVENT_VOICE_DISCONNECTED until VOICE_RECONNECTED, or
+    /// a reconnect's new session, whose snapshot starts without it):
     /// frames are still sent (the path may work one way), and counted as most likely
     /// unheard (vc_send_stats.frames_sent_path_lost, vc_stream_drain).
     let pathLost: Bool
@@ -164,14 +165,19 @@ final class StreamTable {
     }
 
     /// Installs a stream in the slot its id reserved (with the current snapshot).
+    /// Under `publishLock`, as publish() writes the slots: a snapshot published between
+    /// reading `current` and writing the slot would otherwise be overwritten by the
+    /// older one (a stream started as the media path came back kept counting its frames
+    /// as sent on a lost path).
     func install(_ s: LocalStream) {
-        let snap = publishLock.withLock { current }
         guard let slot = slot(for: s.streamID) else { return }
-        slot.lock.withLock {
-            slot.reserved = false
-            slot.stream = s
-            slot.path = snap
-            slot.due.store(.max, ordering: .releasing)   // a new stream has nothing queued
+        publishLock.withLock {
+            slot.lock.withLock {
+                slot.reserved = false
+                slot.stream = s
+                slot.path = current
+                slot.due.store(.max, ordering: .releasing)   // a new stream has nothing queued
+            }
         }
         liveMask.bitwiseOr(1 << UInt64(slot.index), ordering: .releasing)
     }

@@ -264,7 +264,7 @@ extension ServerConfig {
         try check("max_streams_per_user", maxStreamsPerUser, 1, 64)
         try check("max_datagram_bytes", maxDatagramBytes, 64, ServerConfig.datagramBytesLimit)
         try check("max_packets_per_second", maxPacketsPerSecond, 1, 1_000_000)
-        try check("max_stream_bitrate_factor", maxStreamBitrateFactor, 1.0, 1_000.0)
+        try check("max_stream_bitrate_factor", maxStreamBitrateFactor, 1.5, 1_000.0)
         try check("reap_seconds", reapSeconds, 0.1, 86_400)
         try check("frame_timeout_seconds", frameTimeoutSeconds, 0.1, 3_600)
         try check("login_timeout_seconds", loginTimeoutSeconds, 0.1, 3_600)

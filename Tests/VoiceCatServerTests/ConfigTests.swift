@@ -128,7 +128,7 @@ final class ConfigRangeTests: XCTestCase {
             ("max_users", { $0.maxUsers = 0 }, "max_users: must be between 1 and 1000000, got 0"),
             ("max_datagram_bytes", { $0.maxDatagramBytes = 70_000 }, "max_datagram_bytes: must be between 64 and 8192"),
             ("max_packets_per_second", { $0.maxPacketsPerSecond = 0 }, "max_packets_per_second"),
-            ("max_stream_bitrate_factor", { $0.maxStreamBitrateFactor = 0.5 }, "max_stream_bitrate_factor: must be between 1.0 and 1000.0, got 0.5"),
+            ("max_stream_bitrate_factor", { $0.maxStreamBitrateFactor = 1.2 }, "max_stream_bitrate_factor: must be between 1.5 and 1000.0, got 1.2"),
             ("control_messages_per_second", { $0.controlMessagesPerSecond = .infinity }, "control_messages_per_second"),
             ("auth_backoff_max_seconds", { $0.authBackoffBaseSeconds = 10; $0.authBackoffMaxSeconds = 1 }, "auth_backoff_max_seconds"),
             ("max_auth_failures", { $0.maxAuthFailures = 0 }, "max_auth_failures"),
