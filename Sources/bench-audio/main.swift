@@ -113,10 +113,12 @@ How each line is measured (every baseline runs in this run, on this machine; rat
 - send: a client feeds a MIC stream (continuous input mode) one 20 ms frame every 20 ms at absolute times. VoiceCat = \
 CPU per frame of the feeding thread inside VoiceClient.feed (thread CPU clock around each call) plus the client's pacer \
 thread vc-send (scheduler run time), which sends the frames that are early for the talkspurt's clock. Bare = a bare \
-OpusEncoderBox at the channel's settings encoding the same frame on the feeding thread half a period later. Median over \
-20 windows of 25 frames of the windows' ratios. The pacer's run time is read after the bare encode (reading it just \
-before the feed slowed that slot: an A/A run, --control 1, read 1.03x). The kernel's loopback sendto is in the send \
-path and not in the baseline (the next line takes it out).
+OpusEncoderBox at the channel's settings encoding the same frame on the feeding thread half a period apart from the \
+engine's, the two taking turns in the first slot window by window (the slot on the period's boundary costs more \
+whoever is in it: an A/A run, --control 1, read 1.02x with the control first and 0.93x with it second). Ratio = median \
+over 16 pairs of windows of 25 frames (one of each order) of each pair's engine CPU over its bare CPU. The pacer's run \
+time is read after both slots (reading it just before a slot slowed that slot). The kernel's loopback sendto is in \
+the send path and not in the baseline (the next line takes it out).
 - receive + decode + mix: one process receives N streams that a talker process sends (pre-encoded speech-like packets, \
 sends spread over the frame period) through the server process; the client's rendering consumer is its own sink \
 thread (vc-mixer: external playback with a mixed-output sink, a 20 ms block every 20 ms, the sink only counts). \
@@ -182,7 +184,7 @@ func runAll(_ args: Arguments) {
         allocRow("allocations per frame, steady-state send (whole sender process)", c)
         notes.append("send: \(Int(c.result("on_feeder"))) of \(Int(c.result("frames"))) frames were encoded and sent on the feeding thread, "
                      + "the others by the pacer (per frame: feeding thread \(fmt(c.result("feed_us"), 1)) µs, pacer \(fmt(c.result("pacer_us"), 1)) µs, "
-                     + "medians over windows); window ratios \(fmt(c.result("ratio_min")))–\(fmt(c.result("ratio_max")))x; "
+                     + "medians over windows); pair ratios \(fmt(c.result("ratio_min")))–\(fmt(c.result("ratio_max")))x; "
                      + "\(Int(c.result("sent"))) packets sent for \(Int(c.result("frames"))) frames fed; besides, vc-network "
                      + "\(fmt(c.result("network_us"), 1)) µs and the rest of the process (the benchmark's own sleeps and clock reads) "
                      + "\(fmt(c.result("other_us"), 1)) µs per frame; a tight loop of bare encodes (caches hot) takes "
