@@ -165,9 +165,12 @@ final class ControlConnection: ControlSender {
     private var frameOut = [UInt8](repeating: 0, count: ControlConnection.steadyBytes + ControlFraming.overhead)
     private var plainIn: [UInt8] = []
 
-    /// Next message, blocking until the deadline (connect phase only).
+    /// Next message, blocking until the deadline (connect phase only). Past the deadline
+    /// it times out even while messages keep coming: a server sending endless list
+    /// parts held a connect with a 2 s limit for as long as it kept sending.
     func receive(deadlineMs: UInt64) throws -> ControlMessage {
         while true {
+            guard MonotonicClock.milliseconds() < deadlineMs else { throw ClientError.timeout("the server did not answer in time") }
             if let m = try nextBuffered() { return m }
             guard try ControlConnection.wait(socket, Int16(POLLIN), deadlineMs: deadlineMs, cancel: cancel) else {
                 throw ClientError.timeout("the server did not answer in time")

@@ -274,8 +274,13 @@ extension VoiceClient {
 
     /// Handles every complete message read so far; an undecodable one is refused
     /// and the rest go on. Frame errors (authentication) end the connection.
+    /// Stops early once the host ends the session (checked every 64 messages): a backlog
+    /// a server sent at once must not hold up vc_disconnect / vc_client_destroy.
     func dispatchBuffered(_ conn: ControlConnection, media: inout MediaPathState, control: inout ControlLiveness) throws {
+        var handled = 0
         while true {
+            handled += 1
+            if handled % 64 == 0 && cond.withLock({ stopNetwork }) { return }
             do {
                 guard let m = try conn.nextBuffered() else { return }
                 control.lastHeardMs = MonotonicClock.milliseconds()
@@ -316,15 +321,15 @@ extension VoiceClient {
             applyJoin(r)
             reply(r.requestID, m)
         case .memberList(let part):
-            guard let whole = media.pendingJoin?.continued(by: part) else {
+            // Taken out of `media` and appended to in place: the list is not copied per part.
+            guard var whole = media.pendingJoin else {
                 return refuse(m, "out of order: no split member list is being received for channel \(part.channelID)")
             }
             media.pendingJoin = nil
-            let j = ControlMessage.joinChannelResult(whole)
-            if let p = j.serverMessageProblem { return refuse(j, p) }
+            if let p = whole.append(part) { return refuse(m, p) }
             if whole.moreMembers { media.pendingJoin = whole; return }
             applyJoin(whole)
-            reply(whole.requestID, j)
+            reply(whole.requestID, .joinChannelResult(whole))
         case .channelList:
             refuse(m, "out of order: the session has started already")
         case .streamAnnounceResult(let r):
@@ -344,8 +349,12 @@ extension VoiceClient {
         case .ping(let p):
             try? sender.send(.pong(Pong(timestamp: p.timestamp)))
         case .pong(let p):
-            // Whole milliseconds, at least 1 once measured: 0 means none yet.
-            if p.timestamp <= now { controlRttMs.store(max(1, UInt32(clamping: now &- p.timestamp)), ordering: .relaxed) }
+            // Whole milliseconds, at least 1 once measured: 0 means none yet. A stamp
+            // that is not one of this client's recent pings (a forged or stale one, over
+            // a minute old) is not a round trip.
+            if p.timestamp <= now && now - p.timestamp < 60_000 {
+                controlRttMs.store(max(1, UInt32(now - p.timestamp)), ordering: .relaxed)
+            }
         case .userJoined(let u):
             if let p = joinProblem(u.member) { return refuse(m, p) }
             memberJoined(u.member, channelID: u.channelID)
@@ -449,7 +458,13 @@ extension VoiceClient {
     func memberLeft(_ userID: UInt32, channelID: UInt32) {
         var e = ClientEvent(type: .userLeft)
         e.userID = userID; e.channelID = channelID
-        e.text = cond.withLock { usernames[userID] } ?? ""
+        // Forgotten as it leaves: the table holds the channel's members (and this
+        // session's own name), not everyone ever announced, and a stream announced for
+        // a user who left is refused.
+        e.text = cond.withLock { () -> String in
+            guard userID != hello?.userID else { return usernames[userID] ?? "" }
+            return usernames.removeValue(forKey: userID) ?? ""
+        }
         events.raise(e)
     }
 
@@ -542,6 +557,8 @@ extension VoiceClient {
             if !stayed { channelEpoch &+= 1 }
             channelID = r.channelID
             channelAudio = r.audio
+            // Another channel: its members replace the last one's (this session's own name stays).
+            if !stayed { usernames = usernames.filter { $0.key == hello?.userID } }
             for m in r.members { usernames[m.userID] = m.username }
             channelName = hello?.channels.first(where: { $0.id == r.channelID })?.name ?? ""
             return (channelName, stayed)

@@ -233,10 +233,12 @@ extension VoiceClient {
             case .joinChannelResult(var r) where r.requestID == rid:
                 // A long member list continues in MemberList parts: the reply is the whole list.
                 while r.moreMembers {
-                    guard case .memberList(let part) = try conn.receive(deadlineMs: deadlineMs), let whole = r.continued(by: part) else {
+                    guard case .memberList(let part) = try conn.receive(deadlineMs: deadlineMs) else {
                         throw ClientError.protocolError("expected the rest of the member list of channel \(r.channelID)")
                     }
-                    r = whole
+                    if let p = ControlMessage.memberList(part).serverMessageProblem ?? r.append(part) {
+                        throw ClientError.protocolError("refused the member list of channel \(r.channelID): \(p)")
+                    }
                 }
                 return .joinChannelResult(r)
             case .streamAnnounceResult(let r) where r.requestID == rid: return m

@@ -379,13 +379,10 @@ public final class VoiceClient {
             }
             // A long channel list continues in ChannelList parts; the whole list is judged.
             while result.moreChannels {
-                guard case .channelList(let part) = try c.receiveDecoded(deadlineMs: deadline), let whole = result.continued(by: part) else {
+                guard case .channelList(let part) = try c.receiveDecoded(deadlineMs: deadline) else {
                     throw ClientError.protocolError("expected the rest of the server's channel list")
                 }
-                guard whole.channels.count <= ServerMessageLimits.maxChannels else {
-                    throw ClientError.protocolError("refused the server's HelloResult: over \(ServerMessageLimits.maxChannels) channels")
-                }
-                result = whole
+                if let p = result.append(part) { throw ClientError.protocolError("refused the server's HelloResult: \(p)") }
             }
             if let p = ControlMessage.helloResult(result).serverMessageProblem {
                 throw ClientError.protocolError("refused the server's HelloResult: \(p)")

@@ -712,25 +712,36 @@ public struct MemberList: ControlBody {
 }
 
 extension HelloResult {
-    /// This result with the next part of its split channel list; nil when it expects none.
-    public func continued(by part: ChannelList) -> HelloResult? {
-        guard moreChannels else { return nil }
-        var r = self
-        r.channels += part.channels
-        r.moreChannels = part.more
-        return r
+    /// Appends the next part of its split channel list, in place (a copy per part made
+    /// a long list quadratic); why it cannot, or nil: none is expected, or the list
+    /// would pass ServerMessageLimits.maxChannels.
+    public mutating func append(_ part: ChannelList) -> String? {
+        guard moreChannels else { return "no split channel list is being received" }
+        guard part.channels.count <= ServerMessageLimits.maxChannels - channels.count else {
+            return "over \(ServerMessageLimits.maxChannels) channels"
+        }
+        channels += part.channels
+        moreChannels = part.more
+        return nil
     }
 }
 
 extension JoinChannelResult {
-    /// This result with the next part of its split member list; nil when it expects none
-    /// or the part belongs to another channel or request.
-    public func continued(by part: MemberList) -> JoinChannelResult? {
-        guard moreMembers, part.channelID == channelID, part.requestID == requestID else { return nil }
-        var r = self
-        r.members += part.members
-        r.moreMembers = part.more
-        return r
+    /// Appends the next part of its split member list, in place (a copy per part made a
+    /// long list quadratic); why it cannot, or nil: none is expected, the part belongs
+    /// to another channel or request, or the list would pass
+    /// ServerMessageLimits.maxMembers. Each part's entries are judged as a message of
+    /// their own (serverMessageProblem), so the whole need not be judged again.
+    public mutating func append(_ part: MemberList) -> String? {
+        guard moreMembers, part.channelID == channelID, part.requestID == requestID else {
+            return "no split member list is being received for channel \(part.channelID) (request \(part.requestID))"
+        }
+        guard part.members.count <= ServerMessageLimits.maxMembers - members.count else {
+            return "over \(ServerMessageLimits.maxMembers) members in channel \(channelID)"
+        }
+        members += part.members
+        moreMembers = part.more
+        return nil
     }
 }
 

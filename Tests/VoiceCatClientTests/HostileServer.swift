@@ -45,6 +45,33 @@ final class HostileServer: @unchecked Sendable {
         get { lock.lock(); defer { lock.unlock() }; return _announceReply }
         set { lock.lock(); _announceReply = newValue; lock.unlock() }
     }
+    /// Replaces the HelloResult: runs on the server's thread when Hello comes.
+    private var _helloHook: ((HostileServer) -> Void)?
+    var helloHook: ((HostileServer) -> Void)? {
+        get { lock.lock(); defer { lock.unlock() }; return _helloHook }
+        set { lock.lock(); _helloHook = newValue; lock.unlock() }
+    }
+    /// Set by a test to stop a flood thread it started.
+    private var _floodStop = false
+    var floodStop: Bool {
+        get { lock.lock(); defer { lock.unlock() }; return _floodStop }
+        set { lock.lock(); _floodStop = newValue; lock.unlock() }
+    }
+    /// Sends `make(i)` for i = 0, 1, ... on a thread of its own until `floodStop`, `count`
+    /// messages, or the connection is gone; returns how many were sent through `done`.
+    func flood(count: Int = .max, delayUs: UInt32 = 0, _ make: @escaping (Int) -> ControlMessage, done: ((Int) -> Void)? = nil) {
+        let t = Thread { [self] in
+            var i = 0
+            if delayUs > 0 { usleep(delayUs) }
+            while i < count && !floodStop {
+                lock.lock(); let up = conn != nil && sealer != nil; lock.unlock()
+                if !up { break }
+                send(make(i)); i += 1
+            }
+            done?(i)
+        }
+        t.start()
+    }
     let userID: UInt32 = 1
     let bindingID: UInt32 = 77
     /// The seq of its UDP_BINDING answers (they must increase).
@@ -181,6 +208,7 @@ final class HostileServer: @unchecked Sendable {
         lock.lock(); _received.append(m); lock.unlock()
         switch m {
         case .hello:
+            if let h = helloHook { h(self); return }
             send(.helloResult(HelloResult(sessionID: 42, userID: userID, bindingID: bindingID, serverName: "hostile", channels: channels,
                                           maxDatagramBytes: 1400)))
         case .joinChannel(let j):

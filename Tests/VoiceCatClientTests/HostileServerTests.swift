@@ -3,7 +3,7 @@
 // session goes on: no hang, no crash, the mixer keeps rendering, requests still work.
 import Foundation
 import VoiceCatABI
-import VoiceCatClient
+@testable import VoiceCatClient
 import VoiceCatProtocol
 import VoiceCatSystem
 import XCTest
@@ -262,5 +262,113 @@ final class HostileServerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(errors, 1)
         XCTAssertLessThanOrEqual(errors, 40)
         XCTAssertTrue(c.isConnected)
+    }
+
+    // MARK: a server that floods (helper-61's trial)
+
+    static func name64(_ i: Int) -> String { let s = "u\(i)-"; return s + String(repeating: "x", count: 64 - s.utf8.count) }
+
+    /// Split lists whose parts never end (empty parts never reach the list's cap) held a
+    /// connect with a 2 s limit for as long as the server kept sending (12.9 s, when the
+    /// flood stopped): the deadline was looked at only when no message was waiting.
+    func testAConnectEndsAtItsTimeoutWhileTheServerSendsEndlessListParts() throws {
+        for roster in [false, true] {
+            let hostile = try HostileServer()
+            defer { hostile.floodStop = true; usleep(50_000); hostile.stop() }
+            hostile.helloHook = { h in
+                h.send(.helloResult(HelloResult(sessionID: 42, userID: 1, bindingID: 77, serverName: "hostile", channels: h.channels,
+                                                maxDatagramBytes: 1400, moreChannels: !roster, presence: roster)))
+                h.flood({ _ in roster ? .userList(UserList(users: [], more: true)) : .channelList(ChannelList(channels: [], more: true)) })
+            }
+            let c = try VoiceClient(config: .testing(keepaliveMs: 1000))
+            defer { c.shutdown() }
+            let t0 = MonotonicClock.milliseconds()
+            XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: hostile.port, username: "victim", password: "secret",
+                                               pinnedFingerprint: nil, allowUnverified: true, timeoutMs: 2000)) { e in
+                XCTAssertEqual((e as? ClientError)?.code, VC_ERR_TIMEOUT, "\(e)")
+            }
+            let took = MonotonicClock.milliseconds() - t0
+            print("connect (limit 2000 ms) against endless empty \(roster ? "UserList" : "ChannelList") parts: \(took) ms")
+            XCTAssertLessThan(took, 8000, "the connect overran its time limit while the server kept sending")
+        }
+    }
+
+    /// A member list split into one-member parts cost the network thread quadratic time
+    /// (each part copied the list so far and judged every name again: 16,000 parts, 1.4
+    /// MB, took 118 s), and vc_client_destroy waited for all of it (117 s). Parts are
+    /// appended in place now, and the network thread looks for the host's end while it
+    /// works through a backlog.
+    func testALongSplitMemberListIsTakenInLinearTimeAndDoesNotHoldUpADestroy() throws {
+        let parts = 16_000
+        func flood(_ hostile: HostileServer, _ j: JoinChannel) {
+            hostile.flood(count: parts, { i in
+                .memberList(MemberList(channelID: 1, members: [MemberInfo(userID: UInt32(3 + i), username: Self.name64(3 + i))],
+                                       requestID: j.requestID, more: i < parts - 1))
+            })
+        }
+        let first = JoinChannelResult(channelID: 1, audio: .speech, members: [MemberInfo(userID: 2, username: Self.name64(2))],
+                                      requestID: 0, moreMembers: true)
+        do {
+            let hostile = try HostileServer()
+            defer { hostile.floodStop = true; usleep(50_000); hostile.stop() }
+            let (c, log) = try connected(hostile)
+            defer { c.shutdown() }
+            hostile.joinReply = { [unowned hostile] j in
+                var r = first
+                r.requestID = j.requestID
+                hostile.send(.joinChannelResult(r))
+                flood(hostile, j)
+                return .pong(Pong(timestamp: 0))   // sent before the parts: a forged stamp, ignored
+            }
+            let t0 = MonotonicClock.milliseconds()
+            XCTAssertNoThrow(try c.joinChannel("Lobby", timeoutMs: 120_000))
+            let took = MonotonicClock.milliseconds() - t0
+            print("a member list in \(parts) one-member parts: the join returned after \(took) ms")
+            XCTAssertLessThan(took, 60_000, "16,000 parts took \(took) ms")
+            XCTAssertEqual(log.count(.userJoined), 0, "members listed in the join's answer are not joins")
+            XCTAssertEqual(c.connectionStats().controlRttMs < 60_000, true, "a forged Pong set the control RTT")
+        }
+        let hostile = try HostileServer()
+        defer { hostile.floodStop = true; usleep(50_000); hostile.stop() }
+        let (c, _) = try connected(hostile)
+        hostile.joinReply = { [unowned hostile] j in
+            var r = first
+            r.requestID = j.requestID
+            hostile.send(.joinChannelResult(r))
+            flood(hostile, j)
+            return .pong(Pong(timestamp: 0))
+        }
+        let joiner = Thread { _ = try? c.joinChannel("Lobby", timeoutMs: 2000) }
+        joiner.start()
+        usleep(300_000)
+        let t0 = MonotonicClock.milliseconds()
+        c.shutdown()
+        let took = MonotonicClock.milliseconds() - t0
+        print("a destroy 0.3 s into a \(parts)-part member list took \(took) ms")
+        XCTAssertLessThan(took, 10_000, "the destroy waited for the member list")
+    }
+
+    /// The table of user names kept every user ever announced (1 M UsersJoined took the
+    /// client from 34 to 219 MiB and UsersLeft freed none), and a stream announced for a
+    /// user who had left was accepted. Now a user who leaves is forgotten.
+    func testAUserWhoLeftIsForgottenAndTheirStreamRefused() throws {
+        let hostile = try HostileServer()
+        defer { hostile.stop() }
+        let (c, log) = try connected(hostile)
+        defer { c.shutdown() }
+        try c.joinChannel("Lobby")
+        hostile.send(.usersJoined(UsersJoined(channelID: 1, members: (0..<500).map { MemberInfo(userID: UInt32(10 + $0), username: Self.name64($0)) })))
+        hostile.send(.usersLeft(UsersLeft(channelID: 1, userIDs: (0..<500).map { UInt32(10 + $0) })))
+        XCTAssertNotNil(log.wait(timeoutMs: 5000) { $0.type == .userLeft && $0.userID == 509 })
+        XCTAssertEqual(c.cond.withLock { c.usernames.count }, 1, "only this session's own name is kept")
+        let from = log.events.count
+        hostile.send(.remoteStreamAdded(RemoteStream(userID: 10, streamID: 1, ssrc: 5555, kind: .mic, audio: .speech)))
+        let hit = log.wait(from: from, timeoutMs: 3000) { $0.type == .remoteStreamAdded || $0.type == .error }
+        XCTAssertEqual(hit?.event.type, .error, "a stream of a user who left: \(String(describing: hit?.event))")
+        XCTAssertTrue(hit?.event.text.contains("not a member") == true, hit?.event.text ?? "")
+        // The session's own name stays through a UserLeft naming it.
+        hostile.send(.userLeft(UserLeft(userID: hostile.userID, channelID: 1)))
+        XCTAssertNotNil(log.wait(from: from, timeoutMs: 3000) { $0.type == .userLeft && $0.userID == hostile.userID })
+        XCTAssertEqual(c.cond.withLock { c.usernames[hostile.userID] }, "victim")
     }
 }
