@@ -327,11 +327,19 @@ def test_a_callback_may_close_another_client_but_not_its_own(server):
     a, b = joined(server, "cb-close-a"), joined(server, "cb-close-b")
     done = threading.Event()
     closes = []
+    # Both sinks meet inside their callbacks before either closes: otherwise the first to
+    # run could close the other before its sink ever ran (CI: "closed 1 of 2").
+    both_inside = threading.Barrier(2)
 
     def closer(whom):
+        met = []
+
         def sink(pcm, frames):
             if whom.closed:
                 return
+            if not met:
+                met.append(True)
+                both_inside.wait(10)
             whom.close()
             closes.append(whom)
             if len(closes) == 2:
