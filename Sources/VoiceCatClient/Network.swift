@@ -90,6 +90,10 @@ struct MediaPathState {
     var lastSignMs: UInt64 { active ? max(lastEchoMs, activeSinceMs) : lastEchoMs }
 
     func keepalivePeriod(_ configured: UInt64) -> UInt64 { active ? min(configured, MediaPathState.activeKeepaliveMs) : configured }
+    /// A round trip longer than this is not one (a forged or stale stamp): neither the
+    /// media keepalive's nor the control Ping's RTT takes it.
+    static let maxRoundTripMs: UInt32 = 60_000
+
     func lostAfter(_ configured: UInt64) -> UInt64 {
         active ? min(MediaPathState.activeLostMs, 3 * configured + configured / 2) : 3 * configured + configured / 2
     }
@@ -352,7 +356,7 @@ extension VoiceClient {
             // Whole milliseconds, at least 1 once measured: 0 means none yet. A stamp
             // that is not one of this client's recent pings (a forged or stale one, over
             // a minute old) is not a round trip.
-            if p.timestamp <= now && now - p.timestamp < 60_000 {
+            if p.timestamp <= now && now - p.timestamp < UInt64(MediaPathState.maxRoundTripMs) {
                 controlRttMs.store(max(1, UInt32(now - p.timestamp)), ordering: .relaxed)
             }
         case .userJoined(let u):
@@ -639,7 +643,7 @@ extension VoiceClient {
 
     func keepaliveEchoed(seq: UInt64, stamp: UInt32, atMs: UInt64, media: inout MediaPathState) {
         let rtt = UInt32(truncatingIfNeeded: atMs) &- stamp
-        if rtt < 60_000 { mediaRttMs.store(max(1, rtt), ordering: .relaxed) }   // 0 means none yet
+        if rtt < MediaPathState.maxRoundTripMs { mediaRttMs.store(max(1, rtt), ordering: .relaxed) }   // 0 means none yet
         media.echoed(seq: seq, nowMs: max(atMs, media.lastEchoMs))
     }
 

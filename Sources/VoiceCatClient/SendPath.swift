@@ -33,14 +33,10 @@ final class SendSnapshot {
         self.key = key; self.socket = socket; self.address = address; self.serverMuted = serverMuted; self.pathLost = pathLost
     }
 
-    func with(key: SymmetricKey) -> SendSnapshot {
-        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
-    }
-    func with(serverMuted: Bool) -> SendSnapshot {
-        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
-    }
-    func with(pathLost: Bool) -> SendSnapshot {
-        SendSnapshot(key: key, socket: socket, address: address, serverMuted: serverMuted, pathLost: pathLost)
+    /// This snapshot with the given fields changed.
+    func with(key: SymmetricKey? = nil, serverMuted: Bool? = nil, pathLost: Bool? = nil) -> SendSnapshot {
+        SendSnapshot(key: key ?? self.key, socket: socket, address: address, serverMuted: serverMuted ?? self.serverMuted,
+                     pathLost: pathLost ?? self.pathLost)
     }
 }
 
