@@ -42,21 +42,37 @@ func runListener(_ args: Arguments) throws {
     let n = args.int("streams", 1)
     let windows = args.int("windows", 6)
     let seconds = args.double("seconds", 1.2)
+    // --control 1: an A/A check of the method. A second bare thread (no floor step)
+    // takes the engine's place: the client only fetches the channel's settings and
+    // leaves, and "VoiceCat" below is then the process less the baseline's thread per
+    // frame the second thread decoded. An unbiased method reads 1.00x.
+    let control = args.int("control", 0) == 1
     let client = try connectClient(args, "listener", channel: BenchChannels.speech20, maxRemoteStreams: max(32, n))
     guard let audio = client.currentChannelAudio else { fail("no channel settings") }
     // Built before the talker starts: encoding its packets takes a while.
     let bare = try BareDecodeMix(audio: audio, streams: n)
+    let stand = control ? try BareDecodeMix(audio: audio, streams: n, name: "bench-control", floor: false) : nil
     let sink = SinkCounter()
-    try client.setSink { _, _ in sink.blocks.wrappingAdd(1, ordering: .relaxed) }
+    if control { client.shutdown() } else { try client.setSink { _, _ in sink.blocks.wrappingAdd(1, ordering: .relaxed) } }
     ParentWatch.shared.start()
     say("ready")
 
     let deadline = MonotonicClock.milliseconds() + 15_000
-    while client.remoteStreams().count < n {
+    while !control, client.remoteStreams().count < n {
         if MonotonicClock.milliseconds() > deadline { fail("only \(client.remoteStreams().count) of \(n) streams arrived") }
         sleepSeconds(0.02)
     }
     bare.start()
+    if let stand {
+        // The engine's renderer keeps its own phase against the baseline's; a third of a block here.
+        sleepSeconds(0.007)
+        stand.start()
+    }
+    /// Frames received by the engine (or decoded by the control thread) so far.
+    func received() -> UInt64 {
+        if let stand { return UInt64(stand.blocks.load(ordering: .acquiring) * stand.framesPerBlock) }
+        return client.connectionStats().packetsIn
+    }
     sleepSeconds(args.double("warmup", 1.5))
     let bareClock = NamedThreadClock(BareDecodeMix.threadName)
     guard bareClock.found else { fail("the baseline's thread was not found") }
@@ -64,7 +80,7 @@ func runListener(_ args: Arguments) throws {
     /// The streams' jitter counters, summed (allocates: outside the counted windows).
     func jitterTotals() -> (concealed: UInt64, late: UInt64, lost: UInt64) {
         var t: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        for s in client.remoteStreams() {
+        for s in control ? [] : client.remoteStreams() {
             guard let st = try? client.streamStats(ssrc: s.ssrc) else { continue }
             t.0 += st.jitter.plcFrames; t.1 += st.jitter.late; t.2 += st.jitter.packetsLost
         }
@@ -77,7 +93,7 @@ func runListener(_ args: Arguments) throws {
     for _ in 0..<windows {
         let j0 = jitterTotals()
         let th0 = threadCPUByName()
-        let p0 = client.connectionStats().packetsIn
+        let p0 = received()
         let b0 = sink.blocks.load(ordering: .relaxed)
         let s0 = CPUClock.contextSwitches()
         let d0 = bare.blocks.load(ordering: .acquiring)
@@ -93,7 +109,7 @@ func runListener(_ args: Arguments) throws {
         let d1 = bare.blocks.load(ordering: .acquiring)
         let s1 = CPUClock.contextSwitches()
         let b1 = sink.blocks.load(ordering: .relaxed)
-        let p1 = client.connectionStats().packetsIn
+        let p1 = received()
         threads.add(ThreadBreakdown.between(th0, threadCPUByName()))
         let j1 = jitterTotals()
         concealed += j1.concealed - j0.concealed; late += j1.late - j0.late; lost += j1.lost - j0.lost
@@ -110,6 +126,7 @@ func runListener(_ args: Arguments) throws {
         bareBlocks += d1 - d0
     }
     bare.stop()
+    stand?.stop()
     let ratios = (0..<windows).map { perFrame[$0] / paced[$0] }
     if args.int("verbose", 0) == 1 { fputs("engine \(perFrame)\nbare \(paced)\n", stderr) }
     let f = Double(max(frames, 1))
@@ -142,7 +159,7 @@ func runListener(_ args: Arguments) throws {
 
     // The parent stops the talker, then closes our stdin.
     ParentWatch.shared.wait()
-    client.shutdown()
+    if !control { client.shutdown() }
     var hot: [Double] = []
     for _ in 0..<3 { hot.append(bare.hotRun(blocks: max(50, 8000 / n))) }
     report("bare_hot_us", median(hot))
@@ -177,11 +194,16 @@ final class BareDecodeMix {
     private let stopFlag = Atomic<Bool>(false)
     private var thread: SystemThread?
     static let threadName = "bench-bare"
+    let name: String
+    /// Whether each block is followed by the floor step (the A/A control has none).
+    let floor: Bool
     var framesPerBlock: Int { streams * 960 / audio.frameSamples }
 
-    init(audio: AudioConfig, streams: Int) throws {
+    init(audio: AudioConfig, streams: Int, name: String = BareDecodeMix.threadName, floor: Bool = true) throws {
         self.audio = audio
         self.streams = streams
+        self.name = name
+        self.floor = floor
         pool = try PacketPool(audio: audio, signals: min(streams, Bench.signalCount), framesPerSignal: Bench.framesPerSignal)
         decoders = try (0..<streams).map { _ in
             let d = try OpusDecoderBox()
@@ -262,13 +284,13 @@ final class BareDecodeMix {
 
     /// Starts a thread that does one block every 20 ms until stop().
     func start() {
-        thread = SystemThread(name: BareDecodeMix.threadName) { [self] in
+        thread = SystemThread(name: name) { [self] in
             var next = MonotonicClock.nanoseconds()
             while !stopFlag.load(ordering: .acquiring) {
                 next += 20_000_000
                 sleepUntil(ns: next)
                 block()
-                floorStep()
+                if floor { floorStep() }
                 blocks.wrappingAdd(1, ordering: .releasing)
             }
         }
