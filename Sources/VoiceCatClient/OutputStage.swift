@@ -45,7 +45,13 @@ import VoiceCatSystem
 /// The host's mixed-output sink: interleaved PCM, frames, channels.
 public final class SinkBox {
     let deliver: (UnsafePointer<Int16>, Int, Int) -> Void
-    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int, Int) -> Void) { self.deliver = deliver }
+    /// Which sink this is (boxes are numbered as made: an address may be reused).
+    let serial: UInt64
+    private static let made = Atomic<UInt64>(0)
+    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int, Int) -> Void) {
+        self.deliver = deliver
+        serial = SinkBox.made.wrappingAdd(1, ordering: .relaxed).newValue
+    }
 }
 
 /// One block of one remote stream for the per-speaker sink: decoded, after the
@@ -158,6 +164,13 @@ final class OutputStage {
     /// silence, or after the filter delay's zeros of a fresh resampler).
     private var tapsWereOn = false
     private var tapFadeDone = Int.max
+    /// The mixed sink the drivers last handed a block to (SinkBox.serial) and how far
+    /// (output frames) its fade-in has gone: a sink set, or replaced, while the mix
+    /// plays fades in as a per-speaker sink does. Driver threads only (one at a time:
+    /// a driver is joined before the next starts), so a driver that replaces another
+    /// (another block length, another mode) goes on without a new fade.
+    private var sinkServed: UInt64 = 0
+    private var sinkFadeDone = Int.max
     static let burstHoldNs: UInt64 = 2_000_000_000
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
@@ -590,7 +603,7 @@ final class OutputStage {
     /// or nil when a background driver yields to the host's pulls.
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
                                      out: UnsafeMutablePointer<Int16>)
-        -> (frames: Int, channels: Int, played: PlayedBlock)? {
+        -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock)? {
         renderLock.lock()
         defer { renderLock.unlock() }
         if mode == .background && pullHorizonNs &+ pullMarginNs > MonotonicClock.nanoseconds() {
@@ -602,7 +615,17 @@ final class OutputStage {
         let played = renderBlock(into: buf, frames: frames, fixedBlock: true)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
-        return (n, format.channels, played)
+        return (n, format.channels, format.sampleRate, played)
+    }
+
+    /// The driver's block for the mixed sink `box` (`pcm`, the sink's own copy): faded
+    /// in when `box` is not the sink the last block went to (driver thread).
+    fileprivate func fadeForSink(_ box: SinkBox, _ pcm: UnsafeMutablePointer<Int16>, frames: Int, channels: Int, rate: Int) {
+        if box.serial != sinkServed {
+            sinkServed = box.serial
+            sinkFadeDone = 0
+        }
+        sinkFadeDone = FadeIn.apply(pcm, frames: frames, channels: channels, done: sinkFadeDone, total: FadeIn.frames(at: rate))
     }
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
@@ -837,7 +860,7 @@ final class RenderDriver {
                 }
             }
             let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out)
-            if let (n, channels, played) = rendered {
+            if let (n, channels, rate, played) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {
                     let moved = phase.rendered(slackMs: played.slackMs, endSlackMs: played.endSlackMs, held: played.held,
@@ -851,7 +874,12 @@ final class RenderDriver {
                 }
                 // The background driver has no mixed sink to feed (reconcile would have
                 // chosen the sink mode); the device and sink drivers do.
-                if mode != .background && n > 0 { stage.sink.call { $0.deliver(out, n, channels) } }
+                if mode != .background && n > 0 {
+                    stage.sink.call { box in
+                        stage.fadeForSink(box, out, frames: n, channels: channels, rate: rate)
+                        box.deliver(out, n, channels)
+                    }
+                }
                 if let d = device {
                     do { try d.write(buf, frames: frames) } catch {
                         d.device.close()

@@ -439,6 +439,58 @@ final class AudioEdgeTests: XCTestCase {
         for (what, level) in starts { XCTAssertLessThan(level, 0.4, "\(what) starts at the waveform's level, a click") }
     }
 
+    /// A mixed-output sink put in place of another while someone talks starts with the
+    /// same 5 ms fade-in as a per-speaker sink (its first sample jumped to the
+    /// waveform's level, a click: 1.00 of the tone's level in its first millisecond);
+    /// the same sink across a block-length change (another driver) goes on without
+    /// one. (A sink set where none was starts the mix from the streams' clocks, which
+    /// waited: that block began silent before the fade too.)
+    func testAMixedSinkSetOrReplacedMidTalkFadesIn() throws {
+        let (alex, sam, sid, _) = try talkerAndListener()
+        try sam.setOutputFormat(sampleRate: 16000, channels: 1)
+        let toneRMS = 0.5 * 32767 / 2.0.squareRoot()
+        let firsts = FirstBlocks()   // sink A's first block, B's first, B's first of 10 ms
+        let consumers = Thread {
+            usleep(1_000_000)
+            try? sam.setMixedSink { p, n, ch in firsts.keep(0, p, n * ch) }
+            usleep(600_000)
+            try? sam.setMixedSink { p, n, ch in
+                firsts.keep(1, p, n * ch)
+                if firsts.lock.withLock({ firsts.blockChanged }) { firsts.keep(2, p, n * ch) }
+            }
+            usleep(600_000)
+            try? sam.setMixedOutputBlock(ms: 10)
+            firsts.lock.withLock { firsts.blockChanged = true }
+        }
+        consumers.start()
+        feedRealtime(alex, sid, Signal.tone(1000, seconds: 3, amplitude: 0.5))
+        try sam.setMixedSink(nil)
+        let got = firsts.lock.withLock { firsts.blocks }
+        XCTAssertEqual(got.map(\.count), [320, 320, 160], "each sink got blocks of 20 ms, then 10 ms, at 16 kHz")
+        guard got.allSatisfy({ $0.count >= 160 }) else { return }
+        // The first millisecond (16 samples, a period of the tone): the ramp's first fifth.
+        let levels = [Signal.rms(got[0][0..<16]), Signal.rms(got[1][0..<16]), Signal.rms(got[2][0..<16]),
+                      Signal.rms(got[0][160..<320]), Signal.rms(got[1][160..<320])].map { $0 / toneRMS }
+        print("mixed sinks' first 1 ms against the tone: set \(String(format: "%.2f", levels[0])), replaced "
+              + "\(String(format: "%.2f", levels[1])), after a block change \(String(format: "%.2f", levels[2])); "
+              + "10-20 ms: \(String(format: "%.2f", levels[3])), \(String(format: "%.2f", levels[4]))")
+        XCTAssertLessThan(levels[0], 0.3, "a sink set mid-talk starts at the waveform's level, a click")
+        XCTAssertLessThan(levels[1], 0.3, "a sink put in place of another starts at the waveform's level, a click")
+        XCTAssertGreaterThan(levels[2], 0.7, "the same sink is faded again when only the block length changes")
+        XCTAssertGreaterThan(levels[3], 0.8, "the tone at full level after the fade")
+        XCTAssertGreaterThan(levels[4], 0.8, "the tone at full level after the fade")
+    }
+
+    /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
+    final class FirstBlocks: @unchecked Sendable {
+        let lock = NSLock()
+        var blocks: [[Int16]] = [[], [], []]
+        var blockChanged = false
+        func keep(_ i: Int, _ p: UnsafePointer<Int16>, _ count: Int) {
+            lock.withLock { if blocks[i].isEmpty { blocks[i] = Array(UnsafeBufferPointer(start: p, count: count)) } }
+        }
+    }
+
     func testAHostPullingAHundredMillisecondsAtATimeKeepsTheClockAtRealTime() throws {
         let alex = try client("alex"), sam = try client("sam")
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)

@@ -1037,7 +1037,8 @@ class Client:
         view of shape (frames, channels) valid only during the call (copy what you
         keep). At rates that are not a multiple of 50 Hz ``frames`` varies by one from
         block to block; at a multiple every block is whole, the first one too (320
-        frames at 16 kHz). It must not block. Returns once a running call of the previous
+        frames at 16 kHz). A sink set or replaced while the mix plays gets its first
+        5 ms faded in. It must not block. Returns once a running call of the previous
         sink has returned. TypeError when ``fn`` is not callable.
         """
         if fn is None:
