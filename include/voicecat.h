@@ -934,9 +934,10 @@ int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
  * waits until the server has done it: the user's channel gets
  * VC_EVENT_SERVER_MUTE_STATE, every client VC_EVENT_USER_UPDATED, and the lists show
  * it when this returns. 0, 0 lifts both. Returns VC_ERR_AUTH for a wrong admin
- * password or a server without one (the server then answers this client's next admin
- * requests only after a growing delay, and closes the session after
- * max_auth_failures wrong ones), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
+ * password (the server then answers this client's next admin requests only after a
+ * growing delay, and closes the session after max_auth_failures wrong ones), and for
+ * an empty one or a server without one (refused, not taken for a guess: no delay, no
+ * close), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
  * connected), VC_ERR_TIMEOUT, VC_ERR_NETWORK (the connection ended before the
  * answer came), VC_ERR_INVALID_ARG (admin_password NULL, muted or deafened not 0
  * or 1). Callback-safe: no.

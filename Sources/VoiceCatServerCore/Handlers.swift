@@ -354,13 +354,20 @@ extension Server {
                      held: Bool, what: String) -> Session? {
         let c = s.connection
         if !held && holdForBackoff(c, msg, adminPasswordFailures) { return nil }
-        guard let admin = live.adminPassword, !admin.isEmpty, Sodium.equal(Array(password.utf8), Array(admin.utf8)) else {
-            // Say which: a host that sent a password learns it was wrong, not that none was sent.
+        guard let admin = live.adminPassword, !admin.isEmpty, !password.isEmpty else {
+            // Nothing to judge (admin requests off, or no password given): refused, and
+            // not taken for a guess, so a user who tries a few times is not disconnected
+            // for "wrong passwords" and their address is not slowed down. Say which.
             let why = live.adminPassword?.isEmpty ?? true
                 ? "\(what) needs the admin password, and this server has none set (admin requests are off)"
-                : password.isEmpty ? "\(what) needs the admin password (none was given)"
-                : "\(what) needs the admin password (the one given is wrong)"
-            wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: why, requestID: requestID))
+                : "\(what) needs the admin password (none was given)"
+            counters.adminRejected += 1
+            send(c, .error(ErrorMessage(code: .forbidden, message: why, requestID: requestID)))
+            return nil
+        }
+        guard Sodium.equal(Array(password.utf8), Array(admin.utf8)) else {
+            wrongPassword(c, admin: true, reply: ErrorMessage(code: .forbidden, message: "\(what) needs the admin password (the one given is wrong)",
+                                                               requestID: requestID))
             return nil
         }
         adminPasswordFailures.clear(c.peer.host)

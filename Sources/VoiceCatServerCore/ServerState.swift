@@ -38,7 +38,8 @@ public struct ServerCounters: Equatable, Sendable {
     public var authDelayed: UInt64 = 0
     /// Connections closed after `max_auth_failures` wrong passwords.
     public var authDisconnected: UInt64 = 0
-    /// SetServerMute and KickUser requests with a wrong admin password.
+    /// SetServerMute and KickUser requests refused for the admin password (a wrong one,
+    /// none given, or admin requests off; only a wrong one counts towards the backoff).
     public var adminRejected: UInt64 = 0
     /// Sessions removed by an admin (KickUser).
     public var kicks: UInt64 = 0

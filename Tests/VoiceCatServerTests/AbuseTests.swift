@@ -150,6 +150,38 @@ final class AbuseTests: XCTestCase {
         XCTAssertFalse(a.queued.contains { if case .serverMuteState = $0 { return true }; return false })
     }
 
+    /// An admin request with no password, or to a server whose admin requests are off,
+    /// is refused but is no guess: it was counted as a wrong password, so a user who
+    /// tried three times was disconnected for "3 wrong passwords" and their address
+    /// slowed down.
+    func testAdminRequestsWithoutAPasswordAreRefusedButNotCountedAsGuesses() throws {
+        for adminPassword in ["hunter2", ""] {
+            let ts = try TestServer {
+                $0.adminPassword = adminPassword.isEmpty ? nil : adminPassword
+                $0.authBackoffBaseSeconds = 0.5
+                $0.maxAuthFailures = 3
+            }
+            defer { ts.stop() }
+            let a = try TestClient.login(port: ts.port, username: "alex")
+            let user = try TestClient.login(port: ts.port, username: "user")
+            for attempt in 1...5 {
+                let rid = UInt32(attempt)
+                // With admin requests off, even a password is nothing to judge.
+                user.send(.setServerMute(SetServerMute(userID: a.hello.userID, muted: true, deafened: false,
+                                                       adminPassword: adminPassword.isEmpty ? "x" : "", requestID: rid)))
+                let e = try user.expectError(requestID: rid, timeoutMs: 5000)
+                XCTAssertEqual(e.code, ProtocolErrorCode.forbidden.rawValue)
+                XCTAssertTrue(e.message.contains(adminPassword.isEmpty ? "admin requests are off" : "none was given"), e.message)
+            }
+            let c = ts.waitFor("five refusals") { $0.adminRejected == 5 }
+            XCTAssertEqual(c.authDelayed, 0, "no answer was held: nothing was guessed")
+            XCTAssertEqual(c.authDisconnected, 0)
+            user.send(.ping(Ping(timestamp: 7)))
+            XCTAssertEqual(try pong(user, 7), 7, "the user's session is still up")
+            a.close(); user.close()
+        }
+    }
+
     func testSpoofedBindingAddressIsNotUsedForRelay() throws {
         let ts = try TestServer()
         defer { ts.stop() }
