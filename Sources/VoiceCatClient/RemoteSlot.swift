@@ -268,7 +268,7 @@ final class RemoteSlot {
             }
         }
         level = BlockLevel(rms: frames > 0 ? min(Float((sumSquares / Double(frames * 2)).squareRoot()), 1) : 0, peak: min(peak, 1))
-        levelAtNs = MonotonicClock.nanoseconds()
+        levelAtNs = UInt64(max(0, nowMs) * 1e6)   // the render's time: no clock read per stream
         if tapping {
             tapFrames = frames
             tapSSRC = ssrc
