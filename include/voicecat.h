@@ -1176,9 +1176,9 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  * thread at a time and in real time (the mixed sink's thread within the lead
  * vc_set_mixed_output_sink describes), after the mix of that block is
  * made; a stream that is silent (between talkspurts, or concealed) still delivers
- * its blocks, so each stream's PCM keeps its own timeline. When a sink is set
- * where none was (not replaced) and no speaker's recording runs, streams heard at
- * that moment fade in over their first 5 ms (no click from starting mid-waveform).
+ * its blocks, so each stream's PCM keeps its own timeline. A sink set, or put in
+ * place of another, while streams play gets their first 5 ms faded in (no click from
+ * starting mid-waveform); a recording that runs meanwhile is not faded by it.
  * Modes (vc_set_external_playback), with a per-speaker sink set:
  *   external 0, connected, not suspended  the playback thread renders: device, taps
  *   external 1, a mixed sink set          the mixer thread renders for both sinks

@@ -68,7 +68,13 @@ public struct SpeakerBlock {
 /// The host's per-speaker sink.
 public final class SpeakerSinkBox {
     let deliver: (SpeakerBlock) -> Void
-    public init(_ deliver: @escaping (SpeakerBlock) -> Void) { self.deliver = deliver }
+    /// Which sink this is (numbered as made, as SinkBox).
+    let serial: UInt64
+    private static let made = Atomic<UInt64>(0)
+    public init(_ deliver: @escaping (SpeakerBlock) -> Void) {
+        self.deliver = deliver
+        serial = SpeakerSinkBox.made.wrappingAdd(1, ordering: .relaxed).newValue
+    }
 }
 
 /// The format of the PCM handed to the host (sinks, pulls, recordings).
@@ -171,6 +177,13 @@ final class OutputStage {
     /// (another block length, another mode) goes on without a new fade.
     private var sinkServed: UInt64 = 0
     private var sinkFadeDone = Int.max
+    /// The same for the per-speaker sink (renderLock), in output frames: a sink put in
+    /// place of another, or set while a speaker's recording keeps the taps running,
+    /// fades in on its own (the recordings are handed their blocks before it). When
+    /// it gets its first block while the taps' own fade runs (startTapFade: the taps
+    /// started with it), that fade is the sink's.
+    private var speakerServed: UInt64 = 0
+    private var speakerFadeDone = Int.max
     static let burstHoldNs: UInt64 = 2_000_000_000
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
@@ -684,9 +697,19 @@ final class OutputStage {
             s.tapFrames = 0
             guard frames > 0 else { continue }
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
-            speakerSink.call { $0.deliver(block) }
             if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
+            speakerSink.call { box in
+                if box.serial != speakerServed {
+                    speakerServed = box.serial
+                    speakerFadeDone = fadeFrom < OutputStage.tapFadeFrames ? Int.max : 0
+                }
+                // The block is the tap's or the converter's buffer, written again next block.
+                FadeIn.apply(UnsafeMutablePointer(mutating: pcm), frames: frames, channels: channels, done: speakerFadeDone,
+                             total: FadeIn.frames(at: format.sampleRate))
+                box.deliver(block)
+            }
         }
+        if speakerFadeDone < FadeIn.frames(at: format.sampleRate) { speakerFadeDone += rendered * format.sampleRate / 48000 }
         // The fade runs on the render's clock: a stream that starts later starts as
         // its codec starts it, unfaded.
         if fadeFrom < OutputStage.tapFadeFrames { tapFadeDone = fadeFrom + rendered }

@@ -481,6 +481,48 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertGreaterThan(levels[4], 0.8, "the tone at full level after the fade")
     }
 
+    /// A per-speaker sink set while a speaker's recording keeps the taps running, or put
+    /// in place of another, fades in on its own (both started at the waveform's level:
+    /// 1.00 of the tone in the first millisecond); the recording, running through both
+    /// changes, is not faded again (no dip in the file).
+    func testAPerSpeakerSinkSetOrReplacedMidTalkFadesInAndTheRecordingDoesNotDip() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        try sam.setOutputFormat(sampleRate: 16000, channels: 1)
+        try sam.setMixedSink { _, _, _ in }
+        let toneRMS = 0.5 * 32767 / 2.0.squareRoot()
+        let firsts = FirstBlocks()   // sink A's first block of the talker, B's first
+        let consumers = Thread {
+            usleep(700_000)
+            try? sam.startRecording(path: self.dir + "/alex-through.wav", ssrc: ssrc)
+            usleep(600_000)
+            try? sam.setSpeakerSink { b in if b.ssrc == ssrc { firsts.keep(0, b.pcm, b.frames * b.channels) } }
+            usleep(600_000)
+            try? sam.setSpeakerSink { b in if b.ssrc == ssrc { firsts.keep(1, b.pcm, b.frames * b.channels) } }
+            usleep(500_000)
+            try? sam.stopRecording(ssrc: ssrc)
+        }
+        consumers.start()
+        feedRealtime(alex, sid, Signal.tone(1000, seconds: 3, amplitude: 0.5))
+        try sam.setSpeakerSink(nil)
+        try sam.setMixedSink(nil)
+        let got = firsts.lock.withLock { firsts.blocks }
+        XCTAssertEqual(got[0].count, 320); XCTAssertEqual(got[1].count, 320)
+        guard got[0].count >= 320, got[1].count >= 320 else { return }
+        let own = try Measure.readWAV(dir + "/alex-through.wav").pcm
+        XCTAssertGreaterThan(own.count, 16000, "the recording ran")
+        // Each millisecond of the recording past its own fade-in, to its last 100 ms.
+        var lowest = Double.infinity
+        var at = 160
+        while at + 16 <= own.count - 1600 { lowest = min(lowest, Signal.rms(own[at..<(at + 16)]) / toneRMS); at += 16 }
+        let a = Signal.rms(got[0][0..<16]) / toneRMS, b = Signal.rms(got[1][0..<16]) / toneRMS
+        print("per-speaker sinks' first 1 ms against the tone: set beside a recording \(String(format: "%.2f", a)), "
+              + "replaced \(String(format: "%.2f", b)); the recording's quietest millisecond \(String(format: "%.2f", lowest))")
+        XCTAssertLessThan(a, 0.3, "a sink set while a recording runs starts at the waveform's level, a click")
+        XCTAssertLessThan(b, 0.3, "a sink put in place of another starts at the waveform's level, a click")
+        XCTAssertGreaterThan(Signal.rms(got[1][160..<320]) / toneRMS, 0.8, "the tone at full level after the fade")
+        XCTAssertGreaterThan(lowest, 0.7, "the recording dips where the sinks changed")
+    }
+
     /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
     final class FirstBlocks: @unchecked Sendable {
         let lock = NSLock()
