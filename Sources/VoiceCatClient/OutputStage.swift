@@ -177,13 +177,16 @@ final class OutputStage {
     /// (another block length, another mode) goes on without a new fade.
     private var sinkServed: UInt64 = 0
     private var sinkFadeDone = Int.max
-    /// The same for the per-speaker sink (renderLock), in output frames: a sink put in
-    /// place of another, or set while a speaker's recording keeps the taps running,
-    /// fades in on its own (the recordings are handed their blocks before it). When
-    /// it gets its first block while the taps' own fade runs (startTapFade: the taps
-    /// started with it), that fade is the sink's.
+    /// The same for the per-speaker sink (renderLock), in output frames, on the
+    /// render's clock from the first render after the sink was set (a stream that
+    /// starts later starts as its codec starts it, as with the taps' fade): a sink put
+    /// in place of another, or set while a speaker's recording keeps the taps running,
+    /// fades in on its own (the recordings are handed their blocks before it). When the
+    /// taps start with it, their own fade (startTapFade) is the sink's.
     private var speakerServed: UInt64 = 0
     private var speakerFadeDone = Int.max
+    /// The serial of the per-speaker sink set last (stored before the sink is).
+    private let speakerSinkSerial = Atomic<UInt64>(0)
     static let burstHoldNs: UInt64 = 2_000_000_000
 
     /// The mode in effect: a driver owns the mix unless it is `pull` or `background`
@@ -290,7 +293,12 @@ final class OutputStage {
     /// Sets or clears the per-speaker sink (the same rules as the mixed sink).
     func setSpeakerSink(_ box: SpeakerSinkBox?) throws {
         try reconcileLock.withLock {
-            if box != nil { try prepareSpeakerConverters(wanted: true) }
+            if let box {
+                try prepareSpeakerConverters(wanted: true)
+                // Before the sink: a render that sees the serial but calls the sink it
+                // replaces fades that one's last block, never the new one's middle.
+                speakerSinkSerial.store(box.serial, ordering: .releasing)
+            }
             speakerSink.set(box)
             _ = reconcile(openNow: false)
         }
@@ -678,6 +686,11 @@ final class OutputStage {
         let slots = receive.slots
         let recordSpeakers = recorders.recordsSpeakers
         let fadeFrom = tapFadeDone
+        let serial = speakerSinkSerial.load(ordering: .acquiring)
+        if serial != speakerServed {
+            speakerServed = serial
+            speakerFadeDone = fadeFrom < OutputStage.tapFadeFrames ? Int.max : 0
+        }
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.tapFrames > 0 else { continue }
@@ -699,10 +712,6 @@ final class OutputStage {
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
             if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
             speakerSink.call { box in
-                if box.serial != speakerServed {
-                    speakerServed = box.serial
-                    speakerFadeDone = fadeFrom < OutputStage.tapFadeFrames ? Int.max : 0
-                }
                 // The block is the tap's or the converter's buffer, written again next block.
                 FadeIn.apply(UnsafeMutablePointer(mutating: pcm), frames: frames, channels: channels, done: speakerFadeDone,
                              total: FadeIn.frames(at: format.sampleRate))
