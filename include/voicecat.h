@@ -231,7 +231,7 @@ typedef enum vc_event_type {
 
 /** Client settings. Get defaults from vc_client_config_default(). */
 typedef struct vc_client_config {
-    const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat" */
+    const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat"; at most 256 bytes */
     uint32_t keepalive_ms;         /**< TCP ping period and idle UDP keepalive period; default 5000, at
                                         least 50 (VC_ERR_INVALID_ARG). Keep it well under the server's idle
                                         limit (voicecat-server's reap_seconds, 30 s by default): a session
@@ -297,7 +297,7 @@ typedef struct vc_connect_params {
     uint16_t port;                  /**< 0 = VC_DEFAULT_PORT (47800), as for voicecat-server */
     const char *username;           /**< 1..64 bytes of UTF-8 without control characters, unique on the
                                          server (VC_ERR_INVALID_ARG otherwise) */
-    const char *password;           /**< server password, NULL = none */
+    const char *password;           /**< server password, NULL = none; at most 1024 bytes */
     const char *server_fingerprint; /**< 64 hex digits to pin, NULL = trust on first use (the known-servers
                                          file, vc_client_config.known_servers_path) */
     uint32_t timeout_ms;            /**< for the whole connect; 0 = 5000 */
@@ -621,8 +621,9 @@ void vc_client_destroy(vc_client *c);
  * is sent after the handshake and vc_last_error names both fingerprints; or
  * neither a pin, a known-servers file nor allow_unverified — then nothing is sent
  * at all), VC_ERR_REJECTED (username taken, server full), VC_ERR_PROTOCOL (the
- * server's HelloResult broke the rules). VC_ERR_INVALID_ARG for a NULL or empty host
- * and for a username that is not 1..64 bytes of UTF-8 without control characters.
+ * server's HelloResult broke the rules). VC_ERR_INVALID_ARG for a NULL or empty host,
+ * for a username that is not 1..64 bytes of UTF-8 without control characters and for
+ * a password over 1024 bytes (longer than any server's).
  * The password is sent only
  * after the server's identity was checked.
  * The fingerprint seen is available from vc_get_server_fingerprint() even when
@@ -939,7 +940,7 @@ int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
  * an empty one or a server without one (refused, not taken for a guess: no delay, no
  * close), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
  * connected), VC_ERR_TIMEOUT, VC_ERR_NETWORK (the connection ended before the
- * answer came), VC_ERR_INVALID_ARG (admin_password NULL, muted or deafened not 0
+ * answer came), VC_ERR_INVALID_ARG (admin_password NULL or over 1024 bytes, muted or deafened not 0
  * or 1). Callback-safe: no.
  */
 int vc_admin_set_server_mute(vc_client *c, uint32_t user_id, int muted, int deafened, const char *admin_password);

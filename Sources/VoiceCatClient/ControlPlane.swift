@@ -146,15 +146,26 @@ extension VoiceClient {
     /// server carried it out (the roster shows it then). A wrong password is VC_ERR_AUTH.
     public func adminSetServerMute(userID: UInt32, muted: Bool, deafened: Bool, adminPassword: String) throws {
         try refuseInCallback("vc_admin_set_server_mute")
+        try checkAdminPassword(adminPassword)
         try adminRequest(what: "server mute") {
             .setServerMute(SetServerMute(userID: userID, muted: muted, deafened: deafened, adminPassword: adminPassword, requestID: $0))
+        }
+    }
+
+    /// An admin password longer than any server's is refused before it is sent.
+    private func checkAdminPassword(_ pw: String) throws {
+        if let p = RequestTextRules.problem(pw, what: "admin_password", maxBytes: RequestTextRules.maxPasswordBytes) {
+            throw fail(.invalidArgument(p))
         }
     }
 
     /// Removes a user from the server, with the admin password; `reason` is shown to them.
     public func adminKick(userID: UInt32, reason: String, adminPassword: String) throws {
         try refuseInCallback("vc_admin_kick")
-        if reason.utf8.count > 256 { throw fail(.invalidArgument("reason is \(reason.utf8.count) bytes (at most 256)")) }
+        if let p = RequestTextRules.problem(reason, what: "reason", maxBytes: RequestTextRules.maxReasonBytes) {
+            throw fail(.invalidArgument(p))
+        }
+        try checkAdminPassword(adminPassword)
         try adminRequest(what: "kick") { .kickUser(KickUser(userID: userID, adminPassword: adminPassword, reason: reason, requestID: $0)) }
     }
 

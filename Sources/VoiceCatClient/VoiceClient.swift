@@ -133,6 +133,9 @@ public final class VoiceClient {
         guard config.talkHangoverMs <= 5000 else {
             throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
         }
+        if let p = RequestTextRules.problem(config.clientName, what: "client_name", maxBytes: RequestTextRules.maxClientNameBytes) {
+            throw ClientError.invalidArgument(p)
+        }
         guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50 (got \(config.keepaliveMs))") }
         guard FormatConverter.qualities.contains(config.resamplerQuality) else {
             throw ClientError.invalidArgument("resampler_quality must be within 0..10 (got \(config.resamplerQuality))")
@@ -263,6 +266,9 @@ public final class VoiceClient {
             throw fail(.invalidArgument("server_fingerprint must be 64 hex digits"))
         }
         if let p = NameRules.problem(username, what: "username") { throw fail(.invalidArgument(p)) }
+        if let pw = password, let p = RequestTextRules.problem(pw, what: "password", maxBytes: RequestTextRules.maxPasswordBytes) {
+            throw fail(.invalidArgument(p))
+        }
         let store = pinnedFingerprint == nil ? knownServersFile : nil
         if pinnedFingerprint == nil && store == nil && !allowUnverified {
             throw fail(.auth("nothing to verify the server's identity with: pin server_fingerprint, use a known-servers file "

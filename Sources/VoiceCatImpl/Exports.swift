@@ -664,7 +664,9 @@ public func vc_admin_kick(_ p: OpaquePointer?, _ userID: UInt32, _ reason: Unsaf
         var why = ""
         if let reason {
             guard let r = String(validatingCString: reason) else { throw invalid("\(fn): reason is not valid UTF-8") }
-            guard r.utf8.count <= 256 else { throw invalid("\(fn): reason is \(r.utf8.count) bytes (at most 256)") }
+            if let problem = RequestTextRules.problem(r, what: "reason", maxBytes: RequestTextRules.maxReasonBytes) {
+                throw invalid("\(fn): \(problem)")
+            }
             why = r
         }
         try b.client.adminKick(userID: userID, reason: why, adminPassword: try adminPassword(fn, pw))

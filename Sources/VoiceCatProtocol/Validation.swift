@@ -29,6 +29,24 @@ public enum NameRules {
     }
 }
 
+/// Lengths of the text a client sends in its login and admin requests. Bounded so that
+/// such a message always fits in one control frame (a host that passes a user's text
+/// through gets an error, not a trap), and no longer than a server takes: a server's
+/// own passwords are at most `maxPasswordBytes`, so a longer one is never right.
+public enum RequestTextRules {
+    /// The server password (Hello) and the admin password (SetServerMute, KickUser).
+    public static let maxPasswordBytes = 1024
+    /// The client's name in Hello.
+    public static let maxClientNameBytes = 256
+    /// A kick's reason, shown to the user kicked.
+    public static let maxReasonBytes = 256
+
+    /// nil when `text` is at most `maxBytes` bytes, else what is wrong (`what` names it).
+    public static func problem(_ text: String, what: String, maxBytes: Int) -> String? {
+        text.utf8.count > maxBytes ? "\(what) is \(text.utf8.count) bytes (at most \(maxBytes))" : nil
+    }
+}
+
 /// Upper bounds on what a server may send (a client keeps memory and UI text bounded).
 public enum ServerMessageLimits {
     public static let maxServerNameBytes = 256

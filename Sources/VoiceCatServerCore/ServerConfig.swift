@@ -278,8 +278,8 @@ extension ServerConfig {
         try check("stats_interval_seconds", statsIntervalSeconds, 0, 86_400)
         try check("presence_bytes_per_turn", presenceBytesPerTurn, 1, 1 << 30)
         try check("name (bytes)", serverName.utf8.count, 0, ServerMessageLimits.maxServerNameBytes)
-        try check("password (bytes)", password?.utf8.count ?? 0, 0, 1024)
-        try check("admin_password (bytes)", adminPassword?.utf8.count ?? 0, 0, 1024)
+        try check("password (bytes)", password?.utf8.count ?? 0, 0, RequestTextRules.maxPasswordBytes)
+        try check("admin_password (bytes)", adminPassword?.utf8.count ?? 0, 0, RequestTextRules.maxPasswordBytes)
         try check("number of channels", channels.count, 1, ServerConfig.maxChannels)
         var seen = Set<String>()
         for c in channels {

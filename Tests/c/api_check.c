@@ -150,6 +150,19 @@ static void null_and_bad_handles(void) {
     EXPECT(strcmp(buf, "vc_client_create: event_queue_size must be 1..65536 (got 0)"), 0);
     cd.event_queue_size = 70000;
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+    {
+        /* Text longer than a control frame holds trapped inside vc_connect (SIGILL):
+         * refused up front now, as are lengths no server takes. */
+        char *huge = malloc(70001);
+        memset(huge, 'n', 70000);
+        huge[70000] = 0;
+        cd = vc_client_config_default();
+        cd.client_name = huge;                   /* at most 256 bytes */
+        EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+        EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+        EXPECT(strcmp(buf, "vc_client_create: client_name is 70000 bytes (at most 256)"), 0);
+        free(huge);
+    }
     cd = vc_client_config_default();
     cd.max_remote_streams = 0;                   /* 1..1024 */
     EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
@@ -233,6 +246,14 @@ static void null_args_on_a_live_client(int port) {
     p.username = "bad\033[2Jname";                          /* control characters */
     EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
     p.username = "api-check";
+    char *huge_pw = malloc(70001);
+    memset(huge_pw, 'p', 70000);
+    huge_pw[70000] = 0;
+    p.password = huge_pw;                                   /* at most 1024 bytes */
+    EXPECT(vc_connect(c, &p), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "password is 70000 bytes (at most 1024)") != NULL, 1);
+    p.password = NULL;
     {
         /* No pin and no known-servers file: refused before connecting, unless allowed. */
         vc_client *bare;
@@ -291,6 +312,11 @@ static void null_args_on_a_live_client(int port) {
         long_reason[sizeof long_reason - 1] = 0;
         EXPECT(vc_admin_kick(c, me, long_reason, "pw"), VC_ERR_INVALID_ARG);
     }
+    EXPECT(vc_admin_set_server_mute(c, me, 1, 0, huge_pw), VC_ERR_INVALID_ARG);
+    EXPECT(vc_admin_kick(c, me, "why", huge_pw), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "admin_password is 70000 bytes (at most 1024)") != NULL, 1);
+    free(huge_pw);
     /* This server has no admin password: every admin request is refused (one try: the
      * server closes a session after max_auth_failures wrong admin passwords). */
     EXPECT(vc_admin_set_server_mute(c, me, 1, 0, "pw"), VC_ERR_AUTH);
