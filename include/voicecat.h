@@ -545,7 +545,9 @@ size_t vc_struct_size(const char *name);
  * for the process. `fn` is called outside any lock of the library, from any thread
  * that logs, never from the audio path in steady state. A line logged while `fn`
  * runs on the same thread (a failing call made from inside it) is dropped rather
- * than passed to `fn` again. Replacing or clearing returns once every call of the
+ * than passed to `fn` again. `fn` is a callback of every client: inside it the
+ * functions that are not callback-safe return VC_ERR_STATE and vc_client_destroy is
+ * ignored, whichever thread it runs on. Replacing or clearing returns once every call of the
  * previous `fn` that had started has returned; called from inside `fn` it returns
  * at once. Thread-safe; callback-safe: yes.
  */
@@ -1294,7 +1296,10 @@ int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
  * DISCONNECTED included; not the one vc_client_destroy raises, which clears the
  * callback first) is delivered there, one at a time, in order. Replacing or
  * clearing returns only after a running call of the previous callback has returned,
- * except from inside the callback itself (then it returns at once). Callback-safe: yes.
+ * except from inside the callback itself (then it returns at once, also from a sink
+ * called inside it). Callback-safe: yes, but from the per-speaker sink on another
+ * thread (a host thread's vc_read_mixed_pcm) it returns VC_ERR_STATE: the sink runs
+ * under the render lock, which a running event callback may be waiting for (a pull).
  */
 int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 

@@ -167,7 +167,8 @@ extension VoiceClient {
         connected.text = link.hello.serverName
         events.raise(connected)
         for text in link.refused { raiseRefusal(text) }
-        if let err = output.setConnected(true) { reportDevice(err.description) }
+        // The driver goes on retrying it on the backoff.
+        if let err = output.setConnected(true) { events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: err.description)) }
         events.deliver()
         cond.withLock { networkReady = true; cond.broadcast() }
 

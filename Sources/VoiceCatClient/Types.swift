@@ -201,7 +201,9 @@ public enum ClientLog {
         return k
     }()
 
-    private static var callingThreadIsInside: Bool { pthread_getspecific(insideKey) != nil }
+    /// True while the calling thread runs the log callback (on a host thread inside a
+    /// failing call, or on one of a client's threads).
+    public static var callingThreadIsInside: Bool { pthread_getspecific(insideKey) != nil }
 
     public static func setSink(_ s: Sink?) {
         cond.lock(); defer { cond.unlock() }

@@ -185,8 +185,11 @@ public final class VoiceClient {
     var callerRole: ThreadRole? { ThreadIdentity.role(for: self).flatMap(ThreadRole.init(rawValue:)) }
 
     /// True on one of this client's own threads, or inside one of its callbacks (the
-    /// per-speaker sink also runs on a host thread that pulls the mix).
-    public var onOwnThread: Bool { callerRole != nil || output.callingThreadIsInsideSpeakerSink }
+    /// per-speaker sink also runs on a host thread that pulls the mix, and the log
+    /// callback, a callback of every client, on a host thread inside a failing call).
+    public var onOwnThread: Bool {
+        callerRole != nil || output.callingThreadIsInsideSpeakerSink || ClientLog.callingThreadIsInside
+    }
 
     public func refuseInCallback(_ what: String) throws {
         if onOwnThread { throw fail(.state("\(what) cannot be called from inside a callback")) }
@@ -194,7 +197,17 @@ public final class VoiceClient {
 
     public var isConnected: Bool { cond.withLock { phase == .connected } }
 
-    public func setEventHandler(_ h: ((ClientEvent) -> Void)?) { events.callback.set(h.map(EventHandlerBox.init)) }
+    /// Sets or clears the event callback; returns once a running call of the previous one
+    /// has returned (at once from inside it). Refused from inside the per-speaker sink,
+    /// which runs under the render lock: the event callback may be waiting for that lock
+    /// (a pull), and the wait here for it would never end.
+    public func setEventHandler(_ h: ((ClientEvent) -> Void)?) throws {
+        if output.callingThreadIsInsideSpeakerSink && !events.callback.callingThreadIsInside {
+            throw fail(.state("vc_set_event_callback cannot wait for the event callback from inside the per-speaker sink "
+                              + "(it runs under the render lock, which the event callback may be waiting for)"))
+        }
+        events.callback.set(h.map(EventHandlerBox.init))
+    }
     public func pollEvent(timeoutMs: Int) -> ClientEvent? {
         if cond.withLock({ destroyed }) { return nil }
         return events.queue.pop(timeoutMs: timeoutMs)
@@ -765,7 +778,7 @@ public final class VoiceClient {
 
     /// vc_stream_drain: waits until everything fed to the stream has been sent.
     public func drain(streamID: UInt32, timeoutMs: Int) throws {
-        if callerRole != nil { throw fail(.state("vc_stream_drain cannot wait inside a callback")) }
+        if onOwnThread { throw fail(.state("vc_stream_drain cannot wait inside a callback")) }
         try failing { try streams.drain(streamID, timeoutMs: timeoutMs) }
     }
 
@@ -866,14 +879,5 @@ public final class VoiceClient {
     public func stopRecording(ssrc: UInt32) throws {
         try refuseInCallback("vc_stop_recording")
         try failing { try output.stopRecording(ssrc: ssrc) }
-    }
-
-    /// An asynchronous device problem, as an error event.
-    func reportDevice(_ text: String) {
-        ClientLog.log(1, text)
-        var e = ClientEvent(type: .error)
-        e.code = VC_ERR_DEVICE
-        e.text = text
-        events.raise(e)
     }
 }

@@ -318,7 +318,7 @@ public func vc_client_destroy(_ p: OpaquePointer?) {
         return
     }
     guard let retired = Registry.retire(p) else { return }
-    box.client.setEventHandler(nil)
+    try? box.client.setEventHandler(nil)   // refused only inside the per-speaker sink, which returned above
     box.client.shutdown()
     Registry.free(retired)
 }
@@ -811,12 +811,12 @@ public func vc_poll_event(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_ev
 public func vc_set_event_callback(_ p: OpaquePointer?, _ fn: vc_event_fn?, _ user: UnsafeMutableRawPointer?) -> Int32 {
     withClient(p) { b in
         if let fn {
-            b.client.setEventHandler { e in
+            try b.client.setEventHandler { e in
                 var c = toC(e)
                 fn(user, &c)
             }
         } else {
-            b.client.setEventHandler(nil)
+            try b.client.setEventHandler(nil)
         }
         return VC_OK
     }

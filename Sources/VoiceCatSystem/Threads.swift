@@ -38,7 +38,10 @@ public enum ThreadIdentity {
     }
 }
 
-/// Thread-local: the CallbackCell whose call the thread is inside.
+/// Thread-local: the innermost CallbackCell call the thread is inside, as a pointer to
+/// that call's `CallFrame` (on the calling thread's stack), which links to the one it
+/// is nested in: a thread can be inside several cells' calls at once (a pull from the
+/// event callback hands blocks to the per-speaker sink).
 private let insideCallbackKey: pthread_key_t = {
     var k = pthread_key_t()
     precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
@@ -55,6 +58,11 @@ private let insideCallbackKey: pthread_key_t = {
 /// releases the old box. A setter running inside the call itself (the reader's own
 /// thread) cannot wait for itself: the old box is released by the reader after the
 /// call returns.
+private struct CallFrame {
+    let cell: UnsafeRawPointer
+    let outer: UnsafeMutableRawPointer?
+}
+
 public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
     private let current = Atomic<UnsafeMutableRawPointer?>(nil)
     private let busy = Atomic<Bool>(false)
@@ -70,10 +78,17 @@ public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
     /// True while a box is installed.
     public var isSet: Bool { current.load(ordering: .acquiring) != nil }
 
-    /// True when the calling thread is inside a call made through this cell.
+    /// True when the calling thread is inside a call made through this cell, at any
+    /// depth (other cells' calls may be nested in it).
     public var callingThreadIsInside: Bool {
-        let inside: UnsafeMutableRawPointer? = pthread_getspecific(insideCallbackKey)
-        return inside.map(UnsafeRawPointer.init) == UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+        let me = UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
+        var frame: UnsafeMutableRawPointer? = pthread_getspecific(insideCallbackKey)
+        while let f = frame {
+            let call = f.assumingMemoryBound(to: CallFrame.self).pointee
+            if call.cell == me { return true }
+            frame = call.outer
+        }
+        return false
     }
 
     /// Calls `body` with the installed box, if any (one reader thread at a time).
@@ -85,13 +100,15 @@ public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
             busy.store(false, ordering: .sequentiallyConsistent)
             return false
         }
-        let me = UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque())
         // A call may run inside another cell's call on the same thread (a pull from
-        // inside the event callback hands blocks to the per-speaker sink): put the
-        // outer one back afterwards.
+        // inside the event callback hands blocks to the per-speaker sink): this call's
+        // frame links to the outer one, which is put back afterwards.
         let outer = pthread_getspecific(insideCallbackKey)
-        pthread_setspecific(insideCallbackKey, me)
-        Unmanaged<Box>.fromOpaque(p)._withUnsafeGuaranteedRef { body($0) }
+        var frame = CallFrame(cell: UnsafeRawPointer(Unmanaged.passUnretained(self).toOpaque()), outer: outer)
+        withUnsafeMutablePointer(to: &frame) { f in
+            pthread_setspecific(insideCallbackKey, UnsafeRawPointer(f))
+            Unmanaged<Box>.fromOpaque(p)._withUnsafeGuaranteedRef { body($0) }
+        }
         pthread_setspecific(insideCallbackKey, outer)
         busy.store(false, ordering: .sequentiallyConsistent)
         if let d = deferredRelease {

@@ -66,7 +66,7 @@ final class AdaptiveFECTests: XCTestCase {
         XCTAssertEqual(alex.currentChannelAudio?.expectedPacketLoss, 10)
 
         let changes = NSMutableArray()
-        alex.setEventHandler { e in
+        try alex.setEventHandler { e in
             if e.type == .protectionChanged { changes.add("\(e.streamID) \(e.text)") }
         }
         alex.setInputMode(.continuous)
@@ -149,7 +149,7 @@ final class AdaptiveFECTests: XCTestCase {
         try alex.joinChannel("Lobby")
         try kim.joinChannel("Lobby")
         let changes = NSMutableArray()
-        alex.setEventHandler { e in
+        try alex.setEventHandler { e in
             if e.type == .protectionChanged { changes.add("\(MonotonicClock.milliseconds()) \(e.text)") }
         }
         alex.setInputMode(.continuous)

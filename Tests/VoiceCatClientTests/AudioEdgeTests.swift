@@ -1182,6 +1182,20 @@ final class AudioEdgeTests: XCTestCase {
         return (play, sam, EventLog(sam))
     }
 
+    /// The playback device that cannot be opened at connect is reported as the playback
+    /// device: its VC_EVENT_ERROR had kind 0 (VC_DEVICE_CAPTURE), unlike the driver's own.
+    func testAPlaybackDeviceThatCannotOpenAtConnectIsReportedAsPlayback() throws {
+        let (_, sam, _) = try listenerWithAwayPlayback("mem-play-never")
+        var error: ClientEvent? = nil
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while error == nil && MonotonicClock.milliseconds() < deadline {
+            if let e = sam.pollEvent(timeoutMs: 100), e.type == .error { error = e }
+        }
+        let e = try XCTUnwrap(error, "the device's failure at connect is an event")
+        XCTAssertEqual(e.code, VC_ERR_DEVICE)
+        XCTAssertEqual(e.kind, UInt32(VC_DEVICE_PLAYBACK.rawValue), "kind says which device: \(e.text)")
+    }
+
     func testRestartingAudioSaysWhetherAPlaybackDeviceThatIsAwayOpens() throws {
         let (play, sam, events) = try listenerWithAwayPlayback("mem-play-away")
         XCTAssertThrowsError(try sam.restartAudio()) { error in

@@ -215,7 +215,7 @@ final class EngineSeamTests: XCTestCase {
         XCTAssertEqual(finished.increment(), 2, "the sink was cleared while its call still ran")
 
         let evInside = ManagedAtomicInt(), evFinished = ManagedAtomicInt()
-        sam.setEventHandler { _ in
+        try sam.setEventHandler { _ in
             if evInside.increment() == 1 { usleep(300_000); _ = evFinished.increment() }
         }
         let alex = try make("alex")   // USER_JOINED reaches sam's handler
@@ -226,7 +226,7 @@ final class EngineSeamTests: XCTestCase {
             evInside.decrement()
             usleep(2000)
         }
-        sam.setEventHandler(nil)
+        try sam.setEventHandler(nil)
         XCTAssertEqual(evFinished.increment(), 2, "the event callback was cleared while its call still ran")
         // From inside the sink, setting or clearing the sink is refused (it cannot wait for itself).
         let refused = ManagedAtomicInt()
@@ -253,7 +253,7 @@ final class EngineSeamTests: XCTestCase {
         clients.append(sam)
         let lock = NSLock()
         var seen: [(type: ClientEventType, ssrc: UInt32, text: String, onNetwork: Bool)] = []
-        sam.setEventHandler { e in
+        try sam.setEventHandler { e in
             let role = sam.callerRole
             lock.lock(); seen.append((e.type, e.ssrc, e.text, role == .network)); lock.unlock()
         }

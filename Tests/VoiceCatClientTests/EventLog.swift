@@ -7,8 +7,8 @@ final class EventLog: @unchecked Sendable {
     private let lock = NSLock()
     private var items: [(ms: UInt64, event: ClientEvent)] = []
 
-    init(_ c: VoiceClient) {
-        c.setEventHandler { [self] e in
+    init(_ c: VoiceClient) {   // a test thread: never refused (only inside the per-speaker sink)
+        try! c.setEventHandler { [self] e in
             lock.lock(); items.append((MonotonicClock.milliseconds(), e)); lock.unlock()
         }
     }

@@ -631,19 +631,25 @@ static void replacement_log(void *user, int level, const char *message) {
     atomic_fetch_add(&replaced_called, 1);
 }
 
-/* From inside the log callback: a failing call (which logs again: that line is
- * dropped, not recursed into) and replacing the log callback itself. Both return. */
+/* From inside the log callback (here on the host's thread, inside the failing call
+ * that logged): a failing callback-safe call (which logs again: that line is dropped,
+ * not recursed into), a call that is not callback-safe (refused, as in any callback:
+ * it ran), vc_client_destroy (ignored: it waited for the very call it was inside,
+ * forever), and replacing the log callback itself. All return. */
 static void reentrant_log(void *user, int level, const char *message) {
     (void)user; (void)level; (void)message;
     atomic_fetch_add(&log_lines, 1);
     if (atomic_exchange(&nested_done, 1)) return;
-    EXPECT(vc_stream_stop(log_client, 4242), VC_ERR_NOT_FOUND);
+    uint32_t ms = 0;
+    EXPECT(vc_stream_queued_ms(log_client, 4242, &ms), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_stop(log_client, 4242), VC_ERR_STATE);
+    vc_client_destroy(log_client);
     vc_set_log_callback(replacement_log, NULL);
 }
 
 static void on_alarm(int sig) {
     (void)sig;
-    static const char msg[] = "FAIL: a callback test deadlocked (no progress in 20 s)\n";
+    static const char msg[] = "FAIL: a callback test deadlocked (its alarm went off)\n";
     if (write(2, msg, sizeof msg - 1) < 0) {}
     _exit(1);
 }
@@ -653,7 +659,8 @@ static void log_callback_reentry(void) {
     vc_set_log_callback(reentrant_log, NULL);
     EXPECT(vc_stream_stop(log_client, 1), VC_ERR_NOT_FOUND);   /* logs: the callback runs */
     EXPECT(atomic_load(&nested_done), 1);
-    EXPECT(atomic_load(&log_lines), 1);                          /* the nested line was dropped */
+    EXPECT(atomic_load(&log_lines), 1);                          /* the nested lines were dropped */
+    EXPECT(vc_set_input_mode(log_client, VC_INPUT_VAD), VC_OK);  /* the destroy inside was ignored */
     EXPECT(vc_stream_stop(log_client, 2), VC_ERR_NOT_FOUND);   /* goes to the replacement */
     EXPECT(atomic_load(&replaced_called) >= 1, 1);
     vc_set_log_callback(NULL, NULL);
@@ -685,6 +692,93 @@ static void event_callback_clear_waits(int port) {
     vc_client_destroy(c);
 }
 
+/* Callbacks nested in pulls (helper-63's deadlocks). The event callback pulls the mix
+ * (callback-safe), so the per-speaker sink runs inside that pull on the network thread:
+ * there, re-setting the event callback returns at once (it spun forever: the check saw
+ * only the innermost callback, the sink). And a host thread pulls too: its per-speaker
+ * sink holds the render lock, which the event callback's pull may be waiting for, so
+ * re-setting the event callback there is refused rather than waited out (both threads
+ * stopped for good), and so is a drain (it stalled the render). */
+static vc_client *nest_client;
+static pthread_t nest_host;
+static atomic_int nest_stop, nest_ev_pulls, nest_set_inside_event, nest_set_refused, nest_drain_refused, nest_host_pulls;
+
+static void nest_event(void *user, const vc_event *e) {
+    (void)user; (void)e;
+    int16_t b[960 * 2];
+    if (vc_read_mixed_pcm(nest_client, b, 960) == VC_OK) atomic_fetch_add(&nest_ev_pulls, 1);
+}
+
+static void nest_speaker(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_kind kind, const int16_t *pcm,
+                         uint32_t frames, uint32_t channels) {
+    (void)user; (void)ssrc; (void)user_id; (void)kind; (void)pcm; (void)frames; (void)channels;
+    if (pthread_equal(pthread_self(), nest_host)) {
+        if (vc_set_event_callback(nest_client, nest_event, NULL) == VC_ERR_STATE) atomic_fetch_add(&nest_set_refused, 1);
+        if (vc_stream_drain(nest_client, 1, 1000) == VC_ERR_STATE) atomic_fetch_add(&nest_drain_refused, 1);
+    } else if (vc_set_event_callback(nest_client, nest_event, NULL) == VC_OK) {
+        atomic_fetch_add(&nest_set_inside_event, 1);
+    }
+}
+
+static void *nest_puller(void *arg) {
+    (void)arg;
+    int16_t b[960 * 2];
+    while (!atomic_load(&nest_stop)) {
+        if (vc_read_mixed_pcm(nest_client, b, 960) == VC_OK) atomic_fetch_add(&nest_host_pulls, 1);
+        struct timespec t = {0, 5 * 1000000L};
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+static void callbacks_nested_in_pulls(int port) {
+    vc_client *talker = NULL;
+    vc_client_config cfg = vc_client_config_default();
+    cfg.external_playback = 1;
+    EXPECT(vc_client_create(&cfg, &talker), VC_OK);
+    EXPECT(vc_client_create(&cfg, &nest_client), VC_OK);
+    vc_connect_params p = vc_connect_params_default();
+    p.host = "127.0.0.1";
+    p.port = (uint16_t)port;
+    p.username = "api-nest-talker";
+    EXPECT(vc_connect(talker, &p), VC_OK);
+    p.username = "api-nest-listener";
+    EXPECT(vc_connect(nest_client, &p), VC_OK);
+    EXPECT(vc_join_channel(talker, "Lobby"), VC_OK);
+    EXPECT(vc_join_channel(nest_client, "Lobby"), VC_OK);
+    EXPECT(vc_set_input_mode(talker, VC_INPUT_CONTINUOUS), VC_OK);
+    vc_stream_desc d = vc_stream_desc_default();
+    uint32_t sid = 0;
+    EXPECT(vc_stream_start(talker, &d, &sid), VC_OK);
+    static int16_t tone[48000 * 4];
+    for (int i = 0; i < 48000 * 4; i++) tone[i] = (int16_t)(8000.0f * sinf(2.0f * 3.14159265f * 440.0f * (float)i / 48000.0f));
+    EXPECT(vc_stream_feed_pcm(talker, sid, tone, 48000 * 4, 1), VC_OK);   /* 4 s, paced by the library */
+    EXPECT(vc_set_remote_stream_sink(nest_client, nest_speaker, NULL), VC_OK);   /* background mode */
+    EXPECT(vc_set_event_callback(nest_client, nest_event, NULL), VC_OK);
+    EXPECT(pthread_create(&nest_host, NULL, nest_puller, NULL), 0);
+    /* Events for the event callback: users coming and going. */
+    for (int i = 0; i < 6; i++) {
+        vc_client *x = NULL;
+        char name[32];
+        snprintf(name, sizeof name, "api-nest-%d", i);
+        p.username = name;
+        EXPECT(vc_client_create(&cfg, &x), VC_OK);
+        EXPECT(vc_connect(x, &p), VC_OK);
+        struct timespec t = {0, 250 * 1000000L};
+        nanosleep(&t, NULL);
+        vc_client_destroy(x);
+    }
+    atomic_store(&nest_stop, 1);
+    pthread_join(nest_host, NULL);
+    EXPECT(atomic_load(&nest_host_pulls) > 50, 1);
+    EXPECT(atomic_load(&nest_ev_pulls) >= 1, 1);
+    EXPECT(atomic_load(&nest_set_inside_event) >= 1, 1);
+    EXPECT(atomic_load(&nest_set_refused) >= 1, 1);
+    EXPECT(atomic_load(&nest_drain_refused) >= 1, 1);
+    vc_client_destroy(nest_client);
+    vc_client_destroy(talker);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s PORT\n", argv[0]); return 2; }
     signal(SIGALRM, on_alarm);
@@ -696,6 +790,8 @@ int main(int argc, char **argv) {
     null_args_on_a_live_client(atoi(argv[1]));
     alarm(30);
     audio_edge(atoi(argv[1]));
+    alarm(30);
+    callbacks_nested_in_pulls(atoi(argv[1]));
     alarm(0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
