@@ -474,23 +474,31 @@ static void edge_speaker_sink(void *user, uint32_t ssrc, uint32_t user_id, vc_st
     atomic_store(&speaker_done, 1);   /* every result above is stored */
 }
 
-static void audio_edge(int port) {
-    vc_client *talker = NULL, *c = NULL;
+/* Two clients with external playback in Lobby: `talker` (continuous input mode, named
+ * PREFIX-talker) and `listener` (PREFIX-listener). */
+static void talker_and_listener(int port, const char *prefix, vc_client **talker, vc_client **listener) {
     vc_client_config cfg = vc_client_config_default();
     cfg.external_playback = 1;
-    EXPECT(vc_client_create(&cfg, &talker), VC_OK);
-    EXPECT(vc_client_create(&cfg, &c), VC_OK);
-    edge_listener = c;
+    EXPECT(vc_client_create(&cfg, talker), VC_OK);
+    EXPECT(vc_client_create(&cfg, listener), VC_OK);
+    char name[64];
     vc_connect_params p = vc_connect_params_default();
     p.host = "127.0.0.1";
     p.port = (uint16_t)port;
-    p.username = "api-edge-talker";
-    EXPECT(vc_connect(talker, &p), VC_OK);
-    p.username = "api-edge-listener";
-    EXPECT(vc_connect(c, &p), VC_OK);
-    EXPECT(vc_join_channel(talker, "Lobby"), VC_OK);
-    EXPECT(vc_join_channel(c, "Lobby"), VC_OK);
-    EXPECT(vc_set_input_mode(talker, VC_INPUT_CONTINUOUS), VC_OK);
+    p.username = name;
+    snprintf(name, sizeof name, "%s-talker", prefix);
+    EXPECT(vc_connect(*talker, &p), VC_OK);
+    snprintf(name, sizeof name, "%s-listener", prefix);
+    EXPECT(vc_connect(*listener, &p), VC_OK);
+    EXPECT(vc_join_channel(*talker, "Lobby"), VC_OK);
+    EXPECT(vc_join_channel(*listener, "Lobby"), VC_OK);
+    EXPECT(vc_set_input_mode(*talker, VC_INPUT_CONTINUOUS), VC_OK);
+}
+
+static void audio_edge(int port) {
+    vc_client *talker = NULL, *c = NULL;
+    talker_and_listener(port, "api-edge", &talker, &c);
+    edge_listener = c;
 
     /* Stream sample rates. */
     vc_stream_desc d = vc_stream_desc_default();
@@ -733,20 +741,12 @@ static void *nest_puller(void *arg) {
 
 static void callbacks_nested_in_pulls(int port) {
     vc_client *talker = NULL;
+    talker_and_listener(port, "api-nest", &talker, &nest_client);
     vc_client_config cfg = vc_client_config_default();
     cfg.external_playback = 1;
-    EXPECT(vc_client_create(&cfg, &talker), VC_OK);
-    EXPECT(vc_client_create(&cfg, &nest_client), VC_OK);
     vc_connect_params p = vc_connect_params_default();
     p.host = "127.0.0.1";
     p.port = (uint16_t)port;
-    p.username = "api-nest-talker";
-    EXPECT(vc_connect(talker, &p), VC_OK);
-    p.username = "api-nest-listener";
-    EXPECT(vc_connect(nest_client, &p), VC_OK);
-    EXPECT(vc_join_channel(talker, "Lobby"), VC_OK);
-    EXPECT(vc_join_channel(nest_client, "Lobby"), VC_OK);
-    EXPECT(vc_set_input_mode(talker, VC_INPUT_CONTINUOUS), VC_OK);
     vc_stream_desc d = vc_stream_desc_default();
     uint32_t sid = 0;
     EXPECT(vc_stream_start(talker, &d, &sid), VC_OK);
