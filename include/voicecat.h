@@ -610,7 +610,7 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * DISCONNECTED is queued (no GATE_CLOSED, TALK_STOP or REMOTE_STREAM_REMOVED for
  * what it ends), and the event callback is cleared first: it is not called for
  * it. Must not be called from inside a callback of the
- * same client (it is then ignored and an error is logged).
+ * same client (it is then ignored, an error is logged and vc_last_error says so).
  */
 void vc_client_destroy(vc_client *c);
 

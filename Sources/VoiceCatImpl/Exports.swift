@@ -312,11 +312,14 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
 public func vc_client_destroy(_ p: OpaquePointer?) {
     guard let (box, entry) = Registry.enter(p) else { return }
     let inside = box.client.onOwnThread
-    Registry.leave(entry)
     if inside {
-        ClientLog.log(0, "vc_client_destroy called from inside a callback of the same client; ignored")
-        return
+        // Logged (dropped when this is the log callback) and kept for vc_last_error.
+        let why = "vc_client_destroy called from inside a callback of the same client; ignored"
+        box.client.recordError(why)
+        ClientLog.log(0, why)
     }
+    Registry.leave(entry)
+    if inside { return }
     guard let retired = Registry.retire(p) else { return }
     try? box.client.setEventHandler(nil)   // refused only inside the per-speaker sink, which returned above
     box.client.shutdown()

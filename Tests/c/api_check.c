@@ -652,6 +652,9 @@ static void reentrant_log(void *user, int level, const char *message) {
     EXPECT(vc_stream_queued_ms(log_client, 4242, &ms), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_stop(log_client, 4242), VC_ERR_STATE);
     vc_client_destroy(log_client);
+    char why[200];
+    EXPECT(vc_last_error(log_client, why, sizeof why), VC_OK);   /* the line itself was dropped */
+    EXPECT(strstr(why, "vc_client_destroy called from inside a callback") != NULL, 1);
     vc_set_log_callback(replacement_log, NULL);
 }
 
