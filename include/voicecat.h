@@ -542,8 +542,9 @@ const char *vc_event_type_name(vc_event_type type);
 size_t vc_struct_size(const char *name);
 /**
  * Routes the library's log lines to `fn` (NULL = no logging, the default). Global
- * for the process. `fn` is called outside any lock of the library, from any thread
- * that logs, never from the audio path in steady state. A line logged while `fn`
+ * for the process. `fn` is called outside any lock of the library (but for a failing
+ * call made inside a per-speaker sink, which logs under that client's render lock),
+ * from any thread that logs, never from the audio path in steady state. A line logged while `fn`
  * runs on the same thread (a failing call made from inside it) is dropped rather
  * than passed to `fn` again. `fn` is a callback of every client: inside it the
  * functions that are not callback-safe return VC_ERR_STATE and vc_client_destroy is
@@ -610,7 +611,8 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * DISCONNECTED is queued (no GATE_CLOSED, TALK_STOP or REMOTE_STREAM_REMOVED for
  * what it ends), and the event callback is cleared first: it is not called for
  * it. Must not be called from inside a callback of the
- * same client (it is then ignored, an error is logged and vc_last_error says so).
+ * same client (it is then ignored, an error is logged, or dropped inside the log
+ * callback, and vc_last_error says so).
  */
 void vc_client_destroy(vc_client *c);
 
@@ -939,8 +941,8 @@ int vc_set_stream_state(vc_client *c, uint32_t stream_id, int muted, int hold);
  * it when this returns. 0, 0 lifts both. Returns VC_ERR_AUTH for a wrong admin
  * password (the server then answers this client's next admin requests only after a
  * growing delay, and closes the session after max_auth_failures wrong ones), and for
- * an empty one or a server without one (refused, not taken for a guess: no delay, no
- * close), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
+ * an empty one or a server without one (refused, not taken for a guess: it adds no
+ * delay and closes nothing), VC_ERR_NOT_FOUND (no such user), VC_ERR_STATE (not
  * connected), VC_ERR_TIMEOUT, VC_ERR_NETWORK (the connection ended before the
  * answer came), VC_ERR_INVALID_ARG (admin_password NULL or over 1024 bytes, muted or deafened not 0
  * or 1). Callback-safe: no.
@@ -1131,7 +1133,8 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * call, whose `frames` × channels are of the format in force when it is served (a
  * host that changes the channel count from another thread while it pulls must size
  * `out` for the larger, or not race the two).
- * Callback-safe: yes (except from the per-speaker sink).
+ * Callback-safe: yes (except from the per-speaker sink and the log callback, where it
+ * returns VC_ERR_STATE: the log callback may run on a thread that holds the render lock).
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
 
@@ -1195,8 +1198,9 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  *                                         pull after a pause keeps it away for 60 ms)
  * So it works with and without a consumer of the mix. The sink must not block; it
  * runs under the client's render lock, which none of the callback-safe functions
- * take (vc_read_mixed_pcm returns VC_ERR_STATE there), and the callback-unsafe ones
- * return VC_ERR_STATE there, on whatever thread it runs. Setting, replacing or
+ * take or wait for (vc_read_mixed_pcm and vc_set_event_callback return VC_ERR_STATE
+ * there), and the callback-unsafe ones return VC_ERR_STATE there, on whatever thread
+ * it runs. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
  * Returns VC_ERR_STATE from inside any callback of the client. Callback-safe: no.
  */
@@ -1297,9 +1301,10 @@ int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
  * callback first) is delivered there, one at a time, in order. Replacing or
  * clearing returns only after a running call of the previous callback has returned,
  * except from inside the callback itself (then it returns at once, also from a sink
- * called inside it). Callback-safe: yes, but from the per-speaker sink on another
- * thread (a host thread's vc_read_mixed_pcm) it returns VC_ERR_STATE: the sink runs
- * under the render lock, which a running event callback may be waiting for (a pull).
+ * called inside it). Callback-safe: yes, but from a per-speaker sink (of any client,
+ * on any thread) or the log callback it returns VC_ERR_STATE, unless called inside
+ * the event callback itself: a running event callback may be waiting for that thread
+ * (its pull waits for the render lock a per-speaker sink holds).
  */
 int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 

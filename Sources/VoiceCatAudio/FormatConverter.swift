@@ -184,7 +184,8 @@ public final class FormatConverter {
 
     /// Converts `frames` (at most maxInFrames) interleaved frames. Returns the
     /// converted block, valid until the next call (the input itself when nothing
-    /// changes).
+    /// changes): a buffer of the converter's own, which the caller may also write
+    /// until then (OutputStage fades a per-speaker block in place).
     public func convert(_ pcm: UnsafePointer<Int16>, frames: Int) -> (pcm: UnsafePointer<Int16>, frames: Int) {
         precondition(frames >= 0 && frames <= maxInFrames, "a block larger than the converter was built for")
         var p = pcm

@@ -239,6 +239,11 @@ final class OutputStage {
     /// a host thread, yet it is inside a callback of the client).
     var callingThreadIsInsideSpeakerSink: Bool { speakerSink.callingThreadIsInside }
 
+    /// Whether the calling thread runs any client's per-speaker sink: it holds that
+    /// client's render lock, so it must not wait for anything that may wait for a
+    /// render (an event callback that pulls), of this client or another.
+    static let insideSpeakerSink = ThreadFlag()
+
     // MARK: inputs
 
     /// vc_set_external_playback. Turning it off opens the device now; when it cannot,
@@ -295,8 +300,8 @@ final class OutputStage {
         try reconcileLock.withLock {
             if let box {
                 try prepareSpeakerConverters(wanted: true)
-                // Before the sink: a render that sees the serial but calls the sink it
-                // replaces fades that one's last block, never the new one's middle.
+                // Before the sink: a render that sees the serial but still calls the sink
+                // it replaces leaves the fade where it starts (handOutSpeakers).
                 speakerSinkSerial.store(box.serial, ordering: .releasing)
             }
             speakerSink.set(box)
@@ -553,6 +558,12 @@ final class OutputStage {
         if callingThreadIsInsideSpeakerSink {
             throw ClientError.state("vc_read_mixed_pcm cannot be called from inside the per-speaker sink")
         }
+        // The log callback may run while its thread holds a render lock (a failing call
+        // made from a per-speaker sink): a pull there could wait for a render that waits
+        // for it. It has no use there.
+        if ClientLog.callingThreadIsInside {
+            throw ClientError.state("vc_read_mixed_pcm cannot be called from inside the log callback")
+        }
         if let e = refusal() { throw e }
         renderLock.lock()
         defer { renderLock.unlock() }
@@ -691,6 +702,7 @@ final class OutputStage {
             speakerServed = serial
             speakerFadeDone = fadeFrom < OutputStage.tapFadeFrames ? Int.max : 0
         }
+        var servedNew = false, servedOld = false
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.tapFrames > 0 else { continue }
@@ -711,14 +723,24 @@ final class OutputStage {
             guard frames > 0 else { continue }
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
             if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
+            OutputStage.insideSpeakerSink.enter()
             speakerSink.call { box in
-                // The block is the tap's or the converter's buffer, written again next block.
-                FadeIn.apply(UnsafeMutablePointer(mutating: pcm), frames: frames, channels: channels, done: speakerFadeDone,
-                             total: FadeIn.frames(at: format.sampleRate))
+                if box.serial == serial {
+                    // The tap's or the converter's buffer: the caller's until its next block.
+                    FadeIn.apply(UnsafeMutablePointer(mutating: pcm), frames: frames, channels: channels, done: speakerFadeDone,
+                                 total: FadeIn.frames(at: format.sampleRate))
+                    servedNew = true
+                } else {
+                    servedOld = true   // the sink being replaced (set between the serial and the box)
+                }
                 box.deliver(block)
             }
+            OutputStage.insideSpeakerSink.leave()
         }
-        if speakerFadeDone < FadeIn.frames(at: format.sampleRate) { speakerFadeDone += rendered * format.sampleRate / 48000 }
+        // The fade goes on with the render's clock, unless only the sink it replaces was called.
+        if speakerFadeDone < FadeIn.frames(at: format.sampleRate) && (servedNew || !servedOld) {
+            speakerFadeDone += rendered * format.sampleRate / 48000
+        }
         // The fade runs on the render's clock: a stream that starts later starts as
         // its codec starts it, unfaded.
         if fadeFrom < OutputStage.tapFadeFrames { tapFadeDone = fadeFrom + rendered }

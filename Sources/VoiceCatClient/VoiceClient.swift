@@ -202,9 +202,13 @@ public final class VoiceClient {
     /// which runs under the render lock: the event callback may be waiting for that lock
     /// (a pull), and the wait here for it would never end.
     public func setEventHandler(_ h: ((ClientEvent) -> Void)?) throws {
-        if output.callingThreadIsInsideSpeakerSink && !events.callback.callingThreadIsInside {
+        // Waiting for a running event callback is not possible where that callback may be
+        // waiting for this thread: inside a per-speaker sink (of any client: it holds a
+        // render lock an event callback's pull takes) or inside the log callback (it may
+        // run on such a thread, or an event callback may be waiting to replace it).
+        if (OutputStage.insideSpeakerSink.isSet || ClientLog.callingThreadIsInside) && !events.callback.callingThreadIsInside {
             throw fail(.state("vc_set_event_callback cannot wait for the event callback from inside the per-speaker sink "
-                              + "(it runs under the render lock, which the event callback may be waiting for)"))
+                              + "or the log callback (the event callback may be waiting for this thread)"))
         }
         events.callback.set(h.map(EventHandlerBox.init))
     }

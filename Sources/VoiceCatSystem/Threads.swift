@@ -48,6 +48,13 @@ private let insideCallbackKey: pthread_key_t = {
     return k
 }()
 
+/// One CallbackCell call on the calling thread's stack: its cell and the frame of the
+/// call it is nested in (insideCallbackKey).
+private struct CallFrame {
+    let cell: UnsafeRawPointer
+    let outer: UnsafeMutableRawPointer?
+}
+
 /// A callback (held in an immutable box) called by one reader thread at a time
 /// without locks or reference counting, and replaced by any thread with the
 /// guarantee that the old box is no longer in use when `set` returns.
@@ -58,11 +65,6 @@ private let insideCallbackKey: pthread_key_t = {
 /// releases the old box. A setter running inside the call itself (the reader's own
 /// thread) cannot wait for itself: the old box is released by the reader after the
 /// call returns.
-private struct CallFrame {
-    let cell: UnsafeRawPointer
-    let outer: UnsafeMutableRawPointer?
-}
-
 public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
     private let current = Atomic<UnsafeMutableRawPointer?>(nil)
     private let busy = Atomic<Bool>(false)
@@ -108,8 +110,8 @@ public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
         withUnsafeMutablePointer(to: &frame) { f in
             pthread_setspecific(insideCallbackKey, UnsafeRawPointer(f))
             Unmanaged<Box>.fromOpaque(p)._withUnsafeGuaranteedRef { body($0) }
+            pthread_setspecific(insideCallbackKey, outer)   // before `f` goes out of scope
         }
-        pthread_setspecific(insideCallbackKey, outer)
         busy.store(false, ordering: .sequentiallyConsistent)
         if let d = deferredRelease {
             deferredRelease = nil
@@ -137,6 +139,21 @@ public final class CallbackCell<Box: AnyObject>: @unchecked Sendable {
         }
         Unmanaged<Box>.fromOpaque(old).release()
     }
+}
+
+/// A per-thread depth counter (thread-local storage, no allocation): whether the calling
+/// thread is inside some region, nested or not.
+public final class ThreadFlag: @unchecked Sendable {
+    private let key: pthread_key_t
+    public init() {
+        var k = pthread_key_t()
+        precondition(pthread_key_create(&k, nil) == 0, "pthread_key_create failed")
+        key = k
+    }
+    public func enter() { pthread_setspecific(key, UnsafeRawPointer(bitPattern: depth + 1)) }
+    public func leave() { pthread_setspecific(key, depth > 1 ? UnsafeRawPointer(bitPattern: depth - 1) : nil) }
+    public var isSet: Bool { depth > 0 }
+    private var depth: Int { Int(bitPattern: pthread_getspecific(key)) }
 }
 
 /// A stop flag shared with a worker thread; read every period, so lock-free.

@@ -317,8 +317,8 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
     EXPECT(strstr(reason, "admin_password is 70000 bytes (at most 1024)") != NULL, 1);
     free(huge_pw);
-    /* This server has no admin password: every admin request is refused (one try: the
-     * server closes a session after max_auth_failures wrong admin passwords). */
+    /* This server has no admin password: every admin request is refused (and not taken
+     * for a guess: it adds no delay and closes nothing). */
     EXPECT(vc_admin_set_server_mute(c, me, 1, 0, "pw"), VC_ERR_AUTH);
     EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
     EXPECT(strstr(reason, "admin password") != NULL, 1);
@@ -651,8 +651,15 @@ static void reentrant_log(void *user, int level, const char *message) {
     uint32_t ms = 0;
     EXPECT(vc_stream_queued_ms(log_client, 4242, &ms), VC_ERR_NOT_FOUND);
     EXPECT(vc_stream_stop(log_client, 4242), VC_ERR_STATE);
-    vc_client_destroy(log_client);
+    /* Nor may it wait for a render or for the event callback: it may run on a thread
+     * that holds a render lock, or be what a running event callback waits for. */
+    int16_t pcm[960 * 2];
     char why[200];
+    EXPECT(vc_read_mixed_pcm(log_client, pcm, 960), VC_ERR_STATE);
+    EXPECT(vc_last_error(log_client, why, sizeof why), VC_OK);
+    EXPECT(strstr(why, "log callback") != NULL, 1);
+    EXPECT(vc_set_event_callback(log_client, NULL, NULL), VC_ERR_STATE);
+    vc_client_destroy(log_client);
     EXPECT(vc_last_error(log_client, why, sizeof why), VC_OK);   /* the line itself was dropped */
     EXPECT(strstr(why, "vc_client_destroy called from inside a callback") != NULL, 1);
     vc_set_log_callback(replacement_log, NULL);
@@ -710,9 +717,10 @@ static void event_callback_clear_waits(int port) {
  * sink holds the render lock, which the event callback's pull may be waiting for, so
  * re-setting the event callback there is refused rather than waited out (both threads
  * stopped for good), and so is a drain (it stalled the render). */
-static vc_client *nest_client;
+static vc_client *nest_client, *nest_other;
 static pthread_t nest_host;
-static atomic_int nest_stop, nest_ev_pulls, nest_set_inside_event, nest_set_refused, nest_drain_refused, nest_host_pulls;
+static atomic_int nest_stop, nest_ev_pulls, nest_set_inside_event, nest_set_refused, nest_drain_refused, nest_host_pulls,
+    nest_other_refused;
 
 static void nest_event(void *user, const vc_event *e) {
     (void)user; (void)e;
@@ -726,6 +734,8 @@ static void nest_speaker(void *user, uint32_t ssrc, uint32_t user_id, vc_stream_
     if (pthread_equal(pthread_self(), nest_host)) {
         if (vc_set_event_callback(nest_client, nest_event, NULL) == VC_ERR_STATE) atomic_fetch_add(&nest_set_refused, 1);
         if (vc_stream_drain(nest_client, 1, 1000) == VC_ERR_STATE) atomic_fetch_add(&nest_drain_refused, 1);
+        /* Another client's event callback could be pulling this client's mix. */
+        if (vc_set_event_callback(nest_other, NULL, NULL) == VC_ERR_STATE) atomic_fetch_add(&nest_other_refused, 1);
     } else if (vc_set_event_callback(nest_client, nest_event, NULL) == VC_OK) {
         atomic_fetch_add(&nest_set_inside_event, 1);
     }
@@ -745,6 +755,7 @@ static void *nest_puller(void *arg) {
 static void callbacks_nested_in_pulls(int port) {
     vc_client *talker = NULL;
     talker_and_listener(port, "api-nest", &talker, &nest_client);
+    nest_other = talker;
     vc_client_config cfg = vc_client_config_default();
     cfg.external_playback = 1;
     vc_connect_params p = vc_connect_params_default();
@@ -778,6 +789,7 @@ static void callbacks_nested_in_pulls(int port) {
     EXPECT(atomic_load(&nest_set_inside_event) >= 1, 1);
     EXPECT(atomic_load(&nest_set_refused) >= 1, 1);
     EXPECT(atomic_load(&nest_drain_refused) >= 1, 1);
+    EXPECT(atomic_load(&nest_other_refused) >= 1, 1);
     vc_client_destroy(nest_client);
     vc_client_destroy(talker);
 }

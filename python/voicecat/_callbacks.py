@@ -164,9 +164,11 @@ def set_log_handler(fn: Optional[Callable[[LogLevel, str], None]]) -> None:
     """Sends the library's log lines to ``fn(level, message)``; None restores the default,
     :func:`route_to_logging`. Global for the process.
 
-    ``fn`` runs on whichever thread logs (library threads included). If it raises, it is
-    disabled and the exception is raised, as :class:`CallbackError`, from the next call
-    on any client or of any module function.
+    ``fn`` runs on whichever thread logs (library threads included), as a callback of
+    every client: inside it, calls that are not callback-safe raise StateError (as in
+    any callback), and so does ``read_mix``. If it raises, it is disabled and the
+    exception is raised, as :class:`CallbackError`, from the next call on any client or
+    of any module function.
     """
     global _log_handler, _log_cfunc
     if fn is not None:

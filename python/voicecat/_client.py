@@ -1222,16 +1222,23 @@ class Client:
         """Calls ``fn(event)`` for every event, on the client's network thread, in order
         (None clears). It must not block (media waits meanwhile), and only callback-safe
         calls may be made from it. Events are also queued for :meth:`poll_event` either way.
-        TypeError when ``fn`` is not callable."""
+        TypeError when ``fn`` is not callable. From inside a per-speaker sink or the log
+        handler it may raise StateError (the library cannot wait there for a running event
+        handler); the previous handler then stays."""
         _raise_pending(self._core)
         if self.closed:
             raise StateError(ErrorCode.STATE, "the client is closed")
         if fn is not None:
             require_callable(fn, "set_event_handler")
         handler = Guarded("event handler", fn, self._core.failures) if fn is not None else None
+        previous = (self._event_guard, self._core.event_handler)
         self._event_guard = handler
         self._core.event_handler = weakref.ref(handler) if handler is not None else None
-        _update_event_callback(self._core)
+        try:
+            _update_event_callback(self._core)
+        except BaseException:
+            self._event_guard, self._core.event_handler = previous
+            raise
 
     def poll_event(self, timeout: Optional[float] = 0.0) -> Optional[Event]:
         """The oldest queued event, waiting up to ``timeout`` seconds (None or
