@@ -231,7 +231,8 @@ typedef enum vc_event_type {
 
 /** Client settings. Get defaults from vc_client_config_default(). */
 typedef struct vc_client_config {
-    const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat"; at most 256 bytes */
+    const char *client_name;       /**< sent to the server; copied; NULL = "libvoicecat"; at most 256
+                                        bytes of UTF-8 without control characters */
     uint32_t keepalive_ms;         /**< TCP ping period and idle UDP keepalive period; default 5000, at
                                         least 50 (VC_ERR_INVALID_ARG). Keep it well under the server's idle
                                         limit (voicecat-server's reap_seconds, 30 s by default): a session

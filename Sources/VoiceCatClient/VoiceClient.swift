@@ -133,9 +133,7 @@ public final class VoiceClient {
         guard config.talkHangoverMs <= 5000 else {
             throw ClientError.invalidArgument("talk_hangover_ms must be at most 5000 (got \(config.talkHangoverMs))")
         }
-        if let p = RequestTextRules.problem(config.clientName, what: "client_name", maxBytes: RequestTextRules.maxClientNameBytes) {
-            throw ClientError.invalidArgument(p)
-        }
+        if let p = RequestTextRules.clientNameProblem(config.clientName) { throw ClientError.invalidArgument(p) }
         guard config.keepaliveMs >= 50 else { throw ClientError.invalidArgument("keepalive_ms must be at least 50 (got \(config.keepaliveMs))") }
         guard FormatConverter.qualities.contains(config.resamplerQuality) else {
             throw ClientError.invalidArgument("resampler_quality must be within 0..10 (got \(config.resamplerQuality))")

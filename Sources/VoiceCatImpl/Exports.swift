@@ -281,7 +281,10 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
         out.pointee = nil
         var c = ClientConfig()
         if let cfg {
-            if let n = cfg.pointee.client_name { c.clientName = String(cString: n) }
+            if let n = cfg.pointee.client_name {
+                guard let name = String(validatingCString: n) else { throw invalid("client_name is not valid UTF-8") }
+                c.clientName = name
+            }
             c.keepaliveMs = cfg.pointee.keepalive_ms
             c.maxRemoteStreams = Int(cfg.pointee.max_remote_streams)
             c.eventQueueSize = Int(cfg.pointee.event_queue_size)

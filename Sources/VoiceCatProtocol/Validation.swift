@@ -45,6 +45,15 @@ public enum RequestTextRules {
     public static func problem(_ text: String, what: String, maxBytes: Int) -> String? {
         text.utf8.count > maxBytes ? "\(what) is \(text.utf8.count) bytes (at most \(maxBytes))" : nil
     }
+
+    /// The client's name: shown by servers and tools, so no control characters either.
+    public static func clientNameProblem(_ name: String) -> String? {
+        if let p = problem(name, what: "client_name", maxBytes: maxClientNameBytes) { return p }
+        if let c = name.unicodeScalars.first(where: NameRules.isControl) {
+            return "client_name contains the control character U+\(NameRules.hex4(c.value))"
+        }
+        return nil
+    }
 }
 
 /// Upper bounds on what a server may send (a client keeps memory and UI text bounded).

@@ -162,6 +162,10 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
         EXPECT(strcmp(buf, "vc_client_create: client_name is 70000 bytes (at most 256)"), 0);
         free(huge);
+        cd.client_name = "bot\033[31m";            /* shown by servers and tools */
+        EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
+        cd.client_name = "bot\xff";
+        EXPECT(vc_client_create(&cd, &bad_cfg), VC_ERR_INVALID_ARG);
     }
     cd = vc_client_config_default();
     cd.max_remote_streams = 0;                   /* 1..1024 */
