@@ -42,16 +42,16 @@ import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 
+/// Sinks are numbered as made (an address may be reused), so a render can tell a new
+/// sink from the one it served last (and fade the new one in). One count for both kinds.
+private let sinksMade = Atomic<UInt64>(0)
+private func nextSinkSerial() -> UInt64 { sinksMade.wrappingAdd(1, ordering: .relaxed).newValue }
+
 /// The host's mixed-output sink: interleaved PCM, frames, channels.
 public final class SinkBox {
     let deliver: (UnsafePointer<Int16>, Int, Int) -> Void
-    /// Which sink this is (boxes are numbered as made: an address may be reused).
-    let serial: UInt64
-    private static let made = Atomic<UInt64>(0)
-    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int, Int) -> Void) {
-        self.deliver = deliver
-        serial = SinkBox.made.wrappingAdd(1, ordering: .relaxed).newValue
-    }
+    let serial = nextSinkSerial()
+    public init(_ deliver: @escaping (UnsafePointer<Int16>, Int, Int) -> Void) { self.deliver = deliver }
 }
 
 /// One block of one remote stream for the per-speaker sink: decoded, after the
@@ -68,13 +68,8 @@ public struct SpeakerBlock {
 /// The host's per-speaker sink.
 public final class SpeakerSinkBox {
     let deliver: (SpeakerBlock) -> Void
-    /// Which sink this is (numbered as made, as SinkBox).
-    let serial: UInt64
-    private static let made = Atomic<UInt64>(0)
-    public init(_ deliver: @escaping (SpeakerBlock) -> Void) {
-        self.deliver = deliver
-        serial = SpeakerSinkBox.made.wrappingAdd(1, ordering: .relaxed).newValue
-    }
+    let serial = nextSinkSerial()
+    public init(_ deliver: @escaping (SpeakerBlock) -> Void) { self.deliver = deliver }
 }
 
 /// The format of the PCM handed to the host (sinks, pulls, recordings).
@@ -703,6 +698,8 @@ final class OutputStage {
             speakerFadeDone = fadeFrom < OutputStage.tapFadeFrames ? Int.max : 0
         }
         var servedNew = false, servedOld = false
+        OutputStage.insideSpeakerSink.enter()
+        defer { OutputStage.insideSpeakerSink.leave() }
         for i in 0..<slots.count {
             let s = slots[i]
             guard s.tapFrames > 0 else { continue }
@@ -723,7 +720,6 @@ final class OutputStage {
             guard frames > 0 else { continue }
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
             if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
-            OutputStage.insideSpeakerSink.enter()
             speakerSink.call { box in
                 if box.serial == serial {
                     // The tap's or the converter's buffer: the caller's until its next block.
@@ -735,7 +731,6 @@ final class OutputStage {
                 }
                 box.deliver(block)
             }
-            OutputStage.insideSpeakerSink.leave()
         }
         // The fade goes on with the render's clock, unless only the sink it replaces was called.
         if speakerFadeDone < FadeIn.frames(at: format.sampleRate) && (servedNew || !servedOld) {

@@ -196,9 +196,7 @@ public final class VoiceClient {
     public var isConnected: Bool { cond.withLock { phase == .connected } }
 
     /// Sets or clears the event callback; returns once a running call of the previous one
-    /// has returned (at once from inside it). Refused from inside the per-speaker sink,
-    /// which runs under the render lock: the event callback may be waiting for that lock
-    /// (a pull), and the wait here for it would never end.
+    /// has returned (at once from inside it).
     public func setEventHandler(_ h: ((ClientEvent) -> Void)?) throws {
         // Waiting for a running event callback is not possible where that callback may be
         // waiting for this thread: inside a per-speaker sink (of any client: it holds a
