@@ -612,8 +612,10 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * DISCONNECTED is queued (no GATE_CLOSED, TALK_STOP or REMOTE_STREAM_REMOVED for
  * what it ends), and the event callback is cleared first: it is not called for
  * it. Must not be called from inside a callback of the
- * same client (it is then ignored, an error is logged, or dropped inside the log
- * callback, and vc_last_error says so).
+ * same client, nor from inside any client's per-speaker sink (vc_remote_stream_sink_fn:
+ * that thread holds a render lock the destroyed client's event callback may be waiting
+ * for). It is then ignored, an error is logged (dropped inside the log callback) and
+ * vc_last_error(c, ...) says so.
  */
 void vc_client_destroy(vc_client *c);
 
@@ -1201,7 +1203,7 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  * runs under the client's render lock, which none of the callback-safe functions
  * take or wait for (vc_read_mixed_pcm and vc_set_event_callback return VC_ERR_STATE
  * there), and the callback-unsafe ones return VC_ERR_STATE there, on whatever thread
- * it runs. Setting, replacing or
+ * it runs; vc_client_destroy is ignored there, for any client. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
  * Returns VC_ERR_STATE from inside any callback of the client. Callback-safe: no.
  */

@@ -189,6 +189,12 @@ public final class VoiceClient {
         callerRole != nil || output.callingThreadIsInsideSpeakerSink || ClientLog.callingThreadIsInside
     }
 
+    /// True where destroying this client could wait for the calling thread: on its own
+    /// threads and callbacks, and inside any client's per-speaker sink (that thread holds
+    /// a render lock which this client's event callback, pulling that mix, may wait for
+    /// while destroy waits for the event callback).
+    public var destroyWouldWaitForCaller: Bool { onOwnThread || OutputStage.insideSpeakerSink.isSet }
+
     public func refuseInCallback(_ what: String) throws {
         if onOwnThread { throw fail(.state("\(what) cannot be called from inside a callback")) }
     }

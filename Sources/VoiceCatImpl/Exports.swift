@@ -314,17 +314,19 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
 @_cdecl("vc_client_destroy")
 public func vc_client_destroy(_ p: OpaquePointer?) {
     guard let (box, entry) = Registry.enter(p) else { return }
-    let inside = box.client.onOwnThread
+    let inside = box.client.destroyWouldWaitForCaller
     if inside {
         // Logged (dropped when this is the log callback) and kept for vc_last_error.
-        let why = "vc_client_destroy called from inside a callback of the same client; ignored"
+        let why = box.client.onOwnThread
+            ? "vc_client_destroy called from inside a callback of the same client; ignored"
+            : "vc_client_destroy called from inside a per-speaker sink (of another client); ignored"
         box.client.recordError(why)
         ClientLog.log(0, why)
     }
     Registry.leave(entry)
     if inside { return }
     guard let retired = Registry.retire(p) else { return }
-    try? box.client.setEventHandler(nil)   // refused only inside a callback, which returned above
+    try? box.client.setEventHandler(nil)   // refused only where destroy is, which returned above
     box.client.shutdown()
     Registry.free(retired)
 }
