@@ -191,8 +191,18 @@ extension ReceiveSet {
     /// Reads every datagram waiting (token held): voice frames go to their slots, the
     /// other authentic-looking ones to `other` (datagram, header, arrival time ns).
     func readHeld(other: (UnsafeMutableRawBufferPointer, FrameHeader, UInt64) -> Void) {
+        // What every datagram needs, taken once per read (the token holds it still),
+        // and the counters added once: per datagram each cost a retain or an atomic add
+        // on lines the network thread reads.
+        let input = self.input
         guard let sock = input.socket else { return }
+        let key = input.key
         let rx = input.rx
+        var packets: UInt64 = 0, bytes: UInt64 = 0
+        defer {
+            input.packetsIn.wrappingAdd(packets, ordering: .relaxed)
+            input.bytesIn.wrappingAdd(bytes, ordering: .relaxed)
+        }
         for _ in 0..<(MediaInput.maxPerRead / MediaInput.batch) {
             guard let got = try? rx.receive(from: sock), got > 0 else { return }
             // The kernel stamps arrivals on the realtime clock; the jitter buffer and the
@@ -211,10 +221,10 @@ extension ReceiveSet {
                     arrivalNs = monoNs
                 }
                 guard let h = try? FrameHeader.parse(UnsafeRawBufferPointer(d)) else { continue }
-                input.packetsIn.wrappingAdd(1, ordering: .relaxed)
-                input.bytesIn.wrappingAdd(UInt64(d.count), ordering: .relaxed)
+                packets &+= 1
+                bytes &+= UInt64(d.count)
                 if h.type == .voice {
-                    handOver(d, h, arrivalNs: arrivalNs)
+                    handOver(d, h, key: key, arrivalNs: arrivalNs)
                 } else {
                     other(d, h, arrivalNs)
                 }
@@ -224,8 +234,8 @@ extension ReceiveSet {
     }
 
     /// One voice datagram to its slot's inbox (token held).
-    private func handOver(_ d: UnsafeMutableRawBufferPointer, _ h: FrameHeader, arrivalNs: UInt64) {
-        guard let idx = slotIndex(ssrc: h.ssrc), let key = input.key else { return }
+    private func handOver(_ d: UnsafeMutableRawBufferPointer, _ h: FrameHeader, key: SymmetricKey?, arrivalNs: UInt64) {
+        guard let idx = slotIndex(ssrc: h.ssrc), let key else { return }
         let opened: (header: FrameHeader, length: Int)
         do { opened = try MediaCrypto.open(d, key: key) } catch {
             input.authFailures.wrappingAdd(1, ordering: .relaxed)

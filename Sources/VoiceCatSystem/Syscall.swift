@@ -54,13 +54,16 @@ public enum MonotonicClock {
     public static func milliseconds() -> UInt64 { nanoseconds() / 1_000_000 }
 }
 
-/// A pthread mutex. Used on control paths only (never on the audio path).
+/// A pthread mutex. On the audio path only as a receive slot's own lock (the renderer
+/// takes it per slot per block; other threads hold it for short steps that never block
+/// or allocate: configuring the slot, reading its statistics); never a process-wide one.
 public final class Lock: @unchecked Sendable {
-    private let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    @usableFromInline let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     public init() { pthread_mutex_init(m, nil) }
     deinit { pthread_mutex_destroy(m); m.deallocate() }
-    public func lock() { pthread_mutex_lock(m) }
-    public func unlock() { pthread_mutex_unlock(m) }
+    // Inlinable: a call into this module would retain the lock around it.
+    @inlinable public func lock() { pthread_mutex_lock(m) }
+    @inlinable public func unlock() { pthread_mutex_unlock(m) }
     /// Takes the lock if it is free; false (not taken) when another thread holds it.
     public func tryLock() -> Bool { pthread_mutex_trylock(m) == 0 }
     @inline(__always)
