@@ -81,8 +81,9 @@
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
 //     dropping a DTX or quiet frame (a small packet, or after the renderer reported
-//     a quiet one); and only once it has lasted `catchUpTicks` by skipping a frame
-//     the network lost, or else dropping one buffered frame. Frames a spike
+//     a quiet one); and only once it has lasted `catchUpTicks` (a single period of
+//     it, when the renderer reports levels, `quietCatchUpTicks`: it waits for a pause)
+//     by skipping a frame the network lost, or else dropping one buffered frame. Frames a spike
 //     delivered in a burst are played, not thrown away by a jump of the clock.
 //     Beyond the bound, though (a cushion more than a period over the upper bound,
 //     500 ms by default: a path or server that stopped and then gave its backlog
@@ -222,6 +223,14 @@ public final class JitterBuffer {
         public var fecMemoryFrames = 50
         /// Excess must last this many ticks before a buffered frame is dropped for it.
         public var catchUpTicks = 100
+        /// ...unless the consumer reports the level of what it plays (reportPlayedLevel)
+        /// and the excess is a single period: then a frame it is cheap to drop (after
+        /// quiet ones, DTX, small) is waited for up to this many ticks (10 s of 20 ms
+        /// frames). Speech pauses within seconds; a voiced frame dropped mid-word is a
+        /// 20 ms jump a listener hears, a period of delay for a few seconds more is
+        /// not. A consumer that reports nothing would only add delay by waiting: it
+        /// keeps `catchUpTicks` (bench-jitter's, whose frames carry no audio).
+        public var quietCatchUpTicks = 500
         /// A frame that is missing with nothing newer buffered is waited for while the
         /// cushion stays below target + waitTicks.
         public var waitTicks = 1.0
@@ -375,6 +384,8 @@ public final class JitterBuffer {
     private var excessTicks = 0
     private var packetBytesAverage = 0.0
     private var lastPlayedQuiet = false
+    /// The consumer reports levels (reportPlayedLevel was called since the reset).
+    private var levelsReported = false
 
     public init(capacity: Int = 64, maxPayload: Int = 1500, frameSamples: Int = 960) {
         self.capacity = capacity
@@ -423,7 +434,7 @@ public final class JitterBuffer {
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
         starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan
-        packetBytesAverage = 0; lastPlayedQuiet = false
+        packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
         seeded = false
         lastObservedMs = -.infinity
@@ -560,10 +571,12 @@ public final class JitterBuffer {
     /// Periods of comfort noise left in a DTX pause.
     private var comfortNoiseTicks = 0
 
-    /// The renderer's verdict on the frame it just decoded: quiet (below speech
-    /// level) or not. A quiet frame makes the next catch-up drop inaudible enough to
-    /// take at once. Optional: without it packet sizes and DTX flags are used.
-    public func reportPlayedLevel(quiet: Bool) { lastPlayedQuiet = quiet }
+    /// The renderer's verdict on what it just played: quiet (a pause in the speech)
+    /// or not. A quiet frame makes the next catch-up drop inaudible enough to take at
+    /// once, and a consumer that reports levels lets a one-period excess wait for such
+    /// a moment (`quietCatchUpTicks`). Optional: without it packet sizes and DTX flags
+    /// are used.
+    public func reportPlayedLevel(quiet: Bool) { lastPlayedQuiet = quiet; levelsReported = true }
 
     // MARK: Insert
 
@@ -994,9 +1007,12 @@ public final class JitterBuffer {
         if let s = slot(at: nextTS) {
             starvedTicks = 0
             // Excess: drop this frame (its successor plays in its place), at once when
-            // it is cheap to lose, else once the excess has lasted catchUpTicks.
+            // it is cheap to lose, else once the excess has lasted catchUpTicks (a single
+            // period of it, with levels reported, quietCatchUpTicks).
+            let patience = levelsReported && c < target + 2 + tuning.hysteresisTicks
+                ? max(tuning.catchUpTicks, tuning.quietCatchUpTicks) : tuning.catchUpTicks
             if let succ = successor, excessTicks > 0,
-               excessTicks >= tuning.catchUpTicks || isCheapToDrop(s) {
+               excessTicks >= patience || isCheapToDrop(s) {
                 release(s)
                 stats.skipped += 1
                 excessTicks = 0

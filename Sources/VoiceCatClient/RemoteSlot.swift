@@ -24,6 +24,12 @@ final class RemoteSlot {
     private var fifoCount = 0
     /// The last frame decoded was silence (nothing to play): what the FIFO holds of it is.
     private var lastDecodeSilent = true
+    /// The last block rendered was quiet (peak below `quietPeak`).
+    private var lastBlockQuiet = false
+    /// A block whose peak is below this (−40 dBFS) is a pause in the speech: after two
+    /// such blocks in a row, the jitter buffer drops a frame to shed excess delay where
+    /// it is not heard (after one, it may be the gap before a word's onset).
+    static let quietPeak: Float = 0.01
 
     // Identity (written by the network thread under `lock`).
     var active = false
@@ -160,7 +166,7 @@ final class RemoteSlot {
         overflowsSeen = 0
         reportHold = 0
         decoder.setChannels(channels)   // a mono stream decodes mono: cheaper
-        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true
+        fifoRead = 0; fifoCount = 0; lastDecodeSilent = true; lastBlockQuiet = false
         replay = ReplayWindow()
         lastPacketMs.store(0, ordering: .relaxed)
         talking = false
@@ -268,6 +274,9 @@ final class RemoteSlot {
             }
         }
         level = BlockLevel(rms: frames > 0 ? min(Float((sumSquares / Double(frames * 2)).squareRoot()), 1) : 0, peak: min(peak, 1))
+        let quiet = peak < RemoteSlot.quietPeak
+        jitter.reportPlayedLevel(quiet: quiet && lastBlockQuiet)
+        lastBlockQuiet = quiet
         levelAtNs = UInt64(max(0, nowMs) * 1e6)   // the render's time: no clock read per stream
         if tapping {
             tapFrames = frames

@@ -506,6 +506,46 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(steps, [200 + catchUp - 1, 200 + 2 * catchUp - 1, 200 + 3 * catchUp - 1])
     }
 
+    func testASinglePeriodOfExcessWaitsForAPauseWhenTheRendererReportsLevels() {
+        // A clean path whose delay drops by one period at frame 200: the cushion is a
+        // period too deep. Without level reports it is shed after `catchUpTicks`, by
+        // dropping whatever frame plays then (mid-word, in speech: a 20 ms jump a
+        // listener hears). A renderer that reports levels has it shed at the first
+        // quiet moment (here from tick 400), and, were there none, after
+        // `quietCatchUpTicks`. A deeper excess keeps `catchUpTicks` either way.
+        func steps(dropBy periods: Int, report: ((Int) -> Bool)?) -> (ticks: [Int], skipped: UInt64) {
+            var trace: [Sent] = []
+            for f in 0..<1200 { trace.append(Sent(frame: f, arrival: f < 200 ? f + periods : f, flags: f == 0 ? .marker : [])) }
+            trace[1199].flags.insert(.lastFrame)
+            let jb = JitterBuffer(frameSamples: 960)
+            var out: [Int?] = []
+            for k in 0..<1210 {
+                out += drive(jb, trace, k..<(k + 1))
+                if let report { jb.reportPlayedLevel(quiet: report(k)) }
+            }
+            var ticks: [Int] = []
+            var last: Int? = nil
+            for (tick, i) in out.enumerated() {
+                guard let i, i >= 0 else { continue }
+                if let l = last, tick - i != l { ticks.append(tick) }
+                last = tick - i
+            }
+            return (ticks, jb.stats.skipped)
+        }
+        let catchUp = JitterBuffer.Tuning().catchUpTicks, patience = JitterBuffer.Tuning().quietCatchUpTicks
+        XCTAssertGreaterThan(patience, catchUp)
+        let unreported = steps(dropBy: 1, report: nil)
+        XCTAssertEqual(unreported.ticks, [200 + catchUp - 1])
+        let pause = steps(dropBy: 1, report: { $0 >= 400 })
+        XCTAssertEqual(pause.ticks, [401], "dropped after the first quiet frame, not mid-word at \(200 + catchUp - 1)")
+        XCTAssertEqual(pause.skipped, 1)
+        let loud = steps(dropBy: 1, report: { _ in false })
+        XCTAssertEqual(loud.ticks, [200 + patience - 1], "no pause came: shed after quietCatchUpTicks")
+        let deep = steps(dropBy: 3, report: { _ in false })
+        XCTAssertEqual(deep.ticks.first, 200 + catchUp - 1, "three periods of excess: shed as before")
+        XCTAssertEqual(deep.skipped, 3)
+    }
+
     func testBeyondTheTargetAMissingFrameIsWaitedForOnlyWhenLateFramesComeSoon() {
         // A continuous stream on time but for one frame in 67, which comes late. The
         // target (98 %) covers the on-time frames only. When the late frames come one
