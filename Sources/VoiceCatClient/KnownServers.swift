@@ -38,8 +38,9 @@ enum KnownServers {
         let bytes: [UInt8]?
         do { bytes = try Files.read(path) } catch { throw ClientError.auth("cannot read the known-servers file \(path): \(error)") }
         guard let bytes else { return nil }
-        for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
-            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+        // Lines end with LF or CRLF (a file edited on another system).
+        for line in String(decoding: bytes, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r\n" }) {
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
             guard fields.count >= 2, !fields[0].hasPrefix("#"), fields[0] == Substring(key) else { continue }
             return fields[1].lowercased()
         }
@@ -54,7 +55,17 @@ enum KnownServers {
             throw ClientError.auth("cannot write the known-servers file \(path): \(String(cString: strerror(errno)))")
         }
         defer { close(fd) }
-        let line = Array("\(key) \(fingerprint)\n".utf8)
+        // A file whose last line has no line end (written by hand) gets one first:
+        // appended to that line, the new entry would spoil both.
+        var st = stat()
+        var lastByte: UInt8 = 0
+        let needsNewline = fstat(fd, &st) == 0 && st.st_size > 0 && {
+            let rfd = open(path, O_RDONLY | O_CLOEXEC)
+            guard rfd >= 0 else { return false }
+            defer { close(rfd) }
+            return pread(rfd, &lastByte, 1, st.st_size - 1) == 1 && lastByte != UInt8(ascii: "\n")
+        }()
+        let line = Array("\(needsNewline ? "\n" : "")\(key) \(fingerprint)\n".utf8)
         let n = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard n == line.count else { throw ClientError.auth("cannot write the known-servers file \(path)") }
     }

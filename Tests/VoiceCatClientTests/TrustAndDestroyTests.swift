@@ -70,6 +70,35 @@ final class TrustAndDestroyTests: XCTestCase {
         XCTAssertTrue(recorded.contains("127.0.0.1:\(port) \(second.fingerprint)"), recorded)
     }
 
+    func testKnownServersFileEditedByHandWithCRLFLinesOrNoFinalLineEnd() throws {
+        let dir = TestEnvironment.makeDirectory()
+        let store = dir + "/known_servers"
+        let server = try HostileServer()
+        defer { server.stop() }
+        let c = try VoiceClient(config: .testing(knownServers: store))
+        defer { c.shutdown() }
+        func connect() throws {
+            try c.connect(host: "127.0.0.1", port: server.port, username: "alex", password: nil, pinnedFingerprint: nil,
+                          timeoutMs: 3000)
+            try c.disconnect()
+        }
+        // CRLF line ends (a file edited on another system), the right fingerprint:
+        // accepted as known (it was refused as "changed", the CR taken into it).
+        let crlf = "# servers\r\n127.0.0.1:\(server.port) \(server.fingerprint)\r\n"
+        try crlf.write(toFile: store, atomically: true, encoding: .utf8)
+        try connect()
+        XCTAssertEqual(try String(contentsOfFile: store, encoding: .utf8), crlf, "known: nothing appended")
+
+        // A last line without its line end: the new entry goes on a line of its own
+        // (it was glued to that line, spoiling both), and both servers stay known.
+        let other = "example.org:47800 " + String(repeating: "ab", count: 32)
+        try other.write(toFile: store, atomically: true, encoding: .utf8)
+        try connect()
+        XCTAssertEqual(try String(contentsOfFile: store, encoding: .utf8),
+                       other + "\n127.0.0.1:\(server.port) \(server.fingerprint)\n")
+        try connect()
+    }
+
     func testUsernamesAndChannelNamesAreCheckedBeforeSending() throws {
         let hostile = try HostileServer()
         defer { hostile.stop() }
