@@ -64,7 +64,7 @@ def test_asyncio_awaits_events_from_another_client(server):
                     talk = await events.wait_for(EventType.TALK_START, timeout=10,
                                                  where=lambda e: e.user_id == arrived.user_id)
                     await feeding
-                    with pytest.raises(TimeoutError):
+                    with pytest.raises(TimeoutError, match=r"^no CHANNEL_JOINED within 0\.2 s$"):   # as wait_event says it
                         await events.wait_for(EventType.CHANNEL_JOINED, timeout=0.2)
                 assert talk.ssrc > 0
             # Closing the client ends an async iteration over its events.

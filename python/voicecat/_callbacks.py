@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import sys
 import threading
 from typing import Any, Callable, List, Optional
 
@@ -133,6 +134,25 @@ def raise_interrupt() -> None:
     if e is not None:
         _local.interrupt = None
         raise e
+
+
+def _keep_interrupt_at_trampoline_entry(unraisable: Any) -> None:
+    """``sys.unraisablehook``: Ctrl-C can also land as a trampoline of this package
+    starts, before its Guarded runs (Python handles a pending signal on entering a
+    function); ctypes would then print "Exception ignored" and drop it, and the call the
+    program made (a join whose failure is logged, say) would return as if nothing
+    happened. On the main thread it is kept, like one a Guarded catches, and the call
+    raises it when it returns. Anything else goes to the hook installed before."""
+    if (unraisable.exc_type is KeyboardInterrupt
+            and str(getattr(unraisable.object, "__module__", "")).startswith("voicecat.")
+            and threading.get_ident() == threading.main_thread().ident):
+        _local.interrupt = unraisable.exc_value if unraisable.exc_value is not None else KeyboardInterrupt()
+        return
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+sys.unraisablehook = _keep_interrupt_at_trampoline_entry
 
 
 # ---- Library log lines -----------------------------------------------------------------

@@ -21,7 +21,8 @@ from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import (InvalidArgument, NotFound, StateError, Timeout, Unsupported, VoiceCatError, error_for,
                       global_detail)
 from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
-                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
+                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream, _flag,
+                     _real)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -356,7 +357,8 @@ class Stream:
         session was lost while audio was still queued (the message says why and how
         many ms were not sent; DISCONNECTED is queued for :meth:`Client.poll_event` by
         then). NotFound when the stream was stopped, or the session ended by
-        :meth:`Client.disconnect` or :meth:`Client.close`."""
+        :meth:`Client.disconnect` (StateError when the client was closed: by
+        :meth:`Client.close`, from another thread during the wait, or before)."""
         wait = _millis(timeout, "timeout")
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
         # Ask the library first without waiting: from inside a callback it refuses at
@@ -411,7 +413,7 @@ class Stream:
 
     def set_capture_channels(self, channels: int) -> None:
         """Reopens a device stream's capture with 1 or 2 channels."""
-        self._client._call("vc_set_capture_channels", self.id, _uint(channels, "channels"))
+        self._client._call("vc_set_capture_channels", self.id, _uint(channels, "channels", valid="1..2"))
         self.channels = channels
 
     def set_send_processing(self, processing: Optional[SendProcessing] = None, **changes: Any) -> None:
@@ -437,7 +439,7 @@ class Stream:
         (USER_UPDATED). The audio itself is not touched: stop feeding (or use
         push-to-talk) to stop sending. With ``auto_reconnect``, a state set while the
         client reconnects is kept and published once it is back."""
-        self._client._call("vc_set_stream_state", self.id, int(bool(muted)), int(bool(hold)))
+        self._client._call("vc_set_stream_state", self.id, int(_flag(muted, "muted")), int(_flag(hold, "hold")))
 
     def send_stats(self) -> SendStats:
         """What the stream sent and the loss protection it runs with now (FEC, the
@@ -523,7 +525,11 @@ class AsyncEvents:
         deadline = None if timeout is None else self._loop.time() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - self._loop.time())
-            event = await self.get(left)
+            try:
+                event = await self.get(left)
+            except TimeoutError:
+                names = ", ".join(t.name for t in types) or "any event"
+                raise TimeoutError(f"no {names} within {timeout} s") from None   # as Client.wait_event says it
             if (not types or event.type in types) and (where is None or where(event)):
                 return event
 
@@ -660,6 +666,9 @@ class Client:
         #: What the last failed call of each thread said (Client.last_error).
         self._errors = threading.local()
         self._finalizer = weakref.finalize(self, self._core.destroy)
+        #: The streams started, by id: the program's Stream object (weakly: a Stream
+        #: refers to its client) and what makes another one (Client.streams).
+        self._started: Dict[int, Any] = {}
 
     # -- plumbing --
 
@@ -872,15 +881,17 @@ class Client:
         desc.kind = int(kind)
         desc.external_feed = 0 if device is not None else 1
         desc.device = _optional_cstr(device, "device")
-        desc.channels = _uint(channels, "channels")
+        desc.channels = _uint(channels, "channels", valid="1..2")
         if max_queue_ms is not None:
-            desc.max_queue_ms = _uint(max_queue_ms, "max_queue_ms")
+            desc.max_queue_ms = _uint(max_queue_ms, "max_queue_ms", valid="0..600000")
         if sample_rate is not None:
-            desc.sample_rate = _uint(sample_rate, "sample_rate")
+            desc.sample_rate = _uint(sample_rate, "sample_rate", valid="0 or 8000..192000")
         sid = ctypes.c_uint32()
         try:
             self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
-            return Stream(self, sid.value, kind, int(channels), device, desc.sample_rate or SAMPLE_RATE)
+            stream = Stream(self, sid.value, kind, int(channels), device, desc.sample_rate or SAMPLE_RATE)
+            self._started[stream.id] = (weakref.ref(stream), (kind, int(channels), device, stream.sample_rate))
+            return stream
         except KeyboardInterrupt:
             # Ctrl-C after the stream started: the program has no handle to it, so it
             # is not left published.
@@ -889,6 +900,24 @@ class Client:
                 _lib.get().vc_stream_stop(handle, sid.value)
             raise
 
+    @property
+    def streams(self) -> List[Stream]:
+        """The streams this client started that still run (not stopped, not ended by
+        themselves), oldest first: the program's own :class:`Stream` objects, or, for
+        one it no longer holds (a stream stays published until stopped, whoever holds
+        its object), a new object for it. Empty once closed."""
+        live: List[Stream] = []
+        for sid, (ref, (kind, channels, device, rate)) in list(self._started.items()):
+            stream = ref()
+            if stream is None:
+                stream = Stream(self, sid, kind, channels, device, rate)
+                self._started[sid] = (weakref.ref(stream), (kind, channels, device, rate))
+            if stream.stopped:
+                self._started.pop(sid, None)
+            else:
+                live.append(stream)
+        return live
+
     def set_input_mode(self, mode: InputMode) -> None:
         """How MIC streams are gated: VAD (default), PTT or CONTINUOUS."""
         self._call("vc_set_input_mode", int(InputMode(mode)))
@@ -896,7 +925,7 @@ class Client:
     def set_vad(self, threshold: float = 0.025, hang_ms: int = 300) -> None:
         """Voice activation: frame RMS threshold as a fraction of full scale (0..1), and
         how long the gate stays open after the last loud frame (0..10000 ms)."""
-        self._call("vc_set_vad", float(threshold), _uint(hang_ms, "hang_ms"))
+        self._call("vc_set_vad", _real(threshold, "threshold"), _uint(hang_ms, "hang_ms", valid="0..10000"))
 
     def set_push_to_talk(self, active: bool) -> None:
         """The push-to-talk key state (used in PTT mode)."""
@@ -950,8 +979,8 @@ class Client:
         none) any user, with the server's admin password; returns once the server did it
         (everyone gets USER_UPDATED). AuthError for a wrong password (the server then
         slows down this client's next admin requests), NotFound for an unknown user."""
-        self._call("vc_admin_set_server_mute", _uint(user_id, "user_id"), int(bool(muted)), int(bool(deafened)),
-                   _cstr(admin_password, "admin_password"))
+        self._call("vc_admin_set_server_mute", _uint(user_id, "user_id"), int(_flag(muted, "muted")),
+                   int(_flag(deafened, "deafened")), _cstr(admin_password, "admin_password"))
 
     def admin_kick(self, user_id: int, *, admin_password: str, reason: Optional[str] = None) -> None:
         """Removes a user from the server with the admin password; ``reason`` (up to 256
@@ -1082,7 +1111,7 @@ class Client:
         mixes at 48 kHz and converts each block; the playback device is not affected.
         InvalidArgument for a rate or channel count out of range, StateError while a
         recording runs (its file keeps the format of its start) or from a callback."""
-        rate, ch = _uint(sample_rate, "sample_rate"), _uint(channels, "channels")
+        rate, ch = _uint(sample_rate, "sample_rate", valid="8000..192000"), _uint(channels, "channels", valid="1..2")
         if in_callback():
             raise StateError(ErrorCode.STATE, "set_output_format cannot be called from inside a callback")
         with self._core.format_lock:

@@ -1,6 +1,8 @@
 """Values the library reports or takes, as dataclasses (one per C struct)."""
 from __future__ import annotations
 
+import numbers
+import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
@@ -10,6 +12,27 @@ from ._enums import ChannelMode, DeviceKind, ErrorCode, EventType, OpusApplicati
 
 def _text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
+
+
+def _flag(value: object, what: str) -> bool:
+    """A bool argument checked: a bool, 0 or 1 (numpy's too); TypeError for anything
+    else (``muted="no"`` would otherwise be taken as True)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{what} must be a bool, not {type(value).__name__}") from None
+    if number not in (0, 1):
+        raise ValueError(f"{what} must be a bool (or 0 / 1), not {number}")
+    return bool(number)
+
+
+def _real(value: object, what: str) -> float:
+    """A number argument checked: a real number (not a bool or a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -206,7 +229,8 @@ class RemoteStreamSettings:
         return cls(gain=s.gain, muted=bool(s.muted), noise_reduction=bool(s.noise_reduction))
 
     def _to_c(self) -> _lib.vc_remote_stream:
-        return _lib.vc_remote_stream(float(self.gain), int(bool(self.muted)), int(bool(self.noise_reduction)))
+        return _lib.vc_remote_stream(_real(self.gain, "gain"), int(_flag(self.muted, "muted")),
+                                     int(_flag(self.noise_reduction, "noise_reduction")))
 
 
 @dataclass(frozen=True)
