@@ -94,20 +94,51 @@ public struct ServerConfig {
         return line
     }
 
+    /// Applies a config file as read (see `apply(configText:)`): UTF-8, a byte-order mark
+    /// at its start skipped. A line that is not UTF-8 is refused (decoded with
+    /// replacement, two Latin-1 passwords would read the same).
+    public mutating func apply(configBytes bytes: [UInt8]) throws {
+        var body = bytes[...]
+        if body.starts(with: [0xEF, 0xBB, 0xBF]) { body = body.dropFirst(3) }
+        var lines: [String] = []
+        for (i, line) in body.split(separator: 0x0A, omittingEmptySubsequences: false).enumerated() {
+            guard let text = String(validating: line, as: UTF8.self) else {
+                throw ParseError(line: i + 1, message: "not valid UTF-8 (save the file as UTF-8)")
+            }
+            lines.append(text)
+        }
+        try apply(lines: lines)
+    }
+
     /// Applies the settings of a config file (see docs/server.md for the format) on top of `self`.
-    /// A file with `[channel NAME]` sections replaces the default channels.
+    /// A file with `[channel NAME]` sections replaces the default channels. Lines end
+    /// with LF or CRLF.
     public mutating func apply(configText: String) throws {
+        let text = configText.hasPrefix("\u{FEFF}") ? String(configText.dropFirst()) : configText
+        // CR LF is one Character: split on it too, or a CRLF file reads as one line.
+        try apply(lines: text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).map(String.init))
+    }
+
+    private mutating func apply(lines: [String]) throws {
         var parsedChannels: [ChannelConfig] = []
         var current: Int? = nil
-        for (i, raw) in configText.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        /// Where each setting was given, per section (-1: the server's): a second one is
+        /// a mistake (which would win is not obvious), refused.
+        var given: [String: Int] = [:]
+        for (i, raw) in lines.enumerated() {
             let lineNo = i + 1
-            let line = ServerConfig.withoutComment(raw.trimmingWhitespace())
+            let trimmed = raw.trimmingWhitespace()
+            // A section header is whole when it ends with `]` (a name may hold ` #`);
+            // else what follows a comment's `#` goes first.
+            let line = trimmed.hasPrefix("[") && trimmed.hasSuffix("]") ? trimmed : ServerConfig.withoutComment(trimmed)
             if line.isEmpty { continue }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else { throw ParseError(line: lineNo, message: "unterminated section header") }
                 let inner = String(line.dropFirst().dropLast()).trimmingWhitespace()
                 guard inner.hasPrefix("channel ") else { throw ParseError(line: lineNo, message: "unknown section [\(inner)]") }
-                let name = String(inner.dropFirst("channel ".count)).trimmingWhitespace()
+                var name = String(inner.dropFirst("channel ".count)).trimmingWhitespace()
+                // A quoted name is taken as written (spaces at its ends included).
+                if name.count >= 2 && name.hasPrefix("\"") && name.hasSuffix("\"") { name = String(name.dropFirst().dropLast()) }
                 guard !name.isEmpty else { throw ParseError(line: lineNo, message: "channel needs a name") }
                 if let p = NameRules.problem(name, what: "channel name") { throw ParseError(line: lineNo, message: p) }
                 guard !parsedChannels.contains(where: { $0.name == name }) else { throw ParseError(line: lineNo, message: "channel \(name) defined twice") }
@@ -117,6 +148,11 @@ public struct ServerConfig {
             }
             guard let eq = line.firstIndex(of: "=") else { throw ParseError(line: lineNo, message: "expected key = value") }
             let key = String(line[..<eq]).trimmingWhitespace().lowercased()
+            let setting = "\(current ?? -1) \(key == "bitrate_bps" ? "bitrate" : key)"
+            if let first = given[setting] {
+                throw ParseError(line: lineNo, message: "\(key) is given twice (first on line \(first)\(current == nil ? "" : " of this channel"))")
+            }
+            given[setting] = lineNo
             var value = String(line[line.index(after: eq)...]).trimmingWhitespace()
             if value.hasPrefix("\"") {
                 // A quoted value is taken as written (a `#` or spaces at its ends included).

@@ -69,7 +69,7 @@ func loadConfig() throws -> ServerConfig {
     var c = ServerConfig()
     if let path = configPath {
         guard let bytes = try Files.read(path) else { throw SystemError("open(\(path))", errno: ENOENT) }
-        do { try c.apply(configText: String(decoding: bytes, as: UTF8.self)) } catch {
+        do { try c.apply(configBytes: bytes) } catch {
             throw ConfigFileError(description: "\(path): \(error)")
         }
     }
@@ -89,6 +89,15 @@ let openFiles = ResourceLimits.raiseOpenFiles(to: wantedFiles)
 if openFiles < wantedFiles {
     fputs("voicecat-server: warning: the open-file limit is \(openFiles), below max_users + max_unauthenticated + 64 = \(wantedFiles); "
           + "raise it (systemd: LimitNOFILE=) or lower max_users\n", stderr)
+}
+
+// The port file is written once the port is bound; one that cannot be is refused now,
+// before the identity file is created or the port taken.
+if let pf = portFile {
+    let dir = pf.contains("/") ? String(pf[..<pf.lastIndex(of: "/")!]) : "."
+    if access(pf, F_OK) == 0 ? access(pf, W_OK) != 0 : access(dir.isEmpty ? "/" : dir, W_OK) != 0 {
+        fail("cannot write the port file \(pf): \(String(cString: strerror(errno)))")
+    }
 }
 
 let server: Server

@@ -107,6 +107,9 @@ final class ConfigTests: XCTestCase {
             ("admin_password =\n", 1, "admin_password is empty"),
             ("password = \"abc\n", 1, "unterminated quote"),
             ("password = \"abc\" def\n", 1, "after the quoted value"),
+            ("max_users = 5\nmax_users = 6\n", 2, "max_users is given twice (first on line 1)"),
+            ("[channel A]\nbitrate = 24000\nbitrate_bps = 32000\n", 3, "given twice (first on line 2 of this channel)"),
+            ("[channel Room #1\n", 1, "unterminated section header"),
         ]
         for (text, line, words) in bad {
             var c = ServerConfig()
@@ -116,6 +119,43 @@ final class ConfigTests: XCTestCase {
                 XCTAssertTrue(pe.description.contains(words), "\(pe)")
             }
         }
+    }
+}
+
+/// What helper-66 found an operator's editor can do to a config file.
+final class ConfigFileTextTests: XCTestCase {
+    func testCRLFLineEndsAndAByteOrderMarkAreRead() throws {
+        // A CRLF file read as one line: the server started with a password nobody knew
+        // ("secret\r\nmax_users = 5..."), the default channels, and no error.
+        let text = "\u{FEFF}password = secret\r\nmax_users = 5\r\nname = CRLF server\r\n[channel A]\r\nbitrate = 24000\r\n"
+        for (what, apply) in [("text", { (c: inout ServerConfig) in try c.apply(configText: text) }),
+                              ("bytes", { (c: inout ServerConfig) in try c.apply(configBytes: Array(text.utf8)) })] {
+            var c = ServerConfig()
+            try apply(&c)
+            XCTAssertEqual(c.password, "secret", what)
+            XCTAssertEqual(c.maxUsers, 5, what)
+            XCTAssertEqual(c.serverName, "CRLF server", what)
+            XCTAssertEqual(c.channels.map(\.name), ["A"], what)
+            XCTAssertEqual(c.channels.first?.audio.bitrate, 24000, what)
+        }
+    }
+
+    func testALineThatIsNotUTF8IsRefusedNotReplaced() {
+        // Decoded with replacement, every Latin-1 letter of a password read as U+FFFD.
+        var bytes = Array("name = x\npassword = p".utf8)
+        bytes += [0xE4] + Array("ss\n".utf8)
+        var c = ServerConfig()
+        XCTAssertThrowsError(try c.apply(configBytes: bytes)) { e in
+            guard let pe = e as? ServerConfig.ParseError else { return XCTFail("\(e)") }
+            XCTAssertEqual(pe.line, 2)
+            XCTAssertTrue(pe.description.contains("not valid UTF-8"), pe.description)
+        }
+    }
+
+    func testAChannelNameMayHoldAHashAndBeQuoted() throws {
+        var c = ServerConfig()
+        try c.apply(configText: "[channel Room #1]\nbitrate = 24000\n[channel \"  Spaced  \"]   # a comment\n[channel Plain] # note\n")
+        XCTAssertEqual(c.channels.map(\.name), ["Room #1", "  Spaced  ", "Plain"])
     }
 }
 
@@ -176,5 +216,9 @@ final class ConfigRangeTests: XCTestCase {
                                  outputPath: dir + "/out")
         XCTAssertEqual(p.wait(), 2)
         XCTAssertTrue(p.output.contains("cannot write the port file \(dir)/no/such/dir/port: No such file or directory"), p.output)
+        // Found before the identity file was created or the port taken (helper-66: the
+        // identity was left behind).
+        XCTAssertEqual(access(dir + "/id.key", F_OK), -1, "nothing created before the check")
+        XCTAssertFalse(p.output.contains("created identity"), p.output)
     }
 }
