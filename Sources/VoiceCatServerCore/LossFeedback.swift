@@ -8,13 +8,18 @@ import VoiceCatProtocol
 
 extension Server {
     func receiverReport(_ s: Session, _ r: ReceiverReport) {
-        guard let ch = s.channel, !s.deafened else {
+        // A listener that receives nothing (in no channel, deafened, or with no media
+        // address bound: nothing is relayed to it) has no loss to report.
+        guard let ch = s.channel, !s.deafened, s.udpAddress != nil else {
             counters.lossReportsIgnored += UInt64(r.reports.count)
             return
         }
+        var seen = Set<UInt32>(minimumCapacity: r.reports.count)
         for rep in r.reports {
-            // Only a stream of another member of the listener's channel, with counts that can be.
-            guard rep.counts.problem == nil, let st = streamsBySSRC[rep.ssrc], st.owner !== s, st.owner.channel === ch else {
+            // Only a stream of another member of the listener's channel, with counts that
+            // can be, once per report (a report repeating a stream would count it again).
+            guard rep.counts.problem == nil, let st = streamsBySSRC[rep.ssrc], st.owner !== s, st.owner.channel === ch,
+                  seen.insert(rep.ssrc).inserted else {
                 counters.lossReportsIgnored += 1
                 continue
             }

@@ -15,11 +15,13 @@ final class LossFeedbackServerTests: XCTestCase {
         }
     }
 
-    /// Three sessions (alex, sam, kim) in the channels named.
+    /// Three sessions (alex, sam, kim) in the channels named, each with its media address
+    /// bound (a listener without one receives nothing, and its reports are ignored).
     func members(_ ts: TestServer, _ a: String, _ b: String, _ c: String) throws -> (TestClient, TestClient, TestClient) {
         let clients = try zip(["alex", "sam", "kim"], [a, b, c]).map { name, channel in
             let cl = try TestClient.login(port: ts.port, username: name)
             _ = try cl.join(channel)
+            try cl.bind()
             return cl
         }
         return (clients[0], clients[1], clients[2])
@@ -83,5 +85,27 @@ final class LossFeedbackServerTests: XCTestCase {
         // The sessions go on.
         pub.send(.ping(Ping(timestamp: 5)))
         _ = try pub.expect("Pong") { m -> Bool? in if case .pong = m { return true }; return nil }
+    }
+
+    /// helper-66: a member that never bound a media address (nothing is relayed to it)
+    /// had its made-up loss forwarded, turning the publisher's FEC on; and a report naming
+    /// one stream 3,000 times counted 3,000 reports.
+    func testReportsOfAListenerThatReceivesNothingAreIgnoredAndAStreamCountsOncePerReport() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let (pub, listener, _) = try members(ts, "Lobby", "Lobby", "Music")
+        let ann = try pub.announce(streamID: 1)
+        let unbound = try TestClient.login(port: ts.port, username: "ghost")
+        _ = try unbound.join("Lobby")
+        report(unbound, ann.ssrc, expected: 250, lost: 50, isolated: 50)
+        ts.waitFor("ignored") { $0.lossReportsIgnored == 1 }
+        XCTAssertEqual(ts.counters.lossReports, 0)
+
+        let counts = LossCounts(expected: 250, lost: 5, isolated: 5)
+        listener.send(.receiverReport(ReceiverReport(reports: Array(repeating: ReceptionReport(ssrc: ann.ssrc, counts: counts), count: 50))))
+        let f = try feedback(pub, listeners: 1)
+        XCTAssertEqual(f.counts, counts)
+        let c = ts.waitFor("one taken, the repeats ignored") { $0.lossReports == 1 && $0.lossReportsIgnored == 50 }
+        XCTAssertEqual(c.lossFeedbackSent, 1)
     }
 }
