@@ -593,6 +593,8 @@ def test_bools_and_numbers_of_the_wrong_type_are_type_errors_and_ranges_are_the_
         with pytest.raises(ValueError, match=r"hang_ms must be in 0\.\.10000"):
             c.set_vad(0.02, -1)
         s.set_state(muted=True, hold=0)   # a bool, or 0 / 1
+        if numpy is not None:
+            s.set_state(muted=numpy.bool_(False), hold=numpy.int64(1))   # numpy's too
 
 
 def test_ctrl_c_landing_at_a_trampolines_entry_is_raised_by_the_call_that_ran(server):

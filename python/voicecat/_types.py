@@ -17,7 +17,7 @@ def _text(raw: bytes) -> str:
 def _flag(value: object, what: str) -> bool:
     """A bool argument checked: a bool, 0 or 1 (numpy's too); TypeError for anything
     else (``muted="no"`` would otherwise be taken as True)."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")):
         return bool(value)
     try:
         number = operator.index(value)  # type: ignore[arg-type]
