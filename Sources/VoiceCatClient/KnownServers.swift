@@ -50,7 +50,7 @@ enum KnownServers {
     /// Appends `key fingerprint`, creating the file (0600) and its directory (0700).
     static func record(path: String, key: String, fingerprint: String) throws {
         makeParents(of: path)
-        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        let fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             throw ClientError.auth("cannot write the known-servers file \(path): \(String(cString: strerror(errno)))")
         }
@@ -58,13 +58,9 @@ enum KnownServers {
         // A file whose last line has no line end (written by hand) gets one first:
         // appended to that line, the new entry would spoil both.
         var st = stat()
-        var lastByte: UInt8 = 0
-        let needsNewline = fstat(fd, &st) == 0 && st.st_size > 0 && {
-            let rfd = open(path, O_RDONLY | O_CLOEXEC)
-            guard rfd >= 0 else { return false }
-            defer { close(rfd) }
-            return pread(rfd, &lastByte, 1, st.st_size - 1) == 1 && lastByte != UInt8(ascii: "\n")
-        }()
+        var lastByte = UInt8(ascii: "\n")
+        if fstat(fd, &st) == 0 && st.st_size > 0 { _ = pread(fd, &lastByte, 1, st.st_size - 1) }
+        let needsNewline = lastByte != UInt8(ascii: "\n")
         let line = Array("\(needsNewline ? "\n" : "")\(key) \(fingerprint)\n".utf8)
         let n = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
         guard n == line.count else { throw ClientError.auth("cannot write the known-servers file \(path)") }

@@ -55,8 +55,8 @@ public enum MonotonicClock {
 }
 
 /// A pthread mutex. On the audio path only as a receive slot's own lock (the renderer
-/// takes it per slot per block; other threads hold it for short steps that never block
-/// or allocate: configuring the slot, reading its statistics); never a process-wide one.
+/// takes it per slot per block; other threads hold it for short steps that do not
+/// block: configuring the slot, reading its statistics); never a process-wide one.
 public final class Lock: @unchecked Sendable {
     @usableFromInline let m = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     public init() { pthread_mutex_init(m, nil) }

@@ -400,6 +400,7 @@ class Stream:
         except NotFound:
             pass  # it ended by itself: stopped already
         self._stopped = True
+        self._client._started.pop(self.id, None)
 
     def set_capture_device(self, name: str) -> None:
         """Moves a device stream's capture to another ALSA PCM (``vc_set_capture_device``),
@@ -890,6 +891,7 @@ class Client:
         try:
             self._call("vc_stream_start", ctypes.byref(desc), ctypes.byref(sid))
             stream = Stream(self, sid.value, kind, int(channels), device, desc.sample_rate or SAMPLE_RATE)
+            _ = self.streams   # forgets the ones that ended (ids are never used again)
             self._started[stream.id] = (weakref.ref(stream), (kind, int(channels), device, stream.sample_rate))
             return stream
         except KeyboardInterrupt:
