@@ -343,9 +343,12 @@ final class RemoteSlot {
         var squares = SIMD8<Float>(), hi = SIMD8<Float>(), lo = SIMD8<Float>()
         var i = 0
         while i + 8 <= count {
-            let at = i * MemoryLayout<Float>.stride
+            let at = i &* MemoryLayout<Float>.stride
             var v = raw.loadUnaligned(fromByteOffset: at, as: SIMD8<Float>.self)
-            v = v.replacing(with: top, where: v .> top).replacing(with: bottom, where: v .< bottom)
+            // Each bound compares the value it bounds (a select on its own operand
+            // lowers to one minps / maxps; comparing the unbounded value does not).
+            v = v.replacing(with: top, where: v .> top)
+            v = v.replacing(with: bottom, where: v .< bottom)
             raw.storeBytes(of: v, toByteOffset: at, as: SIMD8<Float>.self)
             squares += v * v
             hi = hi.replacing(with: v, where: v .> hi)
