@@ -719,7 +719,7 @@ final class OutputStage {
             s.tapFrames = 0
             guard frames > 0 else { continue }
             let block = SpeakerBlock(ssrc: s.tapSSRC, userID: s.tapUserID, kind: s.tapKind, pcm: pcm, frames: frames, channels: channels)
-            if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames) }
+            if recordSpeakers { recorders.push(ssrc: block.ssrc, pcm, frames: frames, fadedIn: fadeFrom == 0) }
             speakerSink.call { box in
                 if box.serial == serial {
                     // The tap's or the converter's buffer: the caller's until its next block.

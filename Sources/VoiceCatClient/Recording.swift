@@ -106,6 +106,10 @@ final class Recorder {
     let writtenFrames = Atomic<UInt64>(0)
     /// The first write error, if any (read after the writer thread has ended).
     private(set) var failure: String?
+    /// Whether a block was pushed yet (render thread only).
+    private var pushedAny = false
+    /// The first block came faded in already (set by the render thread before it is pushed).
+    private let startsFadedIn = Atomic<Bool>(false)
 
     static let headerBytes = 44
     /// The largest data chunk a RIFF header can describe.
@@ -134,7 +138,14 @@ final class Recorder {
     }
 
     /// Render thread: hands one block over (dropped and counted when the writer is behind).
-    func push(_ pcm: UnsafePointer<Int16>, frames: Int) {
+    /// `fadedIn`: the block starts a fade-in of its own (the render's taps starting with
+    /// this recording), so the file's start is not faded again.
+    func push(_ pcm: UnsafePointer<Int16>, frames: Int, fadedIn: Bool = false) {
+        if !pushedAny {
+            pushedAny = true
+            // Published by the ring's release of this block, read after its acquire.
+            if fadedIn { startsFadedIn.store(true, ordering: .relaxed) }
+        }
         if !ring.push(pcm, count: frames * channels) { droppedFrames.wrappingAdd(UInt64(frames), ordering: .relaxed) }
     }
 
@@ -162,14 +173,21 @@ final class Recorder {
         var headerAt: UInt64 = 0
         let second = UInt64(sampleRate * channels * 2)
         // A recording started while someone talks begins mid-waveform: its first
-        // milliseconds fade in (no click at the start of the file).
+        // milliseconds fade in (no click at the start of the file), unless the render
+        // faded them already (a speaker's recording that started the taps: faded twice,
+        // the start would follow the ramp's square).
         var fadeDone = 0
+        var fadeKnown = false
         let fadeFrames = FadeIn.frames(at: sampleRate)
         while true {
             let stopping = stop.isSet
             while true {
                 let n = ring.pop(into: chunk, max: chunkSamples)
                 if n == 0 { break }
+                if !fadeKnown {
+                    fadeKnown = true
+                    if startsFadedIn.load(ordering: .relaxed) { fadeDone = fadeFrames }
+                }
                 fadeDone = FadeIn.apply(chunk, frames: n / channels, channels: channels, done: fadeDone, total: fadeFrames)
                 let bytes = UInt64(n * 2)
                 guard failure == nil, dataBytes + bytes <= Recorder.maxDataBytes else {
@@ -301,7 +319,7 @@ final class RecorderSet {
 
     /// Render thread (one at a time): hands a block of the mix (ssrc 0) or of a
     /// speaker to its recorder.
-    func push(ssrc: UInt32, _ pcm: UnsafePointer<Int16>, frames: Int) {
-        for i in 0..<RecorderSet.capacity { cells[i].call { r in if r.ssrc == ssrc { r.push(pcm, frames: frames) } } }
+    func push(ssrc: UInt32, _ pcm: UnsafePointer<Int16>, frames: Int, fadedIn: Bool = false) {
+        for i in 0..<RecorderSet.capacity { cells[i].call { r in if r.ssrc == ssrc { r.push(pcm, frames: frames, fadedIn: fadedIn) } } }
     }
 }

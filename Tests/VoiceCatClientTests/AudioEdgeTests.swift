@@ -523,6 +523,48 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertGreaterThan(lowest, 0.7, "the recording dips where the sinks changed")
     }
 
+    /// A speaker's recording that starts the taps (nothing else was tapping) fades in
+    /// once: the render fades the taps' first 5 ms and the file's writer does not fade
+    /// them again. Faded twice, the start followed the ramp's square (0.44 of the tone
+    /// from 2.5 to 3.5 ms instead of 0.65). The mix's recording, started while the taps
+    /// run (the render fades nothing then), fades in on its own, once.
+    func testASpeakerRecordingThatStartsTheTapsFadesInOnce() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        try sam.setOutputFormat(sampleRate: 48000, channels: 2)
+        try sam.setMixedSink { _, _, _ in }   // the stream plays from the start, untapped
+        let toneRMS = 0.5 * 32767 / 2.0.squareRoot()
+        let mixPath = dir + "/mix.wav", firstPath = dir + "/alex-first.wav"
+        let consumers = Thread {
+            usleep(800_000)
+            try? sam.startRecording(path: firstPath, ssrc: ssrc)
+            usleep(600_000)
+            try? sam.startRecording(path: mixPath, ssrc: 0)
+            usleep(600_000)
+            try? sam.stopRecording(ssrc: 0)
+            try? sam.stopRecording(ssrc: ssrc)
+        }
+        consumers.start()
+        feedRealtime(alex, sid, Signal.tone(1000, seconds: 2.6, amplitude: 0.5))
+        while consumers.isExecuting { usleep(10_000) }
+        try sam.setMixedSink(nil)
+        for (path, name) in [(firstPath, "the speaker's recording"), (mixPath, "the mix's recording")] {
+            let w = try Measure.readWAV(path)
+            XCTAssertEqual(w.rate, 48000); XCTAssertEqual(w.channels, 2)
+            XCTAssertGreaterThan(w.pcm.count, 48000, "\(name) ran")
+            guard w.pcm.count > 48000 else { continue }
+            // Stereo 48 kHz: a millisecond is 96 samples.
+            let first = Signal.rms(w.pcm[0..<96]) / toneRMS
+            let ramp = Signal.rms(w.pcm[240..<336]) / toneRMS
+            let after = Signal.rms(w.pcm[960..<1920]) / toneRMS
+            print("\(name): first 1 ms \(String(format: "%.2f", first)), 2.5-3.5 ms \(String(format: "%.2f", ramp)), "
+                  + "10-20 ms \(String(format: "%.2f", after)) of the tone")
+            XCTAssertLessThan(first, 0.3, "\(name) starts at the waveform's level, a click")
+            XCTAssertGreaterThan(ramp, 0.55, "\(name) is faded twice (the ramp's square reads 0.44)")
+            XCTAssertLessThan(ramp, 0.8, "\(name) is not faded in")
+            XCTAssertGreaterThan(after, 0.8, "\(name) holds the tone at full level after the fade")
+        }
+    }
+
     /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
     final class FirstBlocks: @unchecked Sendable {
         let lock = NSLock()
