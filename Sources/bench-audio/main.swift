@@ -129,7 +129,7 @@ VoiceCat = the listener's whole process CPU (getrusage, every thread) less the b
 over windows of 1.2 s. Bare = at the same time in the same process, a thread of its own: N opus decoders decoding \
 the same packets to float, mono for a mono stream (as the engine does), plus MixBus add and limiter per 20 ms block, one block every 20 ms (the cadence the engine runs at, \
 the thread's wakeups included), its CPU per decoded frame. Both at once, so both see the same load (identical work \
-varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (16 windows for 16 \
+varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (32 windows for 16 \
 and 64 streams, 4 otherwise); the µs columns are the medians. The floor, for reference: after each block the \
 baseline's thread sends itself over loopback the block's datagrams as the engine receives them (header, the same \
 packets, ChaCha20-Poly1305) and times only reading them (recvmmsg, 32 at a time, kernel timestamps, as MediaInput \
@@ -221,7 +221,7 @@ func runAll(_ args: Arguments) {
         for n in sizes {
             let streams = "\(n) stream\(n == 1 ? "" : "s")"
             // The sizes with a goal get more windows: the machine is shared and noisy.
-            let windows = n >= 16 ? 16 : 4
+            let windows = n >= 16 ? 32 : 4
             say("receive + mix of \(streams): \(windows) windows of 1.2 s, the bare baseline running beside ...")
             let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)", "--windows", "\(windows)",
                                   "--verbose", args.string("verbose", "0"), "--control", "\(args.int("control", 0))"])
