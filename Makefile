@@ -70,8 +70,9 @@ demo: deps server
 	bash scripts/demo.sh $(TEST_PREFIX) $(EXAMPLES)
 
 ## test: Swift tests, the same under ThreadSanitizer, the C API checks and examples through
-## pkg-config on an installed prefix against a live server, pytest over the Python binding,
-## and the fuzzer (corpus replay plus a short run).
+## pkg-config on an installed prefix against a live server, the installed server's check,
+## pytest over the Python binding and the listening-quality goals, and the fuzzer (corpus
+## replay plus a short run).
 test: deps swift-test tsan c-test server-check py-test fuzz-replay fuzz
 	@echo "make test: all stages passed"
 
@@ -121,7 +122,7 @@ wheel: lib
 
 ## py-test: the Python package in two fresh virtual environments against a live server:
 ## `pip install ./python` (numpy, mypy --strict, the library through pkg-config) and the
-## wheel (no numpy, only the bundled library). Needs c-test's installed prefix and server.
+## wheel (no numpy, only the bundled library); installs the prefix first if it is missing.
 ## Then the listening-quality goals of issue #16 (PESQ-WB from PyPI's pesq in a third venv).
 py-test: wheel
 	@test -f $(TEST_PREFIX)/lib/pkgconfig/voicecat.pc || $(MAKE) install PREFIX=$(TEST_PREFIX)
@@ -142,7 +143,8 @@ fuzz-replay:
 	.build/debug/voicecat-fuzz Tests/fuzz-corpus/*
 	.build/debug/voicecat-fuzz-client Tests/fuzz-corpus-client/*
 
-## fuzz: libFuzzer over the network parsers for FUZZ_SECONDS (lld: gold cannot link it).
+## fuzz: libFuzzer over the network parsers and the client's control handling for FUZZ_SECONDS
+## (lld: gold cannot link it).
 fuzz-build:
 	$(SWIFT) build -c release --product voicecat-fuzz --build-path .build/fuzz --toolset tools/fuzz-toolset.json 2>&1 \
 	    | { grep -v "Cannot export local symbol" || true; }

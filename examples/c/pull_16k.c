@@ -3,7 +3,9 @@
  * library for 16 kHz mono output (vc_set_output_format), pulls the mix from its own
  * loop every 20 ms (vc_read_mixed_pcm, 320 frames) into OUT.wav, and gets each
  * speaker's own 16 kHz mono PCM from the per-speaker sink, which the library calls on
- * this thread inside each pull: it keeps each speaker's speech time and level.
+ * this thread inside each pull once the pulls come (before the first, its background
+ * thread renders for the sink; one thread at a time): it keeps each speaker's speech
+ * time and level.
  *
  *   pull_16k HOST PORT USERNAME CHANNEL OUT.wav SECONDS [FINGERPRINT]
  */
@@ -19,7 +21,7 @@
 #define BLOCK (RATE / 50)
 #define SPEAKERS 16
 
-/* Per speaker: touched only by the per-speaker sink, which runs inside our own pulls. */
+/* Per speaker: touched only by the per-speaker sink (one thread at a time, see above). */
 typedef struct { uint32_t ssrc, user_id; uint64_t frames, loud_frames; double energy; } speaker;
 static speaker speakers[SPEAKERS];
 static int nspeakers;

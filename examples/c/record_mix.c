@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     cfg.external_playback = 1;  /* the mix goes to our sink, not to a sound card */
     int rc = vc_client_create(&cfg, &c);
     if (rc) { fprintf(stderr, "record_mix: %s\n", vc_strerror(rc)); return 1; }
-    vc_connect_params p = {0};
+    vc_connect_params p = vc_connect_params_default();
     p.host = argv[1];
     p.port = (uint16_t)atoi(argv[2]);
     p.username = argv[3];

@@ -5,7 +5,7 @@
  * when it goes away or at the end. Nothing else consumes the mix, so the library
  * renders by itself for the recordings.
  *
- *   record_speakers HOST PORT USERNAME CHANNEL OUTDIR SECONDS [RATE [CHANNELS] [FINGERPRINT]]
+ *   record_speakers HOST PORT USERNAME CHANNEL OUTDIR SECONDS [RATE [CHANNELS [FINGERPRINT]]]
  *
  * RATE and CHANNELS: the files' format (vc_set_output_format); default 48000 Hz, 2.
  */
@@ -30,7 +30,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: %s HOST PORT USERNAME CHANNEL OUTDIR SECONDS [RATE [CHANNELS] [FINGERPRINT]]\n", argv[0]);
+        fprintf(stderr, "usage: %s HOST PORT USERNAME CHANNEL OUTDIR SECONDS [RATE [CHANNELS [FINGERPRINT]]]\n", argv[0]);
         return 2;
     }
     double seconds = atof(argv[6]);
