@@ -1078,7 +1078,11 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * mix goes on in real time with the cushions it had; a shorter one leaves that much
  * more audio buffered, shed at the stream's next pause or quiet frame. The same holds
  * for a host whose pulls (vc_read_mixed_pcm) stop for more than about 100 ms plus the
- * size of its pulls. A sink set or put in place of another while the mix plays
+ * size of its pulls. Audio that came while nothing rendered the mix (before a host's
+ * first pull, while the audio was suspended, a stall in a pause) is not played when
+ * the rendering starts: a talkspurt that had its time then is dropped (counted as
+ * late frames; its TALK_START and TALK_STOP are not raised again), and one still
+ * going on starts from its recent frames with its usual cushion. A sink set or put in place of another while the mix plays
  * gets its first 5 ms faded in (no click from starting mid-waveform); the same sink
  * across a vc_set_mixed_output_block_ms is not faded again. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.

@@ -93,6 +93,11 @@
 //     `stallMs` beyond its burst) has missed those periods: they are taken as
 //     ticks at their times and what was due in them is dropped as late, so the
 //     frames that came meanwhile are placed on the clock that went on.
+//   * Frames that came while nobody ticked at all and no talkspurt was playing (a
+//     host that has not pulled yet, a device suspended, the output switched off)
+//     are not a talkspurt to start when ticks come: one whose first frame came
+//     more than `stallMs` beyond its usual wait before the tick is dropped as late
+//     up to the frames a start would have waited for (shedStaleStart).
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
 //     ended in what was played.
@@ -318,6 +323,8 @@ public final class JitterBuffer {
     private let timestamps: UnsafeMutablePointer<Int64>
     private let seqs: UnsafeMutablePointer<UInt64>
     private let flagSets: UnsafeMutablePointer<FrameFlags>
+    /// When each frame arrived (insert's arrivalMs).
+    private let arrivals: UnsafeMutablePointer<Double>
     private let used: UnsafeMutablePointer<Bool>
     public private(set) var count = 0
     /// No slot at or past this index is used: the scans stop here (a new frame takes
@@ -396,6 +403,7 @@ public final class JitterBuffer {
         timestamps = .allocate(capacity: capacity); timestamps.initialize(repeating: 0, count: capacity)
         seqs = .allocate(capacity: capacity); seqs.initialize(repeating: 0, count: capacity)
         flagSets = .allocate(capacity: capacity); flagSets.initialize(repeating: [], count: capacity)
+        arrivals = .allocate(capacity: capacity); arrivals.initialize(repeating: 0, count: capacity)
         used = .allocate(capacity: capacity); used.initialize(repeating: false, count: capacity)
         tickTimes = .allocate(capacity: JitterBuffer.tickTimeCapacity)
         tickTimes.initialize(repeating: 0, count: JitterBuffer.tickTimeCapacity)
@@ -410,7 +418,7 @@ public final class JitterBuffer {
 
     deinit {
         payloads.deallocate(); lengths.deallocate(); timestamps.deallocate()
-        seqs.deallocate(); flagSets.deallocate(); used.deallocate()
+        seqs.deallocate(); flagSets.deallocate(); arrivals.deallocate(); used.deallocate()
         history.deallocate(); bins.deallocate(); tickTimes.deallocate(); gridAtTick.deallocate()
     }
 
@@ -439,6 +447,7 @@ public final class JitterBuffer {
         seeded = false
         lastObservedMs = -.infinity
         lastArrivalMs = -.infinity
+        consumerTickMs = -.infinity
         applyBounds()
     }
 
@@ -450,6 +459,8 @@ public final class JitterBuffer {
     public private(set) var lastObservedMs = -Double.infinity
     /// When the last frame of any kind arrived (a talkspurt's marker too).
     private var lastArrivalMs = -Double.infinity
+    /// The consumer's last tick (next(atMs:)), not the ones catchUp stood in for.
+    private var consumerTickMs = -Double.infinity
 
     /// Nothing has entered since reset, nor a prior: seed(from:) would take.
     public var awaitsPrior: Bool { !seeded && !haveSeq }
@@ -638,6 +649,7 @@ public final class JitterBuffer {
         timestamps[slot] = ext
         seqs[slot] = seq
         flagSets[slot] = flags
+        arrivals[slot] = arrivalMs
         used[slot] = true
         usedEnd = max(usedEnd, slot + 1)
         count += 1
@@ -848,8 +860,8 @@ public final class JitterBuffer {
 
     /// Decides the next frame period, at `nowMs` (the clock insert's arrivalMs uses).
     public func next(atMs nowMs: Double) -> Playout {
-        catchUp(toMs: nowMs)
         let cap = Int64(JitterBuffer.tickTimeCapacity)
+        catchUp(toMs: nowMs)
         // Ticks within a quarter period of the one before are one burst (a pull of
         // several periods renders them one after another).
         let burst = tickTimesKnown > 0 && ticks > 0 && nowMs - tickTimes[Int((ticks - 1) % cap)] < frameMs / 4
@@ -860,7 +872,33 @@ public final class JitterBuffer {
         tickTimes[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = nowMs
         gridAtTick[Int(ticks % Int64(JitterBuffer.tickTimeCapacity))] = grid
         tickTimesKnown += 1
+        if !playing { shedStaleStart(nowMs: nowMs, lastTickMs: consumerTickMs) }
+        consumerTickMs = nowMs
         return advance()
+    }
+
+    /// No talkspurt plays, and the consumer did not tick for a long while after the
+    /// oldest frame here came (`lastTickMs`: its own tick before this one, not one
+    /// catchUp stood in for when the frames were handed over): a host that
+    /// has not pulled yet, a device suspended, the output switched off, a consumer
+    /// that stalled. What was due meanwhile is gone, not a talkspurt to play now,
+    /// seconds late (with its TALK_START and TALK_STOP a second time). When that
+    /// silence of the ticks passes a talkspurt start's longest wait (its cushion, the
+    /// lower bound or the consumer's burst, and a period) by `stallMs`, the frames
+    /// that came longer ago than that wait are dropped as late; a talkspurt still
+    /// coming starts on the rest, with its usual cushion. (A frame a ticking consumer
+    /// holds, early on the lateness timeline, can wait longer: it is not dropped.)
+    /// While a talkspurt plays, the tick times catch a stalled consumer up (catchUp).
+    private func shedStaleStart(nowMs: Double, lastTickMs: Double) {
+        guard count > 0 else { return }
+        let waitMs = (max(startTicks, minTicks, burstMs / frameMs) + 1) * frameMs
+        var oldest = Double.infinity
+        for i in 0..<usedEnd where used[i] { oldest = min(oldest, arrivals[i]) }
+        guard nowMs - max(oldest, lastTickMs) > waitMs + tuning.stallMs else { return }
+        for i in 0..<usedEnd where used[i] && nowMs - arrivals[i] > waitMs {
+            release(i)
+            stats.late += 1
+        }
     }
 
     /// The consumer's ticks stopped (its thread blocked, a host's sink that took

@@ -156,6 +156,61 @@ final class JitterBufferTests: XCTestCase {
         }
     }
 
+    /// Frames that came while nobody ticked and no talkspurt played (a host that has not
+    /// pulled yet, a device suspended) are not played when the ticks come: a talkspurt
+    /// that ended long before is dropped whole, as late, with no talk edge; one still
+    /// coming starts on its recent frames with the usual wait and plays on without a gap.
+    /// (Played, the first came out seconds late with TALK_START and TALK_STOP again.)
+    func testFramesThatCameWhileNobodyTickedAreNotPlayedLate() {
+        func feed(_ jb: JitterBuffer, frames: Range<Int>, last: Int? = nil) {
+            for k in frames {
+                let payload: [UInt8] = [UInt8(truncatingIfNeeded: k)]
+                _ = payload.withUnsafeBytes {
+                    jb.insert(seq: UInt64(k + 1), timestamp: UInt32(k * 960), flags: k == last ? [.lastFrame] : (k == frames.lowerBound ? [.marker] : []),
+                              payload: $0, arrivalMs: Double(k) * 20 + 0.3)
+                }
+            }
+        }
+        // Never ticked before; after ticks that saw nothing; and so, with the frames
+        // handed over at the first tick after the clock was caught up (as the receive
+        // path does: catchUp stands in for the missed ticks, not for the consumer's).
+        for (ticksBefore, handedOverLate) in [(0, false), (50, false), (50, true)] {
+            let jb = JitterBuffer(capacity: 64, frameSamples: 960)
+            for k in 0..<ticksBefore { _ = jb.next(atMs: Double(k) * 20 - 1000 - 5) }
+            if handedOverLate { jb.catchUp(toMs: 3000) }
+            feed(jb, frames: 0..<25, last: 24)   // 500 ms of talk, then nothing
+            var played = 0, edges = 0
+            for k in 0..<100 {
+                if case .packet(let s) = jb.next(atMs: 3000 + Double(k) * 20) { played += 1; jb.release(s) }
+                if jb.talkEdge != .none { edges += 1 }
+            }
+            XCTAssertEqual(played, 0, "a talkspurt that ended 2.5 s before the first tick (\(ticksBefore) ticks before it, handed over late: \(handedOverLate))")
+            XCTAssertEqual(edges, 0, "no TALK_START / TALK_STOP for it again")
+            XCTAssertEqual(jb.stats.late, 25, "its frames are counted as late")
+        }
+        // A talkspurt that started 3 s before the first tick and goes on.
+        let jb = JitterBuffer(capacity: 64, frameSamples: 960)
+        feed(jb, frames: 0..<150)
+        var out: [Int] = []
+        var firstDelay = Double.nan
+        for k in 0..<100 {
+            let now = 3000 + Double(k) * 20
+            if k > 0 { feed(jb, frames: (149 + k)..<(150 + k)) }
+            switch jb.next(atMs: now) {
+            case .packet(let s):
+                let f = Int(jb.payload(s)[0])
+                if out.isEmpty { firstDelay = now - (Double(149 + (f - 149 + 256) % 256) * 20 + 0.3) }
+                out.append(f); jb.release(s)
+            case .silence, .comfortNoise: XCTAssertTrue(out.isEmpty, "silence after the start at tick \(k)")
+            case .fec, .conceal: XCTFail("concealed at tick \(k)")
+            }
+        }
+        XCTAssertGreaterThan(out.count, 90, "the talkspurt plays on")
+        XCTAssertLessThanOrEqual(firstDelay, 40.0, "it starts on a frame that came within the usual wait")
+        XCTAssertEqual(zip(out, out.dropFirst()).filter { ($1 - $0 + 256) % 256 != 1 }.count, 0, "no frame skipped after the start")
+        XCTAssertGreaterThanOrEqual(jb.stats.late, 60, "the old frames it held are counted as late")
+    }
+
     // MARK: Ordering and accounting
 
     func testReorderedFramesInsideTheWindowPlayInOrderAndDuplicatesAreDropped() {

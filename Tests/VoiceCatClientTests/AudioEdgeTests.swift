@@ -565,6 +565,61 @@ final class AudioEdgeTests: XCTestCase {
         }
     }
 
+    /// A talkspurt that came and ended while nothing rendered (pull mode, the host has
+    /// not pulled yet) is not played when the pulls start seconds later: its frames
+    /// are counted as late and its TALK_START / TALK_STOP (raised as its frames came)
+    /// do not come again. A talkspurt that begins after the pulls started plays.
+    /// (It was played whole, 520 ms of it 3 s late, with both events again.)
+    func testATalkspurtThatEndedBeforeTheFirstPullIsNotPlayedByIt() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        feedRealtime(alex, sid, Signal.tone(300, seconds: 0.5, amplitude: 0.3))
+        try alex.drain(streamID: sid, timeoutMs: 2000)
+        usleep(2_500_000)
+        var before = (starts: 0, stops: 0)
+        while let e = sam.pollEvent(timeoutMs: 0) {
+            if e.ssrc == ssrc && e.type == .talkStart { before.starts += 1 }
+            if e.ssrc == ssrc && e.type == .talkStop { before.stops += 1 }
+        }
+        XCTAssertEqual(before.starts, 1, "TALK_START as the frames came, nothing rendering")
+        var buf = [Int16](repeating: 0, count: 960 * 2)
+        var loud = 0, after = (starts: 0, stops: 0)
+        let t0 = MonotonicClock.nanoseconds()
+        for k in 1...60 {
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
+            if Signal.rms(buf[...]) > 1000 { loud += 1 }
+            while let e = sam.pollEvent(timeoutMs: 0) {
+                if e.ssrc == ssrc && e.type == .talkStart { after.starts += 1 }
+                if e.ssrc == ssrc && e.type == .talkStop { after.stops += 1 }
+            }
+            let due = t0 + UInt64(k) * 20_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        let late = try sam.streamStats(ssrc: ssrc).jitter.late
+        print("a talkspurt 2.5 s before the first pull: \(loud * 20) ms of it played, \(late) frames late, "
+              + "events after the pulls started: \(after.starts) TALK_START, \(after.stops) TALK_STOP")
+        XCTAssertEqual(loud, 0, "the old talkspurt is not played")
+        XCTAssertGreaterThanOrEqual(late, 20, "its frames are counted as late")
+        XCTAssertEqual(after.starts, 0, "no second TALK_START for it")
+        XCTAssertEqual(after.stops, 0, "no second TALK_STOP for it")
+        // The next talkspurt, with the pulls going on, is heard.
+        let feeder = Thread { self.feedRealtime(alex, sid, Signal.tone(300, seconds: 1, amplitude: 0.3)) }
+        feeder.start()
+        loud = 0
+        let t1 = MonotonicClock.nanoseconds()
+        for k in 1...60 {
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: 960) }
+            if Signal.rms(buf[...]) > 1000 { loud += 1 }
+            let due = t1 + UInt64(k) * 20_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        while feeder.isExecuting { usleep(10_000) }
+        let st = try sam.streamStats(ssrc: ssrc)
+        print("the next talkspurt: \(loud * 20) ms heard, target depth \(st.targetDepthMs) ms, "
+              + "\(st.jitter.plcFrames) concealed")
+        XCTAssertGreaterThanOrEqual(loud, 40, "a talkspurt while the host pulls is heard (\(loud * 20) ms)")
+        XCTAssertLessThanOrEqual(st.targetDepthMs, 100, "the old frames left the target where a clean path puts it")
+    }
+
     /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
     final class FirstBlocks: @unchecked Sendable {
         let lock = NSLock()
