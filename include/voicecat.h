@@ -18,8 +18,8 @@
  *    A stream that has ended (vc_stream_stop, withdrawn by the server, or ended with
  *    the session or its channel) is unknown to later calls (VC_ERR_NOT_FOUND), and
  *    vc_last_error says how it ended ("no stream 257: it ended with the session
- *    (the server closed the connection)") until a newer stream takes its place
- *    (then: "no stream 257").
+ *    (the server closed the connection)") until a later stream that took its slot
+ *    (its id then differs) has ended too (then: "no stream 257").
  *  - Config structs come from a `*_default()` function and are then edited by field
  *    name, so new fields never break old callers (see the ABI policy below).
  *  - Audio at the API is interleaved int16_t (or float, full scale ±1.0, in the
