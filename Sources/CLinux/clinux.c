@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -20,6 +22,10 @@ int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags) 
     return accept4(fd, addr, (socklen_t *)len, flags);
 }
 int vcshim_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+int vcshim_unacknowledged_bytes(int fd) {
+    int n = 0;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : -1;
+}
 void vcshim_set_thread_name(const char *name) {
     char buf[16];
     strncpy(buf, name, 15);

@@ -348,7 +348,13 @@ public final class Server {
         if let s = c.session {
             if now &- s.lastSeenMs >= reapMs {
                 counters.sessionsReaped += 1
-                close(c, reason: "silent on TCP and UDP for \(live.reapSeconds) s")
+                // A peer that stopped reading (or can no longer be reached) leaves what
+                // was sent to it in the kernel: say so, the operator's likely question.
+                var why = "silent on TCP and UDP for \(live.reapSeconds) s"
+                if let n = c.socket.unacknowledgedBytes, n > 0 {
+                    why += "; \(n) bytes sent to it are still unacknowledged (it stopped reading, or cannot be reached)"
+                }
+                close(c, reason: why)
                 return
             }
         } else {

@@ -230,6 +230,13 @@ public final class Socket {
     }
     public func setSendBuffer(_ bytes: Int32) { try? setOption(SOL_SOCKET, SO_SNDBUF, bytes) }
 
+    /// TCP: bytes written that the peer has not acknowledged yet (the kernel's send
+    /// queue), nil if the kernel does not say.
+    public var unacknowledgedBytes: Int? {
+        let n = vcshim_unacknowledged_bytes(fd)
+        return n >= 0 ? Int(n) : nil
+    }
+
     /// Sends one datagram. nil when the socket buffer is full (non-blocking).
     @discardableResult
     public func sendTo(_ bytes: UnsafeRawBufferPointer, _ address: SocketAddress) throws(SystemError) -> Int? {

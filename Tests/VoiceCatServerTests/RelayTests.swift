@@ -210,6 +210,42 @@ final class RelayTests: XCTestCase {
         XCTAssertEqual(try lively.expect("Pong") { m -> UInt64? in if case .pong(let p) = m { return p.timestamp }; return nil }, 42)
     }
 
+    /// What the reaper says of a session whose peer stopped reading: the bytes its
+    /// kernel still holds for the peer, unacknowledged (SIOCOUTQ), and none once the
+    /// peer has read them.
+    func testUnacknowledgedBytesAreWhatThePeerHasNotTaken() throws {
+        let listener = try Socket.listenTCP(SocketAddress(host: "127.0.0.1", port: 0))
+        defer { listener.close() }
+        listener.setReceiveBuffer(4096)   // inherited by the accepted socket: a peer that takes little
+        let writer = try Socket.connectTCP(listener.localAddress(), timeoutMs: 2000)
+        defer { writer.close() }
+        var accepted: (Socket, SocketAddress)?
+        for _ in 0..<200 where accepted == nil { accepted = try listener.accept(); if accepted == nil { sleepMilliseconds(5) } }
+        let reader = try XCTUnwrap(accepted).0
+        defer { reader.close() }
+        XCTAssertEqual(writer.unacknowledgedBytes, 0, "nothing written yet")
+        try writer.setNonBlocking()
+        let chunk = [UInt8](repeating: 7, count: 16_384)
+        var written = 0
+        while let n = try chunk.withUnsafeBytes({ try writer.write($0) }), n > 0, written < 64 << 20 { written += n }
+        sleepMilliseconds(50)
+        let held = try XCTUnwrap(writer.unacknowledgedBytes)
+        XCTAssertGreaterThan(held, 0, "the peer stopped reading: \(written) bytes written")
+        XCTAssertLessThanOrEqual(held, written)
+        // The reader takes everything: nothing is left unacknowledged.
+        try reader.setNonBlocking()
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var read = 0
+        let deadline = MonotonicClock.milliseconds() + 5000
+        while read < written && MonotonicClock.milliseconds() < deadline {
+            if let n = try buffer.withUnsafeMutableBytes({ try reader.read(into: $0) }), n > 0 { read += n } else { sleepMilliseconds(1) }
+        }
+        XCTAssertEqual(read, written)
+        var left = writer.unacknowledgedBytes
+        for _ in 0..<100 where left != 0 { sleepMilliseconds(10); left = writer.unacknowledgedBytes }
+        XCTAssertEqual(left, 0, "all acknowledged once read")
+    }
+
     func testRebindRetiresTheOldKeys() throws {
         let ts = try TestServer()
         defer { ts.stop() }

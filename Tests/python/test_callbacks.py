@@ -106,6 +106,33 @@ def test_a_log_handler_that_raises_surfaces_from_the_next_call_and_lines_reach_l
                    for name, level, text in caplog.record_tuples)
 
 
+def test_ctrl_c_in_the_log_handler_during_a_module_call_is_raised_by_that_call():
+    """A Ctrl-C that lands in the log handler while a module function runs on the main
+    thread (set_alsa_config logs why a text does not parse) is raised by that function,
+    and nothing is left for a later call. It was kept until an unrelated client call
+    raised it, seconds later, or never raised at all."""
+    import os
+    import signal
+    interrupted = []
+
+    def handler(level, message):
+        if threading.current_thread() is threading.main_thread() and not interrupted:
+            interrupted.append(message)
+            os.kill(os.getpid(), signal.SIGINT)   # Ctrl-C while the handler runs
+            time.sleep(0.2)
+
+    voicecat.set_log_handler(handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            voicecat.set_alsa_config("pcm.broken {")
+        assert interrupted, "the library logged on the calling thread"
+        voicecat.set_alsa_config(None)   # nothing held back from the first call
+        with voicecat.Client() as client:
+            client.set_input_mode(voicecat.InputMode.VAD)
+    finally:
+        voicecat.set_log_handler(None)
+
+
 def test_callback_objects_stay_alive_while_c_can_call_them(server):
     counts = [0]
 

@@ -586,6 +586,11 @@ def test_bools_and_numbers_of_the_wrong_type_are_type_errors_and_ranges_are_the_
             c.admin_set_server_mute(1, False, "no", admin_password="x")   # type: ignore[arg-type]
         with pytest.raises(ValueError, match="hold must be a bool"):
             s.set_state(hold=2)
+        with pytest.raises(TypeError, match="agc must be a bool"):
+            s.set_send_processing(agc="no")   # was taken as True
+        with pytest.raises(TypeError, match="agc_level must be a number"):
+            s.set_send_processing(agc=True, agc_level="0.5")
+        assert s.send_processing.agc is False, "nothing applied from a refused call"
         with pytest.raises(ValueError, match=r"channels must be in 1\.\.2, not -1"):
             c.start_stream(channels=-1)
         with pytest.raises(ValueError, match=r"max_queue_ms must be in 0\.\.600000, not -5"):

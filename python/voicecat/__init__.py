@@ -26,6 +26,7 @@ from typing import List, Optional, Union
 
 from . import _lib
 from ._callbacks import global_failures, route_to_logging, set_log_handler
+from ._callbacks import raise_interrupt as _raise_interrupt
 from ._client import (DEFAULT_PORT, SAMPLE_RATE, AsyncEvents, Client, EventHandler, MixBlock, SinkFn, SpeakerSinkFn,
                       Stream)
 from ._enums import (ChannelMode, DeviceKind, ErrorCode, EventType, InputMode, LogLevel, OpusApplication,
@@ -93,7 +94,9 @@ def set_alsa_config(text: Optional[str]) -> None:
     example file-backed PCMs); replaces the previous definitions; None clears them.
     InvalidArgument when the text does not parse."""
     global_failures.raise_pending()
-    check(_lib.get().vc_set_alsa_config(text.encode("utf-8") if text is not None else None))
+    rc = _lib.get().vc_set_alsa_config(text.encode("utf-8") if text is not None else None)
+    _raise_interrupt()   # Ctrl-C during the call, caught by the log handler on this thread
+    check(rc)
 
 
 def list_devices(kind: Optional[DeviceKind] = None) -> List[DeviceInfo]:
@@ -105,10 +108,14 @@ def list_devices(kind: Optional[DeviceKind] = None) -> List[DeviceInfo]:
     for k in (DeviceKind.CAPTURE, DeviceKind.PLAYBACK) if kind is None else (DeviceKind(kind),):
         count = ctypes.c_size_t()
         while True:
-            check(lib.vc_list_devices(int(k), None, 0, ctypes.byref(count)))
+            rc = lib.vc_list_devices(int(k), None, 0, ctypes.byref(count))
+            _raise_interrupt()   # as in set_alsa_config
+            check(rc)
             cap = count.value
             arr = (_lib.vc_device_info * max(1, cap))()
-            check(lib.vc_list_devices(int(k), arr, cap, ctypes.byref(count)))
+            rc = lib.vc_list_devices(int(k), arr, cap, ctypes.byref(count))
+            _raise_interrupt()
+            check(rc)
             if count.value <= cap:
                 break
         found.extend(DeviceInfo._from_c(k, arr[i]) for i in range(count.value))

@@ -413,7 +413,10 @@ class Stream:
         self.device = name
 
     def set_capture_channels(self, channels: int) -> None:
-        """Reopens a device stream's capture with 1 or 2 channels."""
+        """Reopens a device stream's capture with 1 or 2 channels (``vc_set_capture_channels``).
+        On a stream you feed it sets :attr:`channels`, the channel count a 1-D ``feed``
+        is read as (interleaved): 1-D mono fed after ``set_capture_channels(2)`` is
+        taken for stereo. DeviceError keeps the previous capture; NotFound once stopped."""
         self._client._call("vc_set_capture_channels", self.id, _uint(channels, "channels", valid="1..2"))
         self.channels = channels
 

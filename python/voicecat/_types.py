@@ -306,8 +306,9 @@ class SendProcessing:
                    echo_cancellation=bool(p.echo_cancellation), agc_level=p.agc_level)
 
     def _to_c(self) -> _lib.vc_send_processing:
-        return _lib.vc_send_processing(int(bool(self.noise_suppression)), int(bool(self.agc)),
-                                       int(bool(self.echo_cancellation)), float(self.agc_level))
+        return _lib.vc_send_processing(int(_flag(self.noise_suppression, "noise_suppression")), int(_flag(self.agc, "agc")),
+                                       int(_flag(self.echo_cancellation, "echo_cancellation")),
+                                       _real(self.agc_level, "agc_level"))
 
 
 @dataclass(frozen=True)

@@ -595,7 +595,8 @@ def _login() -> str:
 def _common_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("-v", "--verbose", action="count", default=0, help="log the library's lines (-vv: debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print only errors and the report a command exists for (ping, stats, devices)")
     p.add_argument("--progress", choices=["auto", "always", "never"], default="auto",
                    help="progress on stderr (auto: on a terminal)")
     return p

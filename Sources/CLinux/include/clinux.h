@@ -13,6 +13,9 @@ int vcshim_accept4(int fd, struct sockaddr *addr, unsigned int *len, int flags);
 int vcshim_eventfd(void);
 /* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
 void vcshim_set_thread_name(const char *name);
+/* Bytes a TCP socket's kernel send queue still holds, not acknowledged by the peer
+ * (ioctl SIOCOUTQ; ioctl is variadic, so Swift cannot call it), or -1 */
+int vcshim_unacknowledged_bytes(int fd);
 
 /* epoll(7) is Linux-only and its struct epoll_event is packed on x86-64; these pass
  * through with an unpacked event so Swift can read it. */
