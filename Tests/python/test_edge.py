@@ -591,6 +591,10 @@ def test_bools_and_numbers_of_the_wrong_type_are_type_errors_and_ranges_are_the_
         with pytest.raises(TypeError, match="agc_level must be a number"):
             s.set_send_processing(agc=True, agc_level="0.5")
         assert s.send_processing.agc is False, "nothing applied from a refused call"
+        with pytest.raises(TypeError, match="active must be a bool"):
+            c.set_push_to_talk("no")   # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="enabled must be a bool"):
+            c.set_external_playback("yes")   # type: ignore[arg-type]
         with pytest.raises(ValueError, match=r"channels must be in 1\.\.2, not -1"):
             c.start_stream(channels=-1)
         with pytest.raises(ValueError, match=r"max_queue_ms must be in 0\.\.600000, not -5"):
@@ -600,6 +604,12 @@ def test_bools_and_numbers_of_the_wrong_type_are_type_errors_and_ranges_are_the_
         s.set_state(muted=True, hold=0)   # a bool, or 0 / 1
         if numpy is not None:
             s.set_state(muted=numpy.bool_(False), hold=numpy.int64(1))   # numpy's too
+    with pytest.raises(TypeError, match="external_playback must be a bool"):
+        voicecat.Client(external_playback="no")   # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="type must be an EventType or an int"):
+        voicecat.event_type_name("x")   # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="text must be a str or None"):
+        voicecat.set_alsa_config(5)   # type: ignore[arg-type]
 
 
 def test_ctrl_c_landing_at_a_trampolines_entry_is_raised_by_the_call_that_ran(server):

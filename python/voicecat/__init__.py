@@ -86,6 +86,8 @@ def version_number() -> int:
 def event_type_name(type: Union[EventType, int]) -> str:
     """The C header's name of an event type ("VC_EVENT_TALK_START"); "VC_EVENT_UNKNOWN"
     for a value the loaded library does not know."""
+    if isinstance(type, bool) or not isinstance(type, int):
+        raise TypeError(f"type must be an EventType or an int, not {type.__class__.__name__}")
     return str(_lib.get().vc_event_type_name(int(type)).decode("ascii"))
 
 
@@ -93,6 +95,8 @@ def set_alsa_config(text: Optional[str]) -> None:
     """Defines extra ALSA PCMs for this process in ALSA configuration syntax (for
     example file-backed PCMs); replaces the previous definitions; None clears them.
     InvalidArgument when the text does not parse."""
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"text must be a str or None, not {text.__class__.__name__}")
     global_failures.raise_pending()
     rc = _lib.get().vc_set_alsa_config(text.encode("utf-8") if text is not None else None)
     _raise_interrupt()   # Ctrl-C during the call, caught by the log handler on this thread

@@ -639,7 +639,7 @@ class Client:
         device = _optional_cstr(playback_device, "playback_device")
         cfg.client_name = name
         cfg.playback_device = device
-        cfg.external_playback = int(bool(external_playback))
+        cfg.external_playback = int(_flag(external_playback, "external_playback"))
         if keepalive_ms is not None:
             cfg.keepalive_ms = _uint(keepalive_ms, "keepalive_ms")
         if max_remote_streams is not None:
@@ -650,7 +650,7 @@ class Client:
             cfg.talk_hangover_ms = _uint(talk_hangover_ms, "talk_hangover_ms")
         known = _optional_cstr(known_servers_path, "known_servers_path")
         cfg.known_servers_path = known
-        cfg.auto_reconnect = int(bool(auto_reconnect))
+        cfg.auto_reconnect = int(_flag(auto_reconnect, "auto_reconnect"))
         if loss_report_ms is not None:
             cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms")
         if resampler_quality is not None:
@@ -799,7 +799,7 @@ class Client:
         params.server_fingerprint = _optional_cstr(fingerprint, "fingerprint")
         wait = _millis(timeout, "timeout")
         params.timeout_ms = 0x7FFFFFFF if wait < 0 else max(1, wait)  # 0 would mean the default, 5 s
-        params.allow_unverified = int(bool(allow_unverified))
+        params.allow_unverified = int(_flag(allow_unverified, "allow_unverified"))
         if threading.current_thread() is not threading.main_thread() or in_callback():
             self._call("vc_connect", ctypes.byref(params))
             return
@@ -934,7 +934,7 @@ class Client:
 
     def set_push_to_talk(self, active: bool) -> None:
         """The push-to-talk key state (used in PTT mode)."""
-        self._call("vc_set_push_to_talk", int(bool(active)))
+        self._call("vc_set_push_to_talk", int(_flag(active, "active")))
 
     # -- users, channels and administration --
 
@@ -1058,7 +1058,7 @@ class Client:
         False while connected opens the device now (DeviceError if it cannot), also a
         device that already plays the mix but is away (it failed): it is tried at once
         and, if it still cannot open, retried on its backoff as before."""
-        self._call("vc_set_external_playback", int(bool(enabled)))
+        self._call("vc_set_external_playback", int(_flag(enabled, "enabled")))
 
     def set_sink(self, fn: Optional[SinkFn], *, numpy: bool = False) -> None:
         """Sets (or clears, with None) the sink of the final mix, in the output format
