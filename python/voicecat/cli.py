@@ -287,7 +287,7 @@ class _Speaker:
 
 
 def _speaker_path(out: str, username: str, ssrc: int) -> str:
-    """OUT.wav -> OUT-<user>-<ssrc>.wav (characters other than letters, digits, '.', '_'
+    """OUT.wav -> OUT-<user>-<ssrc>.wav (characters other than ASCII letters, digits, '.', '_'
     and '-' in the user name become '_')."""
     base, ext = os.path.splitext(out)
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", username) or "user"
