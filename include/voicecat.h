@@ -967,10 +967,14 @@ int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char
 
 /**
  * Sets this listener's gain (0..4), mute and noise reduction for a remote stream.
- * No protocol traffic, no effect on other listeners. noise_reduction = 1 creates a
+ * No protocol traffic, no effect on other listeners. A gain or mute that changes
+ * while the stream plays moves there in a straight line over the next 20 ms block
+ * (no click). noise_reduction = 1 creates a
  * SpeexDSP denoiser for this stream on the calling thread (it then runs after
  * decoding and before gain and mixing); 0 releases it; it is released too when the
- * stream goes away. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
+ * stream goes away. The denoiser works on 10 ms windows and delays the stream by
+ * 10 ms while it runs: switched on mid-speech, the stream pauses 10 ms; switched
+ * off, it skips 10 ms. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
  * ssrc not being received, VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN.
  * Callback-safe: yes.
  */

@@ -22,6 +22,20 @@ func tanhApprox(_ x: Float) -> Float {
     return min(r, 1)
 }
 
+/// A gain that moves in a straight line over a block of `frames` frames: from `from`
+/// (the gain before the block) to `to` (reached at its last frame). A listener's gain
+/// or mute that changes while a stream talks is ramped over the next block instead of
+/// stepping between two samples (a click when it changes mid-vowel).
+public struct GainRamp: Equatable, Sendable {
+    public var from: Float
+    public var to: Float
+    public var frames: Int
+    public init(from: Float, to: Float, frames: Int) { self.from = from; self.to = to; self.frames = max(1, frames) }
+    /// The gain at frame `i` of the block.
+    @inline(__always)
+    public func gain(at i: Int) -> Float { from + (to - from) * Float(min(i + 1, frames)) / Float(frames) }
+}
+
 public final class MixBus {
     public let capacityFrames: Int
     /// Interleaved stereo float accumulator, full scale = 1.0.
@@ -50,6 +64,28 @@ public final class MixBus {
     public func add(_ pcm: UnsafePointer<Float>, frames: Int, gain: Float, at offset: Int = 0) {
         let dst = acc + offset * 2
         for i in 0..<(frames * 2) { dst[i] += pcm[i] * gain }
+    }
+
+    /// Adds `frames` interleaved stereo int16 samples at frame `offset` of the block,
+    /// scaled by `ramp` at each frame's place in the block.
+    public func add(_ pcm: UnsafePointer<Int16>, frames: Int, ramp: GainRamp, at offset: Int = 0) {
+        let dst = acc + offset * 2
+        for i in 0..<frames {
+            let g = ramp.gain(at: offset + i) / 32768
+            dst[2 * i] += Float(pcm[2 * i]) * g
+            dst[2 * i + 1] += Float(pcm[2 * i + 1]) * g
+        }
+    }
+
+    /// Adds `frames` interleaved stereo (or, `mono`, mono to both channels) float samples
+    /// at frame `offset` of the block, scaled by `ramp` at each frame's place in the block.
+    public func add(_ pcm: UnsafePointer<Float>, frames: Int, mono: Bool, ramp: GainRamp, at offset: Int = 0) {
+        let dst = acc + offset * 2
+        for i in 0..<frames {
+            let g = ramp.gain(at: offset + i)
+            dst[2 * i] += (mono ? pcm[i] : pcm[2 * i]) * g
+            dst[2 * i + 1] += (mono ? pcm[i] : pcm[2 * i + 1]) * g
+        }
     }
 
     /// Adds `frames` mono float samples to both channels, scaled by `gain`, starting

@@ -41,6 +41,9 @@ final class RemoteSlot {
     var frameSamples = 960
     var username = ""
     var settings = RemoteSettings()
+    /// The gain (0 when muted) the last rendered block ended at; NaN before the
+    /// stream's first block. A change is ramped over the next block (GainRamp).
+    private var appliedGain = Float.nan
     /// Frames opened by the media reader, waiting for the renderer (no lock).
     let inbox = PacketRing(maxPayload: MediaLimits.maxDatagramBytes - MediaLimits.overheadBytes)
     /// Replays caught by the replay window (the media reader writes).
@@ -154,6 +157,7 @@ final class RemoteSlot {
         frameSamples = r.audio.frameSamples
         self.username = username
         settings = RemoteSettings()
+        appliedGain = .nan
         duplicates.store(0, ordering: .relaxed)
         inbox.reset()
         noiseReducer = nil
@@ -235,6 +239,9 @@ final class RemoteSlot {
         blockPlayed = jitter.talking
         blockTalkEdge = false
         let gain: Float = settings.muted ? 0 : settings.gain
+        // A gain or mute set since the last block moves there over this one, not at a sample.
+        let ramp: GainRamp? = appliedGain.isNaN || appliedGain == gain ? nil : GainRamp(from: appliedGain, to: gain, frames: frames)
+        appliedGain = gain
         let tapping = tapWanted && frames <= RemoteSlot.tapCapacity
         // The block's level: the sum of its squares and its largest magnitude (full scale 1).
         var sumSquares: Double = 0
@@ -245,7 +252,7 @@ final class RemoteSlot {
             // limits the mix.
             decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames)
             if !lastDecodeSilent {
-                mixFloat(scratch.float, frames: frames, channels: decoder.channels, into: bus, gain: gain, tapping: tapping,
+                mixFloat(scratch.float, frames: frames, channels: decoder.channels, into: bus, gain: gain, ramp: ramp, tapping: tapping,
                          sumSquares: &sumSquares, peak: &peak)
             } else if tapping {
                 // Silence adds nothing to the bus and the level: only the tap is written.
@@ -255,7 +262,7 @@ final class RemoteSlot {
             // The same as int16, which the listener's noise reducer takes (a silent
             // frame is mixed too: the reducer's output carries its last window's tail).
             decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames)
-            mixPiece(scratch.int16, frames: frames, at: 0, into: bus, gain: gain, tapping: tapping, sumSquares: &sumSquares,
+            mixPiece(scratch.int16, frames: frames, at: 0, into: bus, gain: gain, ramp: ramp, tapping: tapping, sumSquares: &sumSquares,
                      peak: &peak)
         } else {
             while fifoCount < frames {
@@ -266,7 +273,7 @@ final class RemoteSlot {
             var left = frames
             while left > 0 {
                 let run = min(left, RemoteSlot.fifoCapacity - fifoRead)
-                mixPiece(fifo + fifoRead * 2, frames: run, at: frames - left, into: bus, gain: gain, tapping: tapping,
+                mixPiece(fifo + fifoRead * 2, frames: run, at: frames - left, into: bus, gain: gain, ramp: ramp, tapping: tapping,
                          sumSquares: &sumSquares, peak: &peak)
                 fifoRead = (fifoRead + run) % RemoteSlot.fifoCapacity
                 fifoCount -= run
@@ -333,7 +340,7 @@ final class RemoteSlot {
     /// frame counts as L = R). The float decoder does not clip: the frame is first
     /// bounded to ±2 in place, as the int16 API does before its soft clip, so one
     /// stream's overshoot (or a hostile sender's) cannot swamp the bus's limiter.
-    private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, channels: Int, into bus: MixBus, gain: Float,
+    private func mixFloat(_ piece: UnsafeMutablePointer<Float>, frames run: Int, channels: Int, into bus: MixBus, gain: Float, ramp: GainRamp?,
                           tapping: Bool, sumSquares: inout Double, peak: inout Float) {
         let count = run * channels
         // Eight lanes at a time (a scalar Float sum or max would not vectorize: its
@@ -366,7 +373,9 @@ final class RemoteSlot {
         }
         sumSquares += channels == 1 ? 2 * s : s
         peak = max(peak, p)
-        if gain != 0 {
+        if let ramp {
+            bus.add(piece, frames: run, mono: channels == 1, ramp: ramp)
+        } else if gain != 0 {
             if channels == 1 { bus.addMono(piece, frames: run, gain: gain) } else { bus.add(piece, frames: run, gain: gain) }
         }
         if tapping {
@@ -380,9 +389,9 @@ final class RemoteSlot {
 
     /// Adds `frames` of `piece` at block offset `at` to the bus (scaled), to the tap,
     /// and to the block's level sums.
-    private func mixPiece(_ piece: UnsafeMutablePointer<Int16>, frames run: Int, at offset: Int, into bus: MixBus, gain: Float,
+    private func mixPiece(_ piece: UnsafeMutablePointer<Int16>, frames run: Int, at offset: Int, into bus: MixBus, gain: Float, ramp: GainRamp?,
                           tapping: Bool, sumSquares: inout Double, peak: inout Float) {
-        if gain != 0 { bus.add(piece, frames: run, gain: gain, at: offset) }
+        if let ramp { bus.add(piece, frames: run, ramp: ramp, at: offset) } else if gain != 0 { bus.add(piece, frames: run, gain: gain, at: offset) }
         if tapping { (tap + offset * 2).update(from: piece, count: run * 2) }
         // Exact integer sums in two loops the compiler vectorizes: a stereo pair's
         // squares fit in a UInt32 (2 × 2^30), summed into a UInt64; the extremes as

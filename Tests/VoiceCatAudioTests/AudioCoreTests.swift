@@ -52,6 +52,34 @@ final class MixerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(softLimit(-100), -1)
         XCTAssertLessThan(softLimit(0.9), 0.9, "above the knee the curve bends")
     }
+
+    /// A ramped add moves the gain in a straight line over the block, wherever a piece
+    /// of it lands (a block made of two pieces gets the same ramp as one of a piece), and
+    /// ends on the new gain: a gain or mute change is not a step between two samples.
+    func testAGainRampMovesInAStraightLineOverTheBlock() {
+        let ramp = GainRamp(from: 1, to: 0, frames: 480)
+        XCTAssertEqual(ramp.gain(at: 479), 0)
+        XCTAssertEqual(ramp.gain(at: 239), 0.5, accuracy: 1e-6)
+        let ones = [Int16](repeating: 16384, count: 960)             // 0.5 full scale, stereo
+        let monoHalf = [Float](repeating: 0.5, count: 480)
+        let whole = MixBus(capacityFrames: 480), pieces = MixBus(capacityFrames: 480), mono = MixBus(capacityFrames: 480)
+        for b in [whole, pieces, mono] { b.clear(frames: 480) }
+        ones.withUnsafeBufferPointer { p in
+            whole.add(p.baseAddress!, frames: 480, ramp: ramp)
+            pieces.add(p.baseAddress!, frames: 100, ramp: ramp)
+            pieces.add(p.baseAddress! + 200, frames: 380, ramp: ramp, at: 100)
+        }
+        monoHalf.withUnsafeBufferPointer { mono.add($0.baseAddress!, frames: 480, mono: true, ramp: ramp) }
+        var largestStep: Float = 0
+        for i in 0..<960 {
+            XCTAssertEqual(whole.acc[i], pieces.acc[i], accuracy: 1e-6, "sample \(i): pieces ramp as the whole block")
+            XCTAssertEqual(whole.acc[i], mono.acc[i], accuracy: 1e-6, "sample \(i): mono ramps as stereo")
+            if i >= 2 { largestStep = max(largestStep, abs(whole.acc[i] - whole.acc[i - 2])) }
+        }
+        XCTAssertEqual(whole.acc[0], 0.5 * ramp.gain(at: 0), accuracy: 1e-6)
+        XCTAssertEqual(whole.acc[958], 0, accuracy: 1e-6, "the block ends on the new gain")
+        XCTAssertLessThan(largestStep, 0.5 / 400, "no step: 1/480 of the change per frame")
+    }
 }
 
 final class OpusTests: XCTestCase {

@@ -620,6 +620,41 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertLessThanOrEqual(st.targetDepthMs, 100, "the old frames left the target where a clean path puts it")
     }
 
+    /// A listener's gain and mute, changed while a stream talks, move over the next block
+    /// instead of between two samples: the mix of a steady tone has no sample-to-sample
+    /// step beyond the tone's own slope at any of eight changes (1 <-> 3, mute, unmute).
+    /// (A step of up to 2 x the tone's level came at the block edge: a click.)
+    func testGainAndMuteChangesMidTalkAreRampedNotStepped() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        let lock = NSLock()
+        var left: [Int16] = []
+        try sam.setMixedSink { p, frames, ch in
+            lock.withLock { for i in 0..<frames { left.append(p[i * ch]) } }
+        }
+        let changes = Thread {
+            usleep(700_000)
+            let steps: [RemoteSettings] = [.init(gain: 3), .init(gain: 1), .init(gain: 3), .init(gain: 3, muted: true),
+                                           .init(gain: 3), .init(gain: 1), .init(gain: 3), .init(gain: 1)]
+            for st in steps { try? sam.setRemote(ssrc: ssrc, st); usleep(130_000) }
+        }
+        changes.start()
+        let amplitude = 0.2
+        feedRealtime(alex, sid, Signal.tone(437, seconds: 2.2, amplitude: amplitude))
+        while changes.isExecuting { usleep(10_000) }
+        try sam.setMixedSink(nil)
+        let pcm = lock.withLock { left }
+        // Where the tone plays (at any gain): the largest step between neighbouring samples.
+        var largest = 0
+        var loudFrom = pcm.count, loudTo = 0
+        for i in 1..<pcm.count where abs(Int(pcm[i])) > 1000 { loudFrom = min(loudFrom, i); loudTo = i }
+        XCTAssertGreaterThan(loudTo - loudFrom, 48_000, "the tone played")
+        for i in (loudFrom + 1)..<max(loudFrom + 1, loudTo) { largest = max(largest, abs(Int(pcm[i]) - Int(pcm[i - 1]))) }
+        // The tone's own slope at gain 3: 2 pi f / rate x 3 x amplitude x full scale.
+        let slope = 2 * Double.pi * 437 / 48000 * 3 * amplitude * 32767
+        print("gain and mute changes mid-tone: largest sample step \(largest) (the tone's slope at gain 3: \(Int(slope)))")
+        XCTAssertLessThan(Double(largest), 2 * slope, "a gain or mute change stepped between two samples")
+    }
+
     /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
     final class FirstBlocks: @unchecked Sendable {
         let lock = NSLock()
