@@ -973,8 +973,9 @@ int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char
  * SpeexDSP denoiser for this stream on the calling thread (it then runs after
  * decoding and before gain and mixing); 0 releases it; it is released too when the
  * stream goes away. The denoiser works on 10 ms windows and delays the stream by
- * 10 ms while it runs: switched on mid-speech, the stream pauses 10 ms; switched
- * off, it skips 10 ms. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
+ * 10 ms while it runs; switched mid-speech, the change is cross-faded over one codec
+ * frame (switched on, it is first run one frame unheard), so the stream moves 10 ms
+ * without a pause or a jump. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
  * ssrc not being received, VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN.
  * Callback-safe: yes.
  */

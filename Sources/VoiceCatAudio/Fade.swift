@@ -27,3 +27,20 @@ public enum FadeIn {
         return done + n
     }
 }
+
+/// A raised-cosine cross-fade between two versions of the same stretch of audio (a
+/// stream switching between two processing paths).
+public enum CrossFade {
+    /// `to` (interleaved int16, `frames` x `channels`) becomes a fade from `from` at its
+    /// start to `to` at its end.
+    public static func apply(from: UnsafePointer<Int16>, to: UnsafeMutablePointer<Int16>, frames: Int, channels: Int) {
+        for i in 0..<frames {
+            let w = Float(0.5 - 0.5 * cos(Double.pi * Double(i + 1) / Double(frames)))
+            for c in 0..<channels {
+                let k = i * channels + c
+                let mixed = Float(from[k]) * (1 - w) + Float(to[k]) * w
+                to[k] = Int16(mixed.rounded())
+            }
+        }
+    }
+}

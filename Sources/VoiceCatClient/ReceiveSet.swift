@@ -86,6 +86,7 @@ final class ReceiveSet {
             s.active = false
             s.talking = false
             s.noiseReducer = nil
+            s.retiredReducer = nil
             return (s.userID, was, s.username)
         }
         s.live.store(false, ordering: .releasing)
@@ -146,13 +147,17 @@ final class ReceiveSet {
         // The NR state is built here, on the caller's thread, never on the audio path.
         let shape = try withSlot(ssrc: ssrc) { ($0.frameSamples, $0.channels, $0.noiseReducer != nil) }
         let fresh = settings.noiseReduction && !shape.2 ? NoiseReducer(frameSamples: shape.0, streamChannels: shape.1) : nil
-        var released: NoiseReducer? = nil
+        var released: (NoiseReducer?, NoiseReducer?) = (nil, nil)
         try withSlot(ssrc: ssrc) { s in
             s.settings = settings
+            // Freed below, outside the slot lock: one the renderer faded out, and this
+            // one when switched off (the renderer fades it out first if it plays).
+            released.0 = s.retiredReducer
+            s.retiredReducer = nil
             if settings.noiseReduction {
                 if s.noiseReducer == nil { s.noiseReducer = fresh }
             } else {
-                released = s.noiseReducer  // freed below, outside the slot lock
+                released.1 = s.noiseReducer
                 s.noiseReducer = nil
             }
         }

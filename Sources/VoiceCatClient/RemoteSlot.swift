@@ -51,6 +51,13 @@ final class RemoteSlot {
     /// The listener's noise reduction for this stream: created on the control path when
     /// enabled, released when disabled or when the slot gets another stream.
     var noiseReducer: NoiseReducer?
+    /// The denoiser whose output plays (the renderer's; nil: the decoded audio). It
+    /// follows `noiseReducer` at a frame boundary with a cross-fade (switchDenoiser).
+    private var playingReducer: NoiseReducer?
+    /// `noiseReducer` has run one frame unheard (its window filled) and can be faded in.
+    private var reducerPrimed = false
+    /// A denoiser faded out, kept until the control path can free it (not the audio path).
+    var retiredReducer: NoiseReducer?
 
     /// Talk state as reported to the host: written by the network thread under `lock`
     /// (which host threads take to read it), read by it without.
@@ -137,15 +144,19 @@ final class RemoteSlot {
     struct Scratch {
         let int16: UnsafeMutablePointer<Int16>
         let float: UnsafeMutablePointer<Float>
+        /// The other side of a denoiser's cross-fade (int16 stereo, one codec frame).
+        let crossFade: UnsafeMutablePointer<Int16>
 
         init() {
             int16 = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
             int16.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
             float = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
             float.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
+            crossFade = .allocate(capacity: RemoteSlot.maxFrameSamples * 2)
+            crossFade.initialize(repeating: 0, count: RemoteSlot.maxFrameSamples * 2)
         }
 
-        func deallocate() { int16.deallocate(); float.deallocate() }
+        func deallocate() { int16.deallocate(); float.deallocate(); crossFade.deallocate() }
     }
 
     /// Prepares the slot for a new stream (network thread, lock held by caller).
@@ -161,6 +172,9 @@ final class RemoteSlot {
         duplicates.store(0, ordering: .relaxed)
         inbox.reset()
         noiseReducer = nil
+        playingReducer = nil
+        retiredReducer = nil
+        reducerPrimed = false
         jitter.reset(frameSamples: frameSamples)
         // A missing frame can be rebuilt from its successor: by DRED, or by in-band
         // FEC where the successor's header says it carries it (senders switch FEC
@@ -246,11 +260,11 @@ final class RemoteSlot {
         // The block's level: the sum of its squares and its largest magnitude (full scale 1).
         var sumSquares: Double = 0
         var peak: Float = 0
-        if fifoCount == 0 && frameSamples == frames && noiseReducer == nil {
+        if fifoCount == 0 && frameSamples == frames && noiseReducer == nil && playingReducer == nil {
             // One codec frame is the block: decoded as float (the int16 API decodes to
             // float too, then soft-clips and converts) and mixed from there; the bus
             // limits the mix.
-            decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames)
+            decodeNext(into: .float(scratch.float), nowMs: nowMs, block: frames, scratch: scratch)
             if !lastDecodeSilent {
                 mixFloat(scratch.float, frames: frames, channels: decoder.channels, into: bus, gain: gain, ramp: ramp, tapping: tapping,
                          sumSquares: &sumSquares, peak: &peak)
@@ -261,12 +275,12 @@ final class RemoteSlot {
         } else if fifoCount == 0 && frameSamples == frames {
             // The same as int16, which the listener's noise reducer takes (a silent
             // frame is mixed too: the reducer's output carries its last window's tail).
-            decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames)
+            decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames, scratch: scratch)
             mixPiece(scratch.int16, frames: frames, at: 0, into: bus, gain: gain, ramp: ramp, tapping: tapping, sumSquares: &sumSquares,
                      peak: &peak)
         } else {
             while fifoCount < frames {
-                decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames)
+                decodeNext(into: .int16(scratch.int16), nowMs: nowMs, block: frames, scratch: scratch)
                 pushFIFO(scratch.int16, frames: frameSamples)
             }
             // Up to two contiguous pieces of the ring.
@@ -295,7 +309,7 @@ final class RemoteSlot {
 
     /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied
     /// to int16) for a render of `block` frames.
-    private func decodeNext(into decoded: DecodedFrame, nowMs: Double, block: Int) {
+    private func decodeNext(into decoded: DecodedFrame, nowMs: Double, block: Int, scratch: Scratch) {
         let n = frameSamples
         let waitedBefore = jitter.stats.waited
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
@@ -332,8 +346,48 @@ final class RemoteSlot {
         }
         // Listener-side NR: after decode, before gain and mixing (render decodes int16
         // for a stream that has it).
-        if case .int16(let p) = decoded { noiseReducer?.process(p, frames: n) }
+        if case .int16(let p) = decoded {
+            if playingReducer === noiseReducer {
+                playingReducer?.process(p, frames: n)
+            } else {
+                switchDenoiser(p, frames: n, crossFade: scratch.crossFade)
+            }
+        }
     }
+
+    /// The listener switched noise reduction on or off (`noiseReducer` is not the one
+    /// playing): the decoded frame `p` (stereo int16) becomes what the switch plays. The
+    /// denoiser works on 10 ms windows and its output comes 10 ms after its input, so a
+    /// switch in the middle of speech paused the stream 10 ms (on) or skipped 10 ms (off)
+    /// at a sample. On: a new denoiser first runs one frame unheard (the decoded audio
+    /// plays), then the next frame cross-fades from the decoded audio to its output (the
+    /// stream is 10 ms later from there, with no pause). Off: the frame cross-fades from
+    /// the denoiser's output to the decoded audio (10 ms are passed over in the fade),
+    /// and the denoiser is kept for the control path to free.
+    private func switchDenoiser(_ p: UnsafeMutablePointer<Int16>, frames n: Int, crossFade: UnsafeMutablePointer<Int16>) {
+        if let old = playingReducer {
+            // Off (or replaced): fade from the old one's output to the decoded audio.
+            crossFade.update(from: p, count: n * 2)
+            old.process(crossFade, frames: n)
+            CrossFade.apply(from: crossFade, to: p, frames: n, channels: 2)
+            retiredReducer = old
+            playingReducer = nil
+            reducerPrimed = false
+            return
+        }
+        guard let new = noiseReducer else { return }
+        crossFade.update(from: p, count: n * 2)
+        new.process(crossFade, frames: n)
+        if !reducerPrimed {
+            reducerPrimed = true   // unheard: the decoded frame plays
+            return
+        }
+        // `crossFade` holds the denoiser's output, `p` the decoded frame: fade into the output.
+        CrossFade.apply(from: p, to: crossFade, frames: n, channels: 2)
+        p.update(from: crossFade, count: n * 2)
+        playingReducer = new
+    }
+
 
     /// Adds a float frame (full scale ±1.0; mono or stereo) to the bus (scaled), to the
     /// tap (stereo, rounded and clipped to int16), and to the block's level (a mono

@@ -655,6 +655,62 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertLessThan(Double(largest), 2 * slope, "a gain or mute change stepped between two samples")
     }
 
+    /// The listener's noise reduction switched on and off in the middle of speech: no
+    /// 10 ms hole at either switch (the denoiser's output comes 10 ms after its input; it
+    /// is primed unheard for a frame and cross-faded in, and cross-faded out). The
+    /// quietest 5 ms of the speech against the speech around it (100 ms either side), and
+    /// the largest step between two samples. (Switched on, the stream fell silent for
+    /// 10 ms; switched off, it jumped 10 ms ahead between two samples.)
+    func testNoiseReductionSwitchedMidSpeechLeavesNoHole() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        let lock = NSLock()
+        var left: [Int16] = []
+        try sam.setMixedSink { p, frames, ch in
+            lock.withLock { for i in 0..<frames { left.append(p[i * ch]) } }
+        }
+        let changes = Thread {
+            usleep(1_000_000)
+            try? sam.setRemote(ssrc: ssrc, RemoteSettings(noiseReduction: true))
+            usleep(700_000)
+            try? sam.setRemote(ssrc: ssrc, RemoteSettings(noiseReduction: false))
+            usleep(500_000)
+            try? sam.setRemote(ssrc: ssrc, RemoteSettings(noiseReduction: true))
+        }
+        changes.start()
+        // A voice of gliding pitch at a steady level: a hole, not the syllables, makes a dip.
+        var phase = 0.0
+        let voice = (0..<(3 * 48000)).map { i -> Int16 in
+            phase += 2 * .pi * (190 + 55 * sin(2 * .pi * 0.9 * Double(i) / 48000)) / 48000
+            return Int16(0.3 * 32767 * (sin(phase) + 0.5 * sin(2 * phase + 1) + 0.3 * sin(3 * phase + 2)) / 1.8)
+        }
+        feedRealtime(alex, sid, voice)
+        while changes.isExecuting { usleep(10_000) }
+        try sam.setMixedSink(nil)
+        let pcm = lock.withLock { left }
+        let window = 240
+        let rms = stride(from: 0, to: pcm.count - window, by: window).map { Signal.rms(pcm[$0..<($0 + window)]) }
+        let loud = rms.indices.filter { rms[$0] > 1000 }
+        XCTAssertGreaterThan(loud.count, 400, "the speech played (\(loud.count) loud windows of 5 ms)")
+        guard let first = loud.first, let last = loud.last, last - first > 100 else { return }
+        var worst = (ratio: Double.infinity, at: 0)
+        for w in (first + 20)...(last - 20) {
+            let around = (rms[(w - 20)..<w] + rms[(w + 1)...(w + 20)]).sorted()
+            let ratio = rms[w] / max(1, around[around.count / 2])
+            if ratio < worst.ratio { worst = (ratio, w) }
+        }
+        print("noise reduction on, off, on mid-speech: quietest 5 ms at \(String(format: "%.2f", worst.ratio)) of the speech "
+              + "around it (\(worst.at * 5 - first * 5) ms into it)")
+        XCTAssertGreaterThan(worst.ratio, 0.3, "a hole where the denoiser was switched")
+        // And no jump between two samples (a splice): the voice's own steepest slope is
+        // about 0.3 x full scale x 2 pi x 245 Hz / 48 kHz x (1 + 1 + 0.9) / 1.8, ~510.
+        // (From 20 ms in: the voice itself starts with a step.)
+        var step = 0
+        for i in (first * window + 960)..<(last * window) { step = max(step, abs(Int(pcm[i]) - Int(pcm[i - 1]))) }
+        print("largest sample step where the voice plays: \(step)")
+        XCTAssertLessThan(step, 1500, "a splice where the denoiser was switched")
+        XCTAssertTrue(try sam.isNoiseReducing(ssrc: ssrc))
+    }
+
     /// The first block each of three consumers got (testAMixedSinkSetOrReplacedMidTalkFadesIn).
     final class FirstBlocks: @unchecked Sendable {
         let lock = NSLock()
