@@ -620,17 +620,27 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertLessThanOrEqual(st.targetDepthMs, 100, "the old frames left the target where a clean path puts it")
     }
 
+    /// Captures the left channel of `listener`'s mix through a mixed sink; the returned
+    /// function clears the sink and gives what was heard.
+    func mixLeftChannel(of listener: VoiceClient) throws -> () throws -> [Int16] {
+        let lock = NSLock()
+        nonisolated(unsafe) var left: [Int16] = []
+        try listener.setMixedSink { p, frames, ch in
+            lock.withLock { for i in 0..<frames { left.append(p[i * ch]) } }
+        }
+        return {
+            try listener.setMixedSink(nil)
+            return lock.withLock { left }
+        }
+    }
+
     /// A listener's gain and mute, changed while a stream talks, move over the next block
     /// instead of between two samples: the mix of a steady tone has no sample-to-sample
     /// step beyond the tone's own slope at any of eight changes (1 <-> 3, mute, unmute).
     /// (A step of up to 2 x the tone's level came at the block edge: a click.)
     func testGainAndMuteChangesMidTalkAreRampedNotStepped() throws {
         let (alex, sam, sid, ssrc) = try talkerAndListener()
-        let lock = NSLock()
-        var left: [Int16] = []
-        try sam.setMixedSink { p, frames, ch in
-            lock.withLock { for i in 0..<frames { left.append(p[i * ch]) } }
-        }
+        let heard = try mixLeftChannel(of: sam)
         let changes = Thread {
             usleep(700_000)
             let steps: [RemoteSettings] = [.init(gain: 3), .init(gain: 1), .init(gain: 3), .init(gain: 3, muted: true),
@@ -641,8 +651,7 @@ final class AudioEdgeTests: XCTestCase {
         let amplitude = 0.2
         feedRealtime(alex, sid, Signal.tone(437, seconds: 2.2, amplitude: amplitude))
         while changes.isExecuting { usleep(10_000) }
-        try sam.setMixedSink(nil)
-        let pcm = lock.withLock { left }
+        let pcm = try heard()
         // Where the tone plays (at any gain): the largest step between neighbouring samples.
         var largest = 0
         var loudFrom = pcm.count, loudTo = 0
@@ -663,11 +672,7 @@ final class AudioEdgeTests: XCTestCase {
     /// 10 ms; switched off, it jumped 10 ms ahead between two samples.)
     func testNoiseReductionSwitchedMidSpeechLeavesNoHole() throws {
         let (alex, sam, sid, ssrc) = try talkerAndListener()
-        let lock = NSLock()
-        var left: [Int16] = []
-        try sam.setMixedSink { p, frames, ch in
-            lock.withLock { for i in 0..<frames { left.append(p[i * ch]) } }
-        }
+        let heard = try mixLeftChannel(of: sam)
         let changes = Thread {
             usleep(1_000_000)
             try? sam.setRemote(ssrc: ssrc, RemoteSettings(noiseReduction: true))
@@ -685,8 +690,7 @@ final class AudioEdgeTests: XCTestCase {
         }
         feedRealtime(alex, sid, voice)
         while changes.isExecuting { usleep(10_000) }
-        try sam.setMixedSink(nil)
-        let pcm = lock.withLock { left }
+        let pcm = try heard()
         let window = 240
         let rms = stride(from: 0, to: pcm.count - window, by: window).map { Signal.rms(pcm[$0..<($0 + window)]) }
         let loud = rms.indices.filter { rms[$0] > 1000 }
