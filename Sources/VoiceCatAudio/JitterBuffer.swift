@@ -168,6 +168,9 @@ public final class JitterBuffer {
         /// The talkspurt's last frame was played (last-frame or DTX flag), or the
         /// stream starved past `maxStarvedMs`.
         case ended
+        /// A talkspurt of one frame: its first frame, played, was also its last (a host
+        /// whose first block came alone, a push-to-talk tap). Both edges, in this order.
+        case startedAndEnded
     }
 
     public enum InsertResult: Equatable { case accepted, late, duplicate }
@@ -1185,7 +1188,9 @@ public final class JitterBuffer {
         // After a last-frame or DTX frame the stream is expected to pause.
         if !flagSets[s].isDisjoint(with: JitterBuffer.pauseFollows) {
             playing = false
-            if talking { talking = false; talkEdge = .ended }
+            // (A talkspurt that started with this frame keeps its start: the consumer
+            // counts both, or its counts of starts and ends fall out of step.)
+            if talking { talking = false; talkEdge = talkEdge == .started ? .startedAndEnded : .ended }
         }
         return .packet(slot: s)
     }

@@ -342,6 +342,11 @@ final class RemoteSlot {
             blockTalkEdge = true
             spurtEndNs.store(MonotonicClock.nanoseconds(), ordering: .relaxed)
             spurtsEnded.wrappingAdd(1, ordering: .releasing)
+        case .startedAndEnded:
+            blockTalkEdge = true
+            spurtsStarted.wrappingAdd(1, ordering: .releasing)
+            spurtEndNs.store(MonotonicClock.nanoseconds(), ordering: .relaxed)
+            spurtsEnded.wrappingAdd(1, ordering: .releasing)
         case .none: break
         }
         // Listener-side NR: after decode, before gain and mixing (render decodes int16

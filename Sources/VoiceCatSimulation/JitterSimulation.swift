@@ -65,6 +65,7 @@ public final class JitterBufferModel: PlayoutModel {
         switch jb.talkEdge {
         case .started: edges.append(true)
         case .ended: edges.append(false)
+        case .startedAndEnded: edges.append(true); edges.append(false)
         case .none: break
         }
         switch decision {

@@ -211,6 +211,26 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(jb.stats.late, 60, "the old frames it held are counted as late")
     }
 
+    /// A talkspurt of a single frame (its first frame flagged last too: a host whose
+    /// first block came alone and whose queue then ran dry) reports both edges at the
+    /// tick that plays it. Only its end was reported, so a consumer counting starts and
+    /// ends was one start behind from there: the next talkspurt, playing, was taken for
+    /// ended once the first one's hangover passed (TALK_STOP during speech, TALK_START
+    /// only at the next talkspurt).
+    func testAOneFrameTalkspurtReportsItsStartAndItsEnd() {
+        let jb = JitterBuffer(capacity: 64, frameSamples: 960)
+        var edges: [JitterBuffer.TalkEdge] = []
+        for k in 0..<40 {
+            let now = Double(k) * 20
+            if k == 0 { insert(jb, 1, ts: 0, flags: [.marker, .lastFrame], at: now - 5) }
+            if (4...30).contains(k) { insert(jb, UInt64(k - 2), ts: UInt32(960 * (k + 1)), flags: k == 4 ? [.marker] : (k == 30 ? [.lastFrame] : []), at: now - 5) }
+            if case .packet(let s) = jb.next(atMs: now) { jb.release(s) }
+            if jb.talkEdge != .none { edges.append(jb.talkEdge) }
+        }
+        XCTAssertEqual(edges, [.startedAndEnded, .started, .ended])
+        XCTAssertEqual(jb.stats.talkspurts, 2)
+    }
+
     // MARK: Ordering and accounting
 
     func testReorderedFramesInsideTheWindowPlayInOrderAndDuplicatesAreDropped() {
