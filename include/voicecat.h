@@ -969,7 +969,10 @@ int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char
  * Sets this listener's gain (0..4), mute and noise reduction for a remote stream.
  * No protocol traffic, no effect on other listeners. A gain or mute that changes
  * while the stream plays moves there in a straight line over the next 20 ms block
- * (no click). noise_reduction = 1 creates a
+ * (no click). The mix of all streams is limited, not clipped: where it would pass
+ * -0.9 dBFS, the whole mix is turned down (over the 2 ms before the peak, back up
+ * over about 50 ms), so loud overlapping talkers or a large gain are heard quieter,
+ * not distorted; below that the mix is the plain sum. noise_reduction = 1 creates a
  * SpeexDSP denoiser for this stream on the calling thread (it then runs after
  * decoding and before gain and mixing); 0 releases it; it is released too when the
  * stream goes away. The denoiser works on 10 ms windows and delays the stream by

@@ -1,26 +1,16 @@
-// The master bus: float accumulation of every stream, then a soft limiter into int16.
+// The master bus: float accumulation of every stream, then a limiter into int16.
 // Preallocated; never allocates after init.
-
-/// Soft limiter: linear below the knee, a smooth tanh-shaped curve above it that
-/// approaches full scale without ever reaching it, so loud sums never wrap or clip hard.
-@inline(__always)
-public func softLimit(_ x: Float) -> Float {
-    let knee: Float = 0.7
-    let a = abs(x)
-    if a <= knee { return x }
-    let range: Float = 1 - knee
-    let y = knee + range * tanhApprox((a - knee) / range)
-    return x < 0 ? -y : y
-}
-
-/// tanh with a rational approximation (exact enough for a limiter, no libm call).
-@inline(__always)
-func tanhApprox(_ x: Float) -> Float {
-    if x > 4.97 { return 1 }
-    let x2 = x * x
-    let r = x * (135135 + x2 * (17325 + x2 * (378 + x2))) / (135135 + x2 * (62370 + x2 * (3150 + x2 * 28)))
-    return min(r, 1)
-}
+//
+// The limiter. A sum of streams can pass full scale (talkers overlapping, a listener's
+// gain of 4). A curve applied sample by sample (the soft clip this replaced, bending
+// from -3 dBFS) distorts such a mix as much as clipping it does: each peak is
+// flattened on its own. Here the level is taken down and brought back smoothly: a
+// frame needs the gain that keeps its louder channel at `MixBus.ceiling`; a block's
+// whole sum is known before any of it is output, so the gain comes down in a straight
+// line over the `attackFrames` before each such frame (a look-ahead that costs no
+// delay; a peak in a block's first frames gets what is left of its ramp), and goes
+// back up by at most 1 / `releaseFrames` per frame. Below the ceiling the mix passes
+// unchanged (gain 1), so a single stream is heard as decoded.
 
 /// A gain that moves in a straight line over a block of `frames` frames: from `from`
 /// (the gain before the block) to `to` (reached at its last frame). A listener's gain
@@ -40,14 +30,27 @@ public final class MixBus {
     public let capacityFrames: Int
     /// Interleaved stereo float accumulator, full scale = 1.0.
     public let acc: UnsafeMutablePointer<Float>
+    /// The limiter's gain per frame of the block being rendered.
+    private let gains: UnsafeMutablePointer<Float>
+    /// The limiter's gain at the end of the last block rendered.
+    public private(set) var limiterGain: Float = 1
+
+    /// The most a rendered sample reaches (-0.9 dBFS): the limiter's ceiling.
+    public static let ceiling: Float = 0.9
+    /// The gain comes down to a peak's over this many frames before it (2 ms)...
+    public static let attackFrames = 96
+    /// ...and goes back up by at most 1 / this per frame (from half gain in 50 ms).
+    public static let releaseFrames = 4800
 
     public init(capacityFrames: Int) {
         self.capacityFrames = capacityFrames
         acc = .allocate(capacity: capacityFrames * 2)
         acc.initialize(repeating: 0, count: capacityFrames * 2)
+        gains = .allocate(capacity: capacityFrames)
+        gains.initialize(repeating: 1, count: capacityFrames)
     }
 
-    deinit { acc.deallocate() }
+    deinit { acc.deallocate(); gains.deallocate() }
 
     public func clear(frames: Int) { acc.update(repeating: 0, count: frames * 2) }
 
@@ -99,11 +102,36 @@ public final class MixBus {
         }
     }
 
-    /// Limits and converts the accumulator into interleaved stereo int16.
+    /// Limits (see the top of this file) and converts the accumulator into interleaved
+    /// stereo int16.
     public func render(into out: UnsafeMutablePointer<Int16>, frames: Int) {
-        for i in 0..<(frames * 2) {
-            let y = softLimit(acc[i]) * 32767
-            out[i] = Int16(max(-32767, min(32767, y.rounded())))
+        let ceiling = MixBus.ceiling
+        var loud = false
+        for i in 0..<frames {
+            let peak = max(abs(acc[2 * i]), abs(acc[2 * i + 1]))
+            if peak > ceiling { gains[i] = ceiling / peak; loud = true } else { gains[i] = 1 }
+        }
+        if loud || limiterGain < 1 {
+            // Down before each peak (backwards: a ramp of attackFrames to it)...
+            let attack = 1 / Float(MixBus.attackFrames)
+            var h: Float = 1
+            var i = frames - 1
+            while i >= 0 { h = min(gains[i], h + attack); gains[i] = h; i -= 1 }
+            // ...and back up slowly after it.
+            let release = 1 / Float(MixBus.releaseFrames)
+            var g = limiterGain
+            for k in 0..<frames { g = min(gains[k], g + release); gains[k] = g }
+            limiterGain = g
+            for k in 0..<frames {
+                let gk = gains[k] * 32767
+                out[2 * k] = MixBus.sample(acc[2 * k] * gk)
+                out[2 * k + 1] = MixBus.sample(acc[2 * k + 1] * gk)
+            }
+        } else {
+            for k in 0..<(frames * 2) { out[k] = MixBus.sample(acc[k] * 32767) }
         }
     }
+
+    @inline(__always)
+    private static func sample(_ y: Float) -> Int16 { Int16(max(-32767, min(32767, y.rounded()))) }
 }

@@ -42,15 +42,43 @@ final class MixerTests: XCTestCase {
         for _ in 0..<16 { loud.withUnsafeBufferPointer { bus.add($0.baseAddress!, frames: 480, gain: 1) } }
         var out = [Int16](repeating: 0, count: 960)
         out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 480) }
+        let top = Int(MixBus.ceiling * 32767)
         for i in 0..<960 {
             XCTAssertEqual(out[i].signum(), loud[i].signum(), "sign flipped (wrap-around) at \(i)")
-            XCTAssertGreaterThan(abs(Int(out[i])), 30000)
+            XCTAssertEqual(abs(Int(out[i])), top, accuracy: 2, "at the ceiling, not past it, at \(i)")
         }
-        // Quiet signals pass through unchanged.
-        XCTAssertEqual(softLimit(0.25), 0.25)
-        XCTAssertLessThanOrEqual(softLimit(100), 1)
-        XCTAssertGreaterThanOrEqual(softLimit(-100), -1)
-        XCTAssertLessThan(softLimit(0.9), 0.9, "above the knee the curve bends")
+    }
+
+    /// A mix past full scale is turned down, not flattened: a sine at twice full scale
+    /// comes out a sine at the ceiling (its crest factor stays sqrt 2; clipped, it fell
+    /// toward 1), and once it stops the gain returns within the release. A mix below
+    /// the ceiling passes unchanged, sample for sample.
+    func testTheLimiterTurnsALoudMixDownInsteadOfFlatteningIt() {
+        let bus = MixBus(capacityFrames: 960)
+        var out = [Int16](repeating: 0, count: 1920)
+        var phase = 0
+        func block(amplitude: Float) -> [Int16] {
+            bus.clear(frames: 960)
+            for i in 0..<960 {
+                let v = amplitude * sin(2 * Float.pi * 1000 * Float(phase + i) / 48000)
+                bus.acc[2 * i] = v; bus.acc[2 * i + 1] = v
+            }
+            phase += 960
+            out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+            return out
+        }
+        let quiet = block(amplitude: 0.85)
+        for i in 0..<960 { XCTAssertEqual(quiet[2 * i], Int16((0.85 * sin(2 * Float.pi * 1000 * Float(i) / 48000) * 32767).rounded())) }
+        _ = block(amplitude: 2)
+        let settled = block(amplitude: 2)
+        let samples = stride(from: 0, to: 1920, by: 2).map { Double(settled[$0]) }
+        let peak = samples.map(abs).max()!
+        let rms = (samples.map { $0 * $0 }.reduce(0, +) / Double(samples.count)).squareRoot()
+        XCTAssertEqual(peak, Double(MixBus.ceiling) * 32767, accuracy: 40)
+        XCTAssertGreaterThan(peak / rms, 1.38, "a sine, not a flattened one (crest factor \(peak / rms))")
+        var back = 0
+        while bus.limiterGain < 1 && back < 20 { _ = block(amplitude: 0.5); back += 1 }
+        XCTAssertLessThanOrEqual(back, 6, "the gain is back within the release (\(back) blocks)")
     }
 
     /// A ramped add moves the gain in a straight line over the block, wherever a piece
