@@ -968,15 +968,18 @@ int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char
 /**
  * Sets this listener's gain (0..4), mute and noise reduction for a remote stream.
  * No protocol traffic, no effect on other listeners. A gain or mute that changes
- * while the stream plays moves there in a straight line over the next 20 ms block
- * (no click). The mix of all streams is limited, not clipped: where it would pass
- * -0.9 dBFS, the whole mix is turned down (over the 2 ms before the peak, back up
- * over about 50 ms), so loud overlapping talkers or a large gain are heard quieter,
- * not distorted; below that the mix is the plain sum. noise_reduction = 1 creates a
+ * while the stream plays moves there in a straight line over the next block rendered
+ * (20 ms, or 10 ms blocks, or the frames of the host's next pull: a pull of a few
+ * frames ramps that fast). The mix of all streams is limited, not clipped: where it
+ * would pass -0.9 dBFS, the whole mix is turned down ahead of the peak (by at most
+ * 1/96 of full gain per frame, looking ahead within the block being rendered: a
+ * pull of a few frames sees little ahead) and brought back by at most 1/4800 per
+ * frame (from half gain in 50 ms), so loud overlapping talkers or a large gain are
+ * heard quieter, not distorted; below that the mix is the plain sum. noise_reduction = 1 creates a
  * SpeexDSP denoiser for this stream on the calling thread (it then runs after
  * decoding and before gain and mixing); 0 releases it; it is released too when the
- * stream goes away. The denoiser works on 10 ms windows and delays the stream by
- * 10 ms while it runs; switched mid-speech, the change is cross-faded over one codec
+ * stream goes away. The denoiser works on 10 ms windows (a frame's, for frames of
+ * 2.5 and 5 ms) and delays the stream by that much while it runs; switched mid-speech, the change is cross-faded over one codec
  * frame (switched on, it is first run one frame unheard), so the stream moves 10 ms
  * without a pause or a jump. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
  * ssrc not being received, VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN.

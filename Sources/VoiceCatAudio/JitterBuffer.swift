@@ -902,6 +902,9 @@ public final class JitterBuffer {
             release(i)
             stats.late += 1
         }
+        // A start held for the frames dropped is not the remaining frames' wait.
+        heldStartTicks = 0
+        heldStartMs = .nan
     }
 
     /// The consumer's ticks stopped (its thread blocked, a host's sink that took

@@ -6,10 +6,11 @@
 // from -3 dBFS) distorts such a mix as much as clipping it does: each peak is
 // flattened on its own. Here the level is taken down and brought back smoothly: a
 // frame needs the gain that keeps its louder channel at `MixBus.ceiling`; a block's
-// whole sum is known before any of it is output, so the gain comes down in a straight
-// line over the `attackFrames` before each such frame (a look-ahead that costs no
-// delay; a peak in a block's first frames gets what is left of its ramp), and goes
-// back up by at most 1 / `releaseFrames` per frame. Below the ceiling the mix passes
+// whole sum is known before any of it is output, so the gain comes down ahead of each
+// such frame by at most 1 / `attackFrames` per frame (a look-ahead that costs no delay,
+// within the block being rendered: a peak in a block's first frames, or in a host's
+// pull of a few frames, gets what is left of its slope), and goes back up by at most
+// 1 / `releaseFrames` per frame. Below the ceiling the mix passes
 // unchanged (gain 1), so a single stream is heard as decoded.
 
 /// A gain that moves in a straight line over a block of `frames` frames: from `from`
@@ -37,7 +38,8 @@ public final class MixBus {
 
     /// The most a rendered sample reaches (-0.9 dBFS): the limiter's ceiling.
     public static let ceiling: Float = 0.9
-    /// The gain comes down to a peak's over this many frames before it (2 ms)...
+    /// The gain comes down ahead of a peak by at most 1 / this per frame (full to half
+    /// gain in 1 ms)...
     public static let attackFrames = 96
     /// ...and goes back up by at most 1 / this per frame (from half gain in 50 ms).
     public static let releaseFrames = 4800

@@ -81,14 +81,15 @@ final class ReceiveSet {
         defer { input.give() }
         guard let idx = bySSRC.remove(ssrc) else { return nil }
         let s = slots[idx]
+        var reducers: [NoiseReducer?] = []   // freed when this returns, outside the slot lock
         let r = s.lock.withLock { () -> (UInt32, Bool, String) in
             let was = s.talking
             s.active = false
             s.talking = false
-            s.noiseReducer = nil
-            s.retiredReducer = nil
+            reducers = s.takeReducers()
             return (s.userID, was, s.username)
         }
+        _ = reducers
         s.live.store(false, ordering: .releasing)
         return r
     }
@@ -155,7 +156,7 @@ final class ReceiveSet {
             released.0 = s.retiredReducer
             s.retiredReducer = nil
             if settings.noiseReduction {
-                if s.noiseReducer == nil { s.noiseReducer = fresh }
+                if s.noiseReducer == nil { s.noiseReducer = fresh; s.reducerPrimed = false }   // primes anew
             } else {
                 released.1 = s.noiseReducer
                 s.noiseReducer = nil

@@ -54,10 +54,18 @@ final class RemoteSlot {
     /// The denoiser whose output plays (the renderer's; nil: the decoded audio). It
     /// follows `noiseReducer` at a frame boundary with a cross-fade (switchDenoiser).
     private var playingReducer: NoiseReducer?
-    /// `noiseReducer` has run one frame unheard (its window filled) and can be faded in.
-    private var reducerPrimed = false
+    /// `noiseReducer` has run one frame unheard (its window filled) and can be faded in
+    /// (cleared whenever another denoiser, or none, takes its place).
+    var reducerPrimed = false
     /// A denoiser faded out, kept until the control path can free it (not the audio path).
     var retiredReducer: NoiseReducer?
+
+    /// Takes every denoiser off the slot (the stream goes away): the caller frees them
+    /// outside the slot lock. Lock held by caller.
+    func takeReducers() -> [NoiseReducer?] {
+        defer { noiseReducer = nil; playingReducer = nil; retiredReducer = nil; reducerPrimed = false }
+        return [noiseReducer, playingReducer, retiredReducer]
+    }
 
     /// Talk state as reported to the host: written by the network thread under `lock`
     /// (which host threads take to read it), read by it without.
@@ -353,7 +361,7 @@ final class RemoteSlot {
         // for a stream that has it).
         if case .int16(let p) = decoded {
             if playingReducer === noiseReducer {
-                playingReducer?.process(p, frames: n)
+                if let r = playingReducer { r.process(p, frames: n) } else { reducerPrimed = false }
             } else {
                 switchDenoiser(p, frames: n, crossFade: scratch.crossFade)
             }

@@ -21,6 +21,7 @@ the output format says otherwise (``start_stream(sample_rate=...)``,
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 from typing import List, Optional, Union
 
@@ -86,9 +87,11 @@ def version_number() -> int:
 def event_type_name(type: Union[EventType, int]) -> str:
     """The C header's name of an event type ("VC_EVENT_TALK_START"); "VC_EVENT_UNKNOWN"
     for a value the loaded library does not know."""
-    if isinstance(type, bool) or not isinstance(type, int):
-        raise TypeError(f"type must be an EventType or an int, not {type.__class__.__name__}")
-    return str(_lib.get().vc_event_type_name(int(type)).decode("ascii"))
+    try:
+        number = operator.index(type)   # an EventType, an int, numpy's integers
+    except TypeError:
+        raise TypeError(f"type must be an EventType or an int, not {type.__class__.__name__}") from None
+    return str(_lib.get().vc_event_type_name(number).decode("ascii"))
 
 
 def set_alsa_config(text: Optional[str]) -> None:
