@@ -72,6 +72,42 @@ final class ProcessingPathTests: XCTestCase {
         return (outA, outB)
     }
 
+    /// The listener's denoiser switched on, off again before it was faded in, and on
+    /// much later: the new denoiser runs its frame unheard too (the frame plays as
+    /// decoded, as on a stream that never had one) before it is faded in. It was faded
+    /// in at once, from its empty first window (a 10 ms hole), when the first one had
+    /// been primed and dropped.
+    func testADenoiserSwitchedOffBeforeItsFadeLeavesTheNextOneToPrimeAnew() throws {
+        let (c, a, b) = try listener(nrOnA: false)
+        let voice = Signal.glidingVoice(seconds: 1, amplitude: 0.3)
+        let packets = try Self.packets(voice)
+        let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.Scratch()
+        defer { scratch.deallocate() }
+        var pcm = [Int16](repeating: 0, count: 1920)
+        var differs: [Int: Int] = [:]   // tick -> samples where A (the switched one) differs from B
+        for k in 0..<packets.count {
+            if k == 10 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true)) }    // primed at 10
+            if k == 11 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: false)) }   // off before its fade
+            if k == 30 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true)) }    // a new one
+            var outs: [[Int16]] = []
+            for slot in [a, b] {
+                packets[k].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
+                bus.clear(frames: 960)
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
+                pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+                outs.append(pcm)
+            }
+            differs[k] = zip(outs[0], outs[1]).filter { $0 != $1 }.count
+        }
+        XCTAssertEqual(differs[10], 0, "the first denoiser's frame unheard")
+        XCTAssertEqual(differs[11], 0, "nothing faded in when it was switched off before its fade")
+        XCTAssertEqual(differs[30], 0, "the new denoiser's first frame unheard, as the first one's")
+        XCTAssertGreaterThan(differs[31] ?? 0, 0, "then faded in")
+        XCTAssertGreaterThan(differs[40] ?? 0, 0, "and heard")
+        XCTAssertTrue(try c.isNoiseReducing(ssrc: 1001))
+    }
+
     /// A slot reused for a stream of another channel count decodes with that many
     /// channels: a stereo stream plays its two channels, then a mono one plays L = R
     /// with nothing of the stereo stream left in it, then stereo again; one loss in
