@@ -56,6 +56,10 @@ public final class MixBus {
 
     public func clear(frames: Int) { acc.update(repeating: 0, count: frames * 2) }
 
+    /// Forgets the limiter's gain: the mix starts again after a stop (vc_audio_restart),
+    /// so what was loud before it does not turn down its first blocks.
+    public func resetLimiter() { limiterGain = 1 }
+
     /// Adds `frames` interleaved stereo int16 samples scaled by `gain`, starting at
     /// frame `offset` of the accumulator.
     public func add(_ pcm: UnsafePointer<Int16>, frames: Int, gain: Float, at offset: Int = 0) {
@@ -110,8 +114,17 @@ public final class MixBus {
         let ceiling = MixBus.ceiling
         var loud = false
         for i in 0..<frames {
-            let peak = max(abs(acc[2 * i]), abs(acc[2 * i + 1]))
-            if peak > ceiling { gains[i] = ceiling / peak; loud = true } else { gains[i] = 1 }
+            let l = acc[2 * i], r = acc[2 * i + 1]
+            let peak = max(abs(l), abs(r))
+            if peak <= ceiling && !r.isNaN {
+                gains[i] = 1
+            } else if peak.isFinite && !r.isNaN {
+                gains[i] = ceiling / peak; loud = true
+            } else {
+                // Not a number (or infinite): a decoder gone wrong, never a sound. The
+                // frame is silenced rather than sent to full scale by the conversion.
+                acc[2 * i] = 0; acc[2 * i + 1] = 0; gains[i] = 1
+            }
         }
         if loud || limiterGain < 1 {
             // Down before each peak (backwards: a ramp of attackFrames to it)...

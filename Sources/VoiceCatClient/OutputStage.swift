@@ -319,6 +319,7 @@ final class OutputStage {
     /// hears whether it can be opened.
     func restart() -> ClientError? {
         reconcileLock.withLock {
+            if suspended { renderLock.withLock { bus.resetLimiter() } }
             suspended = false
             return reconcile(openNow: false, retryAway: true)
         }

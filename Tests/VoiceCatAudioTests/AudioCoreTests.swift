@@ -81,6 +81,31 @@ final class MixerTests: XCTestCase {
         XCTAssertLessThanOrEqual(back, 6, "the gain is back within the release (\(back) blocks)")
     }
 
+    /// A frame that is not a number (in either channel) or infinite is silenced, not
+    /// converted to full scale, and leaves the limiter and its neighbours alone; a reset
+    /// limiter starts at full gain.
+    func testNonFiniteFramesAreSilencedAndTheLimiterResets() {
+        let bus = MixBus(capacityFrames: 8)
+        bus.clear(frames: 8)
+        for i in 0..<8 { bus.acc[2 * i] = 0.25; bus.acc[2 * i + 1] = -0.25 }
+        bus.acc[2] = .nan                      // frame 1, left
+        bus.acc[5] = .nan                      // frame 2, right only
+        bus.acc[6] = .infinity                 // frame 3
+        bus.acc[9] = -.infinity                // frame 4, right
+        var out = [Int16](repeating: 7, count: 16)
+        out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 8) }
+        let quarter = Int16((0.25 * 32767).rounded())
+        XCTAssertEqual(Array(out[2..<10]), [0, 0, 0, 0, 0, 0, 0, 0], "frames 1-4 silenced: \(out)")
+        XCTAssertEqual([out[0], out[1], out[14], out[15]], [quarter, -quarter, quarter, -quarter], "the rest unchanged")
+        XCTAssertEqual(bus.limiterGain, 1, "nothing loud was heard")
+        bus.clear(frames: 8)
+        for i in 0..<16 { bus.acc[i] = 3 }
+        out.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 8) }
+        XCTAssertLessThan(bus.limiterGain, 0.5)
+        bus.resetLimiter()
+        XCTAssertEqual(bus.limiterGain, 1)
+    }
+
     /// A ramped add moves the gain in a straight line over the block, wherever a piece
     /// of it lands (a block made of two pieces gets the same ramp as one of a piece), and
     /// ends on the new gain: a gain or mute change is not a step between two samples.
