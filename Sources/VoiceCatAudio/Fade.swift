@@ -3,6 +3,10 @@
 // jump from the silence before it to wherever the waveform is, a click.
 import Glibc
 
+/// The raised-cosine curve both fades follow: 0 at `k` = 0, 1 at `k` = `n`.
+@inline(__always)
+func raisedCosine(_ k: Int, of n: Int) -> Double { 0.5 - 0.5 * cos(Double.pi * Double(k) / Double(n)) }
+
 public enum FadeIn {
     /// How long a fade-in lasts.
     public static let milliseconds = 5
@@ -18,7 +22,7 @@ public enum FadeIn {
         guard done < total else { return done }
         let n = min(frames, total - done)
         for i in 0..<n {
-            let g = 0.5 - 0.5 * cos(Double.pi * Double(done + i) / Double(total))
+            let g = raisedCosine(done + i, of: total)
             for c in 0..<channels {
                 let k = i * channels + c
                 pcm[k] = Int16((Double(pcm[k]) * g).rounded())
@@ -35,7 +39,7 @@ public enum CrossFade {
     /// start to `to` at its end.
     public static func apply(from: UnsafePointer<Int16>, to: UnsafeMutablePointer<Int16>, frames: Int, channels: Int) {
         for i in 0..<frames {
-            let w = Float(0.5 - 0.5 * cos(Double.pi * Double(i + 1) / Double(frames)))
+            let w = Float(raisedCosine(i + 1, of: frames))
             for c in 0..<channels {
                 let k = i * channels + c
                 let mixed = Float(from[k]) * (1 - w) + Float(to[k]) * w
