@@ -1232,9 +1232,10 @@ int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *u
  * header's sizes are rewritten every second and at the end, so a crash leaves a
  * readable file). The render thread never waits for the disk: when the writer falls
  * more than 2 s behind, blocks are dropped (and logged at the end). When a write
- * fails (a full disk), nothing more is written (the file stays a readable WAV of what
- * was), VC_EVENT_ERROR is raised at once (code VC_ERR_DEVICE, ssrc = the source, text
- * = the path and the system's reason), and vc_stop_recording returns VC_ERR_DEVICE
+ * fails (a full disk), or the file reaches the WAV format's limit of 4 GiB of audio
+ * (6 h 12 min of 48 kHz stereo), nothing more is written (the file stays a readable
+ * WAV of what was), VC_EVENT_ERROR is raised at once (code VC_ERR_DEVICE, ssrc = the
+ * source, text = the path and the reason), and vc_stop_recording returns VC_ERR_DEVICE
  * saying how much the file holds. While a recording
  * runs, the client renders by itself if nothing else does (see
  * vc_set_remote_stream_sink, "background"). A recording is named by its source: at

@@ -535,6 +535,7 @@ extension VoiceClient {
         for ssrc in receive.ssrcs {
             let who = remoteIdentity(ssrc: ssrc)
             let gone = receive.remove(ssrc: ssrc)
+            output.recorders.sourceRemoved(ssrc: ssrc)
             if gone?.wasTalking == true {
                 var e = ClientEvent(type: .talkStop)
                 e.ssrc = ssrc; e.userID = gone!.userID; e.text = gone!.username
@@ -609,7 +610,9 @@ extension VoiceClient {
 
     func removeRemote(ssrc: UInt32) {
         let kind = remoteIdentity(ssrc: ssrc)?.kind.rawValue ?? 0
-        guard let gone = receive.remove(ssrc: ssrc), gone.wasTalking else { return }
+        let removed = receive.remove(ssrc: ssrc)
+        output.recorders.sourceRemoved(ssrc: ssrc)
+        guard let gone = removed, gone.wasTalking else { return }
         var e = ClientEvent(type: .talkStop)
         e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username; e.kind = kind
         events.raise(e)

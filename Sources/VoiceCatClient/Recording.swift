@@ -110,6 +110,9 @@ final class Recorder {
     private var pushedAny = false
     /// The first block came faded in already (set by the render thread before it is pushed).
     private let startsFadedIn = Atomic<Bool>(false)
+    /// A speaker's recording: its stream was removed; it takes nothing more, even when
+    /// a stream with the same ssrc comes back (a rejoin, a reconnect).
+    let sourceEnded = Atomic<Bool>(false)
 
     static let headerBytes = 44
     /// The largest data chunk a RIFF header can describe.
@@ -117,8 +120,13 @@ final class Recorder {
 
     /// Creates the file (truncating an existing one), writes the header and starts
     /// the writer thread. Throws when the file cannot be created.
-    init(ssrc: UInt32, path: String, sampleRate: Int, channels: Int, onFailure: @escaping (String) -> Void = { _ in }) throws {
+    /// The most audio the file takes (`maxDataBytes`; smaller in tests).
+    private let dataLimitBytes: UInt64
+
+    init(ssrc: UInt32, path: String, sampleRate: Int, channels: Int, dataLimitBytes: UInt64 = Recorder.maxDataBytes,
+         onFailure: @escaping (String) -> Void = { _ in }) throws {
         self.ssrc = ssrc; self.path = path; self.sampleRate = sampleRate; self.channels = channels
+        self.dataLimitBytes = min(dataLimitBytes, Recorder.maxDataBytes)
         self.onFailure = onFailure
         // Two seconds of audio between the render thread and the writer.
         ring = SampleRing(minimum: sampleRate * channels * 2)
@@ -189,24 +197,27 @@ final class Recorder {
                     if startsFadedIn.load(ordering: .relaxed) { fadeDone = fadeFrames }
                 }
                 fadeDone = FadeIn.apply(chunk, frames: n / channels, channels: channels, done: fadeDone, total: fadeFrames)
-                let bytes = UInt64(n * 2)
-                guard failure == nil, dataBytes + bytes <= Recorder.maxDataBytes else {
+                guard failure == nil else {
                     unwrittenFrames += UInt64(n / channels)
                     continue
                 }
-                if Recorder.writeAll(fd, chunk, count: Int(bytes)) {
-                    dataBytes += bytes
-                    writtenFrames.wrappingAdd(UInt64(n / channels), ordering: .relaxed)
-                } else {
+                // The whole frames that still fit the WAV format's 4 GiB; at the limit
+                // the recording fails as a full disk does (the host hears of it).
+                let frameBytes = UInt64(2 * channels), bytes = UInt64(n * 2)
+                let fit = min(bytes, (dataLimitBytes - dataBytes) / frameBytes * frameBytes)
+                if fit > 0 && !Recorder.writeAll(fd, chunk, count: Int(fit)) {
                     // What was written stays a readable file (the header follows it,
                     // and a chunk written in part is cut off); nothing more is
                     // written, and the host hears of it now.
-                    let why = "recording \(path): writing failed: \(String(cString: strerror(errno)))"
+                    fail("recording \(path): writing failed: \(String(cString: strerror(errno)))", unwritten: n / channels)
                     _ = ftruncate(fd, off_t(UInt64(Recorder.headerBytes) + dataBytes))
-                    failure = why
-                    unwrittenFrames += UInt64(n / channels)
-                    ClientLog.log(1, why)
-                    onFailure(why + "; nothing more is written")
+                    continue
+                }
+                dataBytes += fit
+                writtenFrames.wrappingAdd(fit / frameBytes, ordering: .relaxed)
+                if fit < bytes {
+                    fail("recording \(path): the file reached the WAV format's limit of 4 GiB",
+                         unwritten: Int((bytes - fit) / frameBytes))
                 }
             }
             // The sizes in the header follow the data (a crash leaves a readable file).
@@ -220,6 +231,14 @@ final class Recorder {
         close(fd)
         let dropped = droppedFrames.load(ordering: .relaxed)
         if dropped > 0 { ClientLog.log(1, "recording \(path): \(dropped) frames dropped (the writer fell behind)") }
+    }
+
+    /// The first failure: nothing more is written, and the host is told now.
+    private func fail(_ why: String, unwritten: Int) {
+        failure = why
+        unwrittenFrames += UInt64(unwritten)
+        ClientLog.log(1, why)
+        onFailure(why + "; nothing more is written")
     }
 
     private func patchHeader(dataBytes: UInt64) {
@@ -317,9 +336,18 @@ final class RecorderSet {
     /// Every source being recorded.
     var sources: [UInt32] { lock.withLock { recorders.compactMap { $0?.ssrc } } }
 
+    /// The remote stream `ssrc` was removed: its recording, if any, takes nothing more.
+    func sourceRemoved(ssrc: UInt32) {
+        lock.withLock { for case let r? in recorders where r.ssrc == ssrc { r.sourceEnded.store(true, ordering: .relaxed) } }
+    }
+
     /// Render thread (one at a time): hands a block of the mix (ssrc 0) or of a
     /// speaker to its recorder.
     func push(ssrc: UInt32, _ pcm: UnsafePointer<Int16>, frames: Int, fadedIn: Bool = false) {
-        for i in 0..<RecorderSet.capacity { cells[i].call { r in if r.ssrc == ssrc { r.push(pcm, frames: frames, fadedIn: fadedIn) } } }
+        for i in 0..<RecorderSet.capacity {
+            cells[i].call { r in
+                if r.ssrc == ssrc && !r.sourceEnded.load(ordering: .relaxed) { r.push(pcm, frames: frames, fadedIn: fadedIn) }
+            }
+        }
     }
 }

@@ -1307,6 +1307,57 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertEqual(dataBytes, data.count - 44, "the header describes what was written")
     }
 
+    /// A recording that reaches the WAV format's limit (4 GiB: 6 h 12 min of 48 kHz
+    /// stereo; here a limit of 1 s) fails as a full disk does: the file holds every
+    /// whole frame that fits, an ERROR is raised and the stop says so. (It dropped the
+    /// rest without a word and the stop returned OK.)
+    func testARecordingThatReachesTheWAVLimitSaysSo() throws {
+        let path = dir + "/limit.wav"
+        let told = NSLock()
+        nonisolated(unsafe) var failures: [String] = []
+        let r = try Recorder(ssrc: 0, path: path, sampleRate: 48000, channels: 2, dataLimitBytes: 48000 * 4 + 2) { why in
+            told.withLock { failures.append(why) }
+        }
+        var block = [Int16](repeating: 0, count: 960 * 2)
+        for i in 0..<block.count { block[i] = Int16(truncatingIfNeeded: i &* 37) }
+        for _ in 0..<75 {   // 1.5 s
+            block.withUnsafeBufferPointer { r.push($0.baseAddress!, frames: 960) }
+            usleep(2000)
+        }
+        let result = r.finish()
+        XCTAssertEqual(told.withLock { failures.count }, 1, "one ERROR: \(told.withLock { failures })")
+        XCTAssertTrue(told.withLock { failures.first?.contains("limit.wav: the file reached the WAV format's limit of 4 GiB") } == true)
+        XCTAssertTrue(result?.contains("the file holds the first 1.00 s, 0.50 s were not written") == true, "\(String(describing: result))")
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        XCTAssertEqual(data.count, 44 + 48000 * 4, "every whole frame that fits, nothing else")
+        let dataBytes = data[40..<44].enumerated().reduce(0) { $0 | Int($1.element) << (8 * $1.offset) }
+        XCTAssertEqual(dataBytes, 48000 * 4, "the header describes what was written")
+    }
+
+    /// A speaker's recording takes nothing once its stream is removed, even when the
+    /// stream comes back with the same ssrc (the listener joins the channel it is in:
+    /// the server lists its streams again). (It went on recording the new stream.)
+    func testASpeakersRecordingEndsWithItsStreamEvenWhenTheSSRCComesBack() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        let path = dir + "/rejoin.wav"
+        try sam.startRecording(path: path, ssrc: ssrc)
+        try sam.startRecording(path: dir + "/rejoin-mix.wav", ssrc: 0)
+        let feeder = Thread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 3, amplitude: 0.3)) }
+        feeder.start()
+        usleep(1_000_000)
+        try sam.joinChannel("Lobby")
+        try sam.waitForRemote(ssrc: ssrc)
+        while feeder.isExecuting { usleep(10_000) }
+        try sam.stopRecording(ssrc: ssrc)
+        try sam.stopRecording(ssrc: 0)
+        let speaker = try Data(contentsOf: URL(fileURLWithPath: path)).count - 44
+        let mix = try Data(contentsOf: URL(fileURLWithPath: dir + "/rejoin-mix.wav")).count - 44
+        let seconds = { (bytes: Int) in Double(bytes) / 192_000 }
+        print("recordings across a rejoin: speaker \(seconds(speaker)) s, mix \(seconds(mix)) s")
+        XCTAssertGreaterThan(seconds(mix), 2.5, "the mix recorded on")
+        XCTAssertLessThan(seconds(speaker), 1.5, "the speaker's recording ended with its stream")
+    }
+
     func testRecordingsOfOneSpeakerAndOfTheMixHoldWhatWasFed() throws {
         let (alex, a, aSSRC, kim, k, kSSRC, sam) = try twoTalkersAndAListener()
         XCTAssertThrowsError(try sam.startRecording(path: dir + "/x.wav", ssrc: 424_242)) { e in
