@@ -35,7 +35,8 @@
  *    of the library, never under a lock of the library; the per-speaker sink runs
  *    on the thread that renders (possibly a host thread inside vc_read_mixed_pcm)
  *    under the render lock, which no function it may call takes. From inside a callback
- *    only functions marked "callback-safe: yes" may be called; the others return
+ *    (of any client: also on one client's callback calling another client) only
+ *    functions marked "callback-safe: yes" may be called; the others return
  *    VC_ERR_STATE there rather than deadlock. Clearing or replacing a callback
  *    returns only after a call of it that is running has returned (so `user` may
  *    be freed right after). From inside that very callback, vc_set_event_callback
@@ -1145,14 +1146,17 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while
  * the host pulls); returns VC_ERR_STATE while a thread of the client renders the
- * mix for a mixed sink or a device, and from inside the per-speaker sink.
+ * mix for a mixed sink or a device, and from inside a per-speaker sink (of any client:
+ * the sink holds its client's render lock, and two pulls each from the other client's
+ * sink would wait for each other).
  * Thread safety: concurrent calls on one client are served one after the other; a
  * vc_set_output_format from another thread takes effect before or after a whole
  * call, whose `frames` × channels are of the format in force when it is served (a
  * host that changes the channel count from another thread while it pulls must size
  * `out` for the larger, or not race the two).
- * Callback-safe: yes (except from the per-speaker sink and the log callback, where it
- * returns VC_ERR_STATE: the log callback may run on a thread that holds the render lock).
+ * Callback-safe: yes (except from a per-speaker sink of any client and the log
+ * callback, where it returns VC_ERR_STATE: the log callback may run on a thread that
+ * holds the render lock).
  */
 int vc_read_mixed_pcm(vc_client *c, int16_t *out, uint32_t frames);
 
@@ -1321,9 +1325,11 @@ int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
  * clearing returns only after a running call of the previous callback has returned,
  * except from inside the callback itself (then it returns at once, also from a sink
  * called inside it). Callback-safe: yes, but from a per-speaker sink (of any client,
- * on any thread) or the log callback it returns VC_ERR_STATE, unless called inside
- * the event callback itself: a running event callback may be waiting for that thread
- * (its pull waits for the render lock a per-speaker sink holds).
+ * on any thread), the log callback or a callback of another client (its event
+ * callback or mixed sink) it returns VC_ERR_STATE, unless called inside this client's
+ * event callback itself: a running event callback may be waiting for that thread (its
+ * pull waits for the render lock a per-speaker sink holds; another client's event
+ * callback may be replacing this one's, each waiting for the other).
  */
 int vc_set_event_callback(vc_client *c, vc_event_fn fn, void *user);
 

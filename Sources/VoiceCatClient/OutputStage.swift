@@ -551,8 +551,11 @@ final class OutputStage {
 
     /// Renders until `frames` output frames were emitted: `emit(pcm, frames, at, channels)`.
     private func pull(frames: Int, emit: (UnsafePointer<Int16>, Int, Int, Int) -> Void) throws {
-        if callingThreadIsInsideSpeakerSink {
-            throw ClientError.state("vc_read_mixed_pcm cannot be called from inside the per-speaker sink")
+        // Any client's: the sink holds that client's render lock, and a pull of another
+        // client's mix takes this one's (two such pulls, each from the other's sink,
+        // wait for each other).
+        if OutputStage.insideSpeakerSink.isSet {
+            throw ClientError.state("vc_read_mixed_pcm cannot be called from inside a per-speaker sink (of any client)")
         }
         // The log callback may run while its thread holds a render lock (a failing call
         // made from a per-speaker sink): a pull there could wait for a render that waits

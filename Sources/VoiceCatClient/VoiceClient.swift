@@ -195,8 +195,15 @@ public final class VoiceClient {
     /// while destroy waits for the event callback).
     public var destroyWouldWaitForCaller: Bool { onOwnThread || OutputStage.insideSpeakerSink.isSet }
 
+    /// True inside any callback of any client: on one of this client's threads or
+    /// callbacks, on another client's thread (its event callback, its mixed sink), or
+    /// inside any client's per-speaker sink. Callback-unsafe functions are refused
+    /// there: a callback of one client that waits for another client's thread can
+    /// deadlock with a callback of that client waiting for the first.
+    public var insideAnyCallback: Bool { onOwnThread || ThreadIdentity.isMarked || OutputStage.insideSpeakerSink.isSet }
+
     public func refuseInCallback(_ what: String) throws {
-        if onOwnThread { throw fail(.state("\(what) cannot be called from inside a callback")) }
+        if insideAnyCallback { throw fail(.state("\(what) cannot be called from inside a callback (of any client)")) }
     }
 
     public var isConnected: Bool { cond.withLock { phase == .connected } }
@@ -206,11 +213,15 @@ public final class VoiceClient {
     public func setEventHandler(_ h: ((ClientEvent) -> Void)?) throws {
         // Waiting for a running event callback is not possible where that callback may be
         // waiting for this thread: inside a per-speaker sink (of any client: it holds a
-        // render lock an event callback's pull takes) or inside the log callback (it may
-        // run on such a thread, or an event callback may be waiting to replace it).
-        if (OutputStage.insideSpeakerSink.isSet || ClientLog.callingThreadIsInside) && !events.callback.callingThreadIsInside {
-            throw fail(.state("vc_set_event_callback cannot wait for the event callback from inside the per-speaker sink "
-                              + "or the log callback (the event callback may be waiting for this thread)"))
+        // render lock an event callback's pull takes), inside the log callback (it may
+        // run on such a thread, or an event callback may be waiting to replace it), or
+        // on another client's thread (its event callback or mixed sink: that client's
+        // event callback may be replacing this one's, each waiting for the other).
+        let otherClientsThread = ThreadIdentity.isMarked && callerRole == nil
+        if (OutputStage.insideSpeakerSink.isSet || ClientLog.callingThreadIsInside || otherClientsThread)
+            && !events.callback.callingThreadIsInside {
+            throw fail(.state("vc_set_event_callback cannot wait for the event callback from inside a per-speaker sink, "
+                              + "the log callback or a callback of another client (the event callback may be waiting for this thread)"))
         }
         events.callback.set(h.map(EventHandlerBox.init))
     }
@@ -784,7 +795,7 @@ public final class VoiceClient {
 
     /// vc_stream_drain: waits until everything fed to the stream has been sent.
     public func drain(streamID: UInt32, timeoutMs: Int) throws {
-        if onOwnThread { throw fail(.state("vc_stream_drain cannot wait inside a callback")) }
+        if insideAnyCallback { throw fail(.state("vc_stream_drain cannot wait inside a callback (of any client)")) }
         try failing { try streams.drain(streamID, timeoutMs: timeoutMs) }
     }
 

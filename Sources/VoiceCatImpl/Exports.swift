@@ -805,7 +805,7 @@ func toC(_ e: ClientEvent) -> vc_event {
 public func vc_poll_event(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_event>?, _ timeoutMs: Int32) -> Int32 {
     withClient(p) { b in
         guard let out else { throw invalid("vc_poll_event: out is NULL") }
-        let t = (timeoutMs != 0 && b.client.onOwnThread) ? 0 : Int(timeoutMs)
+        let t = (timeoutMs != 0 && b.client.insideAnyCallback) ? 0 : Int(timeoutMs)
         guard let e = b.client.pollEvent(timeoutMs: t) else { return 0 }
         out.pointee = toC(e)
         return 1

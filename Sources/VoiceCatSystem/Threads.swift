@@ -28,6 +28,9 @@ public enum ThreadIdentity {
     /// Forgets the calling thread's role.
     public static func clear() { pthread_setspecific(key, nil) }
 
+    /// Whether the calling thread plays a role for any owner (a thread of any client).
+    public static var isMarked: Bool { pthread_getspecific(key) != nil }
+
     /// The role the calling thread plays for `owner`, or nil (a host thread, or
     /// another client's thread).
     public static func role(for owner: AnyObject) -> Int? {

@@ -52,6 +52,8 @@ final class Shared<T>: @unchecked Sendable {
         get { lock.lock(); defer { lock.unlock() }; return v }
         set { lock.lock(); v = newValue; lock.unlock() }
     }
+    /// Changes the value under the lock.
+    func update(_ body: (inout T) -> Void) { lock.lock(); body(&v); lock.unlock() }
 }
 
 extension VoiceClient {

@@ -238,6 +238,70 @@ final class EngineSeamTests: XCTestCase {
         XCTAssertGreaterThan(refused.increment(), 1)
     }
 
+    /// One client's callbacks calling another client: what could deadlock is refused.
+    /// Two event callbacks each replacing the other client's callback waited for each
+    /// other for good; two per-speaker sinks each pulling the other client's mix too
+    /// (a lock-order inversion of the render locks); callback-unsafe calls on another
+    /// client (a format change, a drain) ran inside the callback.
+    func testCallsFromOneClientsCallbacksIntoAnotherAreRefusedWhereTheyCouldDeadlock() throws {
+        let alex = try make("alex"), sam = try make("sam")
+        func isState(_ e: Error) -> Bool { if case .state? = e as? ClientError { return true }; return false }
+        let results = Shared<[String]>([])
+        func note(_ what: String, _ body: () throws -> Void) {
+            do { try body(); results.update { $0.append("\(what): ok") } } catch let e as ClientError {
+                results.update { $0.append("\(what): \(isState(e) ? "refused" : "\(e)")") }
+            } catch { results.update { $0.append("\(what): \(error)") } }
+        }
+        let once = (alex: Shared(false), sam: Shared(false))
+        try alex.setEventHandler { e in
+            guard e.type == .userJoined, !once.alex.value else { return }
+            once.alex.value = true
+            note("alex's callback replaces sam's") { try sam.setEventHandler { _ in } }
+            note("alex's callback changes sam's format") { try sam.setOutputFormat(sampleRate: 16000, channels: 1) }
+        }
+        try sam.setEventHandler { e in
+            guard e.type == .userJoined, !once.sam.value else { return }
+            once.sam.value = true
+            note("sam's callback replaces alex's") { try alex.setEventHandler { _ in } }
+        }
+        let kim = try make("kim")   // USER_JOINED reaches both callbacks at about the same time
+        let deadline = MonotonicClock.milliseconds() + 5000
+        while results.value.count < 3 && MonotonicClock.milliseconds() < deadline { usleep(5000) }
+        print("calls into another client from event callbacks: \(results.value)")
+        XCTAssertEqual(Set(results.value), ["alex's callback replaces sam's: refused", "alex's callback changes sam's format: refused",
+                                            "sam's callback replaces alex's: refused"])
+        try alex.setEventHandler(nil)
+        try sam.setEventHandler(nil)
+
+        // Per-speaker sinks each pulling the other client's mix.
+        kim.setInputMode(.continuous)
+        let sid = try kim.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(kim.ssrc(ofStream: sid))
+        try alex.waitForRemote(ssrc: ssrc)
+        try sam.waitForRemote(ssrc: ssrc)
+        let pulls = Shared<[String]>([])
+        func pullFrom(_ other: VoiceClient, _ who: String) -> (SpeakerBlock) -> Void {
+            { _ in
+                var buf = [Int16](repeating: 0, count: 960 * 2)
+                do { try buf.withUnsafeMutableBufferPointer { try other.readMixed(into: $0.baseAddress!, frames: 960) }
+                    pulls.update { $0.append("\(who): ok") }
+                } catch { pulls.update { $0.append("\(who): \(isState(error) ? "refused" : "\(error)")") } }
+            }
+        }
+        try alex.setSpeakerSink(pullFrom(sam, "alex's sink pulls sam"))
+        try sam.setSpeakerSink(pullFrom(alex, "sam's sink pulls alex"))
+        let tone = Signal.tone(440, seconds: 1, amplitude: 0.3)
+        for k in 0..<50 {
+            tone.withUnsafeBufferPointer { try? kim.feed(streamID: sid, pcm: $0.baseAddress! + k * 960, frames: 960, channels: 1) }
+            usleep(20_000)
+        }
+        try alex.setSpeakerSink(nil)
+        try sam.setSpeakerSink(nil)
+        let seen = Set(pulls.value)
+        print("pulls of another client's mix from per-speaker sinks: \(pulls.value.count), \(seen)")
+        XCTAssertEqual(seen, ["alex's sink pulls sam: refused", "sam's sink pulls alex: refused"])
+    }
+
     func testEveryEventArrivesOnTheNetworkThreadInProtocolOrder() throws {
         let alex = try make("alex")
         alex.setInputMode(.continuous)
