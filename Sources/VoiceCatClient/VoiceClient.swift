@@ -169,8 +169,12 @@ public final class VoiceClient {
             destroyed = true
             cond.broadcast()
         }
-        cancel.cancel()
+        // endSession cancels what waits (a connect, a reconnect's attempt or backoff)
+        // once the session's end is recorded as the host's: cancelled first, a
+        // reconnect attempt ended as if it had failed by itself (DISCONNECTED said
+        // "reconnecting failed", VC_ERR_NETWORK, instead of "the client was destroyed").
         endSession(reason: VC_OK, text: "the client was destroyed")
+        cancel.cancel()
         streams.pacer.stopAndJoin()
         output.shutdown()
         // A host thread waiting in vc_poll_event takes what was queued, then returns.
