@@ -33,6 +33,11 @@ public final class NoiseReducer {
         scratch.deallocate()
     }
 
+    /// Whether this denoiser serves a stream of `frameSamples` frames and `streamChannels`.
+    public func fits(frameSamples: Int, streamChannels: Int) -> Bool {
+        blockSize == (frameSamples % 480 == 0 ? 480 : frameSamples) && self.streamChannels == streamChannels
+    }
+
     /// Processes `frames` stereo frames in place (`frames` a multiple of blockSize).
     public func process(_ stereo: UnsafeMutablePointer<Int16>, frames: Int) {
         var off = 0

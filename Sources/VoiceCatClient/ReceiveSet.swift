@@ -145,22 +145,36 @@ final class ReceiveSet {
         guard settings.gain.isFinite, settings.gain >= 0, settings.gain <= 4 else {
             throw ClientError.invalidArgument("gain must be within 0..4 (got \(settings.gain))")
         }
-        // The NR state is built here, on the caller's thread, never on the audio path.
-        let shape = try withSlot(ssrc: ssrc) { ($0.frameSamples, $0.channels, $0.noiseReducer != nil) }
-        let fresh = settings.noiseReduction && !shape.2 ? NoiseReducer(frameSamples: shape.0, streamChannels: shape.1) : nil
+        // The NR state is built here, on the caller's thread, never on the audio path:
+        // outside the slot lock, so the settings are applied once the slot is seen to
+        // need no denoiser or to take the one built (another call may have switched
+        // the denoiser off, or the stream may have been replaced, in between: then it
+        // is built again for what the slot is now).
+        var fresh: NoiseReducer?
         var released: (NoiseReducer?, NoiseReducer?) = (nil, nil)
-        try withSlot(ssrc: ssrc) { s in
-            s.settings = settings
-            // Freed below, outside the slot lock: one the renderer faded out, and this
-            // one when switched off (the renderer fades it out first if it plays).
-            released.0 = s.retiredReducer
-            s.retiredReducer = nil
-            if settings.noiseReduction {
-                if s.noiseReducer == nil { s.noiseReducer = fresh; s.reducerPrimed = false }   // primes anew
-            } else {
-                released.1 = s.noiseReducer
-                s.noiseReducer = nil
+        while true {
+            let needed: (frameSamples: Int, channels: Int)? = try withSlot(ssrc: ssrc) { s in
+                if settings.noiseReduction && s.noiseReducer == nil {
+                    guard let f = fresh, f.fits(frameSamples: s.frameSamples, streamChannels: s.channels) else {
+                        return (s.frameSamples, s.channels)
+                    }
+                    s.noiseReducer = f
+                    s.reducerPrimed = false   // primes anew
+                    fresh = nil
+                }
+                s.settings = settings
+                // Freed below, outside the slot lock: one the renderer faded out, and this
+                // one when switched off (the renderer fades it out first if it plays).
+                released.0 = s.retiredReducer
+                s.retiredReducer = nil
+                if !settings.noiseReduction {
+                    released.1 = s.noiseReducer
+                    s.noiseReducer = nil
+                }
+                return nil
             }
+            guard let shape = needed else { break }
+            fresh = NoiseReducer(frameSamples: shape.frameSamples, streamChannels: shape.channels)
         }
         _ = released
     }

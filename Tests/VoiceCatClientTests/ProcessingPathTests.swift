@@ -11,6 +11,33 @@ import VoiceCatTestSupport
 import XCTest
 
 final class ProcessingPathTests: XCTestCase {
+    /// Two host threads set one stream's noise reduction at once, one on (it already
+    /// is), one off: whichever lands last, the settings and the denoiser agree. (The
+    /// call turning it on saw a denoiser, built none, and installed none after the other
+    /// call had freed it: NR read as on with no denoiser running, about once in 50,000
+    /// such pairs.)
+    func testConcurrentNoiseReductionSwitchesLeaveSettingsAndDenoiserInStep() throws {
+        let rs = try ReceiveSet(capacity: 2, networkWake: WakeEvent())
+        XCTAssertTrue(rs.add(RemoteStream(userID: 7, streamID: 1, ssrc: 42, kind: .mic, audio: AudioConfig()), username: "x"))
+        let on: RemoteSettings = { var s = RemoteSettings(); s.noiseReduction = true; return s }()
+        let off: RemoteSettings = { var s = RemoteSettings(); s.noiseReduction = false; return s }()
+        var trials = 0, bad = 0
+        let until = MonotonicClock.nanoseconds() + 3_000_000_000
+        while MonotonicClock.nanoseconds() < until && bad == 0 {
+            try rs.setSettings(ssrc: 42, on)
+            let go = DispatchSemaphore(value: 0), done = DispatchGroup()
+            DispatchQueue.global().async(group: done) { go.wait(); try? rs.setSettings(ssrc: 42, off) }
+            DispatchQueue.global().async(group: done) { go.wait(); try? rs.setSettings(ssrc: 42, on) }
+            go.signal(); go.signal()
+            done.wait()
+            trials += 1
+            let (want, have) = try rs.withSlot(ssrc: 42) { ($0.settings.noiseReduction, $0.noiseReducer != nil) }
+            if want != have { bad += 1 }
+        }
+        print("concurrent NR switches: \(trials) pairs, \(bad) left the settings and the denoiser apart")
+        XCTAssertEqual(bad, 0)
+    }
+
     /// 1 s speech-like bursts and 1 s pauses over stationary noise, at `snrDB` while talking.
     static func noisySpeech(seconds: Int, snrDB: Double, seed: UInt64, f0: Double) -> [Int16] {
         var rng = TraceGenerator.Random(seed: seed)
