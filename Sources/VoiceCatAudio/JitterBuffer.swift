@@ -880,6 +880,13 @@ public final class JitterBuffer {
         return advance()
     }
 
+    /// A reader of statistics at `nowMs` (the clock insert's arrivalMs uses) while no
+    /// talkspurt plays: what the next tick would drop as stale (shedStaleStart) is
+    /// dropped now, so the depth read does not count audio that will never play.
+    public func shedStale(atMs nowMs: Double) {
+        if !playing { shedStaleStart(nowMs: nowMs, lastTickMs: consumerTickMs) }
+    }
+
     /// No talkspurt plays, and the consumer did not tick for a long while after the
     /// oldest frame here came (`lastTickMs`: its own tick before this one, not one
     /// catchUp stood in for when the frames were handed over): a host that

@@ -202,6 +202,7 @@ final class ReceiveSet {
     func stats(ssrc: UInt32) throws -> StreamStats {
         try withSlot(ssrc: ssrc) { s in
             s.drainInbox(nowMs: nil)
+            s.jitter.shedStale(atMs: Double(MonotonicClock.nanoseconds()) / 1e6)
             var st = StreamStats()
             st.jitter = s.jitter.stats
             st.jitter.duplicates += s.duplicates.load(ordering: .relaxed)

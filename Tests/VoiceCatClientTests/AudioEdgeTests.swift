@@ -583,6 +583,9 @@ final class AudioEdgeTests: XCTestCase {
             if e.ssrc == ssrc && e.type == .talkStop { before.stops += 1 }
         }
         XCTAssertEqual(before.starts, 1, "TALK_START as the frames came, nothing rendering")
+        let waiting = try sam.streamStats(ssrc: ssrc)
+        print("statistics before the first pull: current depth \(waiting.currentDepthMs) ms, \(waiting.jitter.late) late")
+        XCTAssertLessThanOrEqual(waiting.currentDepthMs, 100, "the depth read does not count audio that will never play")
         var buf = [Int16](repeating: 0, count: 960 * 2)
         var loud = 0, after = (starts: 0, stops: 0)
         let t0 = MonotonicClock.nanoseconds()
