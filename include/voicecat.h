@@ -1181,8 +1181,8 @@ int vc_read_mixed_pcm_f32(vc_client *c, float *out, uint32_t frames);
  * change starts where the old output left off and moves into the new one's timeline,
  * which differs by the difference of the resamplers' delays (1-2 ms at most rates, 4 ms
  * at 8 kHz), within that block: over 10-16 ms played up to a quarter faster or slower
- * when the block is 20 ms (sinks, devices, pulls of 20 ms or more), faster or slower
- * still within a shorter first pull; every block keeps its length). The playback device is not affected (it is fed at the rate it runs at). Float output exists for pulls only
+ * (the client renders a whole 20 ms block for the first pull after the change, however
+ * short, and keeps the rest for the next pulls; every block keeps its length). The playback device is not affected (it is fed at the rate it runs at). Float output exists for pulls only
  * (vc_read_mixed_pcm_f32, where float audio callbacks are common); the sinks stay
  * int16 (the mix is limited to 16 bits, a speaker's block rounded and clipped to
  * them), so a callback converts in a loop of its own at no loss, and one sink type

@@ -149,6 +149,10 @@ public final class FormatConverter {
         if spliceFrom != 0 { spliceMoveFrames = max(outRate * FormatConverter.spliceMoveMs / 1000, 4 * abs(spliceFrom)) }
     }
 
+    /// A splice waits for its first block (which should be long enough to take the
+    /// move: a whole 20 ms block is).
+    public var splicePending: Bool { spliceMoveFrames > 0 }
+
     /// The first block after a splice, read from old's timeline moving into this one's:
     /// frame i is taken at position i + spliceFrom × (1 - (i + 1) / (m + 1)) of the
     /// signal (linear interpolation between its frames), so the shift is taken up by a

@@ -589,9 +589,13 @@ final class OutputStage {
                 done += n
                 continue
             }
-            // Enough 48 kHz frames for what is still missing, at most one block.
+            // Enough 48 kHz frames for what is still missing, at most one block; a whole
+            // block after an output format change, whose first block moves from the old
+            // converters' timeline into the new ones' (a pull of a few frames had no
+            // room for it: the audio jumped back by the filter delays' difference).
             let need = frames - done
-            let chunk = rate == 48000 ? min(OutputStage.block, need) : max(1, min(OutputStage.block, (need * 48000 + rate - 1) / rate))
+            let chunk = mixConverter.splicePending ? OutputStage.block
+                : rate == 48000 ? min(OutputStage.block, need) : max(1, min(OutputStage.block, (need * 48000 + rate - 1) / rate))
             renderBlock(into: pullMix, frames: chunk)
             let (p, n) = handOutMix(pullMix, frames: chunk)
             let take = min(n, need)

@@ -1101,6 +1101,40 @@ final class AudioEdgeTests: XCTestCase {
         }
     }
 
+    /// The first pull after a format change is a millisecond: the move from the old
+    /// converter's timeline into the new one's is made over a whole block all the same
+    /// (the rest is kept for the next pulls). (With 1 ms it had no room: at 8 kHz the
+    /// audio jumped back by the delays' difference, a step of 3-4 x the tone's steepest;
+    /// back to 48 kHz the move was squeezed into the pull, up to 20 x.)
+    func testAShortFirstPullAfterAFormatChangeHasNoClick() throws {
+        let (alex, sam, sid, ssrc) = try talkerAndListener()
+        Thread.detachNewThread { self.feedRealtime(alex, sid, Signal.tone(440, seconds: 3.5, amplitude: 0.3)) }
+        let formats = [(8000, 1), (48000, 2), (16000, 1), (48000, 2)]
+        var blocks: [(pcm: [Int16], rate: Int)] = []
+        var buf = [Int16](repeating: 0, count: 2 * 7 * 48)
+        let t0 = MonotonicClock.nanoseconds()
+        var justChanged = false
+        for n in 1...420 {
+            if n % 80 == 0 && n / 80 <= formats.count {
+                try sam.setOutputFormat(sampleRate: formats[n / 80 - 1].0, channels: formats[n / 80 - 1].1)
+                justChanged = true
+            }
+            let f = sam.outputFormat
+            let frames = (justChanged ? 1 : 7) * f.sampleRate / 1000
+            justChanged = false
+            try buf.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: frames) }
+            blocks.append(((0..<frames).map { buf[$0 * f.channels] }, f.sampleRate))
+            let due = t0 + UInt64(n) * 7_000_000, now = MonotonicClock.nanoseconds()
+            if due > now { usleep(UInt32((due - now) / 1000)) }
+        }
+        let near = AudioEdgeTests.worstStep(blocks, nearChanges: true)
+        let stats = try sam.streamStats(ssrc: ssrc)
+        print("tone pulled through four format changes, 1 ms first: largest step near a change \(String(format: "%.2f", near.ratio)) x "
+              + "the tone's steepest (\(near.rates.0) → \(near.rates.1) Hz); \(stats.jitter.plcFrames) frames concealed")
+        XCTAssertEqual(Set(blocks.map(\.rate)), [48000, 8000, 16000])
+        XCTAssertLessThanOrEqual(near.ratio, 1.5, "a click in the pulled mix at a format change")
+    }
+
     func testADeviceThatOffersOnly44100WorksForCaptureAndPlayback() throws {
         let backend = MemoryAudioBackend()
         let mic = backend.addDevice("mem-mic-441", direction: .capture, channels: 1, sampleRate: 44100)
