@@ -250,7 +250,10 @@ final class RemoteSlot {
         // frame decoded was, and nothing older is left) it is dropped: nothing is heard
         // missing, and the stream plays at the block's start again. (Frames and blocks
         // divide one another: every frame length is 2.5–60 ms, every block 10 or 20.)
-        if fixedBlock && lastDecodeSilent && fifoCount <= frameSamples && fifoCount % frames != 0 {
+        // (What is dropped must be silent too: a denoiser's output for a silent frame
+        // still carries the last ~10 ms of speech; it is dropped a block later.)
+        if fixedBlock && lastDecodeSilent && fifoCount <= frameSamples && fifoCount % frames != 0
+            && fifoIsSilent(frames: fifoCount % frames) {
             let stray = fifoCount % frames
             fifoRead = (fifoRead + stray) % RemoteSlot.fifoCapacity
             fifoCount -= stray
@@ -313,6 +316,15 @@ final class RemoteSlot {
             tapUserID = userID
             tapKind = kind
         }
+    }
+
+    /// Whether the oldest `frames` frames of the FIFO are silent (below -72 dBFS).
+    private func fifoIsSilent(frames: Int) -> Bool {
+        for k in 0..<frames {
+            let i = (fifoRead + k) % RemoteSlot.fifoCapacity
+            if abs(Int(fifo[2 * i])) > 7 || abs(Int(fifo[2 * i + 1])) > 7 { return false }
+        }
+        return true
     }
 
     /// Decodes the next codec frame into `decoded` (mono as L = R, listener NR applied
