@@ -124,6 +124,9 @@ final class OutputStage {
     /// The mixer thread's block in sink mode (48 kHz frames).
     private var sinkBlock = OutputStage.block
     private var driver: RenderDriver?
+    /// The schedule of a driver stopped for a device that then could not be opened:
+    /// the driver started again right after (the previous mode) takes it over.
+    private var stoppedSchedule: RenderDriver.Schedule?
 
     /// Serializes renders (a driver's, or vc_read_mixed_pcm callers') and guards the
     /// renderer's state below.
@@ -485,7 +488,8 @@ final class OutputStage {
         if driver == nil && want == .pull { return nil }
         // Stop what runs; the mix is the pull callers' until the next driver starts,
         // which takes over its schedule.
-        var previous: RenderDriver.Schedule? = nil
+        var previous: RenderDriver.Schedule? = stoppedSchedule
+        stoppedSchedule = nil
         if let d = driver {
             previous = d.stopAndJoin()
             driver = nil
@@ -499,10 +503,12 @@ final class OutputStage {
             // the stopped one's schedule, and the caller is told.
             do { first = try PlaybackDevice.open(backend: backend, name: playbackDevice, quality: quality) } catch let e as ClientError {
                 failure = e
-                if openNow && !wasAway { return failure }
             } catch {
                 failure = .device("\(error)")
-                if openNow && !wasAway { return failure }
+            }
+            if failure != nil && openNow && !wasAway {
+                stoppedSchedule = previous
+                return failure
             }
         }
         if wasAway && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }
