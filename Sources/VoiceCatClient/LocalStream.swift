@@ -224,14 +224,20 @@ final class LocalStream {
     /// waits for.
     private(set) var framesLostNoPath: UInt64 = 0
     private var lostBeforeBatch: UInt64 = 0
+    /// The same two counts less talkspurts' closing frames of silence alone (no audio
+    /// fed in them): what vc_stream_drain reports of the audio fed.
+    private var fedLostNoPath: UInt64 = 0
+    private var fedSentPathLost: UInt64 = 0
+    /// The frame being sent is such a closing frame (endSpurt).
+    private var sendingClosingSilence = false
     /// Frames of the audio fed since the queue was last empty that were dropped for
     /// want of a media path.
-    var framesLostSinceIdle: UInt64 { framesLostNoPath - lostBeforeBatch }
+    var framesLostSinceIdle: UInt64 { fedLostNoPath - lostBeforeBatch }
     /// Frames sent while the media path was lost (SendSnapshot.pathLost): most likely
     /// unheard (vc_send_stats.frames_sent_path_lost); and since the queue was last empty.
     private(set) var framesSentPathLost: UInt64 = 0
     private var sentPathLostBeforeBatch: UInt64 = 0
-    var framesSentPathLostSinceIdle: UInt64 { framesSentPathLost - sentPathLostBeforeBatch }
+    var framesSentPathLostSinceIdle: UInt64 { fedSentPathLost - sentPathLostBeforeBatch }
     private var spurtTimestamp: UInt32 = 0
     /// Where the next talkspurt's timestamps continue from: the timestamp and the
     /// nominal time of the frame after the last one taken.
@@ -355,8 +361,8 @@ final class LocalStream {
                                        + "would not fit; nothing of this call was queued")
         }
         if isDrained {
-            lostBeforeBatch = framesLostNoPath
-            sentPathLostBeforeBatch = framesSentPathLost
+            lostBeforeBatch = fedLostNoPath
+            sentPathLostBeforeBatch = fedSentPathLost
         }
     }
 
@@ -634,6 +640,8 @@ final class LocalStream {
         if reframer.pending > 0 || !packetSpurtClosed {
             let missing = reframer.frameSamples - reframer.pending
             var padded = false
+            sendingClosingSilence = reframer.pending == 0
+            defer { sendingClosingSilence = false }
             reframer.push(silence, frames: missing, inChannels: reframer.channels) { frame in
                 processAndSend(frame, timestamp: ts, last: true)
                 padded = true
@@ -734,6 +742,7 @@ final class LocalStream {
             // vc_stream_drain and vc_send_stats; the next frame sent starts a talkspurt.
             needMarker = true
             framesLostNoPath += 1
+            if !sendingClosingSilence { fedLostNoPath += 1 }
             return
         }
         if kind == .mic {
@@ -810,7 +819,10 @@ final class LocalStream {
         slot.packetsOut += 1
         slot.bytesOut += UInt64(n)
         bytesSent += UInt64(n)
-        if path.pathLost { framesSentPathLost += 1 }
+        if path.pathLost {
+            framesSentPathLost += 1
+            if !sendingClosingSilence { fedSentPathLost += 1 }
+        }
         return true
     }
 

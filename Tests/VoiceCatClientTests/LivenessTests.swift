@@ -449,6 +449,12 @@ final class LivenessTests: XCTestCase {
             XCTAssertEqual((error as? ClientError)?.code, VC_ERR_NETWORK, "\(error)")
             XCTAssertTrue("\(error)".contains("1000 ms of the audio fed came due while the connection to the server was down"), "\(error)")
         }
+        // The same answer until more audio is fed, after the talkspurt's closing frame
+        // (silence alone, no audio fed) came due in the gap too. (It said 1020 ms then.)
+        usleep(300_000)
+        XCTAssertThrowsError(try alex.drain(streamID: sid, timeoutMs: 1000)) { error in
+            XCTAssertTrue("\(error)".contains("stream \(sid): 1000 ms of the audio fed came due"), "\(error)")
+        }
         // Counted for a host that feeds in real time and never drains (the sentence's 50
         // frames, and its closing frame when the talkspurt ended in the gap).
         let dropped = try alex.sendStats(streamID: sid).framesDropped
