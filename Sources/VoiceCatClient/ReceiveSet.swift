@@ -199,10 +199,11 @@ final class ReceiveSet {
         return out.sorted { $0.ssrc < $1.ssrc }
     }
 
-    func stats(ssrc: UInt32) throws -> StreamStats {
+    /// A stream's statistics at `nowMs` (the receive clock; nil: now).
+    func stats(ssrc: UInt32, nowMs: Double? = nil) throws -> StreamStats {
         try withSlot(ssrc: ssrc) { s in
             s.drainInbox(nowMs: nil)
-            s.jitter.shedStale(atMs: Double(MonotonicClock.nanoseconds()) / 1e6)
+            s.jitter.shedStale(atMs: nowMs ?? Double(MonotonicClock.nanoseconds()) / 1e6)
             var st = StreamStats()
             st.jitter = s.jitter.stats
             st.jitter.duplicates += s.duplicates.load(ordering: .relaxed)

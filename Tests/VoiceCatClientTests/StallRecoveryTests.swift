@@ -44,7 +44,7 @@ final class StallRecoveryTests: XCTestCase {
     }
 
     private func jitterStats() throws -> (late: UInt64, plc: UInt64, depthMs: UInt32, targetMs: UInt32) {
-        let st = try receive.stats(ssrc: ssrc)
+        let st = try receive.stats(ssrc: ssrc, nowMs: now)
         return (st.jitter.late, st.jitter.plcFrames, st.currentDepthMs, st.targetDepthMs)
     }
 
