@@ -276,10 +276,14 @@ typedef struct vc_client_config {
                                         VC_ERR_STATE ("reconnecting to the server"). It stops (with
                                         VC_EVENT_DISCONNECTED) on a refusal that would not change by
                                         retrying: wrong password, changed fingerprint, version. Other
-                                        refusals are retried: a server that has not yet noticed the old
-                                        connection died (it went silent, not closed) refuses the same
-                                        username until it reaps the old session (its reap_seconds, 30 s
-                                        by default). Each failed attempt is logged (vc_set_log_callback,
+                                        refusals are retried. A server that has not yet noticed the old
+                                        connection died (it went silent, not closed) still holds the
+                                        old session: each attempt names it (the session's resume token,
+                                        known only to this client), and the server ends it and lets the
+                                        attempt in (a server without resume tokens refuses the same
+                                        username until it reaps the old session: its reap_seconds, 30 s
+                                        by default). vc_connect to the same server as the same username
+                                        names the client's last session too. Each failed attempt is logged (vc_set_log_callback,
                                         level 1) with its reason, e.g. "reconnect attempt 3 failed: the
                                         server did not answer the handshake in time". Default 0:
                                         a lost connection ends the session (VC_EVENT_DISCONNECTED). */

@@ -30,7 +30,7 @@ extension VoiceClient {
         // session ends) and opens again with the first frame sent after it.
         for s in streams.all { s.slot.lock.withLock { s.abandon() } }
         receive.forgetLateness()   // the new session's path may not be the old one's
-        guard let (target, channel) = cond.withLock({ () -> (ConnectTarget, String)? in
+        guard var (target, channel) = cond.withLock({ () -> (ConnectTarget, String)? in
             guard !stopNetwork, let t = target else { return nil }
             phase = .reconnecting
             control?.close(); control = nil
@@ -69,6 +69,10 @@ extension VoiceClient {
             do {
                 let l = try establish(target, deadlineMs: MonotonicClock.milliseconds() + VoiceClient.reconnectAttemptMs)
                 link = l
+                // The next attempt (this one may still fail) names this session, which
+                // the server may hold if its close does not reach it.
+                target.resumeToken = l.resumeToken
+                cond.withLock { self.target?.resumeToken = l.resumeToken }
                 // Events of the new session (its join, the users and streams it hears of,
                 // what could not be restored) are raised from here on, on this thread:
                 // held, so that RECONNECTED goes ahead of them (as CONNECTED goes ahead of

@@ -271,6 +271,10 @@ public final class VoiceClient {
         var pinnedWhat = "the pinned"
         /// The known-servers file to check and record in (nil: none).
         var storePath: String?
+        /// The resume token of the last session established (reconnects name it, so
+        /// the server ends that session if it still holds it instead of refusing the
+        /// username; empty: none).
+        var resumeToken: [UInt8] = []
     }
 
     /// One established session's connections and what the server said in Hello.
@@ -283,6 +287,9 @@ public final class VoiceClient {
         let refused: [String]
         /// The roster the server sent after the HelloResult (nil: it sent none).
         var roster: [UInt32: UserPresence]? = nil
+        /// The session's resume token, kept for the reconnects (one longer than 64
+        /// bytes, which no server of this project sends, is not sent back).
+        var resumeToken: [UInt8] { hello.resumeToken.count <= 64 ? hello.resumeToken : [] }
     }
 
     /// The known-servers file in force: nil when the host chose none ("") or no home
@@ -326,12 +333,19 @@ public final class VoiceClient {
         let deadline = MonotonicClock.milliseconds() + UInt64(max(1, timeoutMs))
         var target = ConnectTarget(host: host, port: port == 0 ? ProtocolVersion.defaultPort : port, username: username,
                                    password: password ?? "", pinned: pinnedFingerprint?.lowercased(), storePath: store)
+        // A host reconnecting by itself (to the same server, as the same user) names the
+        // last session as an automatic reconnect does: the server may still hold it.
+        target.resumeToken = cond.withLock {
+            guard let last = self.target, last.host == target.host, last.port == target.port, last.username == username else { return [] }
+            return last.resumeToken
+        }
         var link: Link? = nil
         do {
             let l = try establish(target, deadlineMs: deadline)
             link = l
             // Reconnects insist on the identity verified now.
             target.pinned = l.conn.fingerprint
+            target.resumeToken = l.resumeToken
             target.pinnedWhat = "the one this session was established with,"
             target.storePath = nil
             try cond.withLock {
@@ -410,7 +424,7 @@ public final class VoiceClient {
                 try KnownServers.verify(path: path, host: t.host, port: t.port, fingerprint: c.fingerprint)
             }
             try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName,
-                                    presence: config.presence)))
+                                    presence: config.presence, resumeToken: t.resumeToken)))
             var result: HelloResult
             switch try c.receiveDecoded(deadlineMs: deadline) {
             case .helloResult(let r): result = r

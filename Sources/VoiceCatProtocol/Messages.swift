@@ -195,13 +195,19 @@ public struct Hello: ControlBody {
     /// Asks for the server's roster: every session and the channel it is in, then the
     /// changes (`UserList`, `PresenceUpdate`).
     public var presence: Bool = false
-    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "", presence: Bool = false) {
+    /// The `resume_token` of a session of this username that this client had (its
+    /// reconnect): the server ends that session, still open on its side, in favour of
+    /// this one instead of refusing the username (empty: none).
+    public var resumeToken: [UInt8] = []
+    public init(protoVersion: UInt32 = 2, username: String, password: String = "", clientName: String = "", presence: Bool = false,
+                resumeToken: [UInt8] = []) {
         self.protoVersion = protoVersion; self.username = username; self.password = password; self.clientName = clientName
-        self.presence = presence
+        self.presence = presence; self.resumeToken = resumeToken
     }
 
     public func encode(into w: inout ProtoWriter) {
         w.uint(1, protoVersion); w.string(2, username); w.string(3, password); w.string(4, clientName); w.bool(5, presence)
+        w.bytesField(6, resumeToken)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> Hello {
         var m = Hello(protoVersion: 0, username: "")
@@ -212,6 +218,7 @@ public struct Hello: ControlBody {
             case 3: m.password = try r.string(f)
             case 4: m.clientName = try r.string(f)
             case 5: m.presence = try r.bool(f)
+            case 6: m.resumeToken = try r.bytesValue(f)
             default: break
             }
         }
@@ -235,15 +242,18 @@ public struct HelloResult: ControlBody {
     /// The roster follows the channel list in `UserList` messages (the client asked for it
     /// in `Hello.presence`), and `PresenceUpdate`s follow as things change.
     public var presence: Bool
+    /// A secret of this session (16 random bytes), for the client's reconnect to name
+    /// it in `Hello.resume_token` (empty: an older server).
+    public var resumeToken: [UInt8] = []
     /// Field number of `channels`, here and in `ChannelList`.
     public static let channelsField = 5
     /// Field number of `more_channels`, here and (as `more`) in `ChannelList`.
     public static let moreField = 7
     public init(sessionID: UInt64, userID: UInt32, bindingID: UInt32, serverName: String, channels: [ChannelInfo],
-                maxDatagramBytes: UInt32 = 0, moreChannels: Bool = false, presence: Bool = false) {
+                maxDatagramBytes: UInt32 = 0, moreChannels: Bool = false, presence: Bool = false, resumeToken: [UInt8] = []) {
         self.sessionID = sessionID; self.userID = userID; self.bindingID = bindingID
         self.serverName = serverName; self.channels = channels; self.maxDatagramBytes = maxDatagramBytes
-        self.moreChannels = moreChannels; self.presence = presence
+        self.moreChannels = moreChannels; self.presence = presence; self.resumeToken = resumeToken
     }
 
     public func encode(into w: inout ProtoWriter) {
@@ -252,6 +262,7 @@ public struct HelloResult: ControlBody {
         w.uint(6, maxDatagramBytes)
         w.bool(HelloResult.moreField, moreChannels)
         w.bool(8, presence)
+        w.bytesField(9, resumeToken)
     }
     public static func decode(_ r: ProtoReader) throws(ProtobufError) -> HelloResult {
         var m = HelloResult(sessionID: 0, userID: 0, bindingID: 0, serverName: "", channels: [])
@@ -265,6 +276,7 @@ public struct HelloResult: ControlBody {
             case 6: m.maxDatagramBytes = try r.uint32(f)
             case HelloResult.moreField: m.moreChannels = try r.bool(f)
             case 8: m.presence = try r.bool(f)
+            case 9: m.resumeToken = try r.bytesValue(f)
             default: break
             }
         }

@@ -89,7 +89,17 @@ extension Server {
         if let p = NameRules.problem(name, what: "username") {
             return refuse(.badRequest, "\(p): a username is 1 to 64 bytes of UTF-8 without control characters")
         }
-        guard sessionsByUsername[name] == nil else { return refuse(.usernameTaken, "username \(name) is already connected") }
+        if let old = sessionsByUsername[name] {
+            // The same client reconnecting (its old connection died without the server
+            // noticing, e.g. a path that stopped carrying TCP): it names the old session's
+            // resume token, and that session ends now instead of when the reaper finds it
+            // silent. Anyone else is refused the name.
+            guard h.resumeToken.count == Session.resumeTokenBytes, Sodium.equal(h.resumeToken, old.resumeToken) else {
+                return refuse(.usernameTaken, "username \(name) is already connected")
+            }
+            counters.sessionsResumed += 1
+            close(old.connection, reason: "replaced by a new connection of the same client (from \(c.peer), with its resume token)")
+        }
         guard sessionsByUsername.count < live.maxUsers else { return refuse(.serverFull, "server is full (\(live.maxUsers) users)") }
         var binding: UInt32
         repeat { binding = Sodium.randomUInt32() } while binding == 0 || sessionsByBinding[binding] != nil
@@ -114,7 +124,7 @@ extension Server {
                  first: { more in
                      ControlMessage.helloResult(HelloResult(sessionID: sid, userID: s.userID, bindingID: binding, serverName: serverName,
                                                             channels: [], maxDatagramBytes: limit, moreChannels: more,
-                                                            presence: roster)).encode()
+                                                            presence: roster, resumeToken: s.resumeToken)).encode()
                  },
                  next: { more in ControlMessage.channelList(ChannelList(channels: [], more: more)).encode() })
         if roster { subscribePresence(s) }

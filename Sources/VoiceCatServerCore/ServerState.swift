@@ -13,6 +13,8 @@ public struct ServerCounters: Equatable, Sendable {
     public var sessionsOpened: UInt64 = 0
     public var sessionsActive: UInt64 = 0
     public var sessionsReaped: UInt64 = 0
+    /// Sessions ended by a new connection of the same client naming their resume token.
+    public var sessionsResumed: UInt64 = 0
     public var handshakeVersionMismatch: UInt64 = 0
     public var controlFramesIn: UInt64 = 0
     public var controlFramesOut: UInt64 = 0
@@ -87,7 +89,7 @@ public struct ServerCounters: Equatable, Sendable {
     }
 
     public var summary: String {
-        "sessions=\(sessionsActive) opened=\(sessionsOpened) reaped=\(sessionsReaped) tcp_accepted=\(tcpAccepted) "
+        "sessions=\(sessionsActive) opened=\(sessionsOpened) reaped=\(sessionsReaped) resumed=\(sessionsResumed) tcp_accepted=\(tcpAccepted) "
             + "tcp_rejected=\(tcpRejected) unauth_evicted=\(unauthenticatedEvicted) login_timeouts=\(loginTimeouts) "
             + "ctrl_in=\(controlFramesIn) ctrl_out=\(controlFramesOut) ctrl_errors=\(controlProtocolErrors) "
             + "ctrl_throttled=\(controlThrottled) ctrl_oversize=\(controlOversize) list_parts=\(listPartsSent) "
@@ -272,6 +274,9 @@ final class Session {
     let bindingID: UInt32
     let username: String
     let keys: SessionKeys
+    /// The secret a reconnect of this client names (HelloResult / Hello `resume_token`).
+    let resumeToken: [UInt8]
+    static let resumeTokenBytes = 16
     // Strong: the cycle with Connection.session is broken by Server.detachSession.
     let connection: Connection
     var channel: Channel?
@@ -306,6 +311,7 @@ final class Session {
     init(id: UInt64, userID: UInt32, bindingID: UInt32, username: String, keys: SessionKeys, connection: Connection, now: UInt64) {
         self.id = id; self.userID = userID; self.bindingID = bindingID; self.username = username
         self.keys = keys; self.connection = connection
+        resumeToken = Sodium.randomBytes(Session.resumeTokenBytes)
         media = keys.media(epoch: 0)
         bind = keys.bind(epoch: 0)
         lastSeenMs = now

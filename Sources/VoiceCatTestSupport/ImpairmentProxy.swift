@@ -33,6 +33,8 @@ public final class ImpairmentProxy {
         let client: Socket, server: Socket
         var toServer: [(due: Double, bytes: [UInt8])] = []
         var toClient: [(due: Double, bytes: [UInt8])] = []
+        /// Nothing moves on this connection any more, and it stays open (freezeExistingTCP).
+        var frozen = false
         init(client: Socket, server: Socket) { self.client = client; self.server = server }
     }
     private var queue: [(due: Double, bytes: [UInt8], via: Socket, to: SocketAddress)] = []
@@ -75,6 +77,11 @@ public final class ImpairmentProxy {
     /// Stalls TCP (both directions, and new connections) until called with false.
     public func setTCPStalled(_ on: Bool) { lock.withLock { tcpStalled = on } }
 
+    /// The TCP connections relayed now stop moving for good, both ways, without being
+    /// closed (a path that stopped carrying them); new connections are relayed as usual.
+    public func freezeExistingTCP() { lock.withLock { freezeRequested = true } }
+    private var freezeRequested = false
+
     /// Delays every relayed TCP chunk by `ms` (each direction).
     public func setTCPDelay(ms: Double) { lock.withLock { tcpDelayMs = ms } }
 
@@ -104,8 +111,14 @@ public final class ImpairmentProxy {
             ps.add(udp.fd, events: Int16(POLLIN))
             let ups = Array(clients)
             for (_, s) in ups { ps.add(s.fd, events: Int16(POLLIN)) }
-            let (stalled, tcpDelay) = lock.withLock { (tcpStalled, tcpDelayMs) }
-            if !stalled { for p in pipes { ps.add(p.client.fd, events: Int16(POLLIN)); ps.add(p.server.fd, events: Int16(POLLIN)) } }
+            let (stalled, tcpDelay, freeze) = lock.withLock { () -> (Bool, Double, Bool) in
+                defer { freezeRequested = false }
+                return (tcpStalled, tcpDelayMs, freezeRequested)
+            }
+            if freeze { for p in pipes { p.frozen = true } }
+            if !stalled {
+                for p in pipes where !p.frozen { ps.add(p.client.fd, events: Int16(POLLIN)); ps.add(p.server.fd, events: Int16(POLLIN)) }
+            }
             _ = try? ps.wait(timeoutMs: 1)
             if !stalled, let (s, _) = try? tcpListener.accept() {
                 if let up = try? Socket.connectTCP(target, timeoutMs: 1000) {
@@ -149,6 +162,7 @@ public final class ImpairmentProxy {
             if stalled { continue }
             var keep: [TCPPipe] = []
             for p in pipes {
+                if p.frozen { keep.append(p); continue }
                 var open = true
                 for (from, dir) in [(p.client, 0), (p.server, 1)] {
                     do {

@@ -58,9 +58,9 @@ public final class WireClient {
     /// Connects, says Hello and waits for HelloResult (and the rest of a split channel list,
     /// and with `presence` the roster).
     public static func login(port: UInt16, username: String, password: String = "", timeoutMs: Int = 5000,
-                             openUDP: Bool = true, presence: Bool = false) throws -> WireClient {
+                             openUDP: Bool = true, presence: Bool = false, resumeToken: [UInt8] = []) throws -> WireClient {
         let c = try WireClient(port: port, openUDP: openUDP)
-        c.send(.hello(Hello(username: username, password: password, clientName: "tests", presence: presence)))
+        c.send(.hello(Hello(username: username, password: password, clientName: "tests", presence: presence, resumeToken: resumeToken)))
         let m = try c.receive(timeoutMs: timeoutMs)
         guard case .helloResult(var r) = m else { throw TestFailure("expected HelloResult, got \(m)") }
         var more = r.moreChannels

@@ -427,6 +427,42 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(errors.count, 1, "one ERROR, for the refused stream: \(errors.map { "\($0.code) \($0.text)" })")
     }
 
+    /// The control connection dies without either end noticing (the path stops carrying
+    /// it; new connections pass): the client's ping timeout ends the session, and its
+    /// first reconnect, naming the old session's resume token, is let in at once and
+    /// the talker is heard again. (The server refused the name, \"already connected\",
+    /// until its reaper found the old session silent: 30 s of silence by default.)
+    func testAReconnectIsLetInWhileTheServerStillHoldsTheDeadSession() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let proxy = try ImpairmentProxy(targetPort: server.port, upstream: Impairment(), downstream: Impairment(), seed: 3)
+        defer { proxy.stop() }
+        let (alex, log, sid) = try reconnectingTalker(proxy.port)
+        defer { alex.shutdown() }
+        let (sam, _) = try client(server.port, "sam")
+        defer { sam.shutdown() }
+        let feeder = Feeder(alex, stream: sid)
+        defer { feeder.finish() }
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        let stop = StopFlag()
+        let puller = drainMix(sam, until: stop)
+        defer { stop.set(); puller.join() }
+        let t0 = MonotonicClock.milliseconds()
+        proxy.freezeExistingTCP()
+        let lost = try XCTUnwrap(log.wait(timeoutMs: 10_000) { $0.type == .reconnecting }, "the dead connection is noticed")
+        let back = try XCTUnwrap(log.wait(timeoutMs: 10_000) { $0.type == .reconnected }, "let in while the server holds the old session")
+        let newSSRC = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: newSSRC)
+        let deadline = MonotonicClock.milliseconds() + 3000
+        while received(sam, newSSRC) < 25 && MonotonicClock.milliseconds() < deadline { usleep(20_000) }
+        print("a dead control connection: RECONNECTING after \(lost.ms - t0) ms, RECONNECTED after \(back.ms - t0) ms, "
+              + "\(received(sam, newSSRC)) frames of the talker heard since; server: \(server.counters.sessionsResumed) resumed")
+        XCTAssertGreaterThanOrEqual(received(sam, newSSRC), 25, "the talker is heard again")
+        XCTAssertEqual(server.counters.sessionsResumed, 1)
+        XCTAssertEqual(log.events.filter { $0.type == .disconnected }.count, 0)
+    }
+
     /// A host that feeds a sentence and drains it while the client reconnects is told
     /// the audio was dropped (VC_ERR_NETWORK, how many ms), not that it was sent; once
     /// the session is back, a sentence drains as usual. (Drain returned VC_OK: a TTS bot

@@ -79,6 +79,8 @@ final class ProtobufTests: XCTestCase {
             .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], moreChannels: true)),
             .joinChannelResult(JoinChannelResult(channelID: 1, audio: .speech, members: [], requestID: 0, moreMembers: true)),
             .hello(Hello(username: "p", presence: true)),
+            .hello(Hello(username: "r", resumeToken: [1, 2, 3, 255])),
+            .helloResult(HelloResult(sessionID: 7, userID: 2, bindingID: 3, serverName: "s", channels: [], resumeToken: Array(0..<16))),
             .helloResult(HelloResult(sessionID: 1, userID: 2, bindingID: 3, serverName: "", channels: [], presence: true)),
             .userList(UserList(users: [UserPresence(userID: 2, username: "me", channelID: 1, muted: true, deafened: true,
                                                     streams: [StreamPresence(streamID: 1, ssrc: 1001, kind: .screenAudio, muted: true, hold: true),

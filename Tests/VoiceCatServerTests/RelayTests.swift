@@ -344,6 +344,47 @@ final class RelayTests: XCTestCase {
         ts.waitFor("oversize dropped") { $0.dropOversize == 1 }
     }
 
+    /// A client whose connection died without the server noticing logs in again under
+    /// its name with the old session's resume token: the old session ends at once (its
+    /// channel sees it leave) and the new one is made. A wrong token, a token of another
+    /// session or none is refused the name, and the session holding it goes on.
+    func testAReconnectNamingItsResumeTokenReplacesItsOldSession() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let alex = try TestClient.login(port: ts.port, username: "alex")
+        defer { alex.close() }
+        let sam = try TestClient.login(port: ts.port, username: "sam")
+        defer { sam.close() }
+        _ = try alex.join("Lobby")
+        _ = try sam.join("Lobby")
+        XCTAssertEqual(alex.hello.resumeToken.count, 16)
+        XCTAssertNotEqual(alex.hello.resumeToken, sam.hello.resumeToken)
+        var wrong = alex.hello.resumeToken
+        wrong[0] ^= 1
+        for (what, token) in [("none", [UInt8]()), ("a wrong one", wrong), ("sam's", sam.hello.resumeToken),
+                              ("a prefix of alex's", Array(alex.hello.resumeToken.prefix(8)))] {
+            let c = try TestClient(port: ts.port)
+            c.send(.hello(Hello(username: "alex", resumeToken: token)))
+            XCTAssertEqual(try c.expectError().code, ProtocolErrorCode.usernameTaken.rawValue, "token: \(what)")
+            c.close()
+        }
+        XCTAssertEqual(ts.counters.sessionsResumed, 0)
+        let again = try TestClient.login(port: ts.port, username: "alex", resumeToken: alex.hello.resumeToken)
+        defer { again.close() }
+        XCTAssertNotEqual(again.hello.userID, alex.hello.userID, "a new session")
+        XCTAssertNotEqual(again.hello.resumeToken, alex.hello.resumeToken)
+        XCTAssertTrue(alex.waitForClose(timeoutMs: 3000), "the old session's connection is closed")
+        let left = try sam.expect("alex's old session leaving") { m -> UInt32? in
+            if case .userLeft(let u) = m { return u.userID }
+            if case .usersLeft(let u) = m, let id = u.userIDs.first { return id }
+            return nil
+        }
+        XCTAssertEqual(left, alex.hello.userID)
+        XCTAssertEqual(ts.counters.sessionsResumed, 1)
+        XCTAssertEqual(ts.counters.sessionsActive, 2)
+        _ = try again.join("Lobby")
+    }
+
     func testPacketRateIsLimitedPerSSRC() throws {
         let ts = try TestServer { $0.maxPacketsPerSecond = 50 }
         defer { ts.stop() }
