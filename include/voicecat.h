@@ -166,7 +166,10 @@ typedef enum vc_event_type {
                                             the same way: the server drops media from an address it did not
                                             bind, so up to 2.5 s of audio is lost each way before it */
     VC_EVENT_VOICE_RECONNECTED = 11,   /**< media path back with fresh keys; text = how long after
-                                            VC_EVENT_VOICE_DISCONNECTED (the path was silent 2.5 s before it) */
+                                            VC_EVENT_VOICE_DISCONNECTED (before it, no keepalive echo came for
+                                            2.5 s: the path to the server and back was broken for up to that
+                                            long, by the last keepalive's period less, as voice from the
+                                            server does not prove the way back) */
     VC_EVENT_SERVER_MUTE_STATE = 12,   /**< user_id, muted, deafened (authoritative) */
     VC_EVENT_STREAM_STATE_UPDATE = 13, /**< ssrc, user_id, stream_id, kind, muted, hold, text = username:
                                             a remote publisher's own state of the stream (vc_set_stream_state) */
