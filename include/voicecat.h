@@ -623,7 +623,11 @@ int vc_client_create(const vc_client_config *cfg, vc_client **out);
  * same client, nor from inside any client's per-speaker sink (vc_remote_stream_sink_fn:
  * that thread holds a render lock the destroyed client's event callback may be waiting
  * for). It is then ignored, an error is logged (dropped inside the log callback) and
- * vc_last_error(c, ...) says so.
+ * vc_last_error(c, ...) says so. From another client's event callback or mixed sink it
+ * works as from any thread (it waits for this client's threads), but two clients must
+ * not destroy each other from their callbacks at the same time: each destroy would
+ * wait for the other's thread (a host that tears down both legs of a bridge does it
+ * from a thread of its own).
  */
 void vc_client_destroy(vc_client *c);
 
@@ -1105,7 +1109,7 @@ int vc_set_external_playback(vc_client *c, int enabled);
  * gets its first 5 ms faded in (no click from starting mid-waveform); the same sink
  * across a vc_set_mixed_output_block_ms is not faded again. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
- * Returns VC_ERR_STATE from inside any callback of the client (the sink cannot wait
+ * Returns VC_ERR_STATE from inside any callback (of any client; the sink cannot wait
  * for itself). Callback-safe: no.
  */
 int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
@@ -1231,7 +1235,7 @@ int vc_set_output_format(vc_client *c, uint32_t sample_rate, uint32_t channels);
  * there), and the callback-unsafe ones return VC_ERR_STATE there, on whatever thread
  * it runs; vc_client_destroy is ignored there, for any client. Setting, replacing or
  * clearing returns only after a running call of the previous sink has returned.
- * Returns VC_ERR_STATE from inside any callback of the client. Callback-safe: no.
+ * Returns VC_ERR_STATE from inside any callback (of any client). Callback-safe: no.
  */
 int vc_set_remote_stream_sink(vc_client *c, vc_remote_stream_sink_fn fn, void *user);
 

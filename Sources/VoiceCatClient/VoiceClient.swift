@@ -212,6 +212,12 @@ public final class VoiceClient {
 
     public var isConnected: Bool { cond.withLock { phase == .connected } }
 
+    /// Clears the event callback ahead of vc_client_destroy, waiting for a running call as
+    /// vc_set_event_callback(NULL) does, also on another client's thread, where that
+    /// refuses (the destroy waits for this client's threads anyway; it is not called
+    /// where it would wait for the calling thread: destroyWouldWaitForCaller).
+    public func clearEventHandlerForDestroy() { events.callback.set(nil) }
+
     /// Sets or clears the event callback; returns once a running call of the previous one
     /// has returned (at once from inside it).
     public func setEventHandler(_ h: ((ClientEvent) -> Void)?) throws {

@@ -326,7 +326,7 @@ public func vc_client_destroy(_ p: OpaquePointer?) {
     Registry.leave(entry)
     if inside { return }
     guard let retired = Registry.retire(p) else { return }
-    try? box.client.setEventHandler(nil)   // refused only where destroy is, which returned above
+    box.client.clearEventHandlerForDestroy()   // not called for the DISCONNECTED the teardown raises
     box.client.shutdown()
     Registry.free(retired)
 }

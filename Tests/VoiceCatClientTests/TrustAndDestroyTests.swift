@@ -170,6 +170,47 @@ final class TrustAndDestroyTests: XCTestCase {
     /// vc_client_destroy from another thread at 20 points during connect, join, stream
     /// start and streaming (5 delays into each stage, over a proxy that delays TCP so
     /// each stage lasts): no crash, no hang, no thread or descriptor left behind.
+    /// One client's event callback destroys another client: the destroy returns, and
+    /// the destroyed client's event callback was cleared first (it is not called with the
+    /// DISCONNECTED the teardown raises), as the header says. (After the callback rules
+    /// were applied across clients, the clearing was refused there and the destroyed
+    /// client's callback saw its DISCONNECTED; a handler tearing down the other leg of
+    /// a bridge there waited for the first destroy for good.)
+    func testAClientDestroyedFromAnotherClientsCallbackHearsNothingOfIt() throws {
+        let server = try TestServer()
+        defer { server.stop() }
+        let alex = try CHost(port: server.port, name: "alex", channel: "Lobby")
+        let sam = try CHost(port: server.port, name: "sam", channel: "Lobby")
+        final class Shared: @unchecked Sendable {
+            let sam: OpaquePointer
+            let taken = Atomic<Bool>(false), destroyed = Atomic<Bool>(false), samSawDisconnected = Atomic<Int>(0)
+            init(sam: OpaquePointer) { self.sam = sam }
+        }
+        let state = Shared(sam: sam.h)
+        let user = Unmanaged.passUnretained(state).toOpaque()
+        let samCB: vc_event_fn = { user, e in
+            guard let user, let e, e.pointee.type == VC_EVENT_DISCONNECTED else { return }
+            Unmanaged<Shared>.fromOpaque(user).takeUnretainedValue().samSawDisconnected.wrappingAdd(1, ordering: .relaxed)
+        }
+        let alexCB: vc_event_fn = { user, e in
+            guard let user, let e, e.pointee.type == VC_EVENT_USER_JOINED else { return }
+            let st = Unmanaged<Shared>.fromOpaque(user).takeUnretainedValue()
+            guard !st.taken.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            vc_client_destroy(st.sam)
+            st.destroyed.store(true, ordering: .releasing)
+        }
+        XCTAssertEqual(vc_set_event_callback(sam.h, samCB, user), VC_OK)
+        XCTAssertEqual(vc_set_event_callback(alex.h, alexCB, user), VC_OK)
+        let kim = try CHost(port: server.port, name: "kim", channel: "Lobby")   // USER_JOINED reaches alex
+        let deadline = MonotonicClock.milliseconds() + 5000
+        while !state.destroyed.load(ordering: .acquiring) && MonotonicClock.milliseconds() < deadline { usleep(5000) }
+        XCTAssertTrue(state.destroyed.load(ordering: .acquiring), "the destroy from alex's callback returned")
+        XCTAssertEqual(state.samSawDisconnected.load(ordering: .relaxed), 0, "sam's callback was cleared before its DISCONNECTED")
+        XCTAssertEqual(vc_join_channel(sam.h, "Lobby"), VC_ERR_INVALID_ARG, "the handle is gone")
+        XCTAssertEqual(vc_set_event_callback(alex.h, nil, nil), VC_OK)
+        _ = kim
+    }
+
     func testDestroyFromAnotherThreadAtTwentyPoints() throws {
         let server = try TestServer()
         defer { server.stop() }

@@ -702,8 +702,8 @@ class Client:
         it, and the previous one until the call returns; a call that fails leaves C the
         previous one, and one interrupted (Ctrl-C) after C took the new one leaves both."""
         # One hand-over at a time, so each knows what C holds; not waited for inside a
-        # callback (another client's: this one's refuses), where the thread holding it
-        # may be waiting for that callback to return.
+        # callback (the library refuses the setters inside any client's callback), where
+        # the thread holding it may be waiting for that callback to return.
         locked = self._core.sink_lock.acquire(blocking=not in_callback())
         try:
             cfuncs = self._core.cfuncs.setdefault(setter, [])
@@ -1256,9 +1256,10 @@ class Client:
         """Calls ``fn(event)`` for every event, on the client's network thread, in order
         (None clears). It must not block (media waits meanwhile), and only callback-safe
         calls may be made from it. Events are also queued for :meth:`poll_event` either way.
-        TypeError when ``fn`` is not callable. From inside a per-speaker sink or the log
-        handler it may raise StateError (the library cannot wait there for a running event
-        handler); the previous handler then stays."""
+        TypeError when ``fn`` is not callable. From inside a per-speaker sink, the log
+        handler or a callback of another client it may raise StateError (the library
+        cannot wait there for a running event handler: that handler may be waiting for
+        the calling thread); the previous handler then stays."""
         _raise_pending(self._core)
         if self.closed:
             raise StateError(ErrorCode.STATE, "the client is closed")
