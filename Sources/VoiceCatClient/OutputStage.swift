@@ -322,7 +322,10 @@ final class OutputStage {
     /// hears whether it can be opened.
     func restart() -> ClientError? {
         reconcileLock.withLock {
-            if suspended { renderLock.withLock { bus.resetLimiter() } }
+            // The mix starts again (nothing rendered it while suspended: a pull or a sink
+            // may have gone on, and then the limiter's gain follows the audio as usual).
+            let idleMs = MonotonicClock.milliseconds() &- lastRenderMs.load(ordering: .relaxed)
+            if suspended && idleMs > 100 { renderLock.withLock { bus.resetLimiter() } }
             suspended = false
             return reconcile(openNow: false, retryAway: true)
         }
@@ -445,6 +448,9 @@ final class OutputStage {
                 r.finish()
                 throw error
             }
+            // The stream may have been removed since it was looked up (before the
+            // recording could be told): then it records nothing, even if the ssrc returns.
+            if ssrc != 0 && (try? receive.withSlot(ssrc: ssrc) { _ in true }) == nil { r.sourceEnded.store(true, ordering: .relaxed) }
             _ = reconcile(openNow: false)
         }
     }

@@ -22,7 +22,7 @@ final class ProcessingPathTests: XCTestCase {
         let on: RemoteSettings = { var s = RemoteSettings(); s.noiseReduction = true; return s }()
         let off: RemoteSettings = { var s = RemoteSettings(); s.noiseReduction = false; return s }()
         var trials = 0, bad = 0
-        let until = MonotonicClock.nanoseconds() + 3_000_000_000
+        let until = MonotonicClock.nanoseconds() + 5_000_000_000
         while MonotonicClock.nanoseconds() < until && bad == 0 {
             try rs.setSettings(ssrc: 42, on)
             let go = DispatchSemaphore(value: 0), done = DispatchGroup()
