@@ -1132,9 +1132,10 @@ int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);
  * next block comes when the previous one's successor was due; a 20 ms block after
  * 10 ms ones, when the second 10 ms block it covers would have). Best set before the sink (or
  * while nobody talks): a stream that talks through a change from 10 to 20 ms may
- * be heard up to 10 ms later until its next pause. Returns
- * VC_ERR_INVALID_ARG for any other `ms`, VC_ERR_STATE from inside a callback of the
- * client. Callback-safe: no.
+ * be heard up to 10 ms later until its next pause (one that talks through many such
+ * changes without a pause loses a frame now and then, counted late, as its buffer
+ * sheds the delay they add). Returns VC_ERR_INVALID_ARG for any other `ms`,
+ * VC_ERR_STATE from inside any callback (of any client). Callback-safe: no.
  */
 int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
 
