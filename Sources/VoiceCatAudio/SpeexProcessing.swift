@@ -4,6 +4,10 @@
 // on the control path; processing a frame does not allocate.
 import CSpeexDSP
 
+/// The block SpeexDSP's preprocessor runs in for a codec frame of `frameSamples`:
+/// 10 ms when the frame allows, else the frame.
+public func speexBlockSize(frameSamples: Int) -> Int { frameSamples % 480 == 0 ? 480 : frameSamples }
+
 /// Denoises a decoded stream (interleaved stereo at 48 kHz) channel by channel.
 /// Mono streams (decoded as L = R) run one state and copy the result to R.
 public final class NoiseReducer {
@@ -12,9 +16,9 @@ public final class NoiseReducer {
     private var states: [OpaquePointer] = []
     private let scratch: UnsafeMutablePointer<Int16>
 
-    /// `frameSamples`: the codec frame; NR runs in 10 ms blocks when the frame allows.
+    /// `frameSamples`: the codec frame.
     public init(frameSamples: Int, streamChannels: Int) {
-        blockSize = frameSamples % 480 == 0 ? 480 : frameSamples
+        blockSize = speexBlockSize(frameSamples: frameSamples)
         self.streamChannels = streamChannels
         for _ in 0..<streamChannels {
             let st = speex_preprocess_state_init(Int32(blockSize), 48000)!
@@ -35,7 +39,7 @@ public final class NoiseReducer {
 
     /// Whether this denoiser serves a stream of `frameSamples` frames and `streamChannels`.
     public func fits(frameSamples: Int, streamChannels: Int) -> Bool {
-        blockSize == (frameSamples % 480 == 0 ? 480 : frameSamples) && self.streamChannels == streamChannels
+        blockSize == speexBlockSize(frameSamples: frameSamples) && self.streamChannels == streamChannels
     }
 
     /// Processes `frames` stereo frames in place (`frames` a multiple of blockSize).
@@ -88,7 +92,7 @@ public final class SpeexApm: ApmProcessor {
 
     /// `tailMs`: the longest echo path the canceller models.
     public init(frameSamples: Int, settings: SendProcessing, tailMs: Int = 250) {
-        blockSize = frameSamples % 480 == 0 ? 480 : frameSamples
+        blockSize = speexBlockSize(frameSamples: frameSamples)
         self.settings = settings
         let p = speex_preprocess_state_init(Int32(blockSize), 48000)!
         pre = p

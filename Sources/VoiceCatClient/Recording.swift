@@ -118,11 +118,11 @@ final class Recorder {
     /// The largest data chunk a RIFF header can describe.
     static let maxDataBytes = UInt64(UInt32.max) - 36
 
-    /// Creates the file (truncating an existing one), writes the header and starts
-    /// the writer thread. Throws when the file cannot be created.
     /// The most audio the file takes (`maxDataBytes`; smaller in tests).
     private let dataLimitBytes: UInt64
 
+    /// Creates the file (truncating an existing one), writes the header and starts
+    /// the writer thread. Throws when the file cannot be created.
     init(ssrc: UInt32, path: String, sampleRate: Int, channels: Int, dataLimitBytes: UInt64 = Recorder.maxDataBytes,
          onFailure: @escaping (String) -> Void = { _ in }) throws {
         self.ssrc = ssrc; self.path = path; self.sampleRate = sampleRate; self.channels = channels

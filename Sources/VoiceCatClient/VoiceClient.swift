@@ -204,7 +204,9 @@ public final class VoiceClient {
     /// inside any client's per-speaker sink. Callback-unsafe functions are refused
     /// there: a callback of one client that waits for another client's thread can
     /// deadlock with a callback of that client waiting for the first.
-    public var insideAnyCallback: Bool { onOwnThread || ThreadIdentity.isMarked || OutputStage.insideSpeakerSink.isSet }
+    public var insideAnyCallback: Bool {
+        ThreadIdentity.isMarked || OutputStage.insideSpeakerSink.isSet || ClientLog.callingThreadIsInside
+    }
 
     public func refuseInCallback(_ what: String) throws {
         if insideAnyCallback { throw fail(.state("\(what) cannot be called from inside a callback (of any client)")) }
