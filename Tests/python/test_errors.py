@@ -165,6 +165,11 @@ def test_library_errors_raise_the_subclass_of_their_code_with_the_reason(server)
             c.stream_stats(424242)
         with pytest.raises(voicecat.NotFound):
             c.set_remote_stream(424242, gain=0.5)
+        # A bad value is said before an unknown ssrc, as the C call orders them.
+        with pytest.raises(TypeError):
+            c.set_remote_stream(424242, gain="x")   # type: ignore[arg-type]
+        with pytest.raises(voicecat.InvalidArgument):
+            c.set_remote_stream(424242, gain=9.0)
         with pytest.raises(voicecat.InvalidArgument):
             c.start_stream(channels=3)
         with pytest.raises(voicecat.DeviceError):

@@ -1031,7 +1031,15 @@ class Client:
     def set_remote_stream(self, ssrc: int, settings: Optional[RemoteStreamSettings] = None, **changes: Any) -> None:
         """Sets this listener's gain (0..4), mute and noise reduction for a remote stream:
         a :class:`RemoteStreamSettings`, or keywords changing the current settings."""
-        base = settings if settings is not None else self.remote_stream_settings(ssrc)
+        if settings is not None:
+            base = settings
+        else:
+            try:
+                base = self.remote_stream_settings(ssrc)
+            except NotFound:
+                # The library says which comes first: a bad value (TypeError here,
+                # InvalidArgument from the call) before an unknown ssrc (NotFound).
+                base = RemoteStreamSettings()
         if changes:
             base = RemoteStreamSettings(**{**base.__dict__, **changes})
         value = base._to_c()
