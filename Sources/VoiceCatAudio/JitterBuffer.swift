@@ -82,9 +82,11 @@
 //     fast) is given back where it is cheapest: at a pause (free); at once by
 //     dropping a DTX or quiet frame (a small packet, or after the renderer reported
 //     a quiet one); and only once it has lasted `catchUpTicks` (a single period of
-//     it, when the renderer reports levels, `quietCatchUpTicks`: it waits for a pause)
-//     by skipping a frame the network lost, or else dropping one buffered frame. Frames a spike
-//     delivered in a burst are played, not thrown away by a jump of the clock.
+//     it, when the renderer reports levels, `quietCatchUpTicks`: it waits for a pause;
+//     n periods of it buffered, `catchUpTicks` / n: the end of a delay episode is
+//     shed within seconds) by skipping a frame the network lost, or else dropping one
+//     buffered frame. Frames a spike delivered in a burst are played, not thrown away
+//     by a jump of the clock.
 //     Beyond the bound, though (a cushion more than a period over the upper bound,
 //     500 ms by default: a path or server that stopped and then gave its backlog
 //     at once), what exceeds the target is dropped at once: played, it stayed as
@@ -229,7 +231,8 @@ public final class JitterBuffer {
         /// packets (senders switch FEC with the loss they are told of, and leave it out
         /// of packets after quiet frames).
         public var fecMemoryFrames = 50
-        /// Excess must last this many ticks before a buffered frame is dropped for it.
+        /// Excess must last this many ticks before a buffered frame is dropped for it
+        /// (this many divided by n when the buffer holds n whole periods of excess).
         public var catchUpTicks = 100
         /// ...unless the consumer reports the level of what it plays (reportPlayedLevel)
         /// and the excess is a single period: then a frame it is cheap to drop (after
@@ -1054,14 +1057,21 @@ public final class JitterBuffer {
         }
         // Excess: a whole period less would still cover the target.
         excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
+        // Excess is shed by dropping a frame (its successor plays in its place) at once
+        // when it is cheap to lose, else once the excess has lasted catchUpTicks (a single
+        // period of it, with levels reported, quietCatchUpTicks), or, when the buffer
+        // holds n whole periods of it, catchUpTicks / n: a path whose delay fell by
+        // 300 ms (the end of a delay episode) is back within seconds, not after 15
+        // drops two seconds apart. What the buffer holds, not the cushion alone: a
+        // clock held while a path got slower shows a cushion over the target (its
+        // baseline still the faster path's) with nothing buffered to shed.
+        let excessPeriods = Int(min(c, Double((newestTS - nextTS) / fs)) - target - tuning.hysteresisTicks)
+        let shedAfter = tuning.catchUpTicks / max(1, excessPeriods)
+        let patience = levelsReported && c < target + 2 + tuning.hysteresisTicks
+            ? max(tuning.catchUpTicks, tuning.quietCatchUpTicks) : shedAfter
         let successor = slot(at: nextTS + fs)
         if let s = slot(at: nextTS) {
             starvedTicks = 0
-            // Excess: drop this frame (its successor plays in its place), at once when
-            // it is cheap to lose, else once the excess has lasted catchUpTicks (a single
-            // period of it, with levels reported, quietCatchUpTicks).
-            let patience = levelsReported && c < target + 2 + tuning.hysteresisTicks
-                ? max(tuning.catchUpTicks, tuning.quietCatchUpTicks) : tuning.catchUpTicks
             if let succ = successor, excessTicks > 0,
                excessTicks >= patience || isCheapToDrop(s) {
                 release(s)
@@ -1095,7 +1105,7 @@ public final class JitterBuffer {
             nextTS += fs
             // Lost in the network. When delay is due to be shed, skip it rather than
             // drop a frame that did arrive.
-            if excessTicks >= tuning.catchUpTicks {
+            if excessTicks > 0 && excessTicks >= shedAfter {
                 stats.lossesSkipped += 1
                 excessTicks = 0
                 return play(succ)

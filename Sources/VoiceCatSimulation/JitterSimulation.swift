@@ -222,9 +222,11 @@ public struct TraceGenerator {
         public var lossGood = 0.0
         public var lossBad = 0.0
         public var duplicateProbability = 0.0
-        /// Extra delay from this frame index on (a route change).
+        /// Extra delay from this frame index on (a route change)...
         public var stepAtFrame: Int? = nil
         public var stepMs = 0.0
+        /// ...up to this one (a delay episode: a congested hop, a Wi-Fi scan).
+        public var stepEndFrame: Int? = nil
         /// Sender clock speed relative to the receiver (1.001: 0.1 % fast).
         public var senderClockRate = 1.0
         public init() {}
@@ -374,7 +376,7 @@ public struct TraceGenerator {
             let sendMs = s.sendMs / n.senderClockRate
             var arrivals: [Double] = []
             if let delays = n.fate(&rng, bad: &bad) {
-                let step = n.stepAtFrame.map { i >= $0 ? n.stepMs : 0 } ?? 0
+                let step = n.stepAtFrame.map { i >= $0 && i < (n.stepEndFrame ?? .max) ? n.stepMs : 0 } ?? 0
                 var a = sendMs + delays[0] + step
                 // A queue keeps most order: only part of a later frame overtakes an earlier one.
                 if a < lastArrival && rng.uniform() < 0.7 { a = lastArrival + 0.05 }

@@ -130,6 +130,8 @@ func scenarios() -> [Scenario] {
     isolated.baseDelayMs = 20; isolated.jitterMs = 3; isolated.lossGood = 0.02   // ~2 % isolated
     var stepDown = step
     stepDown.baseDelayMs = 100; stepDown.stepMs = -80
+    var episode = TraceGenerator.Network()     // a congested hop for 3 s, half-way
+    episode.baseDelayMs = 20; episode.jitterMs = 3; episode.stepAtFrame = 4500; episode.stepEndFrame = 4650; episode.stepMs = 300
     return [
         Scenario(name: "clean LAN", network: lan),
         Scenario(name: "Wi-Fi jitter 20-40 ms + spikes", network: wifi),
@@ -150,6 +152,7 @@ func scenarios() -> [Scenario] {
         Scenario(name: "2 % isolated loss", network: isolated, lossy: true),
         Scenario(name: "talkspurts, sender clock +0.1 %", network: fast, talk: .conversation(legacyTimestamps: false, comfortNoise: false)),
         Scenario(name: "talkspurts, sender clock -0.1 %", network: slow, talk: .conversation(legacyTimestamps: false, comfortNoise: false)),
+        Scenario(name: "delay episode +300 ms for 3 s", network: episode),
     ]
 }
 

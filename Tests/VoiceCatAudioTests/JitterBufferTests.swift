@@ -36,19 +36,24 @@ final class JitterBufferTests: XCTestCase {
     /// Inserts each frame just before its arrival tick and plays `ticks` ticks:
     /// what each tick produced (the index in `trace` of the frame played, -1 FEC,
     /// -2 PLC, nil silence).
-    func drive(_ jb: JitterBuffer, _ trace: [Sent], ticks: Int) -> [Int?] { drive(jb, trace, 0..<ticks) }
+    /// `timed`: as the receive path does, each tick is given its time (next(atMs:))
+    /// and each frame arrives half a period before its tick.
+    func drive(_ jb: JitterBuffer, _ trace: [Sent], ticks: Int, timed: Bool = false) -> [Int?] { drive(jb, trace, 0..<ticks, timed: timed) }
 
     /// The same over a range of ticks (to look at the counters in between).
-    func drive(_ jb: JitterBuffer, _ trace: [Sent], _ ticks: Range<Int>) -> [Int?] {
+    func drive(_ jb: JitterBuffer, _ trace: [Sent], _ ticks: Range<Int>, timed: Bool = false) -> [Int?] {
         var out: [Int?] = []
+        var arriving: [Int: [Int]] = [:]
+        for (i, f) in trace.enumerated() { if let a = f.arrival, ticks.contains(a) { arriving[a, default: []].append(i) } }
         for k in ticks {
-            for (i, f) in trace.enumerated() where f.arrival == k {
+            for i in arriving[k] ?? [] {
                 let tag: [UInt8] = [UInt8(i & 0xff), UInt8(i >> 8)]
                 _ = tag.withUnsafeBytes {
-                    jb.insert(seq: UInt64(i), timestamp: UInt32(trace[i].frame * 960), flags: trace[i].flags, payload: $0, arrivalMs: Double(k) * 20)
+                    jb.insert(seq: UInt64(i), timestamp: UInt32(trace[i].frame * 960), flags: trace[i].flags, payload: $0,
+                              arrivalMs: Double(k) * 20 - (timed ? 10 : 0))
                 }
             }
-            switch jb.next() {
+            switch timed ? jb.next(atMs: Double(k) * 20) : jb.next() {
             case .packet(let s): let p = jb.payload(s); out.append(Int(p[0]) | Int(p[1]) << 8); jb.release(s)
             case .fec: out.append(-1)
             case .conceal: out.append(-2)
@@ -556,8 +561,9 @@ final class JitterBufferTests: XCTestCase {
     func testExcessCushionIsShedOneFrameAtATimeNotByAJump() {
         // A clean path whose delay drops by three periods at frame 200 (a route
         // change): the cushion is three frames too deep. It is shed by dropping one
-        // frame each time the excess has lasted `catchUpTicks`, never by jumping the
-        // clock over what is buffered.
+        // frame each time the excess has lasted `catchUpTicks` divided by the whole
+        // periods of it buffered (3, then 2, then 1), never by jumping the clock over
+        // what is buffered.
         var trace: [Sent] = []
         for f in 0..<700 { trace.append(Sent(frame: f, arrival: f < 200 ? f + 3 : f, flags: f == 0 ? .marker : [])) }
         trace[699].flags.insert(.lastFrame)
@@ -577,8 +583,52 @@ final class JitterBufferTests: XCTestCase {
             last = a
         }
         // The excess appears at tick 200 (frame 200 arrives three periods early);
-        // each drop comes `catchUpTicks` after the excess (re)started being counted.
-        XCTAssertEqual(steps, [200 + catchUp - 1, 200 + 2 * catchUp - 1, 200 + 3 * catchUp - 1])
+        // each drop comes catchUpTicks / n after the excess (re)started being counted.
+        let first = 200 + catchUp / 3 - 1, second = first + catchUp / 2
+        XCTAssertEqual(steps, [first, second, second + catchUp])
+    }
+
+    func testTheEndOfADelayEpisodeIsShedWithinSeconds() {
+        // A clean path 300 ms slower for 3 s (frames 1500-1649), then as before: the
+        // buffer that followed the path up holds 15 periods too many once its target
+        // has come back down. Dropping one every `catchUpTicks` kept the listener
+        // 300 ms behind for 30 s more; n periods of excess are shed after
+        // catchUpTicks / n each.
+        var trace: [Sent] = []
+        for f in 0..<4000 { trace.append(Sent(frame: f, arrival: (1500..<1650).contains(f) ? f + 15 : f, flags: f == 0 ? .marker : [])) }
+        trace[3999].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        var out: [Int?] = []
+        var targetBack: Int? = nil          // the first tick after the episode with the clean path's target
+        for k in 0..<4010 {
+            out += drive(jb, trace, k..<(k + 1), timed: true)
+            if k > 1650 && targetBack == nil && jb.targetMs <= 20 { targetBack = k }
+        }
+        func alignment(at tick: Int) -> Int? { out[tick].flatMap { $0 >= 0 ? tick - $0 : nil } }
+        XCTAssertEqual(alignment(at: 1400), 0)
+        XCTAssertEqual(alignment(at: 1700), 15, "the buffer followed the path up")
+        guard let back = targetBack else { return XCTFail("the target never came back down") }
+        XCTAssertLessThan(back, 2000, "the target forgets the episode within seconds")
+        let catchUp = jb.tuning.catchUpTicks
+        let harmonic = (1...15).reduce(0.0) { $0 + 1 / Double($1) }
+        let settled = back + Int(Double(catchUp) * harmonic) + 10
+        XCTAssertLessThan(settled - back, 15 * catchUp / 4)
+        XCTAssertEqual(alignment(at: settled), 0, "back at the clean path's alignment by tick \(settled) (target back at \(back))")
+        XCTAssertEqual(jb.stats.skipped, 15)
+    }
+
+    func testAClockHeldWhileThePathGotSlowerIsNotShed() {
+        // The reverse: bench-jitter's "delay step +80 ms" (20 ms ± 5 ms, 4 periods
+        // slower from frame 4500 on; its third run). The buffer holds its clock while
+        // the first slower frames are missing, so their cushion over the old path's
+        // baseline looks 4 periods too deep until the history moves on; nothing is
+        // buffered beyond them, so nothing is dropped for it. (Shed by the cushion
+        // alone, 51 frames were lost here against 9: each drop underran again.)
+        var n = TraceGenerator.Network()
+        n.baseDelayMs = 20; n.jitterMs = 5; n.stepAtFrame = 4500; n.stepMs = 80
+        let trace = TraceGenerator.generate(frames: 9000, talk: .continuous, network: n, seed: 3003)
+        let r = JitterSimulation.run(trace, model: JitterBufferModel(), tickMs: 20, phase: 0.05)
+        XCTAssertLessThanOrEqual(r.lateLost, 12, "the step's own losses only")
     }
 
     func testASinglePeriodOfExcessWaitsForAPauseWhenTheRendererReportsLevels() {
@@ -617,7 +667,7 @@ final class JitterBufferTests: XCTestCase {
         let loud = steps(dropBy: 1, report: { _ in false })
         XCTAssertEqual(loud.ticks, [200 + patience - 1], "no pause came: shed after quietCatchUpTicks")
         let deep = steps(dropBy: 3, report: { _ in false })
-        XCTAssertEqual(deep.ticks.first, 200 + catchUp - 1, "three periods of excess: shed as before")
+        XCTAssertEqual(deep.ticks.first, 200 + catchUp / 3 - 1, "three periods of excess: shed as without reports")
         XCTAssertEqual(deep.skipped, 3)
     }
 
