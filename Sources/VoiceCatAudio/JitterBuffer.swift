@@ -83,8 +83,8 @@
 //     dropping a DTX or quiet frame (a small packet, or after the renderer reported
 //     a quiet one); and only once it has lasted `catchUpTicks` (a single period of
 //     it, when the renderer reports levels, `quietCatchUpTicks`: it waits for a pause;
-//     n periods of it buffered, `catchUpTicks` / n: the end of a delay episode is
-//     shed within seconds) by skipping a frame the network lost, or else dropping one
+//     n periods of it buffered, that divided by n, at least `minShedGapTicks` apart:
+//     the end of a delay episode is shed within seconds) by skipping a frame the network lost, or else dropping one
 //     buffered frame. Frames a spike delivered in a burst are played, not thrown away
 //     by a jump of the clock.
 //     Beyond the bound, though (a cushion more than a period over the upper bound,
@@ -232,7 +232,7 @@ public final class JitterBuffer {
         /// of packets after quiet frames).
         public var fecMemoryFrames = 50
         /// Excess must last this many ticks before a buffered frame is dropped for it
-        /// (this many divided by n when the buffer holds n whole periods of excess).
+        /// (this many divided by n when the buffer holds n whole periods of excess)...
         public var catchUpTicks = 100
         /// ...unless the consumer reports the level of what it plays (reportPlayedLevel)
         /// and the excess is a single period: then a frame it is cheap to drop (after
@@ -242,6 +242,10 @@ public final class JitterBuffer {
         /// not. A consumer that reports nothing would only add delay by waiting: it
         /// keeps `catchUpTicks` (bench-jitter's, whose frames carry no audio).
         public var quietCatchUpTicks = 500
+        /// n whole periods of excess wait these divided by n, but buffered frames are
+        /// dropped for it at least this many ticks apart (200 ms at 20 ms: after a path
+        /// that froze delivers its backlog, jumps a listener hears are not bunched).
+        public var minShedGapTicks = 10
         /// A frame that is missing with nothing newer buffered is waited for while the
         /// cushion stays below target + waitTicks.
         public var waitTicks = 1.0
@@ -1058,17 +1062,24 @@ public final class JitterBuffer {
         // Excess: a whole period less would still cover the target.
         excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
         // Excess is shed by dropping a frame (its successor plays in its place) at once
-        // when it is cheap to lose, else once the excess has lasted catchUpTicks (a single
-        // period of it, with levels reported, quietCatchUpTicks), or, when the buffer
-        // holds n whole periods of it, catchUpTicks / n: a path whose delay fell by
-        // 300 ms (the end of a delay episode) is back within seconds, not after 15
-        // drops two seconds apart. What the buffer holds, not the cushion alone: a
-        // clock held while a path got slower shows a cushion over the target (its
-        // baseline still the faster path's) with nothing buffered to shed.
-        let excessPeriods = Int(min(c, Double((newestTS - nextTS) / fs)) - target - tuning.hysteresisTicks)
-        let shedAfter = tuning.catchUpTicks / max(1, excessPeriods)
-        let patience = levelsReported && c < target + 2 + tuning.hysteresisTicks
-            ? max(tuning.catchUpTicks, tuning.quietCatchUpTicks) : shedAfter
+        // when it is cheap to lose, else once the excess has lasted catchUpTicks, or,
+        // when the buffer holds n whole periods of it, catchUpTicks / n (at least
+        // minShedGapTicks apart): a path whose delay fell by 300 ms (the end of a delay
+        // episode) is back within seconds, not after 15 drops two seconds apart. A
+        // renderer that reports levels has the wait be quietCatchUpTicks / n (a single
+        // period of excess waits up to quietCatchUpTicks for a pause; 15 periods still
+        // drop a voiced frame every 0.66 s at most). What the buffer holds counts, not
+        // the cushion alone: a clock held while a path got slower shows a cushion over
+        // the target (its baseline still the faster path's) with nothing buffered to
+        // shed. A lost frame is skipped for the excess after catchUpTicks / n.
+        var shedAfter = tuning.catchUpTicks, patience = tuning.catchUpTicks
+        if excessTicks > 0 {
+            let held = min(c, Double((newestTS - nextTS) / fs)) - target - tuning.hysteresisTicks
+            let n = held.isFinite ? Int(max(1, min(held, 64))) : 1
+            shedAfter = tuning.catchUpTicks / n
+            let wait = levelsReported ? max(tuning.catchUpTicks, tuning.quietCatchUpTicks) / n : shedAfter
+            patience = max(wait, min(tuning.minShedGapTicks, tuning.catchUpTicks))
+        }
         let successor = slot(at: nextTS + fs)
         if let s = slot(at: nextTS) {
             starvedTicks = 0

@@ -593,27 +593,33 @@ final class JitterBufferTests: XCTestCase {
         // buffer that followed the path up holds 15 periods too many once its target
         // has come back down. Dropping one every `catchUpTicks` kept the listener
         // 300 ms behind for 30 s more; n periods of excess are shed after
-        // catchUpTicks / n each.
+        // catchUpTicks / n each, but never two drops within `minShedGapTicks`.
         var trace: [Sent] = []
         for f in 0..<4000 { trace.append(Sent(frame: f, arrival: (1500..<1650).contains(f) ? f + 15 : f, flags: f == 0 ? .marker : [])) }
         trace[3999].flags.insert(.lastFrame)
         let jb = JitterBuffer(frameSamples: 960)
         var out: [Int?] = []
         var targetBack: Int? = nil          // the first tick after the episode with the clean path's target
-        for k in 0..<4010 {
-            out += drive(jb, trace, k..<(k + 1), timed: true)
-            if k > 1650 && targetBack == nil && jb.targetMs <= 20 { targetBack = k }
+        for k in stride(from: 0, to: 4010, by: 10) {
+            out += drive(jb, trace, k..<(k + 10), timed: true)
+            if k > 1650 && targetBack == nil && jb.targetMs <= 20 { targetBack = k + 9 }
         }
         func alignment(at tick: Int) -> Int? { out[tick].flatMap { $0 >= 0 ? tick - $0 : nil } }
         XCTAssertEqual(alignment(at: 1400), 0)
         XCTAssertEqual(alignment(at: 1700), 15, "the buffer followed the path up")
         guard let back = targetBack else { return XCTFail("the target never came back down") }
         XCTAssertLessThan(back, 2000, "the target forgets the episode within seconds")
+        // Where the drops were: the alignment steps down by one each time.
+        var drops: [Int] = []
+        var last: Int? = nil
+        for tick in 1700..<out.count { if let a = alignment(at: tick) { if let l = last, a < l { drops.append(tick) }; last = a } }
+        XCTAssertEqual(drops.count, 15)
+        let gap = 10        // minShedGapTicks: 200 ms between jumps a listener hears
+        XCTAssertTrue(zip(drops, drops.dropFirst()).allSatisfy { $1 - $0 >= gap }, "drops closer than \(gap) ticks: \(drops)")
         let catchUp = jb.tuning.catchUpTicks
-        let harmonic = (1...15).reduce(0.0) { $0 + 1 / Double($1) }
-        let settled = back + Int(Double(catchUp) * harmonic) + 10
-        XCTAssertLessThan(settled - back, 15 * catchUp / 4)
-        XCTAssertEqual(alignment(at: settled), 0, "back at the clean path's alignment by tick \(settled) (target back at \(back))")
+        let bound = (1...15).reduce(0) { $0 + max(catchUp / $1, gap) } + 10      // 351 ticks; 15 x 100 before
+        XCTAssertLessThanOrEqual((drops.last ?? .max) - back, bound, "drops at \(drops), the target back at \(back)")
+        XCTAssertEqual(alignment(at: back + bound), 0)
         XCTAssertEqual(jb.stats.skipped, 15)
     }
 
@@ -667,7 +673,7 @@ final class JitterBufferTests: XCTestCase {
         let loud = steps(dropBy: 1, report: { _ in false })
         XCTAssertEqual(loud.ticks, [200 + patience - 1], "no pause came: shed after quietCatchUpTicks")
         let deep = steps(dropBy: 3, report: { _ in false })
-        XCTAssertEqual(deep.ticks.first, 200 + catchUp / 3 - 1, "three periods of excess: shed as without reports")
+        XCTAssertEqual(deep.ticks.first, 200 + patience / 3 - 1, "three periods of excess and no pause: quietCatchUpTicks / 3")
         XCTAssertEqual(deep.skipped, 3)
     }
 
