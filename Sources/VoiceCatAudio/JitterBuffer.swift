@@ -81,11 +81,11 @@
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
 //     dropping a DTX or quiet frame (a small packet, or after the renderer reported
-//     a quiet one); and only once it has lasted `catchUpTicks` (a single period of
-//     it, when the renderer reports levels, `quietCatchUpTicks`: it waits for a pause;
-//     n periods of it buffered, that divided by n, at least `minShedGapTicks` apart:
-//     the end of a delay episode is shed within seconds) by skipping a frame the network lost, or else dropping one
-//     buffered frame. Frames a spike delivered in a burst are played, not thrown away
+//     a quiet one); and only once it has lasted `catchUpTicks` (when the renderer
+//     reports levels, `quietCatchUpTicks`: it waits for a pause) by skipping a frame
+//     the network lost, or else dropping one buffered frame. With n whole periods of
+//     excess buffered the wait is divided by n, with drops at least `minShedGapTicks`
+//     apart: the end of a delay episode is shed within seconds. Frames a spike delivered in a burst are played, not thrown away
 //     by a jump of the clock.
 //     Beyond the bound, though (a cushion more than a period over the upper bound,
 //     500 ms by default: a path or server that stopped and then gave its backlog
@@ -234,10 +234,10 @@ public final class JitterBuffer {
         /// Excess must last this many ticks before a buffered frame is dropped for it
         /// (this many divided by n when the buffer holds n whole periods of excess)...
         public var catchUpTicks = 100
-        /// ...unless the consumer reports the level of what it plays (reportPlayedLevel)
-        /// and the excess is a single period: then a frame it is cheap to drop (after
-        /// quiet ones, DTX, small) is waited for up to this many ticks (10 s of 20 ms
-        /// frames). Speech pauses within seconds; a voiced frame dropped mid-word is a
+        /// ...unless the consumer reports the level of what it plays (reportPlayedLevel):
+        /// then a frame it is cheap to drop (after quiet ones, DTX, small) is waited for
+        /// up to this many ticks (10 s of 20 ms frames) when the excess is a single
+        /// period, and this many divided by n when it is n whole periods. Speech pauses within seconds; a voiced frame dropped mid-word is a
         /// 20 ms jump a listener hears, a period of delay for a few seconds more is
         /// not. A consumer that reports nothing would only add delay by waiting: it
         /// keeps `catchUpTicks` (bench-jitter's, whose frames carry no audio).

@@ -170,6 +170,8 @@ def test_library_errors_raise_the_subclass_of_their_code_with_the_reason(server)
             c.set_remote_stream(424242, gain="x")   # type: ignore[arg-type]
         with pytest.raises(voicecat.InvalidArgument):
             c.set_remote_stream(424242, gain=9.0)
+        with pytest.raises(TypeError, match="RemoteStreamSettings"):
+            c.set_remote_stream(424242, "notsettings")   # type: ignore[arg-type]
         with pytest.raises(voicecat.InvalidArgument):
             c.start_stream(channels=3)
         with pytest.raises(voicecat.DeviceError):

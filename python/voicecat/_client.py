@@ -1032,6 +1032,8 @@ class Client:
         """Sets this listener's gain (0..4), mute and noise reduction for a remote stream:
         a :class:`RemoteStreamSettings`, or keywords changing the current settings."""
         if settings is not None:
+            if not isinstance(settings, RemoteStreamSettings):
+                raise TypeError(f"settings must be a RemoteStreamSettings or None, not {type(settings).__name__}")
             base = settings
         else:
             try:
