@@ -79,7 +79,7 @@ let package = Package(
         .target(name: "VoiceCatAllocCounter"),
         // The audio paths against bare libopus (issue #15): spawns itself as server, talkers and clients.
         .executableTarget(name: "bench-audio", dependencies: ["VoiceCatClient", "VoiceCatAudio", "VoiceCatProtocol", "VoiceCatSystem",
-                                                              "VoiceCatServerCore", "VoiceCatAllocCounter", "VoiceCatTestSupport", "COpus"]),
+                                                              "VoiceCatServerCore", "VoiceCatAllocCounter", "VoiceCatTestSupport", "COpus", "CLinux"]),
         .target(name: "VoiceCatTestSupport", dependencies: ["VoiceCatServerCore", "VoiceCatSystem", "VoiceCatSimulation", "VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatProtocolTests", dependencies: ["VoiceCatProtocol"]),
         .testTarget(name: "VoiceCatAudioTests", dependencies: ["VoiceCatAudio", "VoiceCatSimulation", "VoiceCatAllocCounter"]),

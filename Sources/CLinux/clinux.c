@@ -1,7 +1,9 @@
 /* CLinux: GNU extensions of glibc and Linux-only calls that Swift's Glibc module hides
  * (it is built without _GNU_SOURCE and has no <sys/epoll.h>). */
 #define _GNU_SOURCE 1
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -31,6 +33,15 @@ void vcshim_set_thread_name(const char *name) {
     strncpy(buf, name, 15);
     buf[15] = 0;
     pthread_setname_np(pthread_self(), buf);
+}
+int vcshim_pin_thread_to_cpus(int first, int count) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c = first; c < first + count; c++) {
+        if (c < 0 || c >= CPU_SETSIZE) { errno = EINVAL; return -1; }
+        CPU_SET(c, &set);
+    }
+    return sched_setaffinity(0, sizeof set, &set);
 }
 
 const uint32_t vcshim_epollin = EPOLLIN;

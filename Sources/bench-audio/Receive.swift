@@ -39,6 +39,7 @@ final class SinkCounter: @unchecked Sendable {
 }
 
 func runListener(_ args: Arguments) throws {
+    pinToCPUsIfAsked(args)
     let n = args.int("streams", 1)
     let windows = args.int("windows", 6)
     let seconds = args.double("seconds", 1.2)

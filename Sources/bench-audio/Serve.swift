@@ -20,6 +20,7 @@ enum BenchChannels {
 }
 
 func runServer(_ args: Arguments) throws {
+    pinToCPUsIfAsked(args)
     var tmpl = Array("/tmp/bench-audio-XXXXXX".utf8CString)
     guard let d = mkdtemp(&tmpl) else { fail("mkdtemp: \(errno)") }
     let dir = String(cString: d)

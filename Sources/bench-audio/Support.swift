@@ -1,4 +1,5 @@
 // Clocks, statistics, child processes and small helpers of bench-audio.
+import CLinux
 import Glibc
 import Synchronization
 import VoiceCatSystem
@@ -134,6 +135,17 @@ func report(_ name: String, _ value: Double) { say("R \(name) \(value)") }
 func report(_ name: String, text: String) { say("S \(name) \(text)") }
 
 // MARK: roles' arguments
+
+/// `--cpus FIRST` or `--cpus FIRST-LAST` (the orchestrator passes it; see runAll):
+/// pins this role's process, the calling thread and every thread created after it, to
+/// those CPUs. Called first thing in a role, before any thread exists.
+func pinToCPUsIfAsked(_ args: Arguments) {
+    let spec = args.string("cpus", "")
+    guard !spec.isEmpty else { return }
+    let parts = spec.split(separator: "-").compactMap { Int($0) }
+    guard let first = parts.first, parts.count <= 2, let last = parts.last, last >= first else { fail("bad --cpus \(spec)") }
+    guard vcshim_pin_thread_to_cpus(Int32(first), Int32(last - first + 1)) == 0 else { fail("sched_setaffinity \(spec): errno \(errno)") }
+}
 
 struct Arguments {
     var values: [String: String] = [:]

@@ -25,6 +25,7 @@ func discardControl(_ c: WireClient) {
 
 /// `talk --port P --channel NAME --streams N`: sends until stdin closes.
 func runTalker(_ args: Arguments) throws {
+    pinToCPUsIfAsked(args)
     let n = args.int("streams", 1)
     let session = try WireClient.login(port: UInt16(args.int("port", 0)), username: "talker-\(getpid())")
     try session.bind()

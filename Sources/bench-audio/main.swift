@@ -27,6 +27,9 @@
 //   --control 1                        an A/A check of the send and receive methods: a
 //                                      second bare baseline in the engine's place (reads 1.00x
 //                                      if the method is fair)
+//   --pin 0                            leave the receive lines' placement to the scheduler
+//                                      (default: listener on the last CPU, server and talker
+//                                      on the others)
 import Glibc
 import VoiceCatAllocCounter
 import VoiceCatSystem
@@ -53,7 +56,7 @@ do {
     case "latency": try runLatency(roleArgs)
     case "all": runAll(roleArgs)
     case "--help", "-h", "help":
-        print("usage: bench-audio [--only send,idle,receive,latency] [--streams 1,4,16,64] [--verbose 1] [--control 1]")
+        print("usage: bench-audio [--only send,idle,receive,latency] [--streams 1,4,16,64] [--verbose 1] [--control 1] [--pin 0]")
     default:
         if role.hasPrefix("--") { runAll(roleArgs) } else { fail("unknown role \(role)") }
     }
@@ -129,14 +132,17 @@ VoiceCat = the listener's whole process CPU (getrusage, every thread) less the b
 over windows of 1.2 s. Bare = at the same time in the same process, a thread of its own: N opus decoders decoding \
 the same packets to float, mono for a mono stream (as the engine does), plus MixBus add and limiter per 20 ms block, one block every 20 ms (the cadence the engine runs at, \
 the thread's wakeups included), its CPU per decoded frame. Both at once, so both see the same load (identical work \
-varies by up to 2x between seconds on this shared machine). Ratio = median of the windows' ratios (32 windows for 16 \
+varies by up to 2x between seconds on this shared machine), and on the same CPU: the listener process is pinned to \
+the last CPU, the server and the talker to the others (--pin 0 leaves placement to the scheduler: then whichever of \
+the two threads settled on the CPU the server kept busy read cheaper for the whole run, 1.00x one way round and \
+1.17x the other). Ratio = median of the windows' ratios (32 windows for 16 \
 and 64 streams, 4 otherwise); the µs columns are the medians. The floor, for reference: after each block the \
 baseline's thread sends itself over loopback the block's datagrams as the engine receives them (header, the same \
 packets, ChaCha20-Poly1305) and times only reading them (recvmmsg, 32 at a time, kernel timestamps, as MediaInput \
 reads) and opening them: work any receiver of this protocol does before its jitter buffer. It is left out of the \
 bare figure; the information line is (VoiceCat − floor) / bare. An A/A run (--control 1: a second bare thread, \
-without the floor step, in the engine's place, 7 ms after the baseline) read 0.92–0.98x at 16 streams and 0.99x at 64: \
-the method does not count against the engine.
+without the floor step, in the engine's place, 7 ms after the baseline) read 1.00x at 16 streams and 0.99x at 64 \
+(windows 0.98–1.01x; 0.92–0.98x unpinned): the method does not count against the engine.
 - idle: a connected, joined client, nothing sent or played: CPU per second of the client's threads (vc-*, scheduler run time) over 10 s in pull mode (two 5 s keepalive periods) and 4 s with a sink; the whole process's figure (the benchmark's main thread too) in the details.
 - latency: a feeder and a listener client through the server; onsets (tone bursts on frame boundaries) fed in real \
 time and found in the sink's blocks; latency = sink block time + onset offset in the block − capture time of the \
@@ -161,7 +167,18 @@ func runAll(_ args: Arguments) {
     let probeArray = [Int](repeating: 1, count: 1000 + Int(probe % 7))
     guard vc_alloc_count() > probe, probeArray.count > 0 else { fail("the allocation counter does not count malloc") }
 
-    let server = Child(["serve"])
+    // Placement (--pin 1, the default, on 2 CPUs or more): each listener process (the
+    // engine's threads and the bare baseline's) on the last CPU, the server and the
+    // talkers on the others. Left to the scheduler, the engine's renderer and the
+    // baseline's thread each settle on a CPU for the whole run, and on this shared
+    // machine that alone moved the 16-stream ratio by ±0.09x: the thread on the CPU the
+    // server and talker kept busy read 1.00x, the one on the otherwise idle CPU 1.17x
+    // (each way round; docs/benchmarks.md). On one CPU the two are measured alike.
+    let cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    let pin = args.int("pin", 1) == 1 && cpuCount >= 2
+    let othersCPUs = pin ? ["--cpus", cpuCount == 2 ? "0" : "0-\(cpuCount - 2)"] : []
+    let listenerCPUs = pin ? ["--cpus", "\(cpuCount - 1)"] : []
+    let server = Child(["serve"] + othersCPUs)
     server.expect("ready")
     let port = String(Int(server.result("port")))
     guard let fingerprint = server.texts["fingerprint"] else { fail("the server did not say its fingerprint") }
@@ -224,9 +241,9 @@ func runAll(_ args: Arguments) {
             let windows = n >= 16 ? 32 : 4
             say("receive + mix of \(streams): \(windows) windows of 1.2 s, the bare baseline running beside ...")
             let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)", "--windows", "\(windows)",
-                                  "--verbose", args.string("verbose", "0"), "--control", "\(args.int("control", 0))"])
+                                  "--verbose", args.string("verbose", "0"), "--control", "\(args.int("control", 0))"] + listenerCPUs)
             listener.expect("ready")
-            let talker = Child(["talk", "--port", port, "--streams", "\(n)", "--channel", BenchChannels.speech20])
+            let talker = Child(["talk", "--port", port, "--streams", "\(n)", "--channel", BenchChannels.speech20] + othersCPUs)
             talker.expect("ready")
             listener.expect("live-done")
             talker.finish()
@@ -298,7 +315,9 @@ func runAll(_ args: Arguments) {
     say("Details of this run:")
     for n in notes { say("- \(n)") }
     say("")
-    say("Machine: \(machineDescription()); load average at the start \(startLoad), at the end \(loadAverage()); \(fmt(seconds, 0)) s.")
+    let placement = pin ? "; receive lines pinned: listener on CPU \(cpuCount - 1), server and talker on CPU \(othersCPUs[1])"
+        : "; placement left to the scheduler"
+    say("Machine: \(machineDescription()); load average at the start \(startLoad), at the end \(loadAverage())\(placement); \(fmt(seconds, 0)) s.")
     let missed = rows.filter { $0.result == "NOT met" }.count
     say(missed == 0 ? "All goals met." : "\(missed) goal\(missed == 1 ? "" : "s") NOT met.")
 }
