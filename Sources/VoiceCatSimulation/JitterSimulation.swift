@@ -229,7 +229,21 @@ public struct TraceGenerator {
         public var stepEndFrame: Int? = nil
         /// Sender clock speed relative to the receiver (1.001: 0.1 % fast).
         public var senderClockRate = 1.0
+        /// The path stalls for `freezeMs` once every `freezeEveryMs`, half-way through
+        /// each interval (a Wi-Fi scan, a stalled hop): what would arrive meanwhile is
+        /// held and delivered in order when the stall ends.
+        public var freezeEveryMs: Double? = nil
+        public var freezeMs = 0.0
         public init() {}
+
+        /// An arrival time after any stall it falls in (`after`: the previous arrival,
+        /// so the held frames leave the stall in order).
+        func unfrozen(_ a: Double, after: Double) -> Double {
+            guard let every = freezeEveryMs, every > 0, freezeMs > 0 else { return a }
+            let start = (a / every).rounded(.down) * every + every / 2
+            guard a >= start && a < start + freezeMs else { return a }
+            return max(start + freezeMs, after + 0.02)
+        }
 
         /// About `percent` % loss in bursts (mean burst length ~3 packets).
         public static func burstyLoss(percent: Double) -> Network {
@@ -380,9 +394,10 @@ public struct TraceGenerator {
                 var a = sendMs + delays[0] + step
                 // A queue keeps most order: only part of a later frame overtakes an earlier one.
                 if a < lastArrival && rng.uniform() < 0.7 { a = lastArrival + 0.05 }
+                a = n.unfrozen(a, after: lastArrival)
                 lastArrival = max(lastArrival, a)
                 arrivals.append(a)
-                for extra in delays.dropFirst() { arrivals.append(sendMs + extra + step) }
+                for extra in delays.dropFirst() { arrivals.append(n.unfrozen(sendMs + extra + step, after: a)) }
             }
             out.append(TraceFrame(seq: UInt64(i), timestamp: UInt32(truncatingIfNeeded: s.slot) &* samples,
                                   flags: s.flags.union(.fec), sendMs: sendMs, arrivalsMs: arrivals))

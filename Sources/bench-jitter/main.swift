@@ -16,6 +16,8 @@
 //   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run
 //   JB_DIAG=i    for trace i, per run: frames later than each fixed alignment +k
 //                (arrivals only) and what the buffer pinned to +k loses and delays
+//   JB_TICKS=i,a,b  for trace i, first run: each arrival and each tick's outcome, target
+//                and depth, from tick a to tick b
 //   JB_SEEDS=n   the three runs' seeds moved by n x 10000: traces the tuning was not
 //                chosen on (the table is with n = 0)
 import Glibc
@@ -132,6 +134,8 @@ func scenarios() -> [Scenario] {
     stepDown.baseDelayMs = 100; stepDown.stepMs = -80
     var episode = TraceGenerator.Network()     // a congested hop for 3 s, half-way
     episode.baseDelayMs = 20; episode.jitterMs = 3; episode.stepAtFrame = 4500; episode.stepEndFrame = 4650; episode.stepMs = 300
+    var freezes = TraceGenerator.Network()     // the path stalls 300 ms every 5 s, then delivers its backlog
+    freezes.baseDelayMs = 20; freezes.jitterMs = 3; freezes.freezeEveryMs = 5000; freezes.freezeMs = 300
     return [
         Scenario(name: "clean LAN", network: lan),
         Scenario(name: "Wi-Fi jitter 20-40 ms + spikes", network: wifi),
@@ -153,6 +157,7 @@ func scenarios() -> [Scenario] {
         Scenario(name: "talkspurts, sender clock +0.1 %", network: fast, talk: .conversation(legacyTimestamps: false, comfortNoise: false)),
         Scenario(name: "talkspurts, sender clock -0.1 %", network: slow, talk: .conversation(legacyTimestamps: false, comfortNoise: false)),
         Scenario(name: "delay episode +300 ms for 3 s", network: episode),
+        Scenario(name: "freezes of 300 ms every 5 s", network: freezes),
     ]
 }
 
@@ -267,6 +272,34 @@ if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
         let r = JitterSimulation.run(trace(i, s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
         print("run \(run): \(f1(r.meanDelayMs)) ms late \(r.lateLost):\(m.line)")
     }
+    exit(0)
+}
+
+/// JB_TICKS=<trace index>,<first tick>,<last tick>: what VoiceCat's buffer did, tick by tick.
+final class TickTrace: PlayoutModel {
+    let inner = JitterBufferModel()
+    var n = 0, from = 0, to = 0
+    var name: String { inner.name }
+    func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) {
+        if n >= from && n <= to { print("   put seq \(seq) ts/960 \(timestamp / 960) at \(f1(arrivalMs))") }
+        inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs)
+    }
+    func tick(nowMs: Double) -> TickOutcome {
+        n += 1
+        let o = inner.tick(nowMs: nowMs)
+        if n >= from && n <= to { print("tick \(n) at \(f1(nowMs)): \(o) target \(f1(inner.jb.targetMs)) depth \(f1(inner.jb.depthMs))") }
+        return o
+    }
+}
+if let w = getenv("JB_TICKS") {
+    let v = String(cString: w).split(separator: ",").compactMap { Int($0) }
+    guard v.count == 3, scenarios().indices.contains(v[0]) else {
+        fputs("JB_TICKS: <trace index 0-\(scenarios().count - 1)>,<first tick>,<last tick>\n", stderr)
+        exit(2)
+    }
+    let s = scenarios()[v[0]]
+    let m = TickTrace(); m.from = v[1]; m.to = v[2]
+    _ = JitterSimulation.run(trace(v[0], s, run: 0), model: m, tickMs: s.receiverTickMs, phase: runs[0].phase)
     exit(0)
 }
 
