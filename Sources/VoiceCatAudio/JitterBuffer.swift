@@ -102,7 +102,9 @@
 //     up to the frames a start would have waited for (shedStaleStart).
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
-//     ended in what was played.
+//     ended in what was played. After starving, frames that continue the stream
+//     (no marker) and came at once (a stalled path's backlog) start the next
+//     talkspurt on the one with a start's cushion; older ones are dropped as late.
 import VoiceCatProtocol
 
 public struct JitterStats: Equatable, Sendable {
@@ -398,6 +400,9 @@ public final class JitterBuffer {
     private var lastPlayedSeq: UInt64 = 0
     private var newestTS: Int64 = 0
     private var starvedTicks = 0
+    /// The talkspurt that played last was ended by starving (no last frame came): the
+    /// stream stalled or its talker stopped unannounced; the next start may be its backlog.
+    private var endedStarved = false
     private var excessTicks = 0
     private var packetBytesAverage = 0.0
     private var lastPlayedQuiet = false
@@ -451,7 +456,7 @@ public final class JitterBuffer {
         playedSlackTicks = .nan
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
-        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan
+        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false
         packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
         seeded = false
@@ -1005,7 +1010,7 @@ public final class JitterBuffer {
         let fs = Int64(frameSamples)
         let target = targetTicks
         if !playing {
-            guard let o = oldestSlot() else { heldStartTicks = 0; heldStartMs = .nan; return pausePlayout() }
+            guard var o = oldestSlot() else { heldStartTicks = 0; heldStartMs = .nan; return pausePlayout() }
             // A talkspurt (or a comfort-noise update) starts when its first frame has
             // the cushion the distribution asks for (at least the lower bound); with
             // nothing known yet, at once, or, under a lower bound (a host's, or a
@@ -1023,6 +1028,27 @@ public final class JitterBuffer {
                 heldStartTicks = 1
                 return pausePlayout()
             }
+            if endedStarved && historyCount > 0 && !flagSets[o].contains(.marker) {
+                // The stream starved past maxStarvedMs and what comes now continues it
+                // (no marker): a path that stalled, delivering its backlog at once. The
+                // listener heard the stall concealed, then silence; played from its
+                // oldest frame, the backlog stays as that much delay, shed later a frame
+                // at a time (mid-speech). The talkspurt starts instead on the frame that
+                // has a start's cushion; the older ones are dropped as late, as they
+                // would have been had the stall been one period shorter. What is buffered
+                // counts, not the cushion alone: a path that got slower (a delay step)
+                // makes its frames look that much late on the old baseline, one by one,
+                // with no backlog to skip.
+                let ahead = Double((newestTS - timestamps[o]) / fs)
+                let k = Int64((min(cushion(timestamps[o]), ahead) - startTicks).rounded(.down))
+                if k >= 1 {
+                    let first = timestamps[o] + k * fs
+                    for i in 0..<usedEnd where used[i] && timestamps[i] < first { release(i); stats.late += 1 }
+                    guard let next = oldestSlot(), cushion(timestamps[next]) >= startTicks else { return pausePlayout() }
+                    o = next
+                }
+            }
+            endedStarved = false
             heldStartTicks = 0; heldStartMs = .nan
             playing = true
             starvedTicks = 0; excessTicks = 0
@@ -1146,6 +1172,7 @@ public final class JitterBuffer {
         if Double(starvedTicks) * frameMs > maxStarvedMs {
             // The talker stopped without a last frame: pause until the next frame.
             playing = false
+            endedStarved = true
             if talking { talking = false; talkEdge = .ended }
             return .silence
         }

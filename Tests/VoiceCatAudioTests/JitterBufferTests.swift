@@ -623,6 +623,39 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb.stats.skipped, 15)
     }
 
+    func testAPathThatFreezesAndDeliversItsBacklogResumesOnItsCushion() {
+        // A clean path stalls for 300 ms (frames 500-514 held) and then delivers them
+        // all at once, as a Wi-Fi scan or a stalled hop does. The stream starves past
+        // maxStarvedMs (concealed, then silence); played from its oldest frame, the
+        // backlog stayed as periods of delay for seconds (then shed a frame at a
+        // time). It resumes on the frame that has a start's cushion; the older ones
+        // are dropped as late. A backlog that starts with a marker (the talker stopped,
+        // its last frame lost, and the next talkspurt's first frames were delayed) is
+        // a new talkspurt: it plays from its first frame.
+        func run(markerAt: Int?) -> (alignment: [Int?], late: UInt64, out: [Int?]) {
+            var trace: [Sent] = []
+            for f in 0..<800 where markerAt.map({ f < 480 || f >= $0 }) ?? true {
+                trace.append(Sent(frame: f, arrival: (500..<515).contains(f) ? 515 : f, flags: f == 0 || f == markerAt ? .marker : []))
+            }
+            trace[trace.count - 1].flags.insert(.lastFrame)
+            let jb = JitterBuffer(frameSamples: 960)
+            let out = drive(jb, trace, ticks: 810, timed: true)
+            // (The index played is a frame's index in `trace`; alignment is on frames.)
+            let frameOf = { (i: Int) in trace[i].frame }
+            return (out.indices.map { t in out[t].flatMap { $0 >= 0 ? t - frameOf($0) : nil } }, jb.stats.late, out.map { $0.map { $0 >= 0 ? frameOf($0) : $0 } })
+        }
+        let stall = run(markerAt: nil)
+        XCTAssertEqual(stall.alignment[490], 0)
+        XCTAssertTrue((511..<515).allSatisfy { stall.out[$0] == nil }, "silence once starved: \(stall.out[500..<516])")
+        let resumed = (515..<560).compactMap { stall.alignment[$0] }
+        XCTAssertFalse(resumed.isEmpty)
+        XCTAssertTrue(resumed.allSatisfy { $0 <= 1 }, "the backlog kept as delay: alignment \(resumed)")
+        XCTAssertGreaterThanOrEqual(stall.late, 13, "the frames whose time passed in the stall")
+        let talkspurt = run(markerAt: 500)
+        XCTAssertEqual(talkspurt.out[515], 500, "a new talkspurt plays from its first frame")
+        XCTAssertEqual(talkspurt.late, 0)
+    }
+
     func testAClockHeldWhileThePathGotSlowerIsNotShed() {
         // The reverse: bench-jitter's "delay step +80 ms" (20 ms ± 5 ms, 4 periods
         // slower from frame 4500 on; its third run). The buffer holds its clock while
