@@ -238,7 +238,7 @@ public struct TraceGenerator {
 
         /// An arrival time after any stall it falls in (`after`: the previous arrival,
         /// so the held frames leave the stall in order).
-        func unfrozen(_ a: Double, after: Double) -> Double {
+        public func unfrozen(_ a: Double, after: Double = -.infinity) -> Double {
             guard let every = freezeEveryMs, every > 0, freezeMs > 0 else { return a }
             let start = (a / every).rounded(.down) * every + every / 2
             guard a >= start && a < start + freezeMs else { return a }

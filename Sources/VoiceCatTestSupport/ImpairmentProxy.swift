@@ -1,7 +1,8 @@
 // A seeded network impairment proxy for tests: sits between clients and a server
 // on loopback, impairs UDP in each direction with Gilbert-Elliott bursty loss,
 // delay with Gaussian jitter and spikes, reordering (a consequence of jitter) and
-// duplication, and relays TCP with an optional fixed delay or a stall (nothing
+// duplication, freezes (what would arrive during one is delivered when it ends),
+// and relays TCP with an optional fixed delay or a stall (nothing
 // moves, no connection is accepted, until it ends). Everything stays on 127.0.0.1.
 import Glibc
 import VoiceCatSimulation
@@ -96,10 +97,11 @@ public final class ImpairmentProxy {
     /// Decides the fate of one datagram: nil = dropped, else the delays of its copies.
     private func impair(_ m: Impairment, bad: inout Bool) -> [Double]? { m.fate(&rng, bad: &bad) }
 
-    private func schedule(_ bytes: [UInt8], via: Socket, to: SocketAddress, delays: [Double]?) {
+    private func schedule(_ bytes: [UInt8], via: Socket, to: SocketAddress, delays: [Double]?, model m: Impairment) {
         guard let delays else { lock.withLock { dropped += 1 }; return }
         let now = nowMs()
-        for d in delays { queue.append((now + d, bytes, via, to)) }
+        // A freeze holds what would leave during it until it ends (sent in order).
+        for d in delays { queue.append((m.unfrozen(now + d), bytes, via, to)) }
     }
 
     private func run() {
@@ -140,13 +142,13 @@ public final class ImpairmentProxy {
                 }
                 let (m, observer) = lock.withLock { (upstream, upstreamObserver) }
                 observer?(Array(buf[0..<n]))
-                schedule(Array(buf[0..<n]), via: via, to: target, delays: impair(m, bad: &badUp))
+                schedule(Array(buf[0..<n]), via: via, to: target, delays: impair(m, bad: &badUp), model: m)
             }
             // Server → client datagrams.
             for (client, s) in ups {
                 while let (n, _) = try? buf.withUnsafeMutableBytes({ try s.receiveFrom(into: $0) }) {
                     let m = lock.withLock { downstream }
-                    schedule(Array(buf[0..<n]), via: udp, to: client, delays: impair(m, bad: &badDown))
+                    schedule(Array(buf[0..<n]), via: udp, to: client, delays: impair(m, bad: &badDown), model: m)
                 }
             }
             // Due datagrams.
