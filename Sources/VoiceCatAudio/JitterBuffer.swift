@@ -85,8 +85,9 @@
 //     reports levels, `quietCatchUpTicks`: it waits for a pause) by skipping a frame
 //     the network lost, or else dropping one buffered frame. With n whole periods of
 //     excess buffered the wait is divided by n, with drops at least `minShedGapTicks`
-//     apart: the end of a delay episode is shed within seconds. Frames a spike delivered in a burst are played, not thrown away
-//     by a jump of the clock.
+//     apart: the end of a delay episode is shed within seconds. Frames a spike
+//     delivered in a burst are played, not thrown away by a jump of the clock (a
+//     stall long enough to end the talkspurt is the exception: see the last item).
 //     Beyond the bound, though (a cushion more than a period over the upper bound,
 //     500 ms by default: a path or server that stopped and then gave its backlog
 //     at once), what exceeds the target is dropped at once: played, it stayed as
@@ -104,7 +105,8 @@
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
 //     ended in what was played. After starving, frames that continue the stream
 //     (no marker) and came at once (a stalled path's backlog) start the next
-//     talkspurt on the one with a start's cushion; older ones are dropped as late.
+//     talkspurt on the one with a start's cushion; older ones are dropped as late
+//     (never past a marker, and not at all with a last-frame or DTX frame buffered).
 import VoiceCatProtocol
 
 public struct JitterStats: Equatable, Sendable {
@@ -245,8 +247,9 @@ public final class JitterBuffer {
         /// keeps `catchUpTicks` (bench-jitter's, whose frames carry no audio).
         public var quietCatchUpTicks = 500
         /// n whole periods of excess wait these divided by n, but buffered frames are
-        /// dropped for it at least this many ticks apart (200 ms at 20 ms: after a path
-        /// that froze delivers its backlog, jumps a listener hears are not bunched).
+        /// dropped for it at least this many ticks apart (200 ms at 20 ms: after a
+        /// spike delivers a burst shorter than maxStarvedMs, jumps a listener hears
+        /// are not bunched).
         public var minShedGapTicks = 10
         /// A frame that is missing with nothing newer buffered is waited for while the
         /// cushion stays below target + waitTicks.
@@ -1039,10 +1042,20 @@ public final class JitterBuffer {
                 // counts, not the cushion alone: a path that got slower (a delay step)
                 // makes its frames look that much late on the old baseline, one by one,
                 // with no backlog to skip.
+                // Never past a pause or into the next talkspurt: with a frame buffered
+                // that ends a talkspurt (last frame, DTX), the delay goes for free in the
+                // pause after it, so nothing is skipped; a marker frame starts a
+                // talkspurt, which plays from its first frame.
                 let ahead = Double((newestTS - timestamps[o]) / fs)
                 let k = Int64((min(cushion(timestamps[o]), ahead) - startTicks).rounded(.down))
+                var first = timestamps[o] + k * fs, pauseBuffered = false
                 if k >= 1 {
-                    let first = timestamps[o] + k * fs
+                    for i in 0..<usedEnd where used[i] {
+                        if !flagSets[i].isDisjoint(with: [.lastFrame, .dtx]) { pauseBuffered = true }
+                        if flagSets[i].contains(.marker) && timestamps[i] > timestamps[o] { first = min(first, timestamps[i]) }
+                    }
+                }
+                if k >= 1 && !pauseBuffered {
                     for i in 0..<usedEnd where used[i] && timestamps[i] < first { release(i); stats.late += 1 }
                     guard let next = oldestSlot(), cushion(timestamps[next]) >= startTicks else { return pausePlayout() }
                     o = next

@@ -656,6 +656,37 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(talkspurt.late, 0)
     }
 
+    func testAStallsBacklogIsNotSkippedPastAPauseOrIntoTheNextTalkspurt() {
+        // A 500 ms stall (frames 490-514 held until tick 515) that holds the end of
+        // talkspurt A and perhaps the start of B (a marker). With A's last frame (or
+        // a DTX frame) buffered, the delay goes for free in the pause after it: the
+        // frames before it are not dropped (a review found 8 of them, 160 ms of
+        // speech, dropped for nothing: B started at the same tick either way). A
+        // marker in the backlog bounds the skip: B plays from its first frame.
+        func played(aEnd: Int, endFlag: FrameFlags, bStart: Int) -> Set<Int> {
+            var trace: [Sent] = []
+            for f in 0..<800 where f <= aEnd || f >= bStart {
+                var flags: FrameFlags = f == 0 || f == bStart ? .marker : []
+                if f == aEnd { flags.formUnion(endFlag) }
+                if f == 799 { flags.insert(.lastFrame) }
+                trace.append(Sent(frame: f, arrival: (490..<515).contains(f) ? 515 : f, flags: flags))
+            }
+            let out = drive(JitterBuffer(frameSamples: 960), trace, ticks: 820, timed: true)
+            return Set(out.compactMap { $0 }.filter { $0 >= 0 }.map { trace[$0].frame })
+        }
+        for endFlag in [FrameFlags.lastFrame, .dtx] {
+            let p = played(aEnd: 507, endFlag: endFlag, bStart: 530)
+            XCTAssertTrue((500...507).allSatisfy(p.contains), "A's end before a pause (\(endFlag)): \((500...507).filter { !p.contains($0) }) dropped")
+            XCTAssertTrue((530..<540).allSatisfy(p.contains))
+        }
+        var p = played(aEnd: 505, endFlag: .lastFrame, bStart: 511)
+        XCTAssertTrue((500...505).allSatisfy(p.contains), "A's end: \((500...505).filter { !p.contains($0) }) dropped")
+        XCTAssertTrue((511..<521).allSatisfy(p.contains), "B's start: \((511..<521).filter { !p.contains($0) }) dropped")
+        // A's last frame lost: the skip may drop A's backlog, never B's first frames.
+        p = played(aEnd: 505, endFlag: [], bStart: 509)
+        XCTAssertTrue((509..<519).allSatisfy(p.contains), "B's start: \((509..<519).filter { !p.contains($0) }) dropped")
+    }
+
     func testAClockHeldWhileThePathGotSlowerIsNotShed() {
         // The reverse: bench-jitter's "delay step +80 ms" (20 ms ± 5 ms, 4 periods
         // slower from frame 4500 on; its third run). The buffer holds its clock while
