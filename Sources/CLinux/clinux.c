@@ -34,14 +34,21 @@ void vcshim_set_thread_name(const char *name) {
     buf[15] = 0;
     pthread_setname_np(pthread_self(), buf);
 }
-int vcshim_pin_thread_to_cpus(int first, int count) {
+int vcshim_pin_thread_to_cpus(const int *cpus, int count) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    for (int c = first; c < first + count; c++) {
-        if (c < 0 || c >= CPU_SETSIZE) { errno = EINVAL; return -1; }
-        CPU_SET(c, &set);
+    for (int i = 0; i < count; i++) {
+        if (cpus[i] < 0 || cpus[i] >= CPU_SETSIZE) { errno = EINVAL; return -1; }
+        CPU_SET(cpus[i], &set);
     }
     return sched_setaffinity(0, sizeof set, &set);
+}
+int vcshim_allowed_cpus(int *out, int max) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++) if (CPU_ISSET(c, &set)) out[n++] = c;
+    return n;
 }
 
 const uint32_t vcshim_epollin = EPOLLIN;

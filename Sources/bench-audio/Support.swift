@@ -136,15 +136,26 @@ func report(_ name: String, text: String) { say("S \(name) \(text)") }
 
 // MARK: roles' arguments
 
-/// `--cpus FIRST` or `--cpus FIRST-LAST` (the orchestrator passes it; see runAll):
-/// pins this role's process, the calling thread and every thread created after it, to
-/// those CPUs. Called first thing in a role, before any thread exists.
+/// `--cpus A,B,...` (the orchestrator passes it; see runAll): pins this role's
+/// process, the calling thread and every thread created after it, to those CPUs.
+/// Called first thing in a role, before any thread exists. Says `R pinned 1` when it
+/// did; a CPU this process may not use leaves it unpinned (`R pinned 0`, and why on
+/// stderr) rather than failing the run.
 func pinToCPUsIfAsked(_ args: Arguments) {
     let spec = args.string("cpus", "")
     guard !spec.isEmpty else { return }
-    let parts = spec.split(separator: "-").compactMap { Int($0) }
-    guard let first = parts.first, parts.count <= 2, let last = parts.last, last >= first else { fail("bad --cpus \(spec)") }
-    guard vcshim_pin_thread_to_cpus(Int32(first), Int32(last - first + 1)) == 0 else { fail("sched_setaffinity \(spec): errno \(errno)") }
+    let cpus = spec.split(separator: ",").compactMap { Int32($0) }
+    guard !cpus.isEmpty, cpus.count == spec.split(separator: ",").count else { fail("bad --cpus \(spec)") }
+    let ok = cpus.withUnsafeBufferPointer { vcshim_pin_thread_to_cpus($0.baseAddress, Int32($0.count)) } == 0
+    if !ok { fputs("bench-audio: cannot pin to CPUs \(spec) (errno \(errno)); left to the scheduler\n", stderr) }
+    report("pinned", ok ? 1 : 0)
+}
+
+/// The CPUs this process may run on (sched_getaffinity), in order; empty if unknown.
+func allowedCPUs() -> [Int] {
+    var buf = [Int32](repeating: 0, count: 1024)
+    let n = buf.withUnsafeMutableBufferPointer { vcshim_allowed_cpus($0.baseAddress, Int32($0.count)) }
+    return n > 0 ? buf[0..<Int(n)].map { Int($0) } : []
 }
 
 struct Arguments {

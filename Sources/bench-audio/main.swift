@@ -167,19 +167,27 @@ func runAll(_ args: Arguments) {
     let probeArray = [Int](repeating: 1, count: 1000 + Int(probe % 7))
     guard vc_alloc_count() > probe, probeArray.count > 0 else { fail("the allocation counter does not count malloc") }
 
-    // Placement (--pin 1, the default, on 2 CPUs or more): each listener process (the
-    // engine's threads and the bare baseline's) on the last CPU, the server and the
-    // talkers on the others. Left to the scheduler, the engine's renderer and the
-    // baseline's thread each settle on a CPU for the whole run, and on this shared
-    // machine that alone moved the 16-stream ratio by ±0.09x: the thread on the CPU the
-    // server and talker kept busy read 1.00x, the one on the otherwise idle CPU 1.17x
-    // (each way round; docs/benchmarks.md). On one CPU the two are measured alike.
-    let cpuCount = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
-    let pin = args.int("pin", 1) == 1 && cpuCount >= 2
-    let othersCPUs = pin ? ["--cpus", cpuCount == 2 ? "0" : "0-\(cpuCount - 2)"] : []
-    let listenerCPUs = pin ? ["--cpus", "\(cpuCount - 1)"] : []
+    // Placement (--pin 1, the default, when this process may run on 2 CPUs or more):
+    // each listener process (the engine's threads and the bare baseline's) on the last
+    // of them, the server and the talkers on the others (the server for the whole run:
+    // the send, idle and latency lines too). Left to the scheduler, the engine's
+    // renderer and the baseline's thread each settle on a CPU for the whole run, and
+    // on this shared machine that alone moved the 16-stream ratio by ±0.09x: the
+    // thread on the CPU the server and talker kept busy read 1.00x, the one on the
+    // otherwise idle CPU 1.17x (each way round; docs/benchmarks.md). On one CPU the
+    // two are measured alike.
+    let allowed = allowedCPUs()
+    let pin = args.int("pin", 1) == 1 && allowed.count >= 2
+    let othersList = pin ? allowed.dropLast().map(String.init).joined(separator: ",") : ""
+    let listenerCPU = allowed.last.map(String.init) ?? ""
+    let othersCPUs = pin ? ["--cpus", othersList] : []
+    let listenerCPUs = pin ? ["--cpus", listenerCPU] : []
     let server = Child(["serve"] + othersCPUs)
     server.expect("ready")
+    /// Whether every role asked to pin itself did.
+    var pinsHeld = true
+    func checkPinned(_ c: Child) { if pin && c.results["pinned"] != 1 { pinsHeld = false } }
+    checkPinned(server)
     let port = String(Int(server.result("port")))
     guard let fingerprint = server.texts["fingerprint"] else { fail("the server did not say its fingerprint") }
     var rows: [Row] = []
@@ -243,8 +251,10 @@ func runAll(_ args: Arguments) {
             let listener = Child(["listen", "--port", port, "--fingerprint", fingerprint, "--streams", "\(n)", "--windows", "\(windows)",
                                   "--verbose", args.string("verbose", "0"), "--control", "\(args.int("control", 0))"] + listenerCPUs)
             listener.expect("ready")
+            checkPinned(listener)
             let talker = Child(["talk", "--port", port, "--streams", "\(n)", "--channel", BenchChannels.speech20] + othersCPUs)
             talker.expect("ready")
+            checkPinned(talker)
             listener.expect("live-done")
             talker.finish()
             listener.finish()
@@ -315,8 +325,9 @@ func runAll(_ args: Arguments) {
     say("Details of this run:")
     for n in notes { say("- \(n)") }
     say("")
-    let placement = pin ? "; receive lines pinned: listener on CPU \(cpuCount - 1), server and talker on CPU \(othersCPUs[1])"
-        : "; placement left to the scheduler"
+    let placement = !pin ? "; placement left to the scheduler"
+        : !pinsHeld ? "; pinning asked for but refused (see stderr): placement partly left to the scheduler"
+        : "; pinned: each listener on CPU \(listenerCPU), the server (whole run) and talkers on CPU \(othersList)"
     say("Machine: \(machineDescription()); load average at the start \(startLoad), at the end \(loadAverage())\(placement); \(fmt(seconds, 0)) s.")
     let missed = rows.filter { $0.result == "NOT met" }.count
     say(missed == 0 ? "All goals met." : "\(missed) goal\(missed == 1 ? "" : "s") NOT met.")

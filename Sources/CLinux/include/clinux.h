@@ -14,9 +14,12 @@ int vcshim_eventfd(void);
 /* pthread_setname_np on the calling thread (name truncated to 15 bytes), a GNU extension */
 void vcshim_set_thread_name(const char *name);
 /* sched_setaffinity(2) of the calling thread (threads it creates later inherit it) to
- * CPUs [first, first + count), a GNU extension; 0, or -1 with errno. For benchmarks that
+ * the `count` CPUs in `cpus`, a GNU extension; 0, or -1 with errno. For benchmarks that
  * must run two measured threads on the same CPU; the library itself never pins. */
-int vcshim_pin_thread_to_cpus(int first, int count);
+int vcshim_pin_thread_to_cpus(const int *cpus, int count);
+/* The CPUs the calling thread may run on (sched_getaffinity), in order, at most `max`
+ * of them into `out`: how many, or -1 with errno. */
+int vcshim_allowed_cpus(int *out, int max);
 /* Bytes a TCP socket's kernel send queue still holds, not acknowledged by the peer
  * (ioctl SIOCOUTQ; ioctl is variadic, so Swift cannot call it), or -1 */
 int vcshim_unacknowledged_bytes(int fd);
