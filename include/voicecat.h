@@ -248,7 +248,11 @@ typedef struct vc_client_config {
                                         max(3 x keepalive_ms, 3 s) (a Ping is answered at once). */
     uint32_t max_remote_streams;   /**< receive slots preallocated (1..1024); default 32. A slot no
                                         stream has used costs about 60 KB of resident memory; one a
-                                        stream played in, at most about 600 KB (its packet buffers) */
+                                        stream played in, at most about 600 KB (its packet buffers).
+                                        A remote stream announced while every slot is in use is not
+                                        played: VC_EVENT_ERROR (VC_ERR_NO_MEMORY, its ssrc) says so,
+                                        and when a slot frees the oldest such stream still in the
+                                        channel is played from then on (VC_EVENT_REMOTE_STREAM_ADDED) */
     uint32_t event_queue_size;     /**< events kept for vc_poll_event (1..65536); default 256 (oldest
                                         dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */

@@ -378,7 +378,7 @@ extension VoiceClient {
             if !inChannel { return refuse(m, "out of order: no channel joined") }
             if own { return refuse(m, "ssrc \(r.ssrc) is announced as this session's own") }
             if !known { return refuse(m, "user \(r.userID) is not a member this client was told of") }
-            if receive.slotIndex(ssrc: r.ssrc) != nil { return refuse(m, "ssrc \(r.ssrc) is already received") }
+            if receive.slotIndex(ssrc: r.ssrc) != nil || isUnheard(ssrc: r.ssrc) { return refuse(m, "ssrc \(r.ssrc) is already received") }
             addRemote(r)
         case .remoteStreamRemoved(let r):
             let own = cond.withLock { r.userID == hello?.userID }
@@ -394,6 +394,9 @@ extension VoiceClient {
                 retire(r.streamID, why: joinsPending.load(ordering: .relaxed) > 0
                        ? "ended when the session moved to another channel" : "was withdrawn by the server")
             } else {
+                // One never played (no slot was free): forgotten without an event (the
+                // host had no REMOTE_STREAM_ADDED for it, only the ERROR saying so).
+                if forgetUnheard(ssrc: r.ssrc) { return }
                 guard let who = remoteIdentity(ssrc: r.ssrc) else { return refuse(m, "ssrc \(r.ssrc) is not received") }
                 removedKind = who.kind.rawValue
                 removeRemote(ssrc: r.ssrc)
@@ -404,6 +407,7 @@ extension VoiceClient {
             e.kind = removedKind
             events.raise(e)
         case .streamStateUpdate(let u):
+            if isUnheard(ssrc: u.ssrc) { return }     // not played: nothing to tell
             guard let who = remoteIdentity(ssrc: u.ssrc) else { return refuse(m, "ssrc \(u.ssrc) is not received") }
             var e = ClientEvent(type: .streamStateUpdate)
             e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
@@ -461,6 +465,7 @@ extension VoiceClient {
     }
 
     func memberLeft(_ userID: UInt32, channelID: UInt32) {
+        cond.withLock { unheardRemotes.removeAll { $0.userID == userID } }
         var e = ClientEvent(type: .userLeft)
         e.userID = userID; e.channelID = channelID
         // Forgotten as it leaves: the table holds the channel's members (and this
@@ -530,8 +535,10 @@ extension VoiceClient {
         removeAllRemote()
     }
 
-    /// Removes every received stream, raising TALK_STOP / REMOTE_STREAM_REMOVED.
+    /// Removes every received stream, raising TALK_STOP / REMOTE_STREAM_REMOVED (and
+    /// forgets those waiting for a slot).
     func removeAllRemote() {
+        cond.withLock { unheardRemotes.removeAll() }
         for ssrc in receive.ssrcs {
             let who = remoteIdentity(ssrc: ssrc)
             let gone = receive.remove(ssrc: ssrc)
@@ -595,10 +602,12 @@ extension VoiceClient {
     func addRemote(_ r: RemoteStream) {
         let name = cond.withLock { usernames[r.userID] ?? "" }
         guard receive.add(r, username: name) else {
+            cond.withLock { unheardRemotes.append(r) }
             var e = ClientEvent(type: .error)
             e.code = VC_ERR_NO_MEMORY
             e.ssrc = r.ssrc
-            e.text = "all \(receive.slots.count) receive slots are in use; ssrc \(r.ssrc) is not played (raise max_remote_streams)"
+            e.text = "all \(receive.slots.count) receive slots are in use; ssrc \(r.ssrc) is not played until one frees "
+                + "(raise max_remote_streams)"
             events.raise(e)
             return
         }
@@ -612,10 +621,30 @@ extension VoiceClient {
         let kind = remoteIdentity(ssrc: ssrc)?.kind.rawValue ?? 0
         let removed = receive.remove(ssrc: ssrc)
         output.recorders.sourceRemoved(ssrc: ssrc)
-        guard let gone = removed, gone.wasTalking else { return }
-        var e = ClientEvent(type: .talkStop)
-        e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username; e.kind = kind
-        events.raise(e)
+        if let gone = removed, gone.wasTalking {
+            var e = ClientEvent(type: .talkStop)
+            e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username; e.kind = kind
+            events.raise(e)
+        }
+        // A slot is free: the oldest stream still waiting for one is played from now
+        // (REMOTE_STREAM_ADDED), if its user is still a member.
+        while let next = cond.withLock({ unheardRemotes.isEmpty ? nil : unheardRemotes.removeFirst() }) {
+            guard cond.withLock({ usernames[next.userID] != nil }) else { continue }
+            addRemote(next)
+            break
+        }
+    }
+
+    /// Whether `ssrc` is a remote stream announced while no receive slot was free.
+    func isUnheard(ssrc: UInt32) -> Bool { cond.withLock { unheardRemotes.contains { $0.ssrc == ssrc } } }
+
+    /// Forgets a stream waiting for a slot; false if `ssrc` is not one.
+    func forgetUnheard(ssrc: UInt32) -> Bool {
+        cond.withLock {
+            guard let i = unheardRemotes.firstIndex(where: { $0.ssrc == ssrc }) else { return false }
+            unheardRemotes.remove(at: i)
+            return true
+        }
     }
 
     /// With more than one stream coming in and nothing rendering, how long the UDP

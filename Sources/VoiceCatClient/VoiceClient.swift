@@ -50,6 +50,11 @@ public final class VoiceClient {
     var channelName = ""
     var channelAudio: AudioConfig?
     var usernames: [UInt32: String] = [:]
+    /// Remote streams announced while every receive slot was in use (cond), oldest
+    /// first: not played (the host was told with an ERROR event), taken up in order as
+    /// slots free, and known, so the server's later messages about them are not
+    /// refused as naming streams this client never heard of.
+    var unheardRemotes: [RemoteStream] = []
     /// The server's roster by user id (ControlPlane.swift); nil when the server sends none.
     var roster: [UInt32: UserPresence]?
     /// The state each local stream published (stream id → muted, hold), told again after a reconnect.

@@ -1,6 +1,7 @@
 // Two or more clients in one process through a real server on loopback, real Opus,
 // real sockets: what one feeds comes out of the other's mix.
 import Foundation
+import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatClient
 import VoiceCatProtocol
@@ -258,6 +259,63 @@ final class EndToEndTests: XCTestCase {
             guard case .rejected? = e as? ClientError else { return XCTFail("\(e)") }
         }
         XCTAssertTrue(dup.lastError.contains("already connected"), dup.lastError)
+    }
+
+    /// A listener with one receive slot and two talkers: the second stream is not
+    /// played (ERROR, NO_MEMORY, its ssrc), the server's later messages about it are
+    /// not refused as naming an unknown stream (a new-user trial saw PROTOCOL errors
+    /// for its state update and its removal), and when the slot frees it is played.
+    func testAStreamBeyondTheReceiveSlotsIsPlayedWhenOneFrees() throws {
+        var cfg = ClientConfig()
+        cfg.keepaliveMs = 1000
+        cfg.externalPlayback = true
+        cfg.maxRemoteStreams = 1
+        let sam = try VoiceClient(config: cfg)
+        clients.append(sam)
+        try sam.connect(host: "127.0.0.1", port: server.port, username: "sam-slots", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try sam.joinChannel("Lobby")
+        let alex = try client("alex-slots"), bob = try client("bob-slots")
+        let a = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let aSSRC = try XCTUnwrap(alex.ssrc(ofStream: a))
+        try sam.waitForRemote(ssrc: aSSRC)
+        let b = try bob.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let bSSRC = try XCTUnwrap(bob.ssrc(ofStream: b))
+        var seen: [ClientEvent] = []
+        func drain(until done: (ClientEvent) -> Bool, ms: UInt64 = 3000) -> Bool {
+            let deadline = MonotonicClock.milliseconds() + ms
+            while MonotonicClock.milliseconds() < deadline {
+                guard let e = sam.pollEvent(timeoutMs: 50) else { continue }
+                seen.append(e)
+                if done(e) { return true }
+            }
+            return false
+        }
+        XCTAssertTrue(drain { $0.type == .error && $0.ssrc == bSSRC }, "no ERROR for the stream beyond the slots")
+        XCTAssertEqual(seen.last?.code, VC_ERR_NO_MEMORY)
+        try bob.setStreamState(streamID: b, muted: true, hold: false)
+        usleep(300_000)
+        try alex.stopStream(a)
+        XCTAssertTrue(drain { $0.type == .remoteStreamAdded && $0.ssrc == bSSRC }, "bob's stream was not taken up: \(seen.map { ($0.type, $0.ssrc, $0.text) })")
+        XCTAssertTrue(sam.remoteStreams().contains { $0.ssrc == bSSRC })
+        try bob.stopStream(b)
+        XCTAssertTrue(drain { $0.type == .remoteStreamRemoved && $0.ssrc == bSSRC })
+        let protocolErrors = seen.filter { $0.type == .error && $0.code == VC_ERR_PROTOCOL }
+        XCTAssertEqual(protocolErrors.count, 0, "\(protocolErrors.map(\.text))")
+        // A stream that leaves before a slot frees is forgotten without an event.
+        let c = try bob.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let cSSRC = try XCTUnwrap(bob.ssrc(ofStream: c))
+        try sam.waitForRemote(ssrc: cSSRC)
+        let d = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let dSSRC = try XCTUnwrap(alex.ssrc(ofStream: d))
+        XCTAssertTrue(drain { $0.type == .error && $0.ssrc == dSSRC })
+        try alex.stopStream(d)
+        usleep(300_000)
+        try bob.stopStream(c)
+        XCTAssertTrue(drain { $0.type == .remoteStreamRemoved && $0.ssrc == cSSRC })
+        usleep(300_000)
+        _ = drain(until: { _ in false }, ms: 200)
+        XCTAssertFalse(seen.contains { $0.ssrc == dSSRC && $0.type != .error }, "the stream that left was played or named again")
+        XCTAssertEqual(seen.filter { $0.type == .error && $0.code == VC_ERR_PROTOCOL }.count, 0)
     }
 }
 
