@@ -309,7 +309,9 @@ class Stream:
         :attr:`queued_ms`, :meth:`drain`, :meth:`flush`); a pause in feeding ends the
         talkspurt. Never blocks. Raises TypeError for an object that is not PCM or a
         ``channels`` that is not an int, ValueError for a wrong sample type, shape or
-        byte count, StateError for a device stream, NoMemory when the queue
+        byte count, or a float array holding NaN or infinity (taken for a bug here:
+        ``vc_stream_feed_pcm_f32`` itself plays NaN as silence and clips the rest),
+        StateError for a device stream, NoMemory when the queue
         (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
         block = _pcm.pcm_block(pcm, self.channels if channels is None else channels, explicit=channels is not None)
