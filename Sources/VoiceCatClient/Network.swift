@@ -602,7 +602,9 @@ extension VoiceClient {
     func addRemote(_ r: RemoteStream) {
         let name = cond.withLock { usernames[r.userID] ?? "" }
         guard receive.add(r, username: name) else {
-            cond.withLock { unheardRemotes.append(r) }
+            // Kept to be played later, up to a bound (a hostile server announcing
+            // streams without end costs no more than that).
+            cond.withLock { if unheardRemotes.count < VoiceClient.maxUnheardRemotes { unheardRemotes.append(r) } }
             var e = ClientEvent(type: .error)
             e.code = VC_ERR_NO_MEMORY
             e.ssrc = r.ssrc

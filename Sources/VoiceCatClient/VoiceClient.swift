@@ -55,6 +55,8 @@ public final class VoiceClient {
     /// slots free, and known, so the server's later messages about them are not
     /// refused as naming streams this client never heard of.
     var unheardRemotes: [RemoteStream] = []
+    /// At most this many wait for a slot; a stream announced beyond them is not played.
+    static let maxUnheardRemotes = 256
     /// The server's roster by user id (ControlPlane.swift); nil when the server sends none.
     var roster: [UInt32: UserPresence]?
     /// The state each local stream published (stream id → muted, hold), told again after a reconnect.

@@ -65,10 +65,11 @@ final class TimingTests: XCTestCase {
         return c
     }
 
-    /// alex publishing a continuous MIC stream that sam, in the same channel, receives.
-    func talkerAndListener(suffix: String = "") throws -> (alex: VoiceClient, sam: VoiceClient, sid: UInt32, ssrc: UInt32) {
+    /// alex publishing a continuous MIC stream that sam, in the same channel, receives
+    /// (through `listenerPort`, an impairment proxy, when given).
+    func talkerAndListener(suffix: String = "", listenerPort: UInt16? = nil) throws -> (alex: VoiceClient, sam: VoiceClient, sid: UInt32, ssrc: UInt32) {
         let alex = try client("alex" + suffix, channel: "Lobby")
-        let sam = try client("sam" + suffix, channel: "Lobby")
+        let sam = try client("sam" + suffix, channel: "Lobby", port: listenerPort)
         alex.setInputMode(.continuous)
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
@@ -698,12 +699,7 @@ final class TimingTests: XCTestCase {
         freezes.freezeEveryMs = 5000; freezes.freezeMs = 300
         let proxy = try ImpairmentProxy(targetPort: server.port, downstream: clean, seed: 11)
         defer { proxy.stop() }
-        let alex = try client("alex-fz", channel: "Lobby")
-        let sam = try client("sam-fz", channel: "Lobby", port: proxy.port)
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-        try sam.waitForRemote(ssrc: ssrc)
+        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-fz", listenerPort: proxy.port)
         try sam.setSink { _, _ in }
         let voice = Signal.voiceLike(seconds: 13, amplitude: 0.3)
         try feed(alex, sid, voice[..<(48000 * 7)])
@@ -742,12 +738,7 @@ final class TimingTests: XCTestCase {
         for (name, net, benchDelayMs, benchLatePct) in [("Wi-Fi", wifi, 81.0, 3.25), ("5 % bursty loss", bursty, 37.4, 0.0)] {
             let proxy = try ImpairmentProxy(targetPort: server.port, downstream: net, seed: 7)
             defer { proxy.stop() }
-            let alex = try client("alex-\(name.count)", channel: "Lobby")
-            let sam = try client("sam-\(name.count)", channel: "Lobby", port: proxy.port)
-            alex.setInputMode(.continuous)
-            let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
-            let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
-            try sam.waitForRemote(ssrc: ssrc)
+            let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(name.count)", listenerPort: proxy.port)
             try sam.setSink { _, _ in }
             let input = Signal.voiceLike(seconds: 8, amplitude: 0.3)
             try feed(alex, sid, input[...])
