@@ -43,8 +43,11 @@
 // than the maximum target (a route change, a restarted sender) rebases the
 // timeline instead of being taken for jitter; so does a talkspurt's marker frame
 // that looks later than the target or earlier than the baseline (a sender whose
-// timestamps stood still, or ran ahead, over the pause). The rebased frame is taken
-// to be of median lateness (its own jitter is unknown), not the earliest.
+// timestamps stood still, or ran ahead, over the pause), and the first frame after
+// a talkspurt ended by starving (a path that got slower or stalled: a delay
+// episode's 300 ms taken for jitter held the target there for seconds). The rebased
+// frame is taken to be of median lateness (its own jitter is unknown), not the
+// earliest.
 //
 // Playout:
 //   * Talkspurt start: the first frame waits until it has the start cushion (a
@@ -103,10 +106,13 @@
 //     up to the frames a start would have waited for (shedStaleStart).
 //   * The talkspurt ends after a last-frame or DTX frame is played, or after
 //     starving for `maxStarvedMs`; `talkEdge` says when a talkspurt started or
-//     ended in what was played. After starving, frames that continue the stream
-//     (no marker) and came at once (a stalled path's backlog) start the next
-//     talkspurt on the one with a start's cushion; older ones are dropped as late
-//     (never past a marker, and not at all with a last-frame or DTX frame buffered).
+//     ended in what was played. The frames the starving concealed and passed are
+//     not late when they come after that: what continues the stream (no marker)
+//     starts the next talkspurt on its first frame when it comes one by one (a path
+//     that got slower: nothing it delayed is lost), and on the frame with a start's
+//     cushion when it came at once (a stalled path's backlog; older ones are dropped
+//     as late, never past a marker, and with a last-frame or DTX frame buffered only
+//     what the starving passed).
 import VoiceCatProtocol
 
 public struct JitterStats: Equatable, Sendable {
@@ -406,6 +412,13 @@ public final class JitterBuffer {
     /// The talkspurt that played last was ended by starving (no last frame came): the
     /// stream stalled or its talker stopped unannounced; the next start may be its backlog.
     private var endedStarved = false
+    /// The first frame the current (or last) starving did not play: what nextTS was
+    /// at its first starved tick. After a talkspurt ended by starving, frames from
+    /// here on are the stream's continuation, not late (see insert).
+    private var starvedFromTS: Int64 = 0
+    /// The next frame to arrive is the first since a talkspurt ended by starving: its
+    /// timing is taken as a marker's (observe).
+    private var resumeRebase = false
     private var excessTicks = 0
     private var packetBytesAverage = 0.0
     private var lastPlayedQuiet = false
@@ -459,7 +472,7 @@ public final class JitterBuffer {
         playedSlackTicks = .nan
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
-        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false
+        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false
         packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
         seeded = false
@@ -648,7 +661,13 @@ public final class JitterBuffer {
         if !canRebuild || lossAverage < 0.4 * tuning.fecLossRate { fecCushion = false }
         else if lossAverage > tuning.fecLossRate { fecCushion = true }
         observe(ext: ext, flags: flags, arrivalMs: arrivalMs)
-        if havePlayed && ext < nextTS {
+        // Older than the clock is late, except, after a talkspurt ended by starving,
+        // the frames the starving concealed and passed (a path that got slower or
+        // stalled for longer than maxStarvedMs): they never played, and the next
+        // talkspurt starts on the oldest of them, so the listener misses nothing of
+        // what the path delayed (at no more delay than the frames after them bring:
+        // a backlog that came at once is skipped to a start's cushion in advance()).
+        if havePlayed && ext < nextTS && !(endedStarved && !playing && ext >= starvedFromTS) {
             stats.late += 1
             return .late
         }
@@ -725,12 +744,17 @@ public final class JitterBuffer {
         var l = lateness(ext, at: at.position, grid: at.grid)
         if historyCount > 0 {
             let r = l - baseline
+            defer { resumeRebase = false }
             // A jump past the maximum target is a new timeline, not jitter; so is a
             // talkspurt's first frame later than the target (a sender whose timestamps
             // stood still over the pause): take it as a frame of typical lateness (the
             // median), not as the fast edge, so the frames after it are not taken to be
             // later than they are.
-            if abs(r) > JitterBuffer.maxTargetMs / frameMs || (flags.contains(.marker) && (r > targetTicks + 0.5 || r < -0.5)) {
+            // So is the first frame after a talkspurt ended by starving (a path that got
+            // slower, or stalled, for longer than maxStarvedMs): the old baseline no
+            // longer says how much cushion it and the frames after it have.
+            let starts = flags.contains(.marker) || resumeRebase
+            if abs(r) > JitterBuffer.maxTargetMs / frameMs || (starts && (r > targetTicks + 0.5 || r < -0.5)) {
                 let to = tuning.rebaseToMedian ? medianTicks : 0
                 shift += r - to
                 l -= r - to
@@ -1033,30 +1057,31 @@ public final class JitterBuffer {
             }
             if endedStarved && historyCount > 0 && !flagSets[o].contains(.marker) {
                 // The stream starved past maxStarvedMs and what comes now continues it
-                // (no marker): a path that stalled, delivering its backlog at once. The
-                // listener heard the stall concealed, then silence; played from its
-                // oldest frame, the backlog stays as that much delay, shed later a frame
-                // at a time (mid-speech). The talkspurt starts instead on the frame that
-                // has a start's cushion; the older ones are dropped as late, as they
-                // would have been had the stall been one period shorter. What is buffered
-                // counts, not the cushion alone: a path that got slower (a delay step)
-                // makes its frames look that much late on the old baseline, one by one,
-                // with no backlog to skip.
+                // (no marker). Its frames since the starving began are here (insert
+                // keeps them): a path that got slower for a while (a delay episode)
+                // delivers them one by one, and the talkspurt resumes on the first, so
+                // nothing the path delayed is missed. A path that stalled delivers its
+                // backlog at once: the listener heard the stall concealed, then silence;
+                // played from its oldest frame, the backlog stays as that much delay,
+                // shed later a frame at a time (mid-speech). The talkspurt starts
+                // instead on the frame that has a start's cushion; the older ones are
+                // dropped as late. What is buffered counts, not the cushion alone (the
+                // first frame's timing was taken as a typical frame's, observe).
                 // Never past a pause or into the next talkspurt: with a frame buffered
                 // that ends a talkspurt (last frame, DTX), the delay goes for free in the
-                // pause after it, so nothing is skipped; a marker frame starts a
-                // talkspurt, which plays from its first frame.
+                // pause after it, so only what the starving concealed and passed is
+                // dropped; a marker frame starts a talkspurt, which plays from its first
+                // frame.
                 let ahead = Double((newestTS - timestamps[o]) / fs)
                 let k = Int64((min(cushion(timestamps[o]), ahead) - startTicks).rounded(.down))
-                var first = timestamps[o] + k * fs, pauseBuffered = false
-                if k >= 1 {
-                    for i in 0..<usedEnd where used[i] {
-                        if !flagSets[i].isDisjoint(with: [.lastFrame, .dtx]) { pauseBuffered = true }
-                        if flagSets[i].contains(.marker) && timestamps[i] > timestamps[o] { first = min(first, timestamps[i]) }
-                    }
+                var markerTS = Int64.max, pauseBuffered = false
+                for i in 0..<usedEnd where used[i] {
+                    if !flagSets[i].isDisjoint(with: JitterBuffer.pauseFollows) { pauseBuffered = true }
+                    if flagSets[i].contains(.marker) && timestamps[i] > timestamps[o] { markerTS = min(markerTS, timestamps[i]) }
                 }
-                if k >= 1 && !pauseBuffered {
-                    for i in 0..<usedEnd where used[i] && timestamps[i] < first { release(i); stats.late += 1 }
+                let upTo = min(markerTS, pauseBuffered ? nextTS : timestamps[o] + max(0, k) * fs)
+                if timestamps[o] < upTo {
+                    for i in 0..<usedEnd where used[i] && timestamps[i] < upTo { release(i); stats.late += 1 }
                     guard let next = oldestSlot(), cushion(timestamps[next]) >= startTicks else { return pausePlayout() }
                     o = next
                 }
@@ -1180,12 +1205,13 @@ public final class JitterBuffer {
             return .conceal
         }
         // Nothing newer: starving.
-        if starvedTicks == 0 { stats.underruns += 1 }
+        if starvedTicks == 0 { stats.underruns += 1; starvedFromTS = nextTS }
         starvedTicks += 1
         if Double(starvedTicks) * frameMs > maxStarvedMs {
             // The talker stopped without a last frame: pause until the next frame.
             playing = false
             endedStarved = true
+            resumeRebase = true
             if talking { talking = false; talkEdge = .ended }
             return .silence
         }

@@ -16,8 +16,8 @@
 //   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run
 //   JB_DIAG=i    for trace i, per run: frames later than each fixed alignment +k
 //                (arrivals only) and what the buffer pinned to +k loses and delays
-//   JB_TICKS=i,a,b  for trace i, first run: each arrival and each tick's outcome, target
-//                and depth, from tick a to tick b
+//   JB_TICKS=i,a,b[,r]  for trace i, run r (default the first): each arrival and each
+//                tick's outcome, target and depth, from tick a to tick b
 //   JB_SEEDS=n   the three runs' seeds moved by n x 10000: traces the tuning was not
 //                chosen on (the table is with n = 0)
 import Glibc
@@ -293,13 +293,14 @@ final class TickTrace: PlayoutModel {
 }
 if let w = getenv("JB_TICKS") {
     let v = String(cString: w).split(separator: ",").compactMap { Int($0) }
-    guard v.count == 3, scenarios().indices.contains(v[0]) else {
-        fputs("JB_TICKS: <trace index 0-\(scenarios().count - 1)>,<first tick>,<last tick>\n", stderr)
+    guard v.count == 3 || v.count == 4, scenarios().indices.contains(v[0]), v.count == 3 || runs.indices.contains(v[3]) else {
+        fputs("JB_TICKS: <trace index 0-\(scenarios().count - 1)>,<first tick>,<last tick>[,<run 0-\(runs.count - 1)>]\n", stderr)
         exit(2)
     }
     let s = scenarios()[v[0]]
+    let run = v.count == 4 ? v[3] : 0
     let m = TickTrace(); m.from = v[1]; m.to = v[2]
-    _ = JitterSimulation.run(trace(v[0], s, run: 0), model: m, tickMs: s.receiverTickMs, phase: runs[0].phase)
+    _ = JitterSimulation.run(trace(v[0], s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
     exit(0)
 }
 
