@@ -252,8 +252,10 @@ typedef struct vc_client_config {
                                         A remote stream announced while every slot is in use is not
                                         played: VC_EVENT_ERROR (VC_ERR_NO_MEMORY, its ssrc) says so,
                                         and when a slot frees the oldest such stream still in the
-                                        channel is played from then on (VC_EVENT_REMOTE_STREAM_ADDED;
-                                        up to 256 streams wait, later ones are not played) */
+                                        channel is played from then on (VC_EVENT_REMOTE_STREAM_ADDED,
+                                        then VC_EVENT_STREAM_STATE_UPDATE with the last mute / hold
+                                        state the server told for it while it waited, if any; up to
+                                        256 streams wait, later ones are not played) */
     uint32_t event_queue_size;     /**< events kept for vc_poll_event (1..65536); default 256 (oldest
                                         dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */

@@ -407,7 +407,7 @@ extension VoiceClient {
             e.kind = removedKind
             events.raise(e)
         case .streamStateUpdate(let u):
-            if isUnheard(ssrc: u.ssrc) { return }     // not played: nothing to tell
+            if keepUnheardState(u) { return }     // not played: told when it is taken up
             guard let who = remoteIdentity(ssrc: u.ssrc) else { return refuse(m, "ssrc \(u.ssrc) is not received") }
             var e = ClientEvent(type: .streamStateUpdate)
             e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
@@ -465,7 +465,7 @@ extension VoiceClient {
     }
 
     func memberLeft(_ userID: UInt32, channelID: UInt32) {
-        cond.withLock { unheardRemotes.removeAll { $0.userID == userID } }
+        cond.withLock { unheardRemotes.removeAll { $0.stream.userID == userID } }
         var e = ClientEvent(type: .userLeft)
         e.userID = userID; e.channelID = channelID
         // Forgotten as it leaves: the table holds the channel's members (and this
@@ -599,12 +599,16 @@ extension VoiceClient {
         }
     }
 
-    func addRemote(_ r: RemoteStream) {
+    /// `state`: the mute / hold state the server sent while the stream waited for a
+    /// slot (nil: none), told after REMOTE_STREAM_ADDED.
+    func addRemote(_ r: RemoteStream, state: StreamStateUpdate? = nil) {
         let name = cond.withLock { usernames[r.userID] ?? "" }
         guard receive.add(r, username: name) else {
             // Kept to be played later, up to a bound (a hostile server announcing
             // streams without end costs no more than that).
-            cond.withLock { if unheardRemotes.count < VoiceClient.maxUnheardRemotes { unheardRemotes.append(r) } }
+            cond.withLock {
+                if unheardRemotes.count < VoiceClient.maxUnheardRemotes { unheardRemotes.append(UnheardRemote(stream: r, state: state)) }
+            }
             var e = ClientEvent(type: .error)
             e.code = VC_ERR_NO_MEMORY
             e.ssrc = r.ssrc
@@ -617,6 +621,12 @@ extension VoiceClient {
         e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc; e.kind = r.kind.rawValue
         e.channels = UInt32(r.audio.channels); e.text = name
         events.raise(e)
+        if let u = state {
+            var e = ClientEvent(type: .streamStateUpdate)
+            e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
+            e.userID = r.userID; e.streamID = r.streamID; e.kind = r.kind.rawValue; e.text = name
+            events.raise(e)
+        }
     }
 
     func removeRemote(ssrc: UInt32) {
@@ -631,22 +641,39 @@ extension VoiceClient {
         // A slot is free: the oldest stream still waiting for one is played from now
         // (REMOTE_STREAM_ADDED), if its user is still a member.
         while let next = cond.withLock({ unheardRemotes.isEmpty ? nil : unheardRemotes.removeFirst() }) {
-            guard cond.withLock({ usernames[next.userID] != nil }) else { continue }
-            addRemote(next)
+            guard cond.withLock({ usernames[next.stream.userID] != nil }) else { continue }
+            addRemote(next.stream, state: next.state)
             break
         }
     }
 
     /// Whether `ssrc` is a remote stream announced while no receive slot was free.
-    func isUnheard(ssrc: UInt32) -> Bool { cond.withLock { unheardRemotes.contains { $0.ssrc == ssrc } } }
+    func isUnheard(ssrc: UInt32) -> Bool { cond.withLock { unheardRemotes.contains { $0.stream.ssrc == ssrc } } }
+
+    /// Keeps the state the server sent for a stream waiting for a slot; false if
+    /// `u.ssrc` is not one.
+    func keepUnheardState(_ u: StreamStateUpdate) -> Bool {
+        cond.withLock {
+            guard let i = unheardRemotes.firstIndex(where: { $0.stream.ssrc == u.ssrc }) else { return false }
+            unheardRemotes[i].state = u
+            return true
+        }
+    }
 
     /// Forgets a stream waiting for a slot; false if `ssrc` is not one.
     func forgetUnheard(ssrc: UInt32) -> Bool {
         cond.withLock {
-            guard let i = unheardRemotes.firstIndex(where: { $0.ssrc == ssrc }) else { return false }
+            guard let i = unheardRemotes.firstIndex(where: { $0.stream.ssrc == ssrc }) else { return false }
             unheardRemotes.remove(at: i)
             return true
         }
+    }
+
+    /// A remote stream announced while every receive slot was in use, and the last
+    /// mute / hold state the server sent for it (nil: none since the announce).
+    struct UnheardRemote {
+        let stream: RemoteStream
+        var state: StreamStateUpdate?
     }
 
     /// With more than one stream coming in and nothing rendering, how long the UDP

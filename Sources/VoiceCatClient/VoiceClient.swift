@@ -53,8 +53,9 @@ public final class VoiceClient {
     /// Remote streams announced while every receive slot was in use (cond), oldest
     /// first: not played (the host was told with an ERROR event), taken up in order as
     /// slots free, and known, so the server's later messages about them are not
-    /// refused as naming streams this client never heard of.
-    var unheardRemotes: [RemoteStream] = []
+    /// refused as naming streams this client never heard of. Each keeps the last
+    /// mute / hold state the server sent for it, told when it is taken up.
+    var unheardRemotes: [UnheardRemote] = []
     /// At most this many wait for a slot; a stream announced beyond them is not played.
     static let maxUnheardRemotes = 256
     /// The server's roster by user id (ControlPlane.swift); nil when the server sends none.

@@ -297,6 +297,11 @@ final class EndToEndTests: XCTestCase {
         try alex.stopStream(a)
         XCTAssertTrue(drain { $0.type == .remoteStreamAdded && $0.ssrc == bSSRC }, "bob's stream was not taken up: \(seen.map { ($0.type, $0.ssrc, $0.text) })")
         XCTAssertTrue(sam.remoteStreams().contains { $0.ssrc == bSSRC })
+        // The mute bob set while his stream waited is told once it is heard.
+        XCTAssertTrue(drain { $0.type == .streamStateUpdate && $0.ssrc == bSSRC }, "the state set while it waited was not told")
+        XCTAssertEqual(seen.last?.muted, true)
+        XCTAssertEqual(seen.last?.hold, false)
+        XCTAssertEqual(seen.last?.text, "bob-slots")
         try bob.stopStream(b)
         XCTAssertTrue(drain { $0.type == .remoteStreamRemoved && $0.ssrc == bSSRC })
         let protocolErrors = seen.filter { $0.type == .error && $0.code == VC_ERR_PROTOCOL }
