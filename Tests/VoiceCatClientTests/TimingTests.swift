@@ -730,6 +730,48 @@ final class TimingTests: XCTestCase {
         alex.shutdown(); sam.shutdown()
     }
 
+    func testAPathThatGetsSlowerLosesNothingItDelayed() throws {
+        // The path gets 300 ms slower for 3 s (a congested hop), mid-speech: the
+        // stream starves past maxStarvedMs, then the delayed frames come one by one.
+        // The clock had passed them while concealing: they were dropped as late
+        // (about 9, 180 ms of speech), and their lateness was learned as jitter (the
+        // target ~300 ms for seconds). They are played now, and the target stays the
+        // clean path's.
+        var clean = Impairment()
+        clean.baseDelayMs = 5; clean.jitterMs = 2
+        var slow = clean
+        slow.baseDelayMs = 305
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: clean, seed: 12)
+        defer { proxy.stop() }
+        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-ep", listenerPort: proxy.port)
+        try sam.setSink { _, _ in }
+        let voice = Signal.voiceLike(seconds: 12, amplitude: 0.3)
+        try feed(alex, sid, voice[..<(48000 * 7)])
+        usleep(4_000_000)
+        try feed(alex, sid, voice[(48000 * 7)...])
+        let before = try sam.streamStats(ssrc: ssrc)
+        proxy.setImpairment(upstream: Impairment(), downstream: slow)
+        var targets: [UInt32] = []
+        for _ in 0..<30 {
+            usleep(100_000)
+            targets.append(try sam.streamStats(ssrc: ssrc).targetDepthMs)
+        }
+        // (Measured before the path is fast again: the proxy delays each datagram on
+        // its own, so the frames sent after the episode overtake the last delayed
+        // ones, which a path that drains a queue would not do.)
+        let st = try sam.streamStats(ssrc: ssrc)
+        proxy.setImpairment(upstream: Impairment(), downstream: clean)
+        usleep(500_000)
+        try sam.setSink(nil)
+        print("a path 300 ms slower for 3 s: received \(st.jitter.packetsReceived), late \(st.jitter.late - before.jitter.late), "
+              + "underruns \(st.jitter.underruns - before.jitter.underruns), skipped \(st.jitter.skipped - before.jitter.skipped), "
+              + "concealed \(st.jitter.plcFrames - before.jitter.plcFrames), targets \(targets)")
+        XCTAssertGreaterThanOrEqual(st.jitter.underruns - before.jitter.underruns, 1, "the episode did not starve the stream")
+        XCTAssertLessThanOrEqual(st.jitter.late - before.jitter.late, 2, "frames the path delayed were dropped as late")
+        XCTAssertLessThanOrEqual(targets.max() ?? 0, 150, "the episode was learned as jitter: \(targets)")
+        alex.shutdown(); sam.shutdown()
+    }
+
     func testImpairedProfilesStayWithinTheBenchmark() throws {
         var wifi = Impairment()
         wifi.baseDelayMs = 15; wifi.jitterMs = 12; wifi.spikeProbability = 0.01; wifi.spikeMs = 150
