@@ -692,20 +692,30 @@ final class TimingTests: XCTestCase {
     /// start after 4 s of a clean path: a freeze in a stream's first second is most
     /// of its lateness history, and the target then covers it for seconds (policy:
     /// docs/benchmarks.md).
-    func testAFrozenPathsBacklogDoesNotStayAsDelay() throws {
-        var clean = Impairment()
-        clean.baseDelayMs = 5; clean.jitterMs = 2
-        var freezes = clean
-        freezes.freezeEveryMs = 5000; freezes.freezeMs = 300
-        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: clean, seed: 11)
-        defer { proxy.stop() }
-        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-fz", listenerPort: proxy.port)
+    /// A clean loopback path through the impairment proxy (5 ms ± 2 ms).
+    static let cleanPath: Impairment = { var m = Impairment(); m.baseDelayMs = 5; m.jitterMs = 2; return m }()
+
+    /// A talker feeding `seconds` of voice-like speech to a listener (a sink that
+    /// discards) whose path goes through a proxy on `cleanPath`: 7 s fed, 4 s played,
+    /// the rest fed; returns then, with the rest still to play.
+    func speechThroughProxy(seed: UInt64, suffix: String, seconds: Double) throws
+        -> (proxy: ImpairmentProxy, alex: VoiceClient, sam: VoiceClient, ssrc: UInt32) {
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: TimingTests.cleanPath, seed: seed)
+        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: suffix, listenerPort: proxy.port)
         try sam.setSink { _, _ in }
-        let voice = Signal.voiceLike(seconds: 13, amplitude: 0.3)
+        let voice = Signal.voiceLike(seconds: seconds, amplitude: 0.3)
         try feed(alex, sid, voice[..<(48000 * 7)])
         usleep(4_000_000)
-        proxy.setImpairment(upstream: Impairment(), downstream: freezes)
         try feed(alex, sid, voice[(48000 * 7)...])
+        return (proxy, alex, sam, ssrc)
+    }
+
+    func testAFrozenPathsBacklogDoesNotStayAsDelay() throws {
+        var freezes = TimingTests.cleanPath
+        freezes.freezeEveryMs = 5000; freezes.freezeMs = 300
+        let (proxy, alex, sam, ssrc) = try speechThroughProxy(seed: 11, suffix: "-fz", seconds: 13)
+        defer { proxy.stop() }
+        proxy.setImpairment(upstream: Impairment(), downstream: freezes)
         var depths: [UInt32] = [], targets: [UInt32] = []
         for _ in 0..<85 {
             usleep(100_000)
@@ -737,18 +747,10 @@ final class TimingTests: XCTestCase {
         // (about 9, 180 ms of speech), and their lateness was learned as jitter (the
         // target ~300 ms for seconds). They are played now, and the target stays the
         // clean path's.
-        var clean = Impairment()
-        clean.baseDelayMs = 5; clean.jitterMs = 2
-        var slow = clean
+        var slow = TimingTests.cleanPath
         slow.baseDelayMs = 305
-        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: clean, seed: 12)
+        let (proxy, alex, sam, ssrc) = try speechThroughProxy(seed: 12, suffix: "-ep", seconds: 12)
         defer { proxy.stop() }
-        let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-ep", listenerPort: proxy.port)
-        try sam.setSink { _, _ in }
-        let voice = Signal.voiceLike(seconds: 12, amplitude: 0.3)
-        try feed(alex, sid, voice[..<(48000 * 7)])
-        usleep(4_000_000)
-        try feed(alex, sid, voice[(48000 * 7)...])
         let before = try sam.streamStats(ssrc: ssrc)
         proxy.setImpairment(upstream: Impairment(), downstream: slow)
         var targets: [UInt32] = []
@@ -760,7 +762,7 @@ final class TimingTests: XCTestCase {
         // its own, so the frames sent after the episode overtake the last delayed
         // ones, which a path that drains a queue would not do.)
         let st = try sam.streamStats(ssrc: ssrc)
-        proxy.setImpairment(upstream: Impairment(), downstream: clean)
+        proxy.setImpairment(upstream: Impairment(), downstream: TimingTests.cleanPath)
         usleep(500_000)
         try sam.setSink(nil)
         print("a path 300 ms slower for 3 s: received \(st.jitter.packetsReceived), late \(st.jitter.late - before.jitter.late), "
