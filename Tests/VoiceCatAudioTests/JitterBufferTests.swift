@@ -663,6 +663,27 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(talkspurt.late, 0)
     }
 
+    func testAFreezeInAStreamsFirstSecondIsNotLearnedAsJitter() {
+        // A clean path stalls 300 ms half a second into the stream (frames 25-39 held
+        // until tick 40), then delivers its backlog at once. The stream starves past
+        // maxStarvedMs; the first frame after it is taken as a typical one, so the
+        // backlog is not learned as 15 periods of jitter: with 25 frames of history,
+        // it was most of the histogram, and the target covered it (~300 ms) for seconds.
+        var trace: [Sent] = []
+        for f in 0..<500 { trace.append(Sent(frame: f, arrival: (25..<40).contains(f) ? 40 : f, flags: f == 0 ? .marker : [])) }
+        trace[499].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        var targets: [Double] = []
+        var out: [Int?] = []
+        for k in stride(from: 0, to: 500, by: 10) {
+            out += drive(jb, trace, k..<(k + 10), timed: true)
+            if k >= 50 { targets.append(jb.targetMs) }
+        }
+        XCTAssertLessThanOrEqual(targets.max() ?? .infinity, 60, "the freeze was learned as jitter: \(targets)")
+        let alignments = (100..<490).compactMap { t in out[t].flatMap { $0 >= 0 ? t - $0 : nil } }
+        XCTAssertLessThanOrEqual(alignments.max() ?? .max, 1, "the backlog kept as delay")
+    }
+
     func testAStallsBacklogIsNotSkippedPastAPauseOrIntoTheNextTalkspurt() {
         // A 500 ms stall (frames 490-514 held until tick 515) that holds the end of
         // talkspurt A and perhaps the start of B (a marker). With A's last frame (or
