@@ -79,7 +79,11 @@
 //     marker), nothing was lost:
 //     the sender skipped that frame's time (its host fell a frame behind real time),
 //     so the period is concealed at once, not waited for, and not rebuilt from the
-//     successor's FEC (which is of the frame before).
+//     successor's FEC (which is of the frame before). Frames missing together, with
+//     later ones here, while the cushion is more than a period over the target (a
+//     stall whose first frames came and the rest were lost) are skipped at once, up
+//     to the oldest frame here, keeping a period over the target: concealed one a
+//     tick, they kept that delay for as long as they lasted.
 //   * Excess cushion (when one period less, plus `hysteresisTicks`, would still
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
@@ -744,7 +748,10 @@ public final class JitterBuffer {
         var l = lateness(ext, at: at.position, grid: at.grid)
         if historyCount > 0 {
             let r = l - baseline
-            defer { resumeRebase = false }
+            // (A straggler the starving had already passed, which is dropped as late,
+            // neither takes the rebase nor uses it up.)
+            let resumes = resumeRebase && ext >= starvedFromTS
+            if resumes { resumeRebase = false }
             // A jump past the maximum target is a new timeline, not jitter; so is a
             // talkspurt's first frame later than the target (a sender whose timestamps
             // stood still over the pause): take it as a frame of typical lateness (the
@@ -753,7 +760,7 @@ public final class JitterBuffer {
             // So is the first frame after a talkspurt ended by starving (a path that got
             // slower, or stalled, for longer than maxStarvedMs): the old baseline no
             // longer says how much cushion it and the frames after it have.
-            let starts = flags.contains(.marker) || resumeRebase
+            let starts = flags.contains(.marker) || resumes
             if abs(r) > JitterBuffer.maxTargetMs / frameMs || (starts && (r > targetTicks + 0.5 || r < -0.5)) {
                 let to = tuning.rebaseToMedian ? medianTicks : 0
                 shift += r - to
@@ -1196,11 +1203,24 @@ public final class JitterBuffer {
             // This frame and the next are missing, later ones are here: lost, unless
             // reordered. Below target, hold the clock for them.
             starvedTicks = 0
-            stats.plcFrames += 1
             if c < target {
+                stats.plcFrames += 1
                 stats.waited += 1
                 return .conceal
             }
+            // More than a period over the target: the clock is behind what is here (a
+            // stall whose first frames came and the rest were lost, or a burst lost
+            // past the target). Concealed one a tick, the missing frames kept that delay
+            // for as long as they lasted, to be shed later a frame at a time; nothing
+            // could rebuild them (the frame after each is missing too). They are
+            // skipped at once, up to the oldest frame here, keeping the target.
+            let k = min(Int64((c - target - 1).rounded(.down)), (oldestTS() - nextTS) / fs)
+            if k >= 1 {
+                nextTS += k * fs
+                stats.lossesSkipped += UInt64(k)
+                if let s = slot(at: nextTS) { return play(s) }
+            }
+            stats.plcFrames += 1
             nextTS += fs
             return .conceal
         }

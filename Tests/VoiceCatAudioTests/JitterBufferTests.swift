@@ -684,6 +684,49 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertLessThanOrEqual(alignments.max() ?? .max, 1, "the backlog kept as delay")
     }
 
+    func testAStallWhoseRestWasLostDoesNotWalkTheGap() {
+        // A clean path stalls for 300 ms (frames 200-214 held until tick 215), and its
+        // queue delivers only the first three; the rest, and 40 ms after the stall,
+        // are lost (a tail drop). The stream resumes on frames 200-202, and frame 217
+        // then comes 14 periods ahead of the clock: walked one concealed period a tick,
+        // that gap was 14 periods concealed and ~250 ms of delay, shed later a frame
+        // at a time (a review's finding). The missing frames are skipped at once.
+        var trace: [Sent] = []
+        for f in 0..<500 {
+            let arrival: Int? = (200..<203).contains(f) ? 215 : (203..<217).contains(f) ? nil : f
+            trace.append(Sent(frame: f, arrival: arrival, flags: f == 0 ? .marker : []))
+        }
+        trace[499].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 510, timed: true)
+        let concealed = (215..<300).filter { out[$0] == -2 }.count
+        let alignments = (225..<490).compactMap { t in out[t].flatMap { $0 >= 0 ? t - $0 : nil } }
+        XCTAssertLessThanOrEqual(concealed, 2, "the gap walked: \(out[214..<240].map { $0.map(String.init) ?? "-" })")
+        XCTAssertLessThanOrEqual(alignments.max() ?? .max, 1, "the gap kept as delay: \(Set(alignments).sorted())")
+        XCTAssertLessThanOrEqual(jb.stats.skipped, 1, "frames that came were dropped to shed it")
+    }
+
+    func testAStragglerAfterAStarvingDoesNotTakeTheResumesRebase() {
+        // The delay episode of testTheEndOfADelayEpisodeIsShedWithinSeconds, with a
+        // late copy of frame 1499 (played before the starving) coming at tick 1511,
+        // after the talkspurt ended and before the episode's first frame. It is
+        // dropped as late; it must not be taken as the resume's first frame (its
+        // rebase then used up, the episode's frames were learned as jitter: the
+        // target rose to 80 ms, a review found).
+        var trace: [Sent] = []
+        for f in 0..<2000 { trace.append(Sent(frame: f, arrival: (1500..<1650).contains(f) ? f + 15 : f, flags: f == 0 ? .marker : [])) }
+        trace.append(Sent(frame: 1499, arrival: 1511))
+        trace[1999].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        var highest = 0.0
+        for k in stride(from: 0, to: 2000, by: 10) {
+            _ = drive(jb, trace, k..<(k + 10), timed: true)
+            if k >= 1400 { highest = max(highest, jb.targetMs) }
+        }
+        XCTAssertLessThanOrEqual(highest, 40, "the episode taken for jitter")
+        XCTAssertEqual(jb.stats.late, 1, "the straggler, and nothing the path delayed")
+    }
+
     func testAStallsBacklogIsNotSkippedPastAPauseOrIntoTheNextTalkspurt() {
         // A 500 ms stall (frames 490-514 held until tick 515) that holds the end of
         // talkspurt A and perhaps the start of B (a marker). With A's last frame (or
