@@ -79,11 +79,14 @@
 //     marker), nothing was lost:
 //     the sender skipped that frame's time (its host fell a frame behind real time),
 //     so the period is concealed at once, not waited for, and not rebuilt from the
-//     successor's FEC (which is of the frame before). Frames missing together, with
-//     later ones here, while the cushion is more than a period over the target (a
-//     stall whose first frames came and the rest were lost) are skipped at once, up
-//     to the oldest frame here, keeping a period over the target: concealed one a
-//     tick, they kept that delay for as long as they lasted.
+//     successor's FEC (which is of the frame before). Just after a talkspurt resumed
+//     on a stall's frames (below), frames missing together with later ones here,
+//     two periods or more over the target (the rest of what the stall held was
+//     lost), are skipped at once up to the oldest frame here (or the one before it,
+//     rebuilt from the oldest's FEC), keeping a period over the target: concealed one
+//     a tick, they kept that delay for as long as they lasted. Elsewhere one is
+//     concealed a tick (a path that got faster: stragglers on the slower one still
+//     come).
 //   * Excess cushion (when one period less, plus `hysteresisTicks`, would still
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
@@ -423,6 +426,9 @@ public final class JitterBuffer {
     /// The next frame to arrive is the first since a talkspurt ended by starving: its
     /// timing is taken as a marker's (observe).
     private var resumeRebase = false
+    /// Ticks left in which a gap of missing frames after a talkspurt resumed on a
+    /// stall's frames is skipped at once (advance).
+    private var resumedTicksLeft = 0
     private var excessTicks = 0
     private var packetBytesAverage = 0.0
     private var lastPlayedQuiet = false
@@ -476,7 +482,7 @@ public final class JitterBuffer {
         playedSlackTicks = .nan
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
-        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false
+        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false; resumedTicksLeft = 0
         packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
         seeded = false
@@ -1092,6 +1098,10 @@ public final class JitterBuffer {
                     guard let next = oldestSlot(), cushion(timestamps[next]) >= startTicks else { return pausePlayout() }
                     o = next
                 }
+                // What the stall's queue held may have been lost after its first frames:
+                // the next frame then comes periods ahead (advance skips the gap), within
+                // about the time the stream would take to starve again.
+                resumedTicksLeft = Int((maxStarvedMs / frameMs).rounded(.up)) + 2
             }
             endedStarved = false
             heldStartTicks = 0; heldStartMs = .nan
@@ -1105,6 +1115,7 @@ public final class JitterBuffer {
             }
             return play(o)
         }
+        if resumedTicksLeft > 0 { resumedTicksLeft -= 1 }
         if let o = oldestSlot(), timestamps[o] < nextTS || (timestamps[o] - nextTS) % fs != 0 {
             // The oldest frame here is off this talkspurt's frame grid: it starts the
             // next talkspurt, whose timestamps advanced by the pause's wall-clock time,
@@ -1208,14 +1219,24 @@ public final class JitterBuffer {
                 stats.waited += 1
                 return .conceal
             }
-            // More than a period over the target: the clock is behind what is here (a
-            // stall whose first frames came and the rest were lost, or a burst lost
-            // past the target). Concealed one a tick, the missing frames kept that delay
-            // for as long as they lasted, to be shed later a frame at a time; nothing
-            // could rebuild them (the frame after each is missing too). They are
-            // skipped at once, up to the oldest frame here, keeping the target.
-            let k = min(Int64((c - target - 1).rounded(.down)), (oldestTS() - nextTS) / fs)
+            // Just after a talkspurt resumed on a stall's first frames, two periods or
+            // more over the target: the rest of what the stall held was lost, and the
+            // clock is behind what is here. Concealed one a tick, the missing frames
+            // kept that delay for as long as they lasted, to be shed later a frame at a
+            // time. They are skipped at once up to the oldest frame here (keeping a
+            // period over the target), or up to the one before it when the oldest can
+            // rebuild it (FEC, DRED). Elsewhere (a path that got faster: its newer
+            // frames overtake older ones still on their way) one is concealed a tick,
+            // so that the stragglers still play.
+            let gap = (oldestTS() - nextTS) / fs
+            let k = resumedTicksLeft > 0 ? min(Int64((c - target - 1).rounded(.down)), gap) : 0
             if k >= 1 {
+                if k == gap, let o = slot(at: nextTS + gap * fs), flagSets[o].contains(.fec) || recoveryAvailable {
+                    nextTS += gap * fs
+                    stats.lossesSkipped += UInt64(gap - 1)
+                    stats.fecRecovered += 1
+                    return .fec(slot: o)
+                }
                 nextTS += k * fs
                 stats.lossesSkipped += UInt64(k)
                 if let s = slot(at: nextTS) { return play(s) }

@@ -406,6 +406,9 @@ extension VoiceClient {
             e.text = cond.withLock { usernames[r.userID] } ?? ""
             e.kind = removedKind
             events.raise(e)
+            // After its REMOTE_STREAM_REMOVED: the host never counts more streams
+            // than there are slots.
+            if !own { takeUpWaitingRemote() }
         case .streamStateUpdate(let u):
             if keepUnheardState(u) { return }     // not played: told when it is taken up
             guard let who = remoteIdentity(ssrc: u.ssrc) else { return refuse(m, "ssrc \(u.ssrc) is not received") }
@@ -638,8 +641,11 @@ extension VoiceClient {
             e.ssrc = ssrc; e.userID = gone.userID; e.text = gone.username; e.kind = kind
             events.raise(e)
         }
-        // A slot is free: the oldest stream still waiting for one is played from now
-        // (REMOTE_STREAM_ADDED), if its user is still a member.
+    }
+
+    /// A slot is free: the oldest stream still waiting for one is played from now
+    /// (REMOTE_STREAM_ADDED), if its user is still a member.
+    func takeUpWaitingRemote() {
         while let next = cond.withLock({ unheardRemotes.isEmpty ? nil : unheardRemotes.removeFirst() }) {
             guard cond.withLock({ usernames[next.stream.userID] != nil }) else { continue }
             addRemote(next.stream, state: next.state)

@@ -706,6 +706,25 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertLessThanOrEqual(jb.stats.skipped, 1, "frames that came were dropped to shed it")
     }
 
+    func testFramesStillOnASlowerPathAreNotSkippedWhenItGetsFaster() {
+        // The path is 12 periods slow, then 10 periods faster from frame 300 on (a
+        // route change): newer frames overtake the last ones still on the slow path
+        // (297-299 come in their own ticks, 296 is lost). The cushion over the faster
+        // frames is far over the target, yet the gap is not skipped at once there (a
+        // review found stragglers thrown away): that is only right just after a
+        // talkspurt resumed on a stall's frames.
+        var trace: [Sent] = []
+        for f in 0..<800 {
+            trace.append(Sent(frame: f, arrival: f == 296 ? nil : f < 300 ? f + 12 : f + 2, flags: f == 0 ? .marker : []))
+        }
+        trace[799].flags.insert(.lastFrame)
+        let jb = JitterBuffer(frameSamples: 960)
+        let out = drive(jb, trace, ticks: 810, timed: true)
+        // (The excess the faster path leaves is shed as usual, a frame at a time.)
+        XCTAssertEqual(jb.stats.late, 0, "stragglers dropped as late: \(out[300..<320].map { $0.map(String.init) ?? "-" })")
+        XCTAssertTrue(out.contains(297))
+    }
+
     func testAStragglerAfterAStarvingDoesNotTakeTheResumesRebase() {
         // The delay episode of testTheEndOfADelayEpisodeIsShedWithinSeconds, with a
         // late copy of frame 1499 (played before the starving) coming at tick 1511,

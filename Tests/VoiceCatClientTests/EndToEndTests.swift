@@ -297,6 +297,12 @@ final class EndToEndTests: XCTestCase {
         try alex.stopStream(a)
         XCTAssertTrue(drain { $0.type == .remoteStreamAdded && $0.ssrc == bSSRC }, "bob's stream was not taken up: \(seen.map { ($0.type, $0.ssrc, $0.text) })")
         XCTAssertTrue(sam.remoteStreams().contains { $0.ssrc == bSSRC })
+        // The host is told the slot freed before it is taken: it never counts more
+        // streams than there are slots.
+        let removedA = seen.firstIndex { $0.type == .remoteStreamRemoved && $0.ssrc == aSSRC }
+        let addedB = seen.firstIndex { $0.type == .remoteStreamAdded && $0.ssrc == bSSRC }
+        XCTAssertNotNil(removedA)
+        XCTAssertLessThan(removedA ?? .max, addedB ?? .min, "\(seen.map { ($0.type, $0.ssrc) })")
         // The mute bob set while his stream waited is told once it is heard.
         XCTAssertTrue(drain { $0.type == .streamStateUpdate && $0.ssrc == bSSRC }, "the state set while it waited was not told")
         XCTAssertEqual(seen.last?.muted, true)

@@ -23,6 +23,8 @@ final class UnheardRemoteTests: XCTestCase {
         XCTAssertFalse(c.isUnheard(ssrc: UInt32(1000 + bound + 1)), "beyond the bound: not kept")
         XCTAssertTrue(c.forgetUnheard(ssrc: 1001))
         c.removeRemote(ssrc: 1000)
+        XCTAssertTrue(c.receive.ssrcs.isEmpty, "taken up before the host was told the slot freed")
+        c.takeUpWaitingRemote()       // (the handler does, after REMOTE_STREAM_REMOVED)
         XCTAssertEqual(c.receive.ssrcs, [1002], "the oldest still waiting takes the freed slot")
         XCTAssertEqual(c.cond.withLock { c.unheardRemotes.count }, bound - 2)
     }
