@@ -677,7 +677,7 @@ public final class JitterBuffer {
         // talkspurt starts on the oldest of them, so the listener misses nothing of
         // what the path delayed (at no more delay than the frames after them bring:
         // a backlog that came at once is skipped to a start's cushion in advance()).
-        if havePlayed && ext < nextTS && !(endedStarved && !playing && ext >= starvedFromTS) {
+        if havePlayed && ext < nextTS && !(endedStarved && ext >= starvedFromTS) {
             stats.late += 1
             return .late
         }
@@ -1141,6 +1141,25 @@ public final class JitterBuffer {
             excessTicks = 0
             c = cushion(nextTS)
         }
+        // Just after a talkspurt resumed on a stall's first frames, this frame and the
+        // next missing with later ones here, two periods or more over the target: the
+        // rest of what the stall held was lost, and the clock is behind what is here.
+        // Concealed one a tick, the missing frames kept that delay for as long as they
+        // lasted, to be shed later a frame at a time: they are skipped at once, keeping
+        // a period over the target, up to the oldest frame here (played below), or to
+        // the one before it when the oldest can rebuild it (FEC, DRED: rebuilt below).
+        // Elsewhere (a path that got faster: its newer frames overtake older ones still
+        // on their way) they are concealed one a tick, so that stragglers still play.
+        if resumedTicksLeft > 0 && slot(at: nextTS) == nil && slot(at: nextTS + fs) == nil, let o = oldestSlot() {
+            let gap = (timestamps[o] - nextTS) / fs
+            let rebuilds = flagSets[o].contains(.fec) || recoveryAvailable
+            let k = min(Int64((c - target - 1).rounded(.down)), rebuilds ? gap - 1 : gap)
+            if k >= 1 {
+                nextTS += k * fs
+                stats.lossesSkipped += UInt64(k)
+                c = cushion(nextTS)
+            }
+        }
         // Excess: a whole period less would still cover the target.
         excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
         // Excess is shed by dropping a frame (its successor plays in its place) at once
@@ -1214,34 +1233,11 @@ public final class JitterBuffer {
             // This frame and the next are missing, later ones are here: lost, unless
             // reordered. Below target, hold the clock for them.
             starvedTicks = 0
+            stats.plcFrames += 1
             if c < target {
-                stats.plcFrames += 1
                 stats.waited += 1
                 return .conceal
             }
-            // Just after a talkspurt resumed on a stall's first frames, two periods or
-            // more over the target: the rest of what the stall held was lost, and the
-            // clock is behind what is here. Concealed one a tick, the missing frames
-            // kept that delay for as long as they lasted, to be shed later a frame at a
-            // time. They are skipped at once up to the oldest frame here (keeping a
-            // period over the target), or up to the one before it when the oldest can
-            // rebuild it (FEC, DRED). Elsewhere (a path that got faster: its newer
-            // frames overtake older ones still on their way) one is concealed a tick,
-            // so that the stragglers still play.
-            let gap = (oldestTS() - nextTS) / fs
-            let k = resumedTicksLeft > 0 ? min(Int64((c - target - 1).rounded(.down)), gap) : 0
-            if k >= 1 {
-                if k == gap, let o = slot(at: nextTS + gap * fs), flagSets[o].contains(.fec) || recoveryAvailable {
-                    nextTS += gap * fs
-                    stats.lossesSkipped += UInt64(gap - 1)
-                    stats.fecRecovered += 1
-                    return .fec(slot: o)
-                }
-                nextTS += k * fs
-                stats.lossesSkipped += UInt64(k)
-                if let s = slot(at: nextTS) { return play(s) }
-            }
-            stats.plcFrames += 1
             nextTS += fs
             return .conceal
         }

@@ -412,10 +412,7 @@ extension VoiceClient {
         case .streamStateUpdate(let u):
             if keepUnheardState(u) { return }     // not played: told when it is taken up
             guard let who = remoteIdentity(ssrc: u.ssrc) else { return refuse(m, "ssrc \(u.ssrc) is not received") }
-            var e = ClientEvent(type: .streamStateUpdate)
-            e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
-            e.userID = who.userID; e.streamID = who.streamID; e.kind = who.kind.rawValue; e.text = who.username
-            events.raise(e)
+            raiseStreamState(u, userID: who.userID, streamID: who.streamID, kind: who.kind, username: who.username)
         case .serverMuteState(let s):
             if s.userID == cond.withLock({ hello?.userID }), let snap = streams.snapshot, snap.serverMuted != s.muted {
                 streams.publish(snap.with(serverMuted: s.muted))
@@ -624,12 +621,15 @@ extension VoiceClient {
         e.userID = r.userID; e.streamID = r.streamID; e.ssrc = r.ssrc; e.kind = r.kind.rawValue
         e.channels = UInt32(r.audio.channels); e.text = name
         events.raise(e)
-        if let u = state {
-            var e = ClientEvent(type: .streamStateUpdate)
-            e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
-            e.userID = r.userID; e.streamID = r.streamID; e.kind = r.kind.rawValue; e.text = name
-            events.raise(e)
-        }
+        if let u = state { raiseStreamState(u, userID: r.userID, streamID: r.streamID, kind: r.kind, username: name) }
+    }
+
+    /// STREAM_STATE_UPDATE: a remote stream's publisher muted, held or resumed it.
+    func raiseStreamState(_ u: StreamStateUpdate, userID: UInt32, streamID: UInt32, kind: StreamKind, username: String) {
+        var e = ClientEvent(type: .streamStateUpdate)
+        e.ssrc = u.ssrc; e.muted = u.muted; e.hold = u.hold
+        e.userID = userID; e.streamID = streamID; e.kind = kind.rawValue; e.text = username
+        events.raise(e)
     }
 
     func removeRemote(ssrc: UInt32) {
