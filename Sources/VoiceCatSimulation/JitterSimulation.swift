@@ -34,12 +34,25 @@ public protocol PlayoutModel: AnyObject {
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double)
     /// One playout period, at `nowMs` on the clock arrivals use.
     func tick(nowMs: Double) -> TickOutcome
+    /// How much earlier (ms; negative: later) the next tick comes than a period after
+    /// this one: a model whose renderer places its ticks (the sink mode's RenderPhase).
+    func clockMoveMs() -> Double
+}
+
+extension PlayoutModel {
+    /// A fixed clock (a device's): ticks a period apart.
+    public func clockMoveMs() -> Double { 0 }
 }
 
 /// Our JitterBuffer as a PlayoutModel (it decides; nothing is decoded).
 public final class JitterBufferModel: PlayoutModel {
     public let jb: JitterBuffer
-    public var name: String { "VoiceCat JitterBuffer" }
+    public var name: String { phase == nil ? "VoiceCat JitterBuffer" : "VoiceCat, ticks placed (sink mode)" }
+    /// Set: the ticks follow the stream's frames as the sink mode's mixer thread
+    /// places them (RenderPhase, told what each played frame could spare, as
+    /// RemoteSlot and ReceiveSet tell it for one stream); nil: a fixed clock.
+    public var phase: RenderPhase?
+    private var move = 0.0
     /// Talkspurt edges seen in playout, in order (true: started).
     public private(set) var edges: [Bool] = []
     private var tagged = [UInt8](repeating: 0, count: 8)
@@ -60,8 +73,25 @@ public final class JitterBufferModel: PlayoutModel {
         return v
     }
 
+    public func clockMoveMs() -> Double { move }
+
     public func tick(nowMs: Double) -> TickOutcome {
+        let talkingBefore = jb.talking
+        let waitedBefore = jb.stats.waited
         let decision = jb.next(atMs: nowMs)
+        if phase != nil {
+            // What one stream's slot tells the renderer of a block (RemoteSlot.decodeNext).
+            let slack = jb.playedSlackTicks, end = jb.playedEndSlackTicks, frameMs = Double(jb.frameSamples) / 48
+            let played: Bool
+            switch decision {
+            case .silence, .comfortNoise: played = talkingBefore
+            default: played = true
+            }
+            move = phase!.rendered(slackMs: slack.isNaN ? nil : slack * frameMs,
+                                   endSlackMs: slack.isNaN || end.isNaN ? nil : end * frameMs,
+                                   held: jb.stats.waited != waitedBefore && jb.talking, quiet: !played)
+            if move != 0 { jb.moveClock(earlierByMs: move) }
+        }
         switch jb.talkEdge {
         case .started: edges.append(true)
         case .ended: edges.append(false)
@@ -178,7 +208,7 @@ public enum JitterSimulation {
             case .concealed: r.concealedTicks += 1
             case .silence: break
             }
-            now += tickMs
+            now += tickMs - model.clockMoveMs()
             tick += 1
         }
         r.lateLost = r.framesArrived - r.framesPlayed

@@ -2,7 +2,8 @@
 // identical seeded traces. Prints, per trace and buffer: mean and p95 playout
 // delay (time a frame waits between arrival and playout), late loss (arrived but
 // never played) and concealed ticks; then the goal line per trace and, on the
-// lossy traces, what FEC rebuilt. Simulated time: the figures do not depend on
+// lossy traces, what FEC rebuilt; then VoiceCat's figures on the sink mode's
+// clock (ticks placed by RenderPhase) with their goal lines. Simulated time: the figures do not depend on
 // this machine's speed. Run: swift build -c release --product bench-jitter &&
 // .build/release/bench-jitter   (or: make bench)
 //   --verbose   VoiceCat's counters per trace
@@ -13,7 +14,9 @@
 //   JB_TUNE="quantile=0.975,waitTicks=0,..."  VoiceCat's Tuning knobs for this run
 //   JB_FIXED=n   VoiceCat's target pinned to n periods (setBounds): a fixed alignment
 //                through the real buffer, to compare with --floor
-//   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run
+//   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run,
+//                and each half's mean delay (with --sink: on the sink mode's clock, and
+//                the ticks' lead in ms after each target)
 //   JB_DIAG=i    for trace i, per run: frames later than each fixed alignment +k
 //                (arrivals only) and what the buffer pinned to +k loses and delays
 //   JB_TICKS=i,a,b[,r]  for trace i, run r (default the first): each arrival and each
@@ -256,13 +259,20 @@ final class Watch: PlayoutModel {
     let inner = JitterBufferModel()
     var n = 0
     var line = ""
+    var lead = 0.0
     var name: String { inner.name }
-    init() { inner.jb.tuning = envTuning }
+    func clockMoveMs() -> Double { inner.clockMoveMs() }
+    init() {
+        inner.jb.tuning = envTuning
+        if args.contains("--sink") { inner.phase = RenderPhase(periodMs: 20) }
+    }
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) { inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs) }
     func tick(nowMs: Double) -> TickOutcome {
         n += 1
-        if n % 300 == 0 { line += " \(Int(inner.jb.targetMs / 20) - 1)" }
-        return inner.tick(nowMs: nowMs)
+        let o = inner.tick(nowMs: nowMs)
+        lead += inner.clockMoveMs()
+        if n % 300 == 0 { line += " \(Int(inner.jb.targetMs / 20) - 1)" + (inner.phase == nil ? "" : "/\(Int(lead.rounded()))") }
+        return o
     }
 }
 if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
@@ -270,7 +280,10 @@ if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
     for run in runs.indices {
         let m = Watch()
         let r = JitterSimulation.run(trace(i, s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
-        print("run \(run): \(f1(r.meanDelayMs)) ms late \(r.lateLost):\(m.line)")
+        let half = (r.playedTicks.last ?? 0) / 2
+        var a = [0.0, 0.0], n = [0, 0]
+        for (k, d) in zip(r.playedTicks, r.delaysMs) { let h = k < half ? 0 : 1; a[h] += d; n[h] += 1 }
+        print("run \(run): \(f1(r.meanDelayMs)) ms (halves \(f1(a[0] / Double(max(n[0], 1)))), \(f1(a[1] / Double(max(n[1], 1))))) late \(r.lateLost):\(m.line)")
     }
     exit(0)
 }
@@ -396,6 +409,8 @@ if args.contains("--sweep") {
 
 print("| trace | buffer | mean delay ms | p95 delay ms | late loss % | concealed % |")
 print("|---|---|---:|---:|---:|---:|")
+/// VoiceCat on the sink mode's clock (ticks placed by RenderPhase), per trace, and SpeexDSP's.
+var sinkRuns: [(ours: SimulationResult, speex: SimulationResult)] = []
 var verdicts: [String] = []
 var fecLines: [String] = []
 var metCount = 0
@@ -413,6 +428,12 @@ for (i, s) in all.enumerated() {
               + "waited \(st.waited) plc \(st.plcFrames) fec \(st.fecRecovered) talkspurts \(st.talkspurts) target \(Int(jb.targetMs)) ms -->")
     })
     let speex = countingSpeexWarnings { simulate(set, s, { SpeexModel() }) }
+    let sink = simulate(set, s, {
+        let m = JitterBufferModel(); m.jb.tuning = envTuning
+        m.phase = RenderPhase(periodMs: s.receiverTickMs)
+        return m
+    })
+    sinkRuns.append((sink, speex))
     for r in [ours, speex] {
         print("| \(s.name) | \(r.name) | \(f1(r.meanDelayMs)) | \(f1(r.percentileDelayMs(0.95))) | \(f2(r.lateLossPercent)) | \(f2(r.concealedPercent)) |")
     }
@@ -432,4 +453,21 @@ for v in verdicts { print("- \(v)") }
 print("")
 print("FEC on the lossy traces:")
 for l in fecLines { print("- \(l)") }
+print("")
+print("Sink mode: the same traces with VoiceCat's ticks placed as the sink mode's mixer thread places them (RenderPhase, "
+      + "told what each played frame could spare); SpeexDSP as above, on a fixed clock.")
+print("")
+print("| trace | mean delay ms | p95 delay ms | late loss % | concealed % | goal |")
+print("|---|---:|---:|---:|---:|---|")
+var sinkMet = 0
+for (i, s) in all.enumerated() {
+    let (r, speex) = sinkRuns[i]
+    let v = judge(r, speex)
+    if v.met { sinkMet += 1 }
+    print("| \(s.name) | \(f1(r.meanDelayMs)) | \(f1(r.percentileDelayMs(0.95))) | \(f2(r.lateLossPercent)) | \(f2(r.concealedPercent)) | "
+          + "\(v.met ? "met" : "NOT met") (\(speex.meanDelayMs <= 20 ? "at the floor: " : "x\(f2(r.meanDelayMs / speex.meanDelayMs)), ")"
+          + "late \(r.lateLost) vs \(speex.lateLost)\(speex.meanDelayMs <= 20 ? ", concealed \(r.concealedTicks) vs \(speex.concealedTicks)" : "")) |")
+}
+print("")
+print("Sink mode: goal met on \(sinkMet) of \(all.count) traces.")
 if speexWarnings > 0 { print("\n(SpeexDSP printed \(speexWarnings) \"negative buffering\" warnings of its own during these runs.)") }
