@@ -17,9 +17,12 @@
 // (or of lag past half a period) back, which keeps the phase; a move that would
 // leave those bounds is not made. A block in which a talking stream held its clock
 // for a late frame (the jitter buffer grew its cushion by waiting for it) starts the
-// count again, and no move earlier is made until a block in which nothing plays: a
-// move earlier would take that cushion back, and the next late frame be concealed
-// again. (A frame lost in the network and concealed grows nothing: it does not
+// count again, and no move earlier is made until a block in which nothing plays, or
+// until `holdMs` of blocks have played without another hold: a move earlier would
+// take that cushion back, and the next late frame be concealed again; but a stream
+// that never pauses (music, a screen's audio, a long monologue) would keep the ticks
+// where one late frame left them for as long as it plays, and a jitter buffer gives
+// back a cushion beyond its target once it has lasted that long anyway. (A frame lost in the network and concealed grows nothing: it does not
 // count.) Several talkers at different phases leave no common slack: the ticks then
 // stay where they are. Pure: the renderer applies each move
 // to its clock and tells every jitter buffer (`JitterBuffer.moveClock`, taken at the
@@ -36,6 +39,11 @@ public struct RenderPhase: Sendable {
     public var periodMs: Double
     /// Blocks that played a frame needed before a move.
     public var windowBlocks = 3
+    /// After a hold, how long (ms of blocks that play or conceal, with no other hold)
+    /// before moves earlier are made again without a pause: as long as a jitter
+    /// buffer keeps a cushion beyond its target before it sheds it
+    /// (`JitterBuffer.Tuning.catchUpTicks`, 100 periods of 20 ms).
+    public var holdMs = 2000.0
 
     /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
     /// within (−periodMs, 2 periodMs).
@@ -44,8 +52,11 @@ public struct RenderPhase: Sendable {
     private var blocks = 0
     private var leastSlackMs = Double.infinity
     private var leastEndSlackMs = Double.infinity
-    /// A talking stream held its clock since the last quiet block: no move earlier.
+    /// A talking stream held its clock since the last quiet block, within `holdMs`:
+    /// no move earlier.
     private var held = false
+    /// Blocks rendered since the last hold (counted while `held`).
+    private var blocksSinceHold = 0
 
     /// `leadMs`: where a renderer that takes over another's schedule starts (the
     /// other's lead), so the bounds hold over both.
@@ -74,7 +85,12 @@ public struct RenderPhase: Sendable {
         if held {
             restart()
             self.held = true
+            blocksSinceHold = 0
             return 0
+        }
+        if self.held {
+            blocksSinceHold += 1
+            if Double(blocksSinceHold) * periodMs >= holdMs { self.held = false }
         }
         guard let slack = slackMs, !slack.isNaN else { return 0 }
         blocks += 1

@@ -4,6 +4,7 @@
 // nothing concealed) and by how long frames waited for their tick.
 import VoiceCatAudio
 import VoiceCatProtocol
+import VoiceCatSimulation
 import XCTest
 
 final class RenderPhaseTests: XCTestCase {
@@ -48,6 +49,50 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 0)
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 0)
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 8 - p.marginMs)
+    }
+
+    func testAHoldInTalkThatNeverPausesLastsHoldMs() {
+        var p = RenderPhase()
+        XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: true, quiet: false), 0)
+        // A stream that never pauses: the cushion the hold grew stays for holdMs...
+        let within = Int(p.holdMs / p.periodMs) - 1
+        for i in 0..<within {
+            XCTAssertEqual(p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false), 0, "block \(i + 1) after the hold")
+        }
+        // ...then the ticks follow the frames again (at the next full window).
+        var moved = 0.0
+        for _ in 0..<p.windowBlocks { moved += p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false) }
+        XCTAssertEqual(moved, p.maxStepMs)
+        // Another hold starts the wait again.
+        XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: true, quiet: false), 0)
+        for _ in 0..<within { XCTAssertEqual(p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false), 0) }
+    }
+
+    /// A stream that never pauses (a screen's audio, music) over a jittery path
+    /// (20 ms ± 5 ms, bench-jitter's traces): the buffer holds its clock for a late
+    /// frame now and then, and the ticks must not stay where the first hold left them
+    /// for as long as the stream plays (they did: RenderPhase waited for a block in
+    /// which nothing plays). Simulated time, the sink mode's loop (JitterBufferModel
+    /// with a RenderPhase), three seeds and phases.
+    func testTicksStillFollowAStreamThatNeverPausesAfterAHold() {
+        var net = TraceGenerator.Network()
+        net.baseDelayMs = 20; net.jitterMs = 5
+        var kept = SimulationResult(), now = SimulationResult()
+        for (k, phase) in [0.37, 0.71, 0.05].enumerated() {
+            let trace = TraceGenerator.generate(frames: 3000, talk: .continuous, network: net, seed: 4040 + UInt64(k))
+            for holdMs in [Double.infinity, RenderPhase().holdMs] {
+                let m = JitterBufferModel()
+                m.phase = RenderPhase(periodMs: 20)
+                m.phase!.holdMs = holdMs
+                let r = JitterSimulation.run(trace, model: m, phase: phase)
+                if holdMs.isInfinite { if k == 0 { kept = r } else { kept.absorb(r) } } else { if k == 0 { now = r } else { now.absorb(r) } }
+            }
+        }
+        print("continuous 20 ± 5 ms, sink mode: hold kept until a pause \(kept); hold of holdMs \(now)")
+        XCTAssertEqual(now.framesPlayed + now.lateLost, now.framesArrived)
+        XCTAssertLessThan(now.meanDelayMs, kept.meanDelayMs - 3, "the ticks come back to the arrivals")
+        XCTAssertLessThanOrEqual(now.lateLost, kept.lateLost + 3)
+        XCTAssertLessThanOrEqual(now.concealedTicks, kept.concealedTicks + 3)
     }
 
     func testATalkspurtEndThatWouldMissItsTickMovesTheTicksLater() {
@@ -133,10 +178,11 @@ final class RenderPhaseTests: XCTestCase {
     /// and the receive slots do: each stream inserts what arrived and plays; the policy
     /// takes the least slack of the streams that played a frame, and a move is told to
     /// every buffer at once (it takes it at its next tick).
-    func render(_ traces: [[Sent]], ticks: Int, aligned: Bool) -> Run {
+    func render(_ traces: [[Sent]], ticks: Int, aligned: Bool, holdMs: Double? = nil) -> Run {
         let jbs = traces.map { _ in JitterBuffer() }
         var next = traces.map { _ in 0 }
         var phase = RenderPhase()
+        if let h = holdMs { phase.holdMs = h }
         var run = Run(streams: traces.map { _ in Played() })
         var now = 0.0
         for _ in 0..<ticks {
