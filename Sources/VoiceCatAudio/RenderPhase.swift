@@ -15,18 +15,26 @@
 // schedule, so over any longer span it renders exactly in real time: in a block in
 // which nothing plays (where moving costs nothing) it gives a whole period of lead
 // (or of lag past half a period) back, which keeps the phase; a move that would
-// leave those bounds is not made. A block in which a talking stream held its clock
-// for a late frame (the jitter buffer grew its cushion by waiting for it) starts the
-// count again, and no move earlier is made until a block in which nothing plays, or
-// until `holdMs` of blocks have played without another hold: a move earlier would
-// take that cushion back, and the next late frame be concealed again; but a stream
-// that never pauses (music, a screen's audio, a long monologue) would keep the ticks
-// where one late frame left them for as long as it plays, and a jitter buffer gives
-// back a cushion beyond its target once it has lasted that long anyway. (A frame lost in the network and concealed grows nothing: it does not
-// count.) Several talkers at different phases leave no common slack: the ticks then
-// stay where they are. Pure: the renderer applies each move
-// to its clock and tells every jitter buffer (`JitterBuffer.moveClock`, taken at the
-// buffer's next tick).
+// leave those bounds is not made.
+//
+// A block in which a talking stream held its clock for a late frame (the jitter
+// buffer grew its cushion by waiting for it) starts the count again and stops moves
+// earlier: a move earlier would take that cushion back, and the next such frame be
+// concealed again. Until a block in which nothing plays, the ticks then move earlier
+// only by what every frame could spare over a window after the hold (the least
+// slack over it, less the margin; what the moves take is counted against it): a
+// late frame that comes again within the window keeps its cushion, and a hold that
+// was a single event (a path that got slower once) is given back once the window
+// has passed, not left in place for as long as a stream that never pauses (music,
+// a screen's audio, a long monologue) plays. The window is `holdMs`, or twice the
+// time since the hold before when that is longer and at most `maxHoldMs`: late
+// frames that keep coming up to 10 s apart keep their cushion from the second hold
+// on; ones further apart than that are each concealed once. (A frame lost in the
+// network and concealed grows nothing: it does not count.)
+//
+// Several talkers at different phases leave no common slack: the ticks then stay
+// where they are. Pure: the renderer applies each move to its clock and tells every
+// jitter buffer (`JitterBuffer.moveClock`, taken at the buffer's next tick).
 public struct RenderPhase: Sendable {
     /// Slack kept in hand after a move (ms): a frame a little later than every one
     /// the jitter buffer has seen.
@@ -39,11 +47,14 @@ public struct RenderPhase: Sendable {
     public var periodMs: Double
     /// Blocks that played a frame needed before a move.
     public var windowBlocks = 3
-    /// After a hold, how long (ms of blocks that play or conceal, with no other hold)
-    /// before moves earlier are made again without a pause: as long as a jitter
-    /// buffer keeps a cushion beyond its target before it sheds it
+    /// After a hold, the shortest window (ms of blocks) over which frames must have
+    /// had slack to spare before moves earlier take it: as long as a jitter buffer
+    /// keeps a cushion beyond its target before shedding it when it knows no levels
     /// (`JitterBuffer.Tuning.catchUpTicks`, 100 periods of 20 ms).
     public var holdMs = 2000.0
+    /// The longest such window (ms): twice the interval of late frames that keep
+    /// coming up to 10 s apart.
+    public var maxHoldMs = 20_000.0
 
     /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
     /// within (−periodMs, 2 periodMs).
@@ -52,11 +63,16 @@ public struct RenderPhase: Sendable {
     private var blocks = 0
     private var leastSlackMs = Double.infinity
     private var leastEndSlackMs = Double.infinity
-    /// A talking stream held its clock since the last quiet block, within `holdMs`:
-    /// no move earlier.
-    private var held = false
-    /// Blocks rendered since the last hold (counted while `held`).
-    private var blocksSinceHold = 0
+    /// Time rendered since the last hold (ms).
+    private var sinceHoldMs = Double.infinity
+    /// Since a hold (until a quiet block): the window (ms; 0: no hold in force), how
+    /// much of it has passed, the least slack of the frames played in it, and how
+    /// much earlier the ticks may still move (the least slack of the last whole
+    /// window less the margin and the moves since; 0 until one has passed).
+    private var holdWindowMs = 0.0
+    private var windowPassedMs = 0.0
+    private var windowLeastMs = Double.infinity
+    private var budgetMs = Double.infinity
 
     /// `leadMs`: where a renderer that takes over another's schedule starts (the
     /// other's lead), so the bounds hold over both.
@@ -74,9 +90,10 @@ public struct RenderPhase: Sendable {
     /// Returns how much earlier (ms; negative: later) the next tick should come: 0,
     /// or a move the caller applies to its clock and its jitter buffers.
     public mutating func rendered(slackMs: Double?, endSlackMs: Double?, held: Bool, quiet: Bool) -> Double {
+        sinceHoldMs += periodMs
         if quiet {
             restart()
-            self.held = false
+            endHold()
             // A free moment: back towards the schedule by a whole period (the phase stays).
             if leadMs >= periodMs { return record(-periodMs) }
             if leadMs < -periodMs / 2 { return record(periodMs) }
@@ -84,25 +101,43 @@ public struct RenderPhase: Sendable {
         }
         if held {
             restart()
-            self.held = true
-            blocksSinceHold = 0
+            // Late frames that keep coming: a window that holds the next one too.
+            holdWindowMs = 2 * sinceHoldMs <= maxHoldMs ? max(holdMs, 2 * sinceHoldMs) : holdMs
+            sinceHoldMs = 0
+            windowPassedMs = 0
+            windowLeastMs = .infinity
+            budgetMs = 0
             return 0
         }
-        if self.held {
-            blocksSinceHold += 1
-            if Double(blocksSinceHold) * periodMs >= holdMs { self.held = false }
+        if holdWindowMs > 0 {
+            if let slack = slackMs, !slack.isNaN { windowLeastMs = min(windowLeastMs, slack) }
+            windowPassedMs += periodMs
+            if windowPassedMs >= holdWindowMs {
+                budgetMs = max(0, windowLeastMs - marginMs)
+                windowPassedMs = 0
+                windowLeastMs = .infinity
+            }
         }
         guard let slack = slackMs, !slack.isNaN else { return 0 }
         blocks += 1
         leastSlackMs = min(leastSlackMs, slack)
         if let e = endSlackMs, !e.isNaN { leastEndSlackMs = min(leastEndSlackMs, e) }
         guard blocks >= windowBlocks else { return 0 }
-        let earlier = min(leastSlackMs - marginMs, maxStepMs)
+        let earlier = min(min(leastSlackMs - marginMs, maxStepMs), budgetMs)
         let later = leastEndSlackMs.isFinite ? min(marginMs - leastEndSlackMs, maxStepMs) : 0
         restart()
         if later >= minStepMs && leadMs - later > -periodMs { return record(-later) }
-        if earlier >= minStepMs && !self.held && leadMs + earlier < 2 * periodMs { return record(earlier) }
+        if earlier >= minStepMs && leadMs + earlier < 2 * periodMs {
+            budgetMs -= earlier
+            return record(earlier)
+        }
         return 0
+    }
+
+    /// A quiet block: a hold's cushion may be taken back (nobody is playing).
+    private mutating func endHold() {
+        holdWindowMs = 0
+        budgetMs = .infinity
     }
 
     private mutating func record(_ ms: Double) -> Double {

@@ -52,6 +52,11 @@ public final class JitterBufferModel: PlayoutModel {
     /// places them (RenderPhase, told what each played frame could spare, as
     /// RemoteSlot and ReceiveSet tell it for one stream); nil: a fixed clock.
     public var phase: RenderPhase?
+    /// Tells the buffer after each tick that the block played was loud, as a slot
+    /// playing speech that never pauses does (`reportPlayedLevel`: the buffer then
+    /// keeps a cushion beyond its target longer, quietCatchUpTicks); off, the buffer
+    /// knows no levels (bench-jitter's tables, whose frames carry no audio).
+    public var loudLevels = false
     private var move = 0.0
     /// Talkspurt edges seen in playout, in order (true: started).
     public private(set) var edges: [Bool] = []
@@ -91,6 +96,7 @@ public final class JitterBufferModel: PlayoutModel {
                                    endSlackMs: slack.isNaN || end.isNaN ? nil : end * frameMs,
                                    held: jb.stats.waited != waitedBefore && jb.talking, quiet: !played)
             if move != 0 { jb.moveClock(earlierByMs: move) }
+            if loudLevels { jb.reportPlayedLevel(quiet: false) }
         }
         switch jb.talkEdge {
         case .started: edges.append(true)

@@ -51,21 +51,54 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 8 - p.marginMs)
     }
 
-    func testAHoldInTalkThatNeverPausesLastsHoldMs() {
+    func testAfterAHoldTheTicksTakeBackOnlyWhatAWindowOfFramesCouldSpare() {
         var p = RenderPhase()
         XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: true, quiet: false), 0)
         // A stream that never pauses: the cushion the hold grew stays for holdMs...
-        let within = Int(p.holdMs / p.periodMs) - 1
-        for i in 0..<within {
+        let window = Int(p.holdMs / p.periodMs)
+        for i in 0..<(window - 1) {
             XCTAssertEqual(p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false), 0, "block \(i + 1) after the hold")
         }
-        // ...then the ticks follow the frames again (at the next full window).
+        // ...then what every frame of that window could spare (19 less the margin) is
+        // taken, at most maxStepMs a move.
         var moved = 0.0
-        for _ in 0..<p.windowBlocks { moved += p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false) }
-        XCTAssertEqual(moved, p.maxStepMs)
-        // Another hold starts the wait again.
+        for _ in 0..<(3 * p.windowBlocks) { moved += p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false) }
+        XCTAssertEqual(moved, 19 - p.marginMs, accuracy: 1e-9)
+        // Another hold soon after: the window is now twice the time between the two
+        // holds. A frame in it came late again and needed all but 2 ms of its cushion:
+        // that window gives nothing back, the next one (without such a frame) does.
+        let sinceFirst = (window - 1) + 3 * p.windowBlocks + 1
         XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: true, quiet: false), 0)
-        for _ in 0..<within { XCTAssertEqual(p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false), 0) }
+        let second = 2 * sinceFirst
+        for i in 0..<(2 * second) {
+            XCTAssertEqual(p.rendered(slackMs: i == 10 ? 2 : 19, endSlackMs: nil, held: false, quiet: false), 0,
+                           "block \(i + 1) after the second hold")
+        }
+        moved = 0
+        for _ in 0..<(3 * p.windowBlocks) { moved += p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false) }
+        XCTAssertEqual(moved, 19 - p.marginMs, accuracy: 1e-9)
+        // A pause ends it: moves follow the 3-block window again.
+        _ = p.rendered(slackMs: nil, endSlackMs: nil, held: false, quiet: true)
+        moved = 0
+        for _ in 0..<p.windowBlocks { moved += p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false) }
+        XCTAssertEqual(moved, 8 - p.marginMs, accuracy: 1e-9)
+    }
+
+    /// Runs `trace` three times (at three phases of the ticks) through a real
+    /// JitterBuffer on the sink mode's clock; `holdMs` infinite: a hold stops moves
+    /// earlier until a pause (the rule before).
+    func sinkRuns(_ traces: [[TraceFrame]], holdMs: Double, loudLevels: Bool = false) -> SimulationResult {
+        var total = SimulationResult()
+        for (k, phase) in [0.37, 0.71, 0.05].enumerated() {
+            let m = JitterBufferModel()
+            m.loudLevels = loudLevels
+            m.phase = RenderPhase(periodMs: 20)
+            m.phase!.holdMs = holdMs
+            if holdMs.isInfinite { m.phase!.maxHoldMs = holdMs }
+            let r = JitterSimulation.run(traces[k], model: m, phase: phase)
+            if k == 0 { total = r } else { total.absorb(r) }
+        }
+        return total
     }
 
     /// A stream that never pauses (a screen's audio, music) over a jittery path
@@ -77,22 +110,41 @@ final class RenderPhaseTests: XCTestCase {
     func testTicksStillFollowAStreamThatNeverPausesAfterAHold() {
         var net = TraceGenerator.Network()
         net.baseDelayMs = 20; net.jitterMs = 5
-        var kept = SimulationResult(), now = SimulationResult()
-        for (k, phase) in [0.37, 0.71, 0.05].enumerated() {
-            let trace = TraceGenerator.generate(frames: 3000, talk: .continuous, network: net, seed: 4040 + UInt64(k))
-            for holdMs in [Double.infinity, RenderPhase().holdMs] {
-                let m = JitterBufferModel()
-                m.phase = RenderPhase(periodMs: 20)
-                m.phase!.holdMs = holdMs
-                let r = JitterSimulation.run(trace, model: m, phase: phase)
-                if holdMs.isInfinite { if k == 0 { kept = r } else { kept.absorb(r) } } else { if k == 0 { now = r } else { now.absorb(r) } }
-            }
-        }
-        print("continuous 20 ± 5 ms, sink mode: hold kept until a pause \(kept); hold of holdMs \(now)")
+        let traces = (0..<3).map { TraceGenerator.generate(frames: 3000, talk: .continuous, network: net, seed: 4040 + UInt64($0)) }
+        let kept = sinkRuns(traces, holdMs: .infinity), now = sinkRuns(traces, holdMs: RenderPhase().holdMs)
+        print("continuous 20 ± 5 ms, sink mode: hold kept until a pause \(kept); now \(now)")
         XCTAssertEqual(now.framesPlayed + now.lateLost, now.framesArrived)
         XCTAssertLessThan(now.meanDelayMs, kept.meanDelayMs - 3, "the ticks come back to the arrivals")
-        XCTAssertLessThanOrEqual(now.lateLost, kept.lateLost + 3)
-        XCTAssertLessThanOrEqual(now.concealedTicks, kept.concealedTicks + 3)
+        XCTAssertLessThanOrEqual(now.lateLost, kept.lateLost)
+        XCTAssertLessThanOrEqual(now.concealedTicks, kept.concealedTicks)
+    }
+
+    /// The cost side (found by a review of the first version, which gave a hold back
+    /// after 2 s whatever came in them): a continuous stream on a clean path with one
+    /// frame 12 or 16 ms late every 6 or 8 s, the buffer told its blocks are loud as
+    /// the engine's slots do. Giving the cushion back after each hold had it concealed
+    /// again at every late frame (12 holds against 6 in three runs); now a late frame
+    /// that comes again within the window keeps its cushion: at most one hold more per
+    /// run than with the cushion kept for good, and less delay.
+    func testLateFramesThatKeepComingKeepTheirCushion() {
+        for (everySeconds, lateMs) in [(6.0, 12.0), (8.0, 16.0)] {
+            let every = Int(everySeconds * 50)
+            var frames: [TraceFrame] = []
+            for i in 0..<9000 {
+                let small = Double((i * 7) % 5) * 0.2
+                let late: Double = i > 0 && i % every == 0 ? lateMs : 0
+                let flags: FrameFlags = i == 0 ? [.marker] : []
+                frames.append(TraceFrame(seq: UInt64(i), timestamp: UInt32(i * 960), flags: flags, sendMs: Double(i) * 20,
+                                         arrivalsMs: [Double(i) * 20 + 23 + small + late]))
+            }
+            let traces = [frames, frames, frames]
+            let kept = sinkRuns(traces, holdMs: .infinity, loudLevels: true)
+            let now = sinkRuns(traces, holdMs: RenderPhase().holdMs, loudLevels: true)
+            print("late \(lateMs) ms every \(everySeconds) s: cushion kept \(kept); now \(now)")
+            XCTAssertLessThanOrEqual(now.concealedTicks, kept.concealedTicks + 3, "at most one more hold per run")
+            XCTAssertLessThanOrEqual(now.lateLost, kept.lateLost)
+            XCTAssertLessThanOrEqual(now.meanDelayMs, kept.meanDelayMs)
+        }
     }
 
     func testATalkspurtEndThatWouldMissItsTickMovesTheTicksLater() {
@@ -182,7 +234,7 @@ final class RenderPhaseTests: XCTestCase {
         let jbs = traces.map { _ in JitterBuffer() }
         var next = traces.map { _ in 0 }
         var phase = RenderPhase()
-        if let h = holdMs { phase.holdMs = h }
+        if let h = holdMs { phase.holdMs = h; if h.isInfinite { phase.maxHoldMs = h } }
         var run = Run(streams: traces.map { _ in Played() })
         var now = 0.0
         for _ in 0..<ticks {
