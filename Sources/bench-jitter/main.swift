@@ -262,9 +262,9 @@ final class Watch: PlayoutModel {
     var lead = 0.0
     var name: String { inner.name }
     func clockMoveMs() -> Double { inner.clockMoveMs() }
-    init() {
+    init(periodMs: Double) {
         inner.jb.tuning = envTuning
-        if args.contains("--sink") { inner.phase = RenderPhase(periodMs: 20) }
+        if args.contains("--sink") { inner.phase = RenderPhase(periodMs: periodMs) }
     }
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) { inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs) }
     func tick(nowMs: Double) -> TickOutcome {
@@ -278,7 +278,7 @@ final class Watch: PlayoutModel {
 if let w = getenv("JB_WATCH"), let i = Int(String(cString: w)) {
     let s = scenarios()[i]
     for run in runs.indices {
-        let m = Watch()
+        let m = Watch(periodMs: s.receiverTickMs)
         let r = JitterSimulation.run(trace(i, s, run: run), model: m, tickMs: s.receiverTickMs, phase: runs[run].phase)
         let half = (r.playedTicks.last ?? 0) / 2
         var a = [0.0, 0.0], n = [0, 0]
