@@ -26,11 +26,14 @@
 // late frame that comes again within the window keeps its cushion, and a hold that
 // was a single event (a path that got slower once) is given back once the window
 // has passed, not left in place for as long as a stream that never pauses (music,
-// a screen's audio, a long monologue) plays. The window is `holdMs`, or twice the
-// time since the hold before when that is longer and at most `maxHoldMs`: late
-// frames that keep coming up to 10 s apart keep their cushion from the second hold
-// on; ones further apart than that are each concealed once. (A frame lost in the
-// network and concealed grows nothing: it does not count.)
+// a screen's audio, a long monologue) plays. The window is `holdMs` after the first
+// hold; each later one makes it twice the time since the hold before where that is
+// longer (it does not shrink until a pause), at most `maxHoldMs`. A late frame whose
+// cushion was kept makes no hold: late frames that keep coming less than 10 s apart
+// cost a hold or two and then keep their cushion; ones further apart (or jitter
+// bursts further apart) are concealed as the buffer's own cover decides, once the
+// window has given back what the last hold grew. (A frame lost in the network and
+// concealed grows nothing: it does not count.)
 //
 // Several talkers at different phases leave no common slack: the ticks then stay
 // where they are. Pure: the renderer applies each move to its clock and tells every
@@ -47,13 +50,11 @@ public struct RenderPhase: Sendable {
     public var periodMs: Double
     /// Blocks that played a frame needed before a move.
     public var windowBlocks = 3
-    /// After a hold, the shortest window (ms of blocks) over which frames must have
-    /// had slack to spare before moves earlier take it: as long as a jitter buffer
-    /// keeps a cushion beyond its target before shedding it when it knows no levels
-    /// (`JitterBuffer.Tuning.catchUpTicks`, 100 periods of 20 ms).
+    /// After the first hold, the window (ms of blocks) over which frames must have
+    /// had slack to spare before moves earlier take it: short, so that a single event
+    /// (a path that got slower once) is given back within seconds.
     public var holdMs = 2000.0
-    /// The longest such window (ms): twice the interval of late frames that keep
-    /// coming up to 10 s apart.
+    /// The longest window (ms), reached by holds 10 s apart.
     public var maxHoldMs = 20_000.0
 
     /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
@@ -102,7 +103,8 @@ public struct RenderPhase: Sendable {
         if held {
             restart()
             // Late frames that keep coming: a window that holds the next one too.
-            holdWindowMs = 2 * sinceHoldMs <= maxHoldMs ? max(holdMs, 2 * sinceHoldMs) : holdMs
+            let longer = sinceHoldMs.isFinite ? max(holdWindowMs, 2 * sinceHoldMs) : holdWindowMs
+            holdWindowMs = min(maxHoldMs, max(holdMs, longer))
             sinceHoldMs = 0
             windowPassedMs = 0
             windowLeastMs = .infinity
@@ -113,7 +115,8 @@ public struct RenderPhase: Sendable {
             if let slack = slackMs, !slack.isNaN { windowLeastMs = min(windowLeastMs, slack) }
             windowPassedMs += periodMs
             if windowPassedMs >= holdWindowMs {
-                budgetMs = max(0, windowLeastMs - marginMs)
+                // (A window in which no frame played says nothing: the budget stays.)
+                if windowLeastMs.isFinite { budgetMs = max(0, windowLeastMs - marginMs) }
                 windowPassedMs = 0
                 windowLeastMs = .infinity
             }

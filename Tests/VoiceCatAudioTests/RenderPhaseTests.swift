@@ -123,9 +123,10 @@ final class RenderPhaseTests: XCTestCase {
     /// after 2 s whatever came in them): a continuous stream on a clean path with one
     /// frame 12 or 16 ms late every 6 or 8 s, the buffer told its blocks are loud as
     /// the engine's slots do. Giving the cushion back after each hold had it concealed
-    /// again at every late frame (12 holds against 6 in three runs); now a late frame
-    /// that comes again within the window keeps its cushion: at most one hold more per
-    /// run than with the cushion kept for good, and less delay.
+    /// again at every late frame (38 concealed against 33 in three runs, 11 holds
+    /// against 6); now a late frame that comes again within the window keeps its
+    /// cushion: at most one hold more per run than with the cushion kept for good,
+    /// and less delay.
     func testLateFramesThatKeepComingKeepTheirCushion() {
         for (everySeconds, lateMs) in [(6.0, 12.0), (8.0, 16.0)] {
             let every = Int(everySeconds * 50)
@@ -140,7 +141,8 @@ final class RenderPhaseTests: XCTestCase {
             let traces = [frames, frames, frames]
             let kept = sinkRuns(traces, holdMs: .infinity, loudLevels: true)
             let now = sinkRuns(traces, holdMs: RenderPhase().holdMs, loudLevels: true)
-            print("late \(lateMs) ms every \(everySeconds) s: cushion kept \(kept); now \(now)")
+            print("late \(lateMs) ms every \(everySeconds) s: cushion kept \(kept) (\(kept.concealedTicks) concealed); "
+                  + "now \(now) (\(now.concealedTicks) concealed)")
             XCTAssertLessThanOrEqual(now.concealedTicks, kept.concealedTicks + 3, "at most one more hold per run")
             XCTAssertLessThanOrEqual(now.lateLost, kept.lateLost)
             XCTAssertLessThanOrEqual(now.meanDelayMs, kept.meanDelayMs)
