@@ -3,8 +3,8 @@
 // delay (time a frame waits between arrival and playout), late loss (arrived but
 // never played) and concealed ticks; then the goal line per trace and, on the
 // lossy traces, what FEC rebuilt; then VoiceCat's figures on the sink mode's
-// clock (ticks placed by RenderPhase) with their goal lines. Simulated time: the figures do not depend on
-// this machine's speed. Run: swift build -c release --product bench-jitter &&
+// clock (ticks placed by RenderPhase) with their goal lines. Simulated time: the
+// figures do not depend on this machine's speed. Run: swift build -c release --product bench-jitter &&
 // .build/release/bench-jitter   (or: make bench)
 //   --verbose   VoiceCat's counters per trace
 //   --sweep     the goal count over a grid of tuning values

@@ -42,9 +42,10 @@ final class RenderPhaseTests: XCTestCase {
         _ = p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false)
         _ = p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false)
         XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: true, quiet: false), 0)
-        // The cushion the buffer grew by waiting is not taken back...
+        // The cushion the buffer grew by waiting is not taken back within the window
+        // after the hold (holdMs; testAfterAHold… shows what comes after it)...
         for _ in 0..<9 { XCTAssertEqual(p.rendered(slackMs: 19, endSlackMs: nil, held: false, quiet: false), 0) }
-        // ...until a pause.
+        // ...and a pause ends the hold: moves follow the 3-block window again.
         XCTAssertEqual(p.rendered(slackMs: nil, endSlackMs: nil, held: false, quiet: true), 0)
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 0)
         XCTAssertEqual(p.rendered(slackMs: 8, endSlackMs: nil, held: false, quiet: false), 0)
@@ -232,16 +233,14 @@ final class RenderPhaseTests: XCTestCase {
     /// and the receive slots do: each stream inserts what arrived and plays; the policy
     /// takes the least slack of the streams that played a frame, and a move is told to
     /// every buffer at once (it takes it at its next tick).
-    func render(_ traces: [[Sent]], ticks: Int, aligned: Bool, holdMs: Double? = nil) -> Run {
+    func render(_ traces: [[Sent]], ticks: Int, aligned: Bool) -> Run {
         let jbs = traces.map { _ in JitterBuffer() }
         var next = traces.map { _ in 0 }
         var phase = RenderPhase()
-        if let h = holdMs { phase.holdMs = h; if h.isInfinite { phase.maxHoldMs = h } }
         var run = Run(streams: traces.map { _ in Played() })
         var now = 0.0
         for _ in 0..<ticks {
-            var slack = Double.infinity, endSlack = Double.infinity
-            var held = false, played = false
+            var block = SinkBlock()
             for (n, t) in traces.enumerated() {
                 let jb = jbs[n]
                 while next[n] < t.count && t[next[n]].arrivalMs <= now {
@@ -252,7 +251,7 @@ final class RenderPhaseTests: XCTestCase {
                     }
                     next[n] += 1
                 }
-                let waited = jb.stats.waited
+                let before = SinkBlock.Before(jb)
                 let playout = jb.next(atMs: now)
                 switch playout {
                 case .packet(let s):
@@ -264,17 +263,11 @@ final class RenderPhaseTests: XCTestCase {
                 case .conceal, .fec: run.streams[n].concealed += 1
                 case .silence, .comfortNoise: break
                 }
-                if !jb.playedSlackTicks.isNaN {
-                    slack = min(slack, jb.playedSlackTicks * 20)
-                    endSlack = min(endSlack, jb.playedEndSlackTicks * 20)
-                }
-                held = held || (jb.stats.waited != waited && jb.talking)
-                played = played || jb.talking || (playout != .silence && playout != .comfortNoise)
+                block.add(jb, playout, before: before)
             }
             var moved = 0.0
             if aligned {
-                moved = phase.rendered(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil,
-                                       held: held, quiet: !played)
+                moved = block.tell(&phase)
                 if moved != 0 {
                     run.moves.append(moved)
                     for jb in jbs { jb.moveClock(earlierByMs: moved) }
