@@ -155,3 +155,74 @@ public struct RenderPhase: Sendable {
         leastEndSlackMs = .infinity
     }
 }
+
+/// What one rendered block tells RenderPhase, gathered over the streams that rendered
+/// in it: the least slack of the frames played, whether a talking stream held its
+/// clock for a late frame, whether anything played or concealed. Each stream gathers
+/// its own part (`init(talking:)`, then `add` per frame it decoded for the block), and
+/// the renderer `merge`s the parts: the engine's receive slots and renderer
+/// (RemoteSlot, ReceiveSet) and the simulation (bench-jitter's sink table) alike.
+public struct PlayedBlock: Equatable, Sendable {
+    /// The least slack of the frames played against the target and the talkspurt end's
+    /// lateness (ms; infinity: none played, or none that says).
+    public private(set) var slackMs = Double.infinity
+    /// The least against the talkspurt end's lateness alone (ms).
+    public private(set) var endSlackMs = Double.infinity
+    /// A talking stream held its clock for a late frame.
+    public private(set) var held = false
+    /// A stream played or concealed something (false: a free moment).
+    public private(set) var played = false
+
+    /// Nothing rendered yet.
+    public init() {}
+
+    /// A stream's part of a block, `talking` before anything of the block was decoded:
+    /// a talking stream plays in the block even when it decodes nothing for it (a
+    /// frame longer than the block, decoded for an earlier one).
+    public init(talking: Bool) { played = talking }
+
+    /// A stream's state before it decodes a frame.
+    public struct Before: Sendable {
+        let talking: Bool
+        let waited: UInt64
+        public init(_ jb: JitterBuffer) { talking = jb.talking; waited = jb.stats.waited }
+    }
+
+    /// One frame decoded for the block: `decision` is what `jb.next` returned after
+    /// `before`; `blockSamples` is the block's length. Frames shorter than the block
+    /// are all decided at the block's start, and longer ones span blocks (a move of the
+    /// block's phase is a fraction of theirs): the buffer's slack does not say what a
+    /// move would cost them, so they hold the phase where it is (no slack to give,
+    /// nothing asked for).
+    public mutating func add(_ jb: JitterBuffer, _ decision: JitterBuffer.Playout, before: Before, blockSamples: Int) {
+        let slack = jb.playedSlackTicks
+        if !slack.isNaN {
+            if jb.frameSamples != blockSamples {
+                slackMs = min(slackMs, 0)
+            } else {
+                let frameMs = Double(jb.frameSamples) / 48
+                slackMs = min(slackMs, slack * frameMs)
+                endSlackMs = min(endSlackMs, jb.playedEndSlackTicks * frameMs)
+            }
+        }
+        if jb.stats.waited != before.waited && jb.talking { held = true }
+        if before.talking || (decision != .silence && decision != .comfortNoise) { played = true }
+    }
+
+    /// Another stream's part of the same block.
+    public mutating func merge(_ other: PlayedBlock) {
+        slackMs = min(slackMs, other.slackMs)
+        endSlackMs = min(endSlackMs, other.endSlackMs)
+        held = held || other.held
+        played = played || other.played
+    }
+}
+
+extension RenderPhase {
+    /// One block was rendered (`rendered(slackMs:endSlackMs:held:quiet:)` told what
+    /// `block` gathered). Returns the move (ms earlier) the caller applies.
+    public mutating func rendered(_ block: PlayedBlock) -> Double {
+        rendered(slackMs: block.slackMs.isFinite ? block.slackMs : nil, endSlackMs: block.endSlackMs.isFinite ? block.endSlackMs : nil,
+                 held: block.held, quiet: !block.played)
+    }
+}

@@ -932,8 +932,7 @@ final class RenderDriver {
             if let (n, channels, rate, played) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {
-                    let moved = phase.rendered(slackMs: played.slackMs, endSlackMs: played.endSlackMs, held: played.held,
-                                               quiet: played.quiet)
+                    let moved = phase.rendered(played)
                     if moved != 0 {
                         // The jitter buffers first: they take it at their next tick, and
                         // place what arrives until then on the grid it is moved to.

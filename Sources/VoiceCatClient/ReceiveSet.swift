@@ -223,14 +223,10 @@ final class ReceiveSet {
 
     /// Adds `frames` of every live stream to `bus` (the caller serializes renders);
     /// with `tap`, each stream's block also lands in its slot's per-speaker tap.
-    /// Returns what the phase policy needs: the least slack (ms) of the frames played
-    /// (nil: none), whether a talking stream held its clock for a late frame, and
-    /// whether nothing played.
+    /// Returns what the streams played, for the phase policy (their PlayedBlocks merged).
     @discardableResult
     func render(into bus: MixBus, frames: Int, nowMs: Double, tap: Bool = false, fixedBlock: Bool = false) -> PlayedBlock {
-        var slack = Double.infinity, endSlack = Double.infinity
-        var held = false
-        var played = false
+        var played = PlayedBlock()
         var talkEdge = false
         var donor = -1, donorFrames = SessionLateness.minFrames - 1
         let copyLateness = lateness.copyDue(nowMs: nowMs)
@@ -248,10 +244,7 @@ final class ReceiveSet {
                 if copyLateness && i == latenessDonor && seen >= SessionLateness.minFrames {
                     lateness.update(from: s.jitter, nowMs: nowMs)
                 }
-                slack = min(slack, s.blockSlackMs)
-                endSlack = min(endSlack, s.blockEndSlackMs)
-                held = held || s.blockHeld
-                played = played || s.blockPlayed
+                played.merge(s.blockPlayed)
                 talkEdge = talkEdge || s.blockTalkEdge
             }
             s.lock.unlock()
@@ -260,7 +253,7 @@ final class ReceiveSet {
         // The network thread raises TALK_START / TALK_STOP: it does not look on a timer
         // while the mix plays (one eventfd write, at talkspurt edges only).
         if talkEdge { networkWake.wake() }
-        return PlayedBlock(slackMs: slack.isFinite ? slack : nil, endSlackMs: endSlack.isFinite ? endSlack : nil, held: held, quiet: !played)
+        return played
     }
 
     /// The renderer's ticks move `ms` earlier (negative: later) from its next render
@@ -275,14 +268,6 @@ final class ReceiveSet {
             s.lock.unlock()
         }
     }
-}
-
-/// What a rendered block played, for the renderer's phase (RenderPhase).
-struct PlayedBlock {
-    var slackMs: Double?
-    var endSlackMs: Double?
-    var held: Bool
-    var quiet: Bool
 }
 
 /// What the streams of this session have seen of lateness on the way from the server

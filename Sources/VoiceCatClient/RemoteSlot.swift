@@ -91,16 +91,11 @@ final class RemoteSlot {
     /// block rendered, and when (render thread writes, host threads read; under `lock`).
     var level = BlockLevel()
     var levelAtNs: UInt64 = 0
-    /// What the last render saw (render thread, under `lock`): the least slack (ms) of
-    /// the frames it played (infinity: none; against the target and a talkspurt end's
-    /// lateness, and against the latter alone), whether a talkspurt held its clock for
-    /// a late frame (the buffer grew its cushion),
-    /// and whether the stream played anything but silence or comfort noise (or was
-    /// in a talkspurt).
-    var blockSlackMs = Double.infinity
-    var blockEndSlackMs = Double.infinity
-    var blockHeld = false
-    var blockPlayed = false
+    /// What the last render played, for the renderer's phase (render thread, under
+    /// `lock`): the least slack of its frames, whether a talkspurt held its clock for a
+    /// late frame (the buffer grew its cushion), whether the stream played anything
+    /// but silence or comfort noise (or was in a talkspurt).
+    var blockPlayed = PlayedBlock()
     /// The last render started or ended a talkspurt (the network thread raises the event).
     var blockTalkEdge = false
 
@@ -240,8 +235,8 @@ final class RemoteSlot {
     /// the render lock). `fixedBlock`: a driver renders blocks of one length (a pull
     /// renders what the host asks for). `scratch`: the renderer's buffers of one codec
     /// frame, which every slot decodes into in turn: they stay in cache, where a
-    /// buffer per slot would be cold at each decode. Leaves blockSlackMs,
-    /// blockEndSlackMs, blockHeld and blockPlayed set. Lock held by caller.
+    /// buffer per slot would be cold at each decode. Leaves blockPlayed and
+    /// blockTalkEdge set. Lock held by caller.
     func render(into bus: MixBus, frames: Int, nowMs: Double, scratch: Scratch, tap tapWanted: Bool = false, fixedBlock: Bool = false) {
         drainInbox(nowMs: nowMs)
         // Decoded audio left past a whole number of blocks (the block length changed,
@@ -258,10 +253,7 @@ final class RemoteSlot {
             fifoRead = (fifoRead + stray) % RemoteSlot.fifoCapacity
             fifoCount -= stray
         }
-        blockSlackMs = .infinity
-        blockEndSlackMs = .infinity
-        blockHeld = false
-        blockPlayed = jitter.talking
+        blockPlayed = PlayedBlock(talking: jitter.talking)
         blockTalkEdge = false
         let gain: Float = settings.muted ? 0 : settings.gain
         // A gain or mute set since the last block moves there over this one, not at a sample.
@@ -331,22 +323,10 @@ final class RemoteSlot {
     /// to int16) for a render of `block` frames.
     private func decodeNext(into decoded: DecodedFrame, nowMs: Double, block: Int, scratch: Scratch) {
         let n = frameSamples
-        let waitedBefore = jitter.stats.waited
+        let before = PlayedBlock.Before(jitter)
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
         lastDecodeSilent = playout == .silence
-        // Frames shorter than the block are all decided at the block's start, and
-        // longer ones span blocks (a move of the block's phase is a fraction of theirs):
-        // the buffer's slack does not say what a move would cost them, so they hold the
-        // phase where it is (no slack to give, nothing asked for).
-        let slack = jitter.playedSlackTicks
-        if !slack.isNaN && n != block {
-            blockSlackMs = min(blockSlackMs, 0)
-        } else if !slack.isNaN {
-            blockSlackMs = min(blockSlackMs, slack * Double(n) / 48)
-            blockEndSlackMs = min(blockEndSlackMs, jitter.playedEndSlackTicks * Double(n) / 48)
-        }
-        if jitter.stats.waited != waitedBefore && jitter.talking { blockHeld = true }
-        if playout != .silence && playout != .comfortNoise { blockPlayed = true }
+        blockPlayed.add(jitter, playout, before: before, blockSamples: block)
         // A mono stream decodes mono (L = R by construction, whatever its packets say):
         // int16 is widened to stereo in place, from the end (NR, the FIFO and the tap
         // take stereo); float stays mono and is added to both channels (mixFloat).

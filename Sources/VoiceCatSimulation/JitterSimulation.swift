@@ -44,43 +44,6 @@ extension PlayoutModel {
     public func clockMoveMs() -> Double { 0 }
 }
 
-/// What a sink-mode block tells RenderPhase, gathered over the streams that rendered
-/// in it: the least slack of the frames played, whether a talking stream held its
-/// clock, whether anything played or concealed (the engine gathers the same in
-/// RemoteSlot.decodeNext and ReceiveSet, for frames as long as the block).
-public struct SinkBlock {
-    public var slackMs = Double.infinity
-    public var endSlackMs = Double.infinity
-    public var held = false
-    public var played = false
-
-    /// A stream's state before its tick.
-    public struct Before {
-        let talking: Bool
-        let waited: UInt64
-        public init(_ jb: JitterBuffer) { talking = jb.talking; waited = jb.stats.waited }
-    }
-
-    public init() {}
-
-    /// One stream's tick: `decision` is what `jb.next` returned after `before`.
-    public mutating func add(_ jb: JitterBuffer, _ decision: JitterBuffer.Playout, before: Before) {
-        let frameMs = Double(jb.frameSamples) / 48
-        if !jb.playedSlackTicks.isNaN {
-            slackMs = min(slackMs, jb.playedSlackTicks * frameMs)
-            endSlackMs = min(endSlackMs, jb.playedEndSlackTicks * frameMs)
-        }
-        if jb.stats.waited != before.waited && jb.talking { held = true }
-        if before.talking || (decision != .silence && decision != .comfortNoise) { played = true }
-    }
-
-    /// Tells `phase` of the block; returns the move it asks for (ms earlier).
-    public func tell(_ phase: inout RenderPhase) -> Double {
-        phase.rendered(slackMs: slackMs.isFinite ? slackMs : nil, endSlackMs: endSlackMs.isFinite ? endSlackMs : nil,
-                       held: held, quiet: !played)
-    }
-}
-
 /// Our JitterBuffer as a PlayoutModel (it decides; nothing is decoded).
 public final class JitterBufferModel: PlayoutModel {
     public let jb: JitterBuffer
@@ -118,12 +81,12 @@ public final class JitterBufferModel: PlayoutModel {
     public func clockMoveMs() -> Double { move }
 
     public func tick(nowMs: Double) -> TickOutcome {
-        var block = SinkBlock()
-        let before = SinkBlock.Before(jb)
+        var block = PlayedBlock()
+        let before = PlayedBlock.Before(jb)
         let decision = jb.next(atMs: nowMs)
         if phase != nil {
-            block.add(jb, decision, before: before)
-            move = block.tell(&phase!)
+            block.add(jb, decision, before: before, blockSamples: jb.frameSamples)
+            move = phase!.rendered(block)
             if move != 0 { jb.moveClock(earlierByMs: move) }
             if loudLevels { jb.reportPlayedLevel(quiet: false) }
         }

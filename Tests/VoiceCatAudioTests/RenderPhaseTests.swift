@@ -240,7 +240,7 @@ final class RenderPhaseTests: XCTestCase {
         var run = Run(streams: traces.map { _ in Played() })
         var now = 0.0
         for _ in 0..<ticks {
-            var block = SinkBlock()
+            var block = PlayedBlock()
             for (n, t) in traces.enumerated() {
                 let jb = jbs[n]
                 while next[n] < t.count && t[next[n]].arrivalMs <= now {
@@ -251,7 +251,7 @@ final class RenderPhaseTests: XCTestCase {
                     }
                     next[n] += 1
                 }
-                let before = SinkBlock.Before(jb)
+                let before = PlayedBlock.Before(jb)
                 let playout = jb.next(atMs: now)
                 switch playout {
                 case .packet(let s):
@@ -263,11 +263,11 @@ final class RenderPhaseTests: XCTestCase {
                 case .conceal, .fec: run.streams[n].concealed += 1
                 case .silence, .comfortNoise: break
                 }
-                block.add(jb, playout, before: before)
+                block.add(jb, playout, before: before, blockSamples: jb.frameSamples)
             }
             var moved = 0.0
             if aligned {
-                moved = block.tell(&phase)
+                moved = phase.rendered(block)
                 if moved != 0 {
                     run.moves.append(moved)
                     for jb in jbs { jb.moveClock(earlierByMs: moved) }
@@ -403,6 +403,52 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(slacks[40] - slacks[25], -6, accuracy: 0.01, "6 ms earlier: 6 ms less to spare")
         XCTAssertEqual(slacks[55] - slacks[40], 4, accuracy: 0.01, "4 ms later: 4 ms more")
         XCTAssertEqual(jb.stats.plcFrames, 0)
+    }
+
+    /// PlayedBlock is what the engine's slots and the simulation tell RenderPhase: a
+    /// talking stream that decodes nothing for a block (its frame spans blocks) still
+    /// plays in it; a frame that is not the block's length holds the phase (no slack);
+    /// the renderer's merge keeps the least slack of all streams.
+    func testAPlayedBlockGathersWhatEachStreamPlayed() {
+        // Frames arrive 2 ms into each period, ticks 14 ms in: 12 ms of wait, 20 ms frames.
+        let jb = JitterBuffer()
+        var last = PlayedBlock()
+        for f in 0..<20 {
+            let tag: [UInt8] = [0, 0]
+            _ = tag.withUnsafeBytes { jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: f == 0 ? .marker : [], payload: $0,
+                                                arrivalMs: Double(f) * 20 + 2) }
+            var block = PlayedBlock(talking: jb.talking)
+            let before = PlayedBlock.Before(jb)
+            let playout = jb.next(atMs: Double(f) * 20 + 14)
+            if case .packet(let s) = playout { jb.release(s) }
+            block.add(jb, playout, before: before, blockSamples: 960)
+            last = block
+        }
+        XCTAssertTrue(last.played)
+        XCTAssertFalse(last.held)
+        XCTAssertEqual(last.slackMs, jb.playedSlackTicks * 20, accuracy: 1e-9)
+        XCTAssertGreaterThan(last.slackMs, 1, "frames that wait 12 ms have time to spare")
+        var nothing = PlayedBlock(talking: false)
+        XCTAssertFalse(nothing.played, "a free moment")
+        XCTAssertTrue(PlayedBlock(talking: jb.talking).played, "talking with no frame decoded for the block: playing")
+        // The same frame in a 10 ms block: the phase is held (slack 0), nothing asked for.
+        let before = PlayedBlock.Before(jb)
+        let tag: [UInt8] = [0, 0]
+        _ = tag.withUnsafeBytes { jb.insert(seq: 20, timestamp: 20 * 960, flags: [], payload: $0, arrivalMs: 402) }
+        let playout = jb.next(atMs: 414)
+        if case .packet(let s) = playout { jb.release(s) }
+        var short = PlayedBlock()
+        short.add(jb, playout, before: before, blockSamples: 480)
+        XCTAssertEqual(short.slackMs, 0)
+        XCTAssertEqual(short.endSlackMs, .infinity)
+        // Merged: the least slack, played if either did.
+        nothing.merge(last)
+        XCTAssertEqual(nothing, last)
+        nothing.merge(short)
+        XCTAssertEqual(nothing.slackMs, 0)
+        XCTAssertTrue(nothing.played)
+        var phase = RenderPhase()
+        XCTAssertEqual(phase.rendered(PlayedBlock()), 0, "nothing played: no move")
     }
 
     /// A move later lengthens the period before the moved tick: a frame that arrives
