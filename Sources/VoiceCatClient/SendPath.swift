@@ -85,6 +85,11 @@ final class StreamSlot {
     /// whether audio fed to it was still waiting to be sent (vc_stream_drain's answer).
     var endedLostSession: String?
     var endedQueuedMs: UInt32 = 0
+    /// Of the audio fed since its queue was last empty: what came due while there was
+    /// no media path (a reconnect's gap: dropped) and what was sent while the path was
+    /// lost (ms).
+    var endedDroppedMs: UInt64 = 0
+    var endedSentPathLostMs: UInt64 = 0
     var endedUnsent = false
     var path: SendSnapshot?
     var packetsOut: UInt64 = 0
@@ -209,7 +214,11 @@ final class StreamTable {
             slot.endedWhy = why
             slot.endedLostSession = lostSession
             slot.endedQueuedMs = s.queuedMs
-            slot.endedUnsent = !s.isDrained
+            let frameMicros = UInt64(s.audio.frameMicros)
+            slot.endedDroppedMs = s.framesLostSinceIdle * frameMicros / 1000
+            slot.endedSentPathLostMs = s.framesSentPathLostSinceIdle * frameMicros / 1000
+            // Audio the gap dropped is not sent either, even when nothing is left queued.
+            slot.endedUnsent = !s.isDrained || slot.endedDroppedMs > 0 || slot.endedSentPathLostMs > 0
             slot.due.store(.max, ordering: .releasing)
             return s
         }
@@ -282,8 +291,9 @@ final class StreamTable {
     /// by the host, or everything had been sent).
     private func ended(_ id: UInt32, _ error: Error, deadline: UInt64) throws -> Never {
         guard let slot = slot(for: id) else { throw error }
-        let ended = slot.lock.withLock { () -> (why: String?, ms: UInt32, unsent: Bool)? in
-            slot.endedID == id ? (slot.endedLostSession, slot.endedQueuedMs, slot.endedUnsent) : nil
+        let ended = slot.lock.withLock { () -> (why: String?, ms: UInt32, dropped: UInt64, sentLost: UInt64, unsent: Bool)? in
+            slot.endedID == id
+                ? (slot.endedLostSession, slot.endedQueuedMs, slot.endedDroppedMs, slot.endedSentPathLostMs, slot.endedUnsent) : nil
         }
         guard let ended, let why = ended.why, ended.unsent else { throw error }
         let raised = drainCond.withLock { () -> Bool in
@@ -297,8 +307,25 @@ final class StreamTable {
         guard raised else {
             throw ClientError.timeout("stream \(id) ended with a session that is being torn down (\(why)); its end is not reported yet")
         }
-        let unsent = ended.ms > 0 ? "\(ended.ms) ms of the audio fed" : "the last part of a frame fed"
-        throw ClientError.network("stream \(id): the session was lost (\(why)) with \(unsent) not sent")
+        var unsent: String
+        if ended.dropped > 0 {
+            // Everything fed since the queue was last empty that never left: what was
+            // still queued and what came due while reconnecting.
+            unsent = "\(UInt64(ended.ms) + ended.dropped) ms of the audio fed not sent (\(ended.dropped) ms came due while the "
+                + "connection to the server was down (reconnecting) and were dropped"
+                + (ended.ms > 0 ? ", \(ended.ms) ms were still queued)" : ")")
+        } else if ended.ms > 0 {
+            unsent = "\(ended.ms) ms of the audio fed not sent"
+        } else if ended.sentLost == 0 {
+            unsent = "the last part of a frame fed not sent"
+        } else {
+            unsent = "everything fed sent"
+        }
+        if ended.sentLost > 0 {
+            unsent += "; \(ended.sentLost) ms were sent while the media path to the server was lost (no keepalive echo; "
+                + "rebinding): most likely nobody heard them"
+        }
+        throw ClientError.network("stream \(id): the session was lost (\(why)) with \(unsent)")
     }
 
     /// Every live stream (a copy of the table, for control paths).

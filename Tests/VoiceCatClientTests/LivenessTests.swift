@@ -561,6 +561,42 @@ final class LivenessTests: XCTestCase {
         XCTAssertEqual(log.count(.error), 0, "\(log.events.filter { $0.type == .error })")
     }
 
+    /// A reconnect that fails for good (the server comes back with another identity)
+    /// after its gap dropped audio that came due: the drain's answer counts what was
+    /// dropped as well as what was still queued. (It said "3740 ms not sent" of 4480;
+    /// and when the gap had dropped everything, nothing queued, it was NOT_FOUND.)
+    func testADrainAfterAReconnectThatFailedCountsWhatTheGapDropped() throws {
+        for feedMs in [3000, 600] {
+            var server = try TestServer()
+            let port = server.port
+            let (alex, log, sid) = try reconnectingTalker(port)
+            defer { alex.shutdown() }
+            let speech = Signal.glidingVoice(seconds: Double(feedMs) / 1000, amplitude: 0.3)
+            try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: $0.count, channels: 1) }
+            usleep(300_000)
+            server.stop()
+            XCTAssertNotNil(log.wait(timeoutMs: 5000) { $0.type == .reconnecting })
+            usleep(1_000_000)   // the gap: what comes due is dropped
+            let dropped = try alex.sendStats(streamID: sid).framesDropped
+            let sent = try alex.sendStats(streamID: sid).packetsSent
+            server = try TestServer(freshIdentity: true, port: port)
+            defer { server.stop() }
+            XCTAssertNotNil(log.wait(timeoutMs: 20_000) { $0.type == .disconnected }, "another identity: the reconnect fails for good")
+            XCTAssertThrowsError(try alex.drain(streamID: sid, timeoutMs: 5000)) { error in
+                let text = "\(error)"
+                print("fed \(feedMs) ms, \(sent) frames sent, \(dropped) dropped by 1 s into the gap: \(text)")
+                XCTAssertEqual((error as? ClientError)?.code, VC_ERR_NETWORK, text)
+                XCTAssertTrue(text.contains("came due while the connection to the server was down"), text)
+                // Everything not sent before the loss, to within the frames in flight.
+                let head = text.components(separatedBy: " ms of the audio fed not sent").first ?? ""
+                let unsent = Int(head.split(separator: " ").last ?? "") ?? -1
+                XCTAssertEqual(Double(unsent), Double(feedMs) - Double(sent) * 20, accuracy: 60, text)
+                // (frames_dropped counts the talkspurt's closing frame of silence too.)
+                XCTAssertGreaterThanOrEqual(unsent, (Int(dropped) - 1) * 20, text)
+            }
+        }
+    }
+
     /// The server goes away (no auto_reconnect) while a host waits in vc_stream_drain
     /// with seconds of audio queued: the drain says the session was lost
     /// (VC_ERR_NETWORK, why, and how much was not sent), and once it has returned the
