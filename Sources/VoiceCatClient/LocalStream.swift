@@ -342,6 +342,15 @@ final class LocalStream {
         fed(frames: frames, now: clock(), queuedBefore: before)
     }
 
+    /// `samples` at 48 kHz as ms: whole, or to a hundredth where it is not (so that a
+    /// call a sample longer than the queue is not said to be as long as it).
+    static func msText(samples: Int) -> String {
+        if samples % 48 == 0 { return "\(samples / 48) ms" }
+        let hundredths = (samples * 100 + 24) / 48
+        let frac = hundredths % 100
+        return "\(hundredths / 100).\(frac < 10 ? "0" : "")\(frac) ms"
+    }
+
     /// Throws when the queue cannot take `frames` input frames (at inputRate, counted
     /// with the resampler's bound, so a feed is refused whole or taken whole).
     private func admit(frames: Int) throws {
@@ -349,15 +358,15 @@ final class LocalStream {
         let completes = (reframer.pending + at48) / audio.frameSamples
         let samples = queuedFrames * audio.frameSamples + reframer.pending + at48
         guard queuedFrames + completes <= maxQueueFrames && samples <= maxQueueSamples else {
-            let callMs = (at48 * 10 / 48 + 5) / 10
+            let callMs = LocalStream.msText(samples: at48)
             if at48 / audio.frameSamples > maxQueueFrames || at48 > maxQueueSamples {
-                throw ClientError.noMemory("this call's \(callMs) ms is more than stream \(streamID)'s queue holds (at most "
+                throw ClientError.noMemory("this call's \(callMs) is more than stream \(streamID)'s queue holds (at most "
                                            + "\(maxQueueSamples / 48) ms, max_queue_ms): feed it in parts; nothing of it was queued")
             }
             // A few samples of a partial frame round to "0 ms": say what is there.
             let queued = queuedMs > 0 || reframer.pending == 0 ? "\(queuedMs) ms" : "\(reframer.pending) samples at 48 kHz"
             throw ClientError.noMemory("stream \(streamID)'s queue is full: \(queued) queued of at most "
-                                       + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \(callMs) ms "
+                                       + "\(maxQueueSamples / 48) ms (max_queue_ms), this call's \(callMs) "
                                        + "would not fit; nothing of this call was queued")
         }
         if isDrained {

@@ -402,9 +402,12 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
         guard let d else { throw invalid("vc_stream_start: desc is NULL") }
         guard let outID else { throw invalid("vc_stream_start: out_stream_id is NULL") }
         guard let kind = StreamKind(rawValue: d.pointee.kind.rawValue) else {
-            throw invalid("vc_stream_start: unknown stream kind \(d.pointee.kind.rawValue)")
+            throw invalid("vc_stream_start: unknown stream kind \(Int32(bitPattern: d.pointee.kind.rawValue)) (VC_STREAM_MIC, VC_STREAM_SCREEN_AUDIO or VC_STREAM_AUX_DEVICE)")
         }
-        outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed != 0, channels: Int(d.pointee.channels),
+        guard d.pointee.external_feed == 0 || d.pointee.external_feed == 1 else {
+            throw invalid("vc_stream_start: external_feed must be 0 (a capture device) or 1 (the host feeds) (got \(d.pointee.external_feed))")
+        }
+        outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed == 1, channels: Int(d.pointee.channels),
                                                  device: d.pointee.device.map { String(cString: $0) },
                                                  maxQueueMs: Int(d.pointee.max_queue_ms), sampleRate: Int(d.pointee.sample_rate))
         return VC_OK
@@ -864,7 +867,7 @@ private func listDevices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_
     switch kind {
     case VC_DEVICE_CAPTURE: dir = .capture
     case VC_DEVICE_PLAYBACK: dir = .playback
-    default: throw invalid("kind \(kind.rawValue) is neither VC_DEVICE_CAPTURE nor VC_DEVICE_PLAYBACK")
+    default: throw invalid("kind \(Int32(bitPattern: kind.rawValue)) is neither VC_DEVICE_CAPTURE nor VC_DEVICE_PLAYBACK")
     }
     let list = AlsaBackend.shared.listDevices(dir)
     count.pointee = list.count
@@ -910,7 +913,7 @@ public func vc_set_capture_channels(_ p: OpaquePointer?, _ id: UInt32, _ channel
 public func vc_set_input_mode(_ p: OpaquePointer?, _ mode: vc_input_mode) -> Int32 {
     withClient(p) { b in
         guard let m = InputMode(rawValue: Int32(bitPattern: mode.rawValue)) else {
-            throw invalid("vc_set_input_mode: unknown mode \(mode.rawValue)")
+            throw invalid("vc_set_input_mode: unknown mode \(Int32(bitPattern: mode.rawValue)) (VC_INPUT_VAD, VC_INPUT_PTT or VC_INPUT_CONTINUOUS)")
         }
         b.client.setInputMode(m)
         return VC_OK

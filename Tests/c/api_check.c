@@ -208,6 +208,9 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(strstr(reason, "vc_set_alsa_config") == NULL, 1);
     EXPECT(vc_set_alsa_config(NULL), VC_OK);
     EXPECT(vc_set_input_mode(c, (vc_input_mode)9), VC_ERR_INVALID_ARG);
+    EXPECT(vc_set_input_mode(c, (vc_input_mode)-1), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);   /* as the host passed it, not 4294967295 */
+    EXPECT(strstr(reason, "unknown mode -1 ") != NULL, 1);
     EXPECT(vc_set_input_mode(c, VC_INPUT_CONTINUOUS), VC_OK);
     EXPECT(vc_set_vad(c, -1.0f, 300), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_vad(c, 0.03f, 100000), VC_ERR_INVALID_ARG);
@@ -342,6 +345,10 @@ static void null_args_on_a_live_client(int port) {
     d.kind = (vc_stream_kind)42;
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
     d.kind = VC_STREAM_MIC;
+    d.external_feed = 5;                      /* 0 or 1, as every flag of the API */
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "external_feed must be 0") != NULL && strstr(reason, "(got 5)") != NULL, 1);
     d.external_feed = 0;
     d.device = "vc_api_check_no_such_device";
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_DEVICE);
@@ -380,6 +387,10 @@ static void null_args_on_a_live_client(int port) {
     uint32_t sid2;
     EXPECT(vc_stream_start(c, &small, &sid2), VC_OK);
     EXPECT(vc_stream_feed_pcm(c, sid2, second, 48000, 1), VC_ERR_NO_MEMORY);
+    /* A call one sample longer than the queue is not said to be as long as it. */
+    EXPECT(vc_stream_feed_pcm(c, sid2, second, 4801, 1), VC_ERR_NO_MEMORY);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "this call's 100.02 ms is more than") != NULL && strstr(reason, "at most 100 ms") != NULL, 1);
     EXPECT(vc_stream_queued_ms(c, sid2, &queued), VC_OK);
     EXPECT((int)queued, 0);
     EXPECT(vc_stream_feed_pcm(c, sid2, second, 4800, 1), VC_OK);

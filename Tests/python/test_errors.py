@@ -476,3 +476,14 @@ def test_resampler_quality_out_of_range_states_the_real_range():
     with pytest.raises(voicecat.InvalidArgument, match=r"resampler_quality must be within 0\.\.10"):
         voicecat.Client(resampler_quality=11)
     voicecat.Client(resampler_quality=10).close()
+
+
+def test_client_settings_out_of_range_state_the_real_range():
+    # Each said 0..4294967295 (what C can hold), a range the library refuses most of.
+    for name, valid in [("keepalive_ms", r"50\.\.4294967295"), ("max_remote_streams", r"1\.\.1024"),
+                        ("event_queue_size", r"1\.\.65536"), ("talk_hangover_ms", r"0\.\.5000"),
+                        ("loss_report_ms", r"0 or 100\.\.60000")]:
+        with pytest.raises(ValueError, match=rf"{name} must be in {valid}, not -1"):
+            voicecat.Client(**{name: -1})
+    with pytest.raises(voicecat.InvalidArgument, match=r"keepalive_ms must be at least 50 \(got 10\)"):
+        voicecat.Client(keepalive_ms=10)

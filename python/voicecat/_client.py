@@ -643,18 +643,18 @@ class Client:
         cfg.playback_device = device
         cfg.external_playback = int(_flag(external_playback, "external_playback"))
         if keepalive_ms is not None:
-            cfg.keepalive_ms = _uint(keepalive_ms, "keepalive_ms")
+            cfg.keepalive_ms = _uint(keepalive_ms, "keepalive_ms", valid="50..4294967295")
         if max_remote_streams is not None:
-            cfg.max_remote_streams = _uint(max_remote_streams, "max_remote_streams")
+            cfg.max_remote_streams = _uint(max_remote_streams, "max_remote_streams", valid="1..1024")
         if event_queue_size is not None:
-            cfg.event_queue_size = _uint(event_queue_size, "event_queue_size")
+            cfg.event_queue_size = _uint(event_queue_size, "event_queue_size", valid="1..65536")
         if talk_hangover_ms is not None:
-            cfg.talk_hangover_ms = _uint(talk_hangover_ms, "talk_hangover_ms")
+            cfg.talk_hangover_ms = _uint(talk_hangover_ms, "talk_hangover_ms", valid="0..5000")
         known = _optional_cstr(known_servers_path, "known_servers_path")
         cfg.known_servers_path = known
         cfg.auto_reconnect = int(_flag(auto_reconnect, "auto_reconnect"))
         if loss_report_ms is not None:
-            cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms")
+            cfg.loss_report_ms = _uint(loss_report_ms, "loss_report_ms", valid="0 or 100..60000")
         if resampler_quality is not None:
             # Above 10 the library refuses it (InvalidArgument, with its reason).
             cfg.resampler_quality = _uint(resampler_quality, "resampler_quality", high=0x7FFFFFFF, valid="0..10")
