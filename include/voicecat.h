@@ -343,7 +343,8 @@ typedef struct vc_audio_config {
 /** A stream to publish. Get defaults from vc_stream_desc_default(). */
 typedef struct vc_stream_desc {
     vc_stream_kind kind;
-    int32_t external_feed;         /**< 1: the host feeds PCM with vc_stream_feed_pcm */
+    int32_t external_feed;         /**< 1: the host feeds PCM with vc_stream_feed_pcm; 0: a capture
+                                        device; other values: VC_ERR_INVALID_ARG */
     const char *device;            /**< capture device when external_feed = 0; NULL = default */
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
     uint32_t max_queue_ms;         /**< external feed: the most audio the stream queues ahead of sending
