@@ -778,7 +778,11 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * advance by the wall-clock time that passed (for a block that came within 40 ms
  * after the talkspurt was ended waiting for it: right after that talkspurt), so
  * listeners hear a pause. Never blocks (a full
- * socket buffer drops the frame) and does not allocate. While the server mutes this
+ * socket buffer drops the frame) and does not allocate; it does the work of what it
+ * is given on the calling thread (copying it into the queue, and a stream at another
+ * rate than 48 kHz resamples it there: measured on a 2-core VM, 0.1 ms of CPU per
+ * second of 48 kHz audio, 2.5 ms at 44.1 kHz mono, 3.6 ms at 192 kHz stereo, so a
+ * call with many minutes of resampled audio takes a second or more). While the server mutes this
  * user nothing is sent. Returns VC_ERR_NOT_FOUND (unknown stream),
  * VC_ERR_INVALID_ARG, VC_ERR_STATE (not an external-feed stream), VC_ERR_NO_MEMORY
  * when the queue cannot take the whole block (max_queue_ms; nothing of this call
