@@ -367,8 +367,9 @@ typedef struct vc_send_processing {
 /** The listener's local settings for one remote stream (no protocol traffic). */
 typedef struct vc_remote_stream {
     float gain;                    /**< linear, 0..4; default 1.0 */
-    int32_t muted;                 /**< default 0 */
-    int32_t noise_reduction;       /**< default 0 */
+    int32_t muted;                 /**< nonzero: muted; default 0 (read back as 0 or 1) */
+    int32_t noise_reduction;       /**< nonzero: the listener's noise reduction on; default 0 (read
+                                        back as 0 or 1) */
 } vc_remote_stream;
 
 /** A remote stream the client currently receives. */

@@ -345,7 +345,7 @@ static void null_args_on_a_live_client(int port) {
     d.kind = (vc_stream_kind)42;
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
     d.kind = VC_STREAM_MIC;
-    d.external_feed = 5;                      /* 0 or 1, as every flag of the API */
+    d.external_feed = 5;                      /* 0 (a device) or 1 (the host feeds): nothing else */
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
     EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
     EXPECT(strstr(reason, "external_feed must be 0") != NULL && strstr(reason, "(got 5)") != NULL, 1);
