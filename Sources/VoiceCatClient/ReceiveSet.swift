@@ -151,13 +151,16 @@ final class ReceiveSet {
         // the denoiser off, or the stream may have been replaced, in between: then it
         // is built again for what the slot is now).
         var fresh: NoiseReducer?
+        var freshGlide: LagGlide?
         var released: (NoiseReducer?, NoiseReducer?) = (nil, nil)
         while true {
             let needed: (frameSamples: Int, channels: Int)? = try withSlot(ssrc: ssrc) { s in
                 if settings.noiseReduction && s.noiseReducer == nil {
-                    guard let f = fresh, f.fits(frameSamples: s.frameSamples, streamChannels: s.channels) else {
+                    guard let f = fresh, f.fits(frameSamples: s.frameSamples, streamChannels: s.channels),
+                          s.glide != nil || freshGlide != nil else {
                         return (s.frameSamples, s.channels)
                     }
+                    if s.glide == nil { s.glide = freshGlide }
                     s.noiseReducer = f
                     s.reducerPrimed = false   // primes anew
                     fresh = nil
@@ -175,6 +178,7 @@ final class ReceiveSet {
             }
             guard let shape = needed else { break }
             fresh = NoiseReducer(frameSamples: shape.frameSamples, streamChannels: shape.channels)
+            if freshGlide == nil { freshGlide = LagGlide(maxLag: RemoteSlot.maxDenoiserDelay, maxFrame: RemoteSlot.maxFrameSamples) }
         }
         _ = released
     }

@@ -59,6 +59,15 @@ final class RemoteSlot {
     var reducerPrimed = false
     /// A denoiser faded out, kept until the control path can free it (not the audio path).
     var retiredReducer: NoiseReducer?
+    /// Moves the stream by the denoiser's delay when it is switched on or off while the
+    /// stream plays (denoise): built on the control path with the slot's first denoiser,
+    /// kept for the slot's life.
+    var glide: LagGlide?
+    /// How long the stream takes to move by a denoiser's delay (48 kHz samples): 10 ms
+    /// over 500 ms, a pitch 2 % lower (higher) for that time.
+    static let glideSamples = 24_000
+    /// The longest lag a glide takes: the denoiser's longest window.
+    static let maxDenoiserDelay = 480
 
     /// Takes every denoiser off the slot (the stream goes away): the caller frees them
     /// outside the slot lock. Lock held by caller.
@@ -178,6 +187,7 @@ final class RemoteSlot {
         playingReducer = nil
         retiredReducer = nil
         reducerPrimed = false
+        glide?.reset()
         jitter.reset(frameSamples: frameSamples)
         // A missing frame can be rebuilt from its successor: by DRED, or by in-band
         // FEC where the successor's header says it carries it (senders switch FEC
@@ -263,7 +273,7 @@ final class RemoteSlot {
         // The block's level: the sum of its squares and its largest magnitude (full scale 1).
         var sumSquares: Double = 0
         var peak: Float = 0
-        if fifoCount == 0 && frameSamples == frames && noiseReducer == nil && playingReducer == nil {
+        if fifoCount == 0 && frameSamples == frames && noiseReducer == nil && playingReducer == nil && glide?.isIdle ?? true {
             // One codec frame is the block: decoded as float (the int16 API decodes to
             // float too, then soft-clips and converts) and mixed from there; the bus
             // limits the mix.
@@ -352,47 +362,68 @@ final class RemoteSlot {
         // Listener-side NR: after decode, before gain and mixing (render decodes int16
         // for a stream that has it).
         if case .int16(let p) = decoded {
-            if playingReducer === noiseReducer {
-                if let r = playingReducer { r.process(p, frames: n) } else { reducerPrimed = false }
-            } else {
-                switchDenoiser(p, frames: n, crossFade: scratch.crossFade)
+            if let g = glide {
+                denoise(p, frames: n, glide: g, other: scratch.crossFade)
+            } else if let r = noiseReducer {
+                r.process(p, frames: n)   // (never: the glide is built with the first denoiser)
             }
         }
     }
 
-    /// The listener switched noise reduction on or off (`noiseReducer` is not the one
-    /// playing): the decoded frame `p` (stereo int16) becomes what the switch plays. The
-    /// denoiser works on 10 ms windows and its output comes 10 ms after its input, so a
-    /// switch in the middle of speech paused the stream 10 ms (on) or skipped 10 ms (off)
-    /// at a sample. On: a new denoiser first runs one frame unheard (the decoded audio
-    /// plays), then the next frame cross-fades from the decoded audio to its output (the
-    /// stream is 10 ms later from there, with no pause). Off: the frame cross-fades from
-    /// the denoiser's output to the decoded audio (10 ms are passed over in the fade),
-    /// and the denoiser is kept for the control path to free.
-    private func switchDenoiser(_ p: UnsafeMutablePointer<Int16>, frames n: Int, crossFade: UnsafeMutablePointer<Int16>) {
-        if let old = playingReducer {
-            // Off (or replaced): fade from the old one's output to the decoded audio.
-            crossFade.update(from: p, count: n * 2)
-            old.process(crossFade, frames: n)
-            CrossFade.apply(from: crossFade, to: p, frames: n, channels: 2)
-            retiredReducer = old
+    /// The listener's denoiser on the decoded frame `p` (stereo int16), and its switches.
+    /// The denoiser works on 10 ms windows and its output comes that much after its input
+    /// (`blockSize`), so the stream must move 10 ms later when it is switched on while the
+    /// stream plays, and 10 ms earlier when it is switched off: a jump there paused the
+    /// stream or skipped 10 ms, and a cross-fade between the stream and itself 10 ms
+    /// apart is a comb for that frame (a 450 Hz tone, 4.5 periods, cancels). On: the
+    /// stream glides to the delay (read 2 % slower for 500 ms: `glide`), the denoiser
+    /// running unheard on the decoded audio meanwhile; then its output, on the same
+    /// timeline, is cross-faded in over a frame. Off: its output is cross-faded out to the
+    /// decoded audio as late, which then glides back. Nothing is dropped or heard twice.
+    /// A denoiser faded out is kept for the control path to free. `other`: a frame of
+    /// scratch for the denoiser's output.
+    private func denoise(_ p: UnsafeMutablePointer<Int16>, frames n: Int, glide g: LagGlide, other y: UnsafeMutablePointer<Int16>) {
+        if let r = playingReducer {
+            g.push(p, frames: n)   // the decoded audio, for a switch off
+            if r === noiseReducer {
+                r.process(p, frames: n)
+                return
+            }
+            // Off (or replaced): from its output to the decoded audio as late.
+            y.update(from: p, count: n * 2)
+            r.process(y, frames: n)
+            g.read(into: p, frames: n)
+            CrossFade.apply(from: y, to: p, frames: n, channels: 2)
+            retiredReducer = r
             playingReducer = nil
             reducerPrimed = false
+            if noiseReducer == nil { g.glide(to: 0, perSample: Double(r.blockSize) / Double(RemoteSlot.glideSamples)) }
             return
         }
-        guard let new = noiseReducer else { return }
-        crossFade.update(from: p, count: n * 2)
-        new.process(crossFade, frames: n)
-        if !reducerPrimed {
-            reducerPrimed = true   // unheard: the decoded frame plays
+        g.push(p, frames: n)
+        guard let new = noiseReducer else {
+            // Off: back to the decoded audio's own time, if it is not there yet.
+            if !g.isIdle {
+                if g.target != 0 { g.glide(to: 0, perSample: Double(RemoteSlot.maxDenoiserDelay) / Double(RemoteSlot.glideSamples)) }
+                g.read(into: p, frames: n)
+            }
             return
         }
-        // `crossFade` holds the denoiser's output, `p` the decoded frame: fade into the output.
-        CrossFade.apply(from: p, to: crossFade, frames: n, channels: 2)
-        p.update(from: crossFade, count: n * 2)
-        playingReducer = new
+        // On: the denoiser runs unheard while the stream glides to its delay; once the
+        // whole frame is read at the delay, its output fades in.
+        let delay = new.blockSize
+        let atDelay = g.lag == Double(delay) && !g.isMoving
+        y.update(from: p, count: n * 2)
+        new.process(y, frames: n)
+        if g.target != Double(delay) { g.glide(to: delay, perSample: Double(delay) / Double(RemoteSlot.glideSamples)) }
+        g.read(into: p, frames: n)
+        if atDelay && reducerPrimed {
+            CrossFade.apply(from: p, to: y, frames: n, channels: 2)
+            p.update(from: y, count: n * 2)
+            playingReducer = new
+        }
+        reducerPrimed = true   // it has run a frame (its window filled)
     }
-
 
     /// Adds a float frame (full scale ±1.0; mono or stereo) to the bus (scaled), to the
     /// tap (stereo, rounded and clipped to int16), and to the block's level (a mono

@@ -670,8 +670,9 @@ final class AudioEdgeTests: XCTestCase {
     }
 
     /// The listener's noise reduction switched on and off in the middle of speech: no
-    /// 10 ms hole at either switch (the denoiser's output comes 10 ms after its input; it
-    /// is primed unheard for a frame and cross-faded in, and cross-faded out). The
+    /// 10 ms hole at either switch (the denoiser's output comes 10 ms after its input: the
+    /// stream glides 10 ms later while it runs unheard, then it is cross-faded in; it is
+    /// cross-faded out, then the stream glides back). The
     /// quietest 5 ms of the speech against the speech around it (100 ms either side), and
     /// the largest step between two samples. (Switched on, the stream fell silent for
     /// 10 ms; switched off, it jumped 10 ms ahead between two samples.)
