@@ -1002,17 +1002,19 @@ int vc_admin_kick(vc_client *c, uint32_t user_id, const char *reason, const char
  * 1/96 of full gain per frame, looking ahead within the block being rendered: a
  * pull of a few frames sees little ahead) and brought back by at most 1/4800 per
  * frame (from half gain in 50 ms), so loud overlapping talkers or a large gain are
- * heard quieter, not distorted; below that the mix is the plain sum. noise_reduction = 1 creates a
+ * heard quieter, not distorted; below that the mix is the plain sum. noise_reduction (nonzero) creates a
  * SpeexDSP denoiser for this stream on the calling thread (it then runs after
  * decoding and before gain and mixing); 0 releases it; it is released too when the
  * stream goes away. The denoiser works on 10 ms windows (a frame's, for frames of
  * 2.5 and 5 ms) and delays the stream by that much while it runs. Switched while the
  * stream plays, the stream moves by that delay gradually: switched on, it is played
- * 2 % slower for 500 ms (its pitch that much lower) while the denoiser runs unheard,
- * then the denoiser's output, now on the same timeline, is cross-faded in over one
- * codec frame; switched off, the reverse (cross-faded out, then 2 % faster). Nothing is
- * dropped, repeated or cancelled (a cross-fade between the stream and itself 10 ms
- * apart would cancel a 450 Hz tone). Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
+ * 2 % slower (its pitch that much lower) until it has moved (500 ms for 10 ms) while
+ * the denoiser runs unheard, then the denoiser's output, now on the same timeline, is
+ * cross-faded in over one codec frame; switched off, the reverse (cross-faded out, then
+ * 2 % faster). Nothing is dropped, repeated or cancelled (a cross-fade between the
+ * stream and itself 10 ms apart would cancel a 450 Hz tone). Switched while the stream
+ * is silent (before it talks, in a pause without comfort noise) it moves at once: the
+ * denoiser is heard from its second frame. Other streams are untouched. Returns VC_ERR_NOT_FOUND for an
  * ssrc not being received, VC_ERR_INVALID_ARG for a gain outside 0..4 or NaN.
  * Callback-safe: yes.
  */

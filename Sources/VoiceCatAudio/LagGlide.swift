@@ -12,8 +12,8 @@
 
 /// Reads a stream (interleaved stereo int16, pushed a frame at a time) at a lag that
 /// moves at a fixed rate towards a target, interpolating between samples (cubic) while
-/// it moves. Keeps the last `maxLag` samples and a frame. Preallocated: `push` and
-/// `read` never allocate.
+/// it moves. Keeps the last `maxLag` samples and a frame. Each `read` follows the
+/// `push` of the same frame. Preallocated: `push` and `read` never allocate.
 public final class LagGlide {
     /// The longest lag (samples).
     public let maxLag: Int
@@ -62,9 +62,18 @@ public final class LagGlide {
         rate = max(1e-6, abs(perSample))
     }
 
-    /// Appends `frames` (≤ maxFrame) stereo frames of the stream to the history.
+    /// Moves the lag to `samples` (0...maxLag) at once, from the next `read`: where the
+    /// stream is silent on both sides of the move, nothing is heard missing or twice.
+    public func jump(to samples: Int) {
+        target = Double(min(max(0, samples), maxLag))
+        lag = target
+    }
+
+    /// Appends `frames` (≤ maxFrame: a longer frame is a caller's error) stereo frames of
+    /// the stream to the history.
     public func push(_ pcm: UnsafePointer<Int16>, frames: Int) {
-        let n = min(frames, maxFrame)
+        precondition(frames <= maxFrame, "LagGlide: a frame of \(frames) samples, more than the \(maxFrame) it was built for")
+        let n = frames
         let at = written % capacity
         let run = min(n, capacity - at)
         (ring + 2 * at).update(from: pcm, count: 2 * run)
@@ -73,8 +82,8 @@ public final class LagGlide {
         pushed = n
     }
 
-    /// Writes the last frame pushed as heard at the lag (`frames` ≤ what was pushed),
-    /// moving the lag towards its target sample by sample.
+    /// Writes the last frame pushed as heard at the lag (`frames` ≤ what was pushed;
+    /// once per push), moving the lag towards its target sample by sample.
     public func read(into out: UnsafeMutablePointer<Int16>, frames: Int) {
         let n = min(frames, pushed)
         let first = written - pushed

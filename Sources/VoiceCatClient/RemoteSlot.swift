@@ -63,9 +63,10 @@ final class RemoteSlot {
     /// stream plays (denoise): built on the control path with the slot's first denoiser,
     /// kept for the slot's life.
     var glide: LagGlide?
-    /// How long the stream takes to move by a denoiser's delay (48 kHz samples): 10 ms
-    /// over 500 ms, a pitch 2 % lower (higher) for that time.
-    static let glideSamples = 24_000
+    /// How fast the stream moves by a denoiser's delay (samples of lag per sample
+    /// played): 2 %, its pitch a third of a semitone lower (higher) meanwhile; 10 ms
+    /// take 500 ms, 2.5 ms 125 ms.
+    static let glideRate = 0.02
     /// The longest lag a glide takes: the denoiser's longest window.
     static let maxDenoiserDelay = 480
 
@@ -335,6 +336,7 @@ final class RemoteSlot {
         let n = frameSamples
         let before = PlayedBlock.Before(jitter)
         let playout = decoder.playNext(from: jitter, dred: dredWanted ? dred : nil, frames: n, nowMs: nowMs, into: decoded)
+        let silentBefore = lastDecodeSilent
         lastDecodeSilent = playout == .silence
         blockPlayed.add(jitter, playout, before: before, blockSamples: block)
         // A mono stream decodes mono (L = R by construction, whatever its packets say):
@@ -363,7 +365,7 @@ final class RemoteSlot {
         // for a stream that has it).
         if case .int16(let p) = decoded {
             if let g = glide {
-                denoise(p, frames: n, glide: g, other: scratch.crossFade)
+                denoise(p, frames: n, silent: silentBefore && lastDecodeSilent, glide: g, other: scratch.crossFade)
             } else if let r = noiseReducer {
                 r.process(p, frames: n)   // (never: the glide is built with the first denoiser)
             }
@@ -376,13 +378,17 @@ final class RemoteSlot {
     /// stream plays, and 10 ms earlier when it is switched off: a jump there paused the
     /// stream or skipped 10 ms, and a cross-fade between the stream and itself 10 ms
     /// apart is a comb for that frame (a 450 Hz tone, 4.5 periods, cancels). On: the
-    /// stream glides to the delay (read 2 % slower for 500 ms: `glide`), the denoiser
+    /// stream glides to the delay (read 2 % slower, 500 ms for 10 ms: `glide`), the denoiser
     /// running unheard on the decoded audio meanwhile; then its output, on the same
     /// timeline, is cross-faded in over a frame. Off: its output is cross-faded out to the
     /// decoded audio as late, which then glides back. Nothing is dropped or heard twice.
-    /// A denoiser faded out is kept for the control path to free. `other`: a frame of
+    /// Where the stream is silent (`silent`: this frame and the one before decoded as
+    /// silence, outside any talkspurt) the lag moves at once: a denoiser switched on
+    /// before a stream talks, or in its pauses, is heard from its second frame. A
+    /// denoiser faded out is kept for the control path to free. `other`: a frame of
     /// scratch for the denoiser's output.
-    private func denoise(_ p: UnsafeMutablePointer<Int16>, frames n: Int, glide g: LagGlide, other y: UnsafeMutablePointer<Int16>) {
+    private func denoise(_ p: UnsafeMutablePointer<Int16>, frames n: Int, silent: Bool, glide g: LagGlide,
+                         other y: UnsafeMutablePointer<Int16>) {
         if let r = playingReducer {
             g.push(p, frames: n)   // the decoded audio, for a switch off
             if r === noiseReducer {
@@ -397,14 +403,15 @@ final class RemoteSlot {
             retiredReducer = r
             playingReducer = nil
             reducerPrimed = false
-            if noiseReducer == nil { g.glide(to: 0, perSample: Double(r.blockSize) / Double(RemoteSlot.glideSamples)) }
+            if noiseReducer == nil { g.glide(to: 0, perSample: RemoteSlot.glideRate) }
             return
         }
         g.push(p, frames: n)
         guard let new = noiseReducer else {
             // Off: back to the decoded audio's own time, if it is not there yet.
             if !g.isIdle {
-                if g.target != 0 { g.glide(to: 0, perSample: Double(RemoteSlot.maxDenoiserDelay) / Double(RemoteSlot.glideSamples)) }
+                if g.target != 0 { g.glide(to: 0, perSample: RemoteSlot.glideRate) }
+                if silent { g.jump(to: 0) }
                 g.read(into: p, frames: n)
             }
             return
@@ -415,7 +422,8 @@ final class RemoteSlot {
         let atDelay = g.lag == Double(delay) && !g.isMoving
         y.update(from: p, count: n * 2)
         new.process(y, frames: n)
-        if g.target != Double(delay) { g.glide(to: delay, perSample: Double(delay) / Double(RemoteSlot.glideSamples)) }
+        if g.target != Double(delay) { g.glide(to: delay, perSample: RemoteSlot.glideRate) }
+        if silent && g.isMoving { g.jump(to: delay) }
         g.read(into: p, frames: n)
         if atDelay && reducerPrimed {
             CrossFade.apply(from: p, to: y, frames: n, channels: 2)

@@ -60,21 +60,46 @@ final class LagGlideTests: XCTestCase {
         XCTAssertLessThan(comb, 0.5, "the comb a cross-fade 10 ms apart makes at 450 Hz")
     }
 
-    /// Moving before anything older was pushed reads silence, never outside the history.
+    /// Moving before anything older was pushed reads silence, never outside the history:
+    /// a lag of 480 from the first frame plays 480 samples of silence, then the stream.
+    /// (Jumped, and glided from 0 at a rate that passes whole samples each sample.)
     func testAGlideFromTheFirstFrameReadsSilenceBeforeIt() {
-        let glide = LagGlide(maxLag: 480, maxFrame: 120)
-        glide.glide(to: 480, perSample: 1)
-        var frame = tone(1000, start: 0, frames: 120)
-        frame.withUnsafeBufferPointer { glide.push($0.baseAddress!, frames: 120) }
-        frame.withUnsafeMutableBufferPointer { glide.read(into: $0.baseAddress!, frames: 120) }
-        XCTAssertEqual(glide.lag, 120)
-        for _ in 0..<4 {
-            var f = tone(1000, start: 0, frames: 120)
-            f.withUnsafeBufferPointer { glide.push($0.baseAddress!, frames: 120) }
-            f.withUnsafeMutableBufferPointer { glide.read(into: $0.baseAddress!, frames: 120) }
+        var input: [Int16] = []
+        for i in 0..<(4 * 120) {
+            input.append(Int16(1000 + i))
+            input.append(Int16(-1000 - i))
         }
-        XCTAssertEqual(glide.lag, 480)
-        glide.reset()
-        XCTAssertTrue(glide.isIdle)
+        for jumped in [true, false] {
+            let glide = LagGlide(maxLag: 480, maxFrame: 120)
+            if jumped { glide.jump(to: 480) } else { glide.glide(to: 480, perSample: 4) }
+            var out: [Int16] = []
+            for f in 0..<4 {
+                var frame = Array(input[(f * 240)..<((f + 1) * 240)])
+                frame.withUnsafeBufferPointer { glide.push($0.baseAddress!, frames: 120) }
+                frame.withUnsafeMutableBufferPointer { glide.read(into: $0.baseAddress!, frames: 120) }
+                out += frame
+            }
+            XCTAssertEqual(glide.lag, 480)
+            if jumped {
+                XCTAssertEqual(out, Array(repeating: 0, count: 2 * 480), "480 samples of silence before the stream")
+            } else {
+                // Reading at j - 4j (clamped to the lag) lies before the first sample from the second on.
+                XCTAssertEqual(Array(out[2..<(2 * 480)]), Array(repeating: 0, count: 2 * 479), "silence before the stream")
+                XCTAssertEqual(Array(out[0..<2]), [1000, -1000], "the first sample, at lag 0")
+            }
+            glide.reset()
+            XCTAssertTrue(glide.isIdle)
+        }
+        // And once there is a past, the lag reads it: four frames more at 480, the stream 480 late.
+        let glide = LagGlide(maxLag: 480, maxFrame: 120)
+        glide.jump(to: 480)
+        var out: [Int16] = []
+        for f in 0..<8 {
+            var frame = f < 4 ? Array(input[(f * 240)..<((f + 1) * 240)]) : [Int16](repeating: 7, count: 240)
+            frame.withUnsafeBufferPointer { glide.push($0.baseAddress!, frames: 120) }
+            frame.withUnsafeMutableBufferPointer { glide.read(into: $0.baseAddress!, frames: 120) }
+            out += frame
+        }
+        XCTAssertEqual(Array(out[(2 * 480)...]), input, "the stream, 480 samples late, sample for sample")
     }
 }

@@ -99,13 +99,14 @@ final class ProcessingPathTests: XCTestCase {
         return (outA, outB)
     }
 
-    /// The listener's denoiser switched on, off again before it was faded in, and on
-    /// much later: the stream glides 10 ms later (its denoiser unheard), back to the
-    /// decoded audio's own time (sample for sample the other stream's, which has none),
-    /// and later again; the new denoiser fades in only once the stream is at its delay
-    /// and it has run a frame, never from its empty first window (a 10 ms hole), and no
-    /// frame loses its level on the way (a cross-fade between the stream and itself 10 ms
-    /// apart did: a comb).
+    /// The listener's denoiser switched on, off again before it was faded in, on again
+    /// much later, and once it is heard off and on between two renders: the stream
+    /// glides 10 ms later (its denoiser unheard: the stream is the other stream's audio,
+    /// which has none, read at the glide's lag), back to its own time (sample for sample
+    /// the other stream's), later again; each new denoiser fades in only once the stream
+    /// is at its delay and it has run a frame, never from its empty first window (a 10 ms
+    /// hole); and nothing dips or steps on the way (a cross-fade between the stream and
+    /// itself 10 ms apart did: a comb; a fade from the decoded frame, a splice).
     func testADenoiserSwitchedOffBeforeItsFadeLeavesTheNextOneToPrimeAnew() throws {
         let (c, a, b) = try listener(nrOnA: false)
         // A voice of gliding pitch at a steady level: a hole or a comb, not syllables, makes a dip.
@@ -119,13 +120,21 @@ final class ProcessingPathTests: XCTestCase {
         let scratch = RemoteSlot.Scratch()
         defer { scratch.deallocate() }
         var pcm = [Int16](repeating: 0, count: 1920)
-        var differs: [Int: Int] = [:]        // tick -> samples where A (the switched one) differs from B
-        var heard: [[Int16]] = [[], []]      // A's and B's left channel
-        var fadedIn = -1
+        // What A plays while no denoiser is heard: B (no denoiser) read at A's lag.
+        let expected = LagGlide(maxLag: 480, maxFrame: 960)
+        var unheard: [Int: Bool] = [:]        // tick -> A is B at the lag, to within rounding
+        var differs: [Int: Int] = [:]         // tick -> samples where A differs from B
+        var heard: [[Int16]] = [[], []]       // A's and B's left channel
         for k in 0..<packets.count {
             if k == 10 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true)) }    // gliding from 10
             if k == 11 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: false)) }   // off before its fade
             if k == 30 { try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true)) }    // a new one
+            if k == 70 {                                                                        // heard: off, on
+                try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: false))
+                try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true))
+            }
+            if k == 10 || k == 30 { expected.glide(to: 480, perSample: RemoteSlot.glideRate) }
+            if k == 11 { expected.glide(to: 0, perSample: RemoteSlot.glideRate) }
             var outs: [[Int16]] = []
             for slot in [a, b] {
                 packets[k].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(k), timestamp: UInt32(k * 960), flags: [], payload: $0, arrivalMs: Double(k) * 20) }
@@ -135,16 +144,27 @@ final class ProcessingPathTests: XCTestCase {
                 outs.append(pcm)
             }
             differs[k] = zip(outs[0], outs[1]).filter { $0 != $1 }.count
+            var lagged = outs[1]
+            lagged.withUnsafeBufferPointer { expected.push($0.baseAddress!, frames: 960) }
+            lagged.withUnsafeMutableBufferPointer { expected.read(into: $0.baseAddress!, frames: 960) }
+            unheard[k] = zip(outs[0], lagged).allSatisfy { abs(Int($0) - Int($1)) <= 3 }
             for n in 0..<2 { heard[n] += stride(from: 0, to: 1920, by: 2).map { outs[n][$0] } }
-            if fadedIn < 0 && a.lock.withLock({ a.glide?.lag == 480 && a.reducerPrimed && !(a.glide?.isMoving ?? true) }) && k > 30 {
-                fadedIn = k + 1   // at the delay for a whole frame from here: the next one fades in
-            }
         }
+        XCTAssertEqual((0..<10).map { differs[$0] ?? -1 }, Array(repeating: 0, count: 10))
         XCTAssertGreaterThan(differs[10] ?? 0, 0, "the stream starts to glide at once")
         XCTAssertEqual((13..<30).map { differs[$0] ?? -1 }, Array(repeating: 0, count: 17),
                        "back on the decoded audio's own time, sample for sample, nothing faded in")
-        // Until the denoiser is heard (it then turns this steady voice down, as it would a
-        // noise): each 5 ms against the 100 ms either side of it, A's and B's.
+        let fadedIn = (31..<70).first { unheard[$0] == false } ?? -1
+        // (25 frames of 2 % from tick 30; the lag's sum of 24,000 steps may take a sample more.)
+        XCTAssertTrue((55...56).contains(fadedIn), "unheard while the stream glides 10 ms, then faded in: tick \(fadedIn)")
+        XCTAssertTrue((10..<55).allSatisfy { unheard[$0] == true }, "the denoiser heard before the stream is at its delay")
+        XCTAssertFalse(unheard[60] ?? true, "then heard")
+        XCTAssertEqual(unheard[71], true, "off and on while heard: the new denoiser's first frame unheard (the stream at its delay)")
+        XCTAssertEqual(unheard[72], false, "then faded in")
+        XCTAssertTrue((73..<packets.count).allSatisfy { unheard[$0] == false }, "and heard")
+        // No hole or comb: each 5 ms against the 100 ms either side of it (until the first
+        // fade-in and a few frames after; the denoiser then turns this steady voice down,
+        // as it would a noise), A's and B's; no step between two samples (a splice).
         func quietest(_ x: [Int16], upTo tick: Int) -> Double {
             let rms = stride(from: 0, to: x.count - 240, by: 240).map { Signal.rms(x[$0..<($0 + 240)]) }
             var least = Double.infinity
@@ -153,14 +173,53 @@ final class ProcessingPathTests: XCTestCase {
             }
             return least
         }
-        let worst = quietest(heard[0], upTo: fadedIn), reference = quietest(heard[1], upTo: fadedIn)
-        print("denoiser on, off before its fade, on again: at the delay from tick \(fadedIn - 1); "
-              + "until it fades in, its quietest 5 ms at \(String(format: "%.2f", worst)) of the 200 ms around it "
-              + "(the other stream's at \(String(format: "%.2f", reference)))")
+        func largestStep(_ x: [Int16]) -> Int { (1..<x.count).map { abs(Int(x[$0]) - Int(x[$0 - 1])) }.max() ?? 0 }
+        let worst = quietest(heard[0], upTo: 58), reference = quietest(heard[1], upTo: 58)
+        let step = largestStep(Array(heard[0][960...])), referenceStep = largestStep(Array(heard[1][960...]))
+        print("denoiser on, off before its fade, on again, off and on while heard: faded in at ticks \(fadedIn) and 72; "
+              + "its quietest 5 ms up to tick 58 at \(String(format: "%.2f", worst)) of the 200 ms around it (the other "
+              + "stream's at \(String(format: "%.2f", reference))); largest step \(step) (the other stream's \(referenceStep))")
         XCTAssertGreaterThan(worst, min(0.6, reference - 0.1), "a hole, or a comb, where the stream moved or the denoiser faded in")
-        XCTAssertTrue((54...58).contains(fadedIn), "10 ms over 500 ms from tick 30, then a frame: \(fadedIn)")
-        XCTAssertGreaterThan(differs[packets.count - 1] ?? 0, 0, "then heard")
+        XCTAssertLessThan(step, referenceStep * 3 / 2 + 100, "a splice where the stream moved or the denoiser faded in or out")
         XCTAssertTrue(try c.isNoiseReducing(ssrc: 1001))
+    }
+
+    /// A denoiser switched on before the stream talks, where nothing is heard moving:
+    /// the stream moves to its delay at once, and the denoiser is heard from the first
+    /// words (the glide would have left them undenoised, and 2 % low, for 500 ms).
+    func testADenoiserSwitchedOnBeforeTheStreamTalksIsHeardFromItsFirstWords() throws {
+        let (c, a, b) = try listener(nrOnA: false)
+        let packets = try Self.packets(Self.noisySpeech(seconds: 1, snrDB: 5, seed: 7, f0: 150))
+        let bus = MixBus(capacityFrames: 960)
+        let scratch = RemoteSlot.Scratch()
+        defer { scratch.deallocate() }
+        var pcm = [Int16](repeating: 0, count: 1920)
+        try c.setRemote(ssrc: 1001, RemoteSettings(noiseReduction: true))
+        var firstHeard = -1
+        let delayed = LagGlide(maxLag: 480, maxFrame: 960)   // B's audio 10 ms late
+        delayed.jump(to: 480)
+        for k in 0..<(5 + packets.count) {
+            var outs: [[Int16]] = []
+            for slot in [a, b] {
+                if k >= 5 {   // five silent periods, then the talkspurt
+                    let f = k - 5
+                    packets[f].withUnsafeBytes { _ = slot.jitter.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: f == 0 ? .marker : [], payload: $0, arrivalMs: Double(k) * 20) }
+                }
+                bus.clear(frames: 960)
+                slot.lock.withLock { slot.render(into: bus, frames: 960, nowMs: Double(k) * 20 + 10, scratch: scratch) }
+                pcm.withUnsafeMutableBufferPointer { bus.render(into: $0.baseAddress!, frames: 960) }
+                outs.append(pcm)
+            }
+            if k < 5 { XCTAssertTrue(a.lock.withLock { a.glide?.lag == 480 }, "silent: at the delay at once (tick \(k))") }
+            // B's audio 10 ms late against A's: the same (to within rounding) unless the
+            // denoiser is heard.
+            var lagged = outs[1]
+            lagged.withUnsafeBufferPointer { delayed.push($0.baseAddress!, frames: 960) }
+            lagged.withUnsafeMutableBufferPointer { delayed.read(into: $0.baseAddress!, frames: 960) }
+            if firstHeard < 0 && !zip(outs[0], lagged).allSatisfy({ abs(Int($0) - Int($1)) <= 3 }) { firstHeard = k }
+        }
+        print("denoiser switched on five periods before the stream talks: heard from tick \(firstHeard)")
+        XCTAssertEqual(firstHeard, 5, "the denoiser heard from the talkspurt's first frame, 10 ms late")
     }
 
     /// A slot reused for a stream of another channel count decodes with that many
