@@ -838,10 +838,10 @@ int vc_stream_queued_ms(vc_client *c, uint32_t stream_id, uint32_t *out_ms);
  * until more audio is fed to the empty queue; a host feeding in real time, whose
  * queue is rarely empty for long, reads every such frame in
  * vc_send_stats.frames_dropped and frames_sent_path_lost; or the session was lost, not ended by the host,
- * while audio was still queued or after a reconnect's gap had dropped some: the
- * stream ended with it, and vc_last_error says why and how many ms were not sent
- * (those still queued and those the gap dropped; those sent while the media path
- * was lost, if any, too); it returns once VC_EVENT_DISCONNECTED is in the
+ * while audio was still queued, or after a reconnect's gap had dropped some or some
+ * was sent while the media path was lost: the stream ended with it, and
+ * vc_last_error says why and how many ms were not sent (those still queued and those
+ * the gap dropped) and how many were sent while the media path was lost; it returns once VC_EVENT_DISCONNECTED is in the
  * queue vc_poll_event reads (before the event callback has seen it), and a later
  * drain naming that stream gets the same answer while the client remembers how it
  * ended (as vc_last_error's "it ended with the session" for other calls: until a

@@ -5,12 +5,17 @@
 import CSpeexDSP
 
 /// The block SpeexDSP's preprocessor runs in for a codec frame of `frameSamples`:
-/// 10 ms when the frame allows, else the frame.
-public func speexBlockSize(frameSamples: Int) -> Int { frameSamples % 480 == 0 ? 480 : frameSamples }
+/// 10 ms when the frame allows, else the frame. Its output comes that much after its
+/// input.
+public func speexBlockSize(frameSamples: Int) -> Int {
+    frameSamples % NoiseReducer.longestBlock == 0 ? NoiseReducer.longestBlock : frameSamples
+}
 
 /// Denoises a decoded stream (interleaved stereo at 48 kHz) channel by channel.
 /// Mono streams (decoded as L = R) run one state and copy the result to R.
 public final class NoiseReducer {
+    /// The longest block (10 ms), and so the longest delay a denoiser adds.
+    public static let longestBlock = 480
     public let blockSize: Int
     public let streamChannels: Int
     private var states: [OpaquePointer] = []

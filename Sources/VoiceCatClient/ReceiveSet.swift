@@ -154,11 +154,13 @@ final class ReceiveSet {
         var freshGlide: LagGlide?
         var released: (NoiseReducer?, NoiseReducer?) = (nil, nil)
         while true {
-            let needed: (frameSamples: Int, channels: Int)? = try withSlot(ssrc: ssrc) { s in
+            // (The slot's glide, which moves the stream by the denoiser's delay, is built
+            // with its first denoiser and kept.)
+            let needed: (frameSamples: Int, channels: Int, glide: Bool)? = try withSlot(ssrc: ssrc) { s in
                 if settings.noiseReduction && s.noiseReducer == nil {
                     guard let f = fresh, f.fits(frameSamples: s.frameSamples, streamChannels: s.channels),
                           s.glide != nil || freshGlide != nil else {
-                        return (s.frameSamples, s.channels)
+                        return (s.frameSamples, s.channels, s.glide == nil)
                     }
                     if s.glide == nil { s.glide = freshGlide }
                     s.noiseReducer = f
@@ -177,8 +179,12 @@ final class ReceiveSet {
                 return nil
             }
             guard let shape = needed else { break }
-            fresh = NoiseReducer(frameSamples: shape.frameSamples, streamChannels: shape.channels)
-            if freshGlide == nil { freshGlide = LagGlide(maxLag: RemoteSlot.maxDenoiserDelay, maxFrame: RemoteSlot.maxFrameSamples) }
+            if fresh?.fits(frameSamples: shape.frameSamples, streamChannels: shape.channels) != true {
+                fresh = NoiseReducer(frameSamples: shape.frameSamples, streamChannels: shape.channels)
+            }
+            if shape.glide && freshGlide == nil {
+                freshGlide = LagGlide(maxLag: NoiseReducer.longestBlock, maxFrame: RemoteSlot.maxFrameSamples)
+            }
         }
         _ = released
     }

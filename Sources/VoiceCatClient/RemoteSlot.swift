@@ -67,8 +67,6 @@ final class RemoteSlot {
     /// played): 2 %, its pitch a third of a semitone lower (higher) meanwhile; 10 ms
     /// take 500 ms, 2.5 ms 125 ms.
     static let glideRate = 0.02
-    /// The longest lag a glide takes: the denoiser's longest window.
-    static let maxDenoiserDelay = 480
 
     /// Takes every denoiser off the slot (the stream goes away): the caller frees them
     /// outside the slot lock. Lock held by caller.
@@ -363,12 +361,9 @@ final class RemoteSlot {
         }
         // Listener-side NR: after decode, before gain and mixing (render decodes int16
         // for a stream that has it).
-        if case .int16(let p) = decoded {
-            if let g = glide {
-                denoise(p, frames: n, silent: silentBefore && lastDecodeSilent, glide: g, other: scratch.crossFade)
-            } else if let r = noiseReducer {
-                r.process(p, frames: n)   // (never: the glide is built with the first denoiser)
-            }
+        // (A slot that never had a denoiser has no glide: it is built with the first one.)
+        if case .int16(let p) = decoded, let g = glide {
+            denoise(p, frames: n, silent: silentBefore && lastDecodeSilent, glide: g, other: scratch.crossFade)
         }
     }
 
