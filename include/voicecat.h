@@ -1173,7 +1173,9 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * (target_depth_ms includes it, up to what a stream's buffer holds: 60 frames, 1.2 s of
  * 20 ms frames, 600 ms of 10 ms; a larger call conceals what does not fit; held 2 s after the last call that
  * large), from the first talkspurt on (a talkspurt that began before the largest
- * pull was first seen may underrun once at it): the size of the pulls adds to the
+ * pull was first seen may underrun at it, once for each period of that cushion it
+ * lacked: each underrun adds one; its next talkspurt starts with all of it in
+ * hand): the size of the pulls adds to the
  * delay, and pulls of 10–20 ms give the least. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
