@@ -73,7 +73,8 @@ demo: deps server
 ## pkg-config on an installed prefix against a live server, the installed server's check,
 ## pytest over the Python binding and the listening-quality goals, and the fuzzer (corpus
 ## replay plus a short run).
-test: deps swift-test tsan c-test server-check py-test fuzz-replay fuzz
+test:
+	@bash scripts/stages.sh "$(MAKE) --no-print-directory" deps swift-test tsan c-test server-check py-test fuzz-replay fuzz
 	@echo "make test: all stages passed"
 
 ## A test run that hangs fails after HANG_MINUTES (the last "started" line names the

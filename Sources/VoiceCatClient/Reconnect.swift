@@ -30,7 +30,7 @@ extension VoiceClient {
         // session ends) and opens again with the first frame sent after it.
         for s in streams.all { s.slot.lock.withLock { s.abandon() } }
         receive.forgetLateness()   // the new session's path may not be the old one's
-        guard var (target, channel) = cond.withLock({ () -> (ConnectTarget, String)? in
+        guard case (var target, let channel)? = cond.withLock({ () -> (ConnectTarget, String)? in
             guard !stopNetwork, let t = target else { return nil }
             phase = .reconnecting
             control?.close(); control = nil

@@ -9,6 +9,7 @@ import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 import VoiceCatTestSupport
+import Synchronization
 import XCTest
 
 /// Everything a per-speaker sink got: each stream's first channel, when each block
@@ -406,14 +407,13 @@ final class AudioEdgeTests: XCTestCase {
         // per-speaker sink set later starts in the middle of the talker's audio.
         try sam.setMixedSink { _, _, _ in }
         let toneRMS = 0.5 * 32767 / 2.0.squareRoot()
-        let lock = NSLock()
-        var blocks: [[Int16]] = []
+        let blocks = Mutex<[[Int16]]>([])
         let consumers = Thread {
             usleep(1_200_000)
             try? sam.setSpeakerSink { b in
                 guard b.ssrc == ssrc else { return }
                 let a = Array(UnsafeBufferPointer(start: b.pcm, count: b.frames * b.channels))
-                lock.withLock { if blocks.count < 6 { blocks.append(a) } }
+                blocks.withLock { if $0.count < 6 { $0.append(a) } }
             }
             usleep(500_000)
             try? sam.startRecording(path: self.dir + "/mix-mid.wav", ssrc: 0)
@@ -425,7 +425,7 @@ final class AudioEdgeTests: XCTestCase {
         try sam.stopRecording(ssrc: ssrc)
         try sam.setSpeakerSink(nil)
         try sam.setMixedSink(nil)
-        let got = lock.withLock { blocks }
+        let got = blocks.withLock { $0 }
         XCTAssertEqual(got.count, 6, "the sink got the talker")
         let (head, body) = (got[0], got[5])
         XCTAssertEqual(head.count, 320)

@@ -42,7 +42,7 @@ final class DeviceTests: XCTestCase {
 
     func writeRaw(_ path: String, _ pcm: [Int16]) {
         let data = pcm.withUnsafeBufferPointer { Data(buffer: $0) }
-        FileManager.default.createFile(atPath: path, contents: data)
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: data), "wrote \(path)")
     }
 
     func readRaw(_ path: String) -> [Int16] {
