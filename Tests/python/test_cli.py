@@ -15,8 +15,8 @@ import wave
 
 import voicecat
 
-from conftest import (best_correlation, envelope, joined, numpy, pace, read_wav, speak_to_wav, start_recorder, tone,
-                      unique, waveform_correlations)
+from conftest import (_start_server, best_correlation, envelope, joined, numpy, pace, read_wav, speak_to_wav,
+                      start_recorder, tone, unique, waveform_correlations)
 
 SPEECH = "The quick brown fox jumps over the lazy dog, twice."
 OTHER = "Seven silver swans swam silently southward at sunset."
@@ -156,6 +156,34 @@ def test_exit_status_says_what_went_wrong(server, password_server, tmp_path):
     assert "VOICECAT_PORT" in bad_env.stderr, bad_env.stderr
     summary = voicecat_cmd("--help", check=0).stdout
     assert "unless --rate / --channels say otherwise)" in re.sub(r"\s+", " ", summary), summary
+
+
+def test_a_server_that_dies_mid_command_is_exit_3_for_every_command(tmp_path):
+    # --help: 3 = the server could not be reached or did not answer. speak said 5
+    # ("refused": its stream was gone with the session), stats 1 ("not in a channel")
+    # and ping 1 (helper-88).
+    path = tmp_path / "long.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(48000)
+        w.writeframes(tone(440, 20).tobytes())
+    proc, private = _start_server([])
+    try:
+        def start(*args):
+            return subprocess.Popen([sys.executable, "-m", "voicecat", *args, "--port", str(private.port)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        running = {"speak": start("speak", str(path), "--user", unique("dies-speak")),
+                   "stats": start("stats", "--seconds", "20", "--user", unique("dies-stats")),
+                   "ping": start("ping", "127.0.0.1", "--count", "1000", "--user", unique("dies-ping")),
+                   "record": start("record", str(tmp_path / "x.wav"), "--seconds", "20", "--user", unique("dies-rec"))}
+        time.sleep(3)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    for name, p in running.items():
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3 and "disconnected from" in err, f"{name}: exit {p.returncode}\n{out}\n{err}"
 
 
 def test_record_interrupted_by_ctrl_c_writes_what_it_recorded(server, tmp_path):

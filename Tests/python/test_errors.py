@@ -307,6 +307,106 @@ def test_ctrl_c_before_the_connect_starts_leaves_no_session(server):
     c.close()
 
 
+def test_ctrl_c_while_the_connect_thread_starts_leaves_no_session(server, monkeypatch):
+    # Ctrl-C landing in Thread.start() of the connect's own thread (helper-88: 6 in 100
+    # interrupted connects): that thread runs on, so the connect is cancelled as from
+    # within the wait. (start() sat before the try: the connect went on and the
+    # program, told KeyboardInterrupt, was left connected.)
+    import threading as real_threading
+    from voicecat import _client
+
+    class InterruptedStart(real_threading.Thread):
+        def start(self):
+            super().start()
+            raise KeyboardInterrupt   # as Ctrl-C in start()'s wait for the thread
+
+    class Threading:
+        Thread = InterruptedStart
+
+        def __getattr__(self, name):
+            return getattr(real_threading, name)
+
+    lib = _lib.get()
+    real = lib.vc_connect
+
+    def slow_connect(*args):
+        time.sleep(0.2)   # the library gets the connect after the Ctrl-C
+        return real(*args)
+
+    name = unique("ctrl-c-start")
+    c = voicecat.Client(known_servers_path="")
+    monkeypatch.setattr(_client, "threading", Threading())
+    lib.vc_connect = slow_connect
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.connect("127.0.0.1", server.port, name, password=server.password, allow_unverified=True)
+    finally:
+        lib.vc_connect = real
+        monkeypatch.undo()
+    with pytest.raises(voicecat.StateError, match="not connected"):
+        c.join("Lobby")
+    with joined(server, "ctrl-c-start-watch") as watch:
+        time.sleep(0.5)
+        assert all(u.username != name for u in watch.users()), "left connected"
+    c.close()
+
+
+def test_disconnect_cancels_a_connect_that_has_not_reached_the_library(server):
+    # disconnect() on another thread while connect() is on its way into the library (a
+    # thread starting, arguments converted): the connect is cancelled, not left to
+    # connect after disconnect() said "not connected" (helper-88: 3 in 300 races).
+    lib = _lib.get()
+    real = lib.vc_connect
+    entered = threading.Event()
+
+    def slow_connect(*args):
+        entered.set()
+        time.sleep(0.3)
+        return real(*args)
+
+    name = unique("disconnect-early")
+    c = voicecat.Client(known_servers_path="")
+    outcome = []
+
+    def connect():
+        try:
+            c.connect("127.0.0.1", server.port, name, password=server.password, allow_unverified=True)
+            outcome.append("connected")
+        except voicecat.VoiceCatError as e:
+            outcome.append(e)
+
+    lib.vc_connect = slow_connect
+    try:
+        t = threading.Thread(target=connect)
+        t.start()
+        assert entered.wait(5)
+        c.disconnect()   # no StateError: there was a connect to cancel
+        t.join(10)
+    finally:
+        lib.vc_connect = real
+    assert not t.is_alive()
+    # Cancelled in the library, or (once it had got through) ended: never left connected.
+    assert outcome == ["connected"] or (len(outcome) == 1 and isinstance(outcome[0], voicecat.StateError)), outcome
+    with pytest.raises(voicecat.StateError, match="not connected"):
+        c.join("Lobby")
+    with pytest.raises(voicecat.StateError, match="not connected"):
+        c.disconnect()   # and now there is nothing to cancel
+    c.close()
+
+
+def test_async_events_maxsize_is_checked():
+    c = voicecat.Client(known_servers_path="")
+
+    async def subscribe(maxsize):
+        return c.async_events(maxsize=maxsize)
+
+    for bad, error in ((0, ValueError), (-1, ValueError), (1_000_001, ValueError), ("x", TypeError), (2.5, TypeError)):
+        with pytest.raises(error, match="maxsize"):
+            asyncio.run(subscribe(bad))
+    asyncio.run(subscribe(1)).close()
+    c.close()
+
+
 def test_last_error_tells_why_a_connect_failed():
     import socket
     closed = socket.socket()

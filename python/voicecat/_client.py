@@ -675,6 +675,9 @@ class Client:
         #: The streams started, by id: the program's Stream object (weakly: a Stream
         #: refers to its client) and what makes another one (Client.streams).
         self._started: Dict[int, Any] = {}
+        #: Connects under way (set when each ends): disconnect() cancels them.
+        self._connects: Set[threading.Event] = set()
+        self._connects_lock = threading.Lock()
 
     # -- plumbing --
 
@@ -802,17 +805,33 @@ class Client:
         wait = _millis(timeout, "timeout")
         params.timeout_ms = 0x7FFFFFFF if wait < 0 else max(1, wait)  # 0 would mean the default, 5 s
         params.allow_unverified = int(_flag(allow_unverified, "allow_unverified"))
-        if threading.current_thread() is not threading.main_thread() or in_callback():
-            self._call("vc_connect", ctypes.byref(params))
-            return
+        # Until it has ended, the connect is this client's to cancel (disconnect()), even
+        # before the library has it.
+        done = threading.Event()
+        with self._connects_lock:
+            self._connects.add(done)
+        try:
+            if threading.current_thread() is not threading.main_thread() or in_callback():
+                try:
+                    self._call("vc_connect", ctypes.byref(params))
+                finally:
+                    done.set()
+                return
+            self._connect_interruptibly(params, done)
+        finally:
+            with self._connects_lock:
+                self._connects.discard(done)
+
+    def _connect_interruptibly(self, params: Any, done: threading.Event) -> None:
         # Ctrl-C reaches only the main thread, and not while it is blocked in C: the
         # connect runs on a thread of its own while the main thread waits, and Ctrl-C
         # cancels it (vc_disconnect cancels a connect in progress) at once, not after
         # the timeout.
         failure: List[BaseException] = []
-        done = threading.Event()
+        started = threading.Event()
 
         def run() -> None:
+            started.set()
             try:
                 self._call("vc_connect", ctypes.byref(params))
             except BaseException as e:  # noqa: B902 - handed to the caller's thread
@@ -820,21 +839,17 @@ class Client:
             finally:
                 done.set()
 
-        threading.Thread(target=run, name="voicecat-connect", daemon=True).start()
         try:
+            # Inside the try: Ctrl-C while the thread starts (it may then be running).
+            threading.Thread(target=run, name="voicecat-connect", daemon=True).start()
             done.wait()
         except KeyboardInterrupt:
-            # Cancelled until the connect has ended (a vc_disconnect before it started
-            # finds nothing to cancel), then left if it got through.
-            while True:
-                handle = self._core.handle
-                if handle is not None:
-                    _lib.get().vc_disconnect(handle)
-                if done.wait(0.05):
-                    break
-            handle = self._core.handle
-            if not failure and handle is not None:
-                _lib.get().vc_disconnect(handle)
+            # A thread that was never started never ends the connect: Ctrl-C came
+            # before the thread existed (a started one runs within milliseconds).
+            if started.wait(1.0):
+                self._cancel_connect(done)
+                if not failure:   # it got through before it could be cancelled
+                    self._end_quietly()
             raise
         if failure:
             error = failure[0]
@@ -843,8 +858,39 @@ class Client:
             raise error
 
     def disconnect(self) -> None:
-        """Leaves the server (streams stop; DISCONNECTED is the session's last event)."""
-        self._call("vc_disconnect")
+        """Leaves the server (streams stop; DISCONNECTED is the session's last event).
+        A :meth:`connect` of this client under way on another thread is cancelled
+        instead (it raises StateError, or NetworkError when the server had closed the
+        connection already), even one that has not reached the library yet; the client
+        is then not connected. StateError when not connected and no connect is under
+        way."""
+        with self._connects_lock:
+            pending = [d for d in self._connects if not d.is_set()]
+        if not pending:
+            self._call("vc_disconnect")
+            return
+        for done in pending:
+            self._cancel_connect(done)
+        self._end_quietly()   # a connect that got through before it could be cancelled
+        if self._core.handle is None:
+            raise StateError(ErrorCode.STATE, "the client was closed during disconnect")
+
+    def _cancel_connect(self, done: threading.Event) -> None:
+        """Cancels a connect of this client until it has ended: vc_disconnect cancels
+        one the library has; one on its way there (a thread starting, arguments
+        converted) finds the client idle, so it is asked again until the connect ends."""
+        while True:
+            handle = self._core.handle
+            if handle is not None and int(_lib.get().vc_disconnect(handle)) == 0 and done.is_set():
+                return
+            if done.wait(0.005 if handle is not None else 0.05):
+                return
+
+    def _end_quietly(self) -> None:
+        """Ends the session, if there is one, without an error when there is none."""
+        handle = self._core.handle
+        if handle is not None:
+            _lib.get().vc_disconnect(handle)
 
     @property
     def fingerprint(self) -> str:
@@ -1354,7 +1400,12 @@ class Client:
             async with client.async_events() as events:
                 await loop.run_in_executor(None, client.join, "Lobby")
                 joined = await events.wait_for(EventType.CHANNEL_JOINED, timeout=5)
+
+        ``maxsize`` (1..1000000) is how many may wait unread; past it the oldest are
+        dropped (counted in :attr:`AsyncEvents.dropped`). TypeError when it is not an
+        integer, ValueError outside that range.
         """
+        maxsize = _uint(maxsize, "maxsize", high=1_000_000, low=1)
         loop = asyncio.get_running_loop()
         _raise_pending(self._core)
         if self.closed:

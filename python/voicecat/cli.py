@@ -27,12 +27,14 @@ import sys
 import threading
 import time
 import wave
+from contextlib import contextmanager
 from dataclasses import asdict
 from enum import IntEnum
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, TextIO
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, TextIO
 
 from . import (DEFAULT_PORT, SAMPLE_RATE, AuthError, Client, DeviceError, DeviceKind, EventType, InputMode,
-               InvalidArgument, LibraryError, NetworkError, NotFound, ProtocolError, Rejected, SpeakerBlock, StreamKind, Timeout,
+               InvalidArgument, LibraryError, NetworkError, NotFound, ProtocolError, Rejected, SpeakerBlock, StateError,
+               StreamKind, Timeout,
                VersionMismatch, VoiceCatError, __version__, list_devices)
 
 
@@ -161,6 +163,37 @@ def _connect(args: argparse.Namespace, client: Client, host: Optional[str] = Non
     return where
 
 
+def _session_end(client: Client) -> Optional[str]:
+    """Why the client's session ended, if it has: the DISCONNECTED event's text (the
+    events not read yet are looked through), else a generic reason when the library
+    says the client is not connected (or is reconnecting); None while it is."""
+    reason: Optional[str] = None
+    try:
+        while (event := client.poll_event(0)) is not None:
+            if event.type == EventType.DISCONNECTED:
+                reason = event.text or "the session ended"
+        if reason is None:
+            client.users()
+    except StateError as e:
+        reason = reason or str(e)
+    except VoiceCatError:
+        pass
+    return reason
+
+
+@contextmanager
+def _session(where: str, client: Client) -> Iterator[None]:
+    """A failure after the server went away (a stream, a channel or statistics gone
+    with the session: NotFound, StateError) is reported as that: exit 3."""
+    try:
+        yield
+    except (NotFound, StateError) as e:
+        reason = _session_end(client)
+        if reason is None:
+            raise
+        raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {reason} ({e})") from e
+
+
 def _join(args: argparse.Namespace, client: Client) -> None:
     try:
         client.join(args.channel)
@@ -249,7 +282,7 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
         if kind == StreamKind.MIC and args.gate == "off":
             client.set_input_mode(InputMode.CONTINUOUS)
         sent_before = client.connection_stats().packets_out
-        with client.start_stream(kind, channels, sample_rate=rate) as stream:
+        with _session(where, client), client.start_stream(kind, channels, sample_rate=rate) as stream:
             _note(args, f"speaking {args.file} ({seconds:.2f} s) into {args.channel} on {where}")
             # The library sends what is fed at real time; keep about a second queued.
             second = rate * 2 * channels
@@ -267,7 +300,8 @@ def cmd_speak(args: argparse.Namespace) -> ExitCode:
         stats = client.connection_stats()
         _say(args, f"spoke {seconds:.2f} s from {args.file}: {stats.packets_out - sent_before} packets "
                    f"to {args.channel} on {where}")
-        client.disconnect()
+        with _session(where, client):
+            client.disconnect()
     return ExitCode.OK
 
 
@@ -454,12 +488,14 @@ def cmd_stats(args: argparse.Namespace) -> ExitCode:
             progress.update("stats", elapsed, args.seconds)
             time.sleep(0.1)
         progress.finish()
-        audio = client.channel_audio()
-        conn = client.connection_stats()
-        streams = [(s, client.stream_stats(s.ssrc)) for s in client.remote_streams()]
+        with _session(where, client):
+            audio = client.channel_audio()
+            conn = client.connection_stats()
+            streams = [(s, client.stream_stats(s.ssrc)) for s in client.remote_streams()]
         fingerprint = client.fingerprint
         client.set_sink(None)
-        client.disconnect()
+        with _session(where, client):
+            client.disconnect()
     if args.json:
         print(json.dumps({"server": where, "fingerprint": fingerprint, "channel": args.channel,
                           "audio": _plain(asdict(audio)), "connection": asdict(conn),
@@ -497,15 +533,21 @@ def cmd_ping(args: argparse.Namespace) -> ExitCode:
         samples: List[int] = []
         seen = client.connection_stats().packets_in
         deadline = time.monotonic() + args.count * args.interval + args.timeout
+        checked = time.monotonic()
         while len(samples) < args.count and time.monotonic() < deadline:
             time.sleep(0.005)
             stats = client.connection_stats()
             if stats.packets_in != seen:  # a keepalive echo came back
                 seen = stats.packets_in
                 samples.append(stats.media_rtt_ms)
+            elif time.monotonic() - checked > 0.1:  # the server gone: no echo will come
+                checked = time.monotonic()
+                if (reason := _session_end(client)) is not None:
+                    raise CommandError(ExitCode.UNREACHABLE, f"disconnected from {where}: {reason}")
         final = client.connection_stats()
         control_rtt = final.control_rtt_ms
-        client.disconnect()
+        with _session(where, client):
+            client.disconnect()
     if args.json:
         print(json.dumps({"server": where, "connect_ms": round(connect_ms, 3), "fingerprint": fingerprint,
                           "media_rtt_ms": samples, "control_rtt_ms": control_rtt,
