@@ -201,7 +201,9 @@ typedef enum vc_event_type {
     VC_EVENT_GATE_CLOSED = 19,         /**< local: a MIC stream's input gate closed (stream_id, ssrc, kind):
                                             the frame flagged last went out (the VAD's hang time ran out, the
                                             push-to-talk key was released, or the fed audio ran dry, was
-                                            flushed or the stream stopped); also when the stream ends with no
+                                            flushed or the stream stopped; a capture device's stream only
+                                            when its device delivered nothing for 100 ms: a read that comes
+                                            late finds the audio in the device's 80 ms buffer); also when the stream ends with no
                                             frame sent (the session moved to another channel or ended) and just
                                             before VC_EVENT_RECONNECTING (nothing is sent in the gap; the gate opens
                                             again with the first frame after VC_EVENT_RECONNECTED). On a

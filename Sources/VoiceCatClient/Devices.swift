@@ -104,7 +104,7 @@ final class CaptureWorker {
         buf.initialize(repeating: 0, count: capacity * channels)
         defer { buf.deallocate() }
         var cap: Capture? = first
-        var pacer = PeriodPacer(periodFrames: first.period, sampleRate: first.device.sampleRate)
+        var pacer = PeriodPacer(periodFrames: first.period, sampleRate: first.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = 0
         while !stop.isSet {
@@ -119,7 +119,7 @@ final class CaptureWorker {
                 if let c = try? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality) {
                     cap = c
                     backoffMs = 250
-                    pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate)
+                    pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
                     raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: streamID))
                 } else {
                     retryAtMs = now + backoffMs

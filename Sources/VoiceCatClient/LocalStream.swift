@@ -167,8 +167,18 @@ final class LocalStream {
     private var feedLatePeakNs: Double = 0
     static let latePeakDecayNs = 4e9
     var drySlackNs: UInt64 {
-        min(LocalStream.maxDrySlackNs, max(LocalStream.minDrySlackNs, UInt64(feedLatePeakNs * 1.5)))
+        guard externalFeed else { return LocalStream.captureDrySlackNs }
+        return min(LocalStream.maxDrySlackNs, max(LocalStream.minDrySlackNs, UInt64(feedLatePeakNs * 1.5)))
     }
+    /// A capture device's stream is a continuous clock whose talkspurts the input gate
+    /// ends: a read that comes late (the capture thread not scheduled, a slow plugin)
+    /// finds the audio waiting in the device's buffer (four 20 ms periods), so it is
+    /// no pause. Its talkspurt ends dry only once the device has stopped delivering
+    /// for longer than that buffer (it failed, or it overran and lost audio). With a
+    /// host's slack (5 ms for a steady one) a read 15 ms late ended the talkspurt in
+    /// mid-word, in CONTINUOUS mode too: a padded hole, then a new talkspurt whose
+    /// timestamp jumped (helper-86).
+    static let captureDrySlackNs: UInt64 = 100_000_000
     private var inSpurt = false
     private var anchorNs: UInt64 = 0
     /// When the call that started this talkspurt came (0: the talkspurt is not held,

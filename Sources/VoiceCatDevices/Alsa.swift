@@ -134,7 +134,8 @@ public final class AlsaPCM: AudioDevice {
     public let name: String
     public let direction: DeviceDirection
     public let channels: Int
-    public let periodFrames: Int
+    /// The period ALSA gave, in frames at `sampleRate`.
+    public private(set) var periodFrames: Int
     public private(set) var sampleRate: Int
     /// False: a PCM may be a plugin chain that does not block (the file plugin over
     /// `null`), so callers pace every ALSA PCM to the clock; a sound card that blocks
@@ -143,10 +144,14 @@ public final class AlsaPCM: AudioDevice {
     private var pcm: OpaquePointer?
 
     /// Opens and configures a PCM: S16_LE interleaved, `channels`, the rate nearest
-    /// `sampleRate` the device offers, periods of `periodFrames`, a buffer of
-    /// `periods` periods.
+    /// `sampleRate` the device offers, periods of `periodFrames` at `sampleRate` (a
+    /// duration: a device that runs at another rate gets as many ms, not as many
+    /// frames), a buffer of `periods` periods.
+    /// The periods a device's buffer holds unless asked otherwise.
+    public static let bufferPeriods = 4
+
     public init(name: String, direction: DeviceDirection, channels: Int, sampleRate: Int = 48000, periodFrames: Int = 960,
-                periods: Int = 4) throws {
+                periods: Int = AlsaPCM.bufferPeriods) throws {
         self.name = name
         self.direction = direction
         self.channels = channels
@@ -174,11 +179,15 @@ public final class AlsaPCM: AudioDevice {
         var rate = UInt32(sampleRate)
         try check("set_rate \(sampleRate)", snd_pcm_hw_params_set_rate_near(p, hw, &rate, nil))
         self.sampleRate = Int(rate)
-        var period = snd_pcm_uframes_t(periodFrames)
+        // 960 frames asked at 48 kHz are 160 at 8 kHz: 960 there were 120 ms periods
+        // (a capture stream 100 ms later than at 48 kHz) and 10 ms at 96 kHz.
+        let wanted = max(1, Int((Int64(periodFrames) * Int64(rate) + Int64(sampleRate) / 2) / Int64(max(1, sampleRate))))
+        var period = snd_pcm_uframes_t(wanted)
         try check("set_period_size", snd_pcm_hw_params_set_period_size_near(p, hw, &period, nil))
-        var buffer = snd_pcm_uframes_t(periodFrames * periods)
+        var buffer = snd_pcm_uframes_t(Int(period) * periods)
         try check("set_buffer_size", snd_pcm_hw_params_set_buffer_size_near(p, hw, &buffer))
         try check("hw_params", snd_pcm_hw_params(p, hw))
+        self.periodFrames = Int(period)
         try check("prepare", snd_pcm_prepare(p))
     }
 
@@ -203,17 +212,43 @@ public final class AlsaPCM: AudioDevice {
     private func transfer(frames: Int, _ io: (OpaquePointer, Int) -> Int) throws {
         let what = direction == .capture ? "capture" : "playback"
         guard let p = pcm else { throw DeviceError("\(what) device \"\(name)\" is closed") }
+        try AlsaPCM.transfer(frames: frames, what: "\(what) device \"\(name)\"", io: { io(p, $0) },
+                             recover: { snd_pcm_recover(p, $0, 1) }, xruns: &xruns)
+    }
+
+    /// Failed transfers recovered in a row, with no frame moved between them, after
+    /// which the device counts as failed: a device that recovers from every error and
+    /// fails the next transfer at once (a broken driver or plugin: every read an
+    /// overrun, prepare and start succeeding) spun its thread at full CPU, raised
+    /// nothing, and never let vc_stream_stop or vc_client_destroy join it.
+    static let maxRecoveriesWithoutData = 8
+
+    /// The transfer loop (pure, for tests): `io` moves frames (argument: frames done so
+    /// far; result: frames moved, or a negative ALSA error), `recover` is
+    /// snd_pcm_recover for an error (negative: it could not). Throws when an error
+    /// cannot be recovered, or when `maxRecoveriesWithoutData` recoveries come in a
+    /// row without a frame moved (a transfer that moves nothing counts as one).
+    static func transfer(frames: Int, what: String, io: (Int) -> Int, recover: (Int32) -> Int32, xruns: inout Int) throws {
         var done = 0
+        var fruitless = 0
         while done < frames {
-            let n = io(p, done)
-            if n < 0 {
-                if snd_pcm_recover(p, Int32(n), 1) < 0 {
-                    throw DeviceError("\(what) device \"\(name)\" failed: \(alsaReason(Int32(n)))", code: Int32(n))
-                }
-                xruns += 1
+            let n = io(done)
+            if n > 0 {
+                done += n
+                fruitless = 0
                 continue
             }
-            done += n
+            let err = Int32(clamping: n)
+            if n < 0 && recover(err) < 0 {
+                throw DeviceError("\(what) failed: \(alsaReason(err))", code: err)
+            }
+            xruns += n < 0 ? 1 : 0
+            fruitless += 1
+            if fruitless >= maxRecoveriesWithoutData {
+                let why = n < 0 ? alsaReason(err) : "no frames moved"
+                throw DeviceError("\(what) keeps failing: \(why) (\(fruitless) transfers in a row moved nothing)",
+                                  code: n < 0 ? err : -Int32(EIO))
+            }
         }
     }
 
@@ -226,22 +261,28 @@ public final class AlsaPCM: AudioDevice {
 public struct PeriodPacer {
     let periodNs: UInt64
     var next: UInt64
+    let catchUpNs: UInt64
 
-    /// Periods of `periodFrames` at `sampleRate`.
-    public init(periodFrames: Int, sampleRate: Int = 48000) {
+    /// Periods of `periodFrames` at `sampleRate`; after a stall, at most
+    /// `catchUpPeriods` of them back to back.
+    public init(periodFrames: Int, sampleRate: Int = 48000, catchUpPeriods: Int = 2) {
         periodNs = UInt64(periodFrames) * 1_000_000_000 / UInt64(sampleRate)
         next = MonotonicClock.nanoseconds() + periodNs
+        catchUpNs = UInt64(max(0, catchUpPeriods)) * periodNs
     }
 
-    /// Sleeps until the next period is due. After a stall it catches up by at most two
-    /// periods back to back and skips the rest (the clock resynchronizes), so a
-    /// consumer never sees a burst of more than three blocks at once.
+    /// Sleeps until the next period is due. After a stall it catches up by at most
+    /// `catchUpPeriods` periods back to back and skips the rest (the clock
+    /// resynchronizes), so a consumer never sees a burst of more than that and one
+    /// more at once. A capture device's loop catches up its whole buffer: a sound card
+    /// that blocks kept what a stall left in its buffer, and a loop that skipped part
+    /// of it read that much behind the card from then on, so the next stall overran it.
     public mutating func wait() {
         let now = MonotonicClock.nanoseconds()
         if next > now {
             var ts = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
             while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-        } else if now - next > 2 * periodNs {
+        } else if now - next > catchUpNs {
             next = now
         }
         next += periodNs

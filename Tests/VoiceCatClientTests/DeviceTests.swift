@@ -3,7 +3,7 @@
 import Foundation
 import VoiceCatAudio
 import VoiceCatClient
-import VoiceCatDevices
+@testable import VoiceCatDevices
 import VoiceCatProtocol
 import VoiceCatSystem
 import VoiceCatTestSupport
@@ -97,6 +97,38 @@ final class DeviceTests: XCTestCase {
         let ncc = nccs.sorted()[nccs.count / 2]
         print("device path: onset at \(Double(start) / 48) ms of playback, median NCC of 100 ms windows \(String(format: "%.3f", ncc))")
         XCTAssertGreaterThanOrEqual(ncc, 0.9)
+    }
+
+    func testADeviceThatFailsEveryTransferAfterRecoveringCountsAsFailed() throws {
+        // helper-86's plugin: every read an overrun (EPIPE), snd_pcm_recover (prepare,
+        // start) succeeding each time. The transfer looped on it at full CPU (2 million
+        // starts a second), raised nothing, and vc_stream_stop / vc_client_destroy
+        // never joined the thread. Now the device counts as failed (the capture or
+        // render thread raises VC_EVENT_ERROR and reopens it on a backoff).
+        var calls = 0, recovered = 0, xruns = 0
+        XCTAssertThrowsError(try AlsaPCM.transfer(frames: 960, what: "capture device \"x\"", io: { _ in calls += 1; return -Int(EPIPE) },
+                                                  recover: { _ in recovered += 1; return 0 }, xruns: &xruns)) { e in
+            XCTAssertTrue("\(e)".contains("capture device \"x\" keeps failing: Broken pipe (8 transfers in a row moved nothing)"), "\(e)")
+        }
+        XCTAssertEqual(calls, AlsaPCM.maxRecoveriesWithoutData)
+        XCTAssertEqual(recovered, AlsaPCM.maxRecoveriesWithoutData)
+        // Overruns between frames moved are recovered, as a busy machine's are.
+        var script = [-Int(EPIPE), 300, -Int(EPIPE), -Int(EPIPE), 660]
+        xruns = 0
+        XCTAssertNoThrow(try AlsaPCM.transfer(frames: 960, what: "capture", io: { _ in script.removeFirst() },
+                                              recover: { _ in 0 }, xruns: &xruns))
+        XCTAssertEqual(xruns, 3)
+        // A transfer that moves nothing is no progress either.
+        XCTAssertThrowsError(try AlsaPCM.transfer(frames: 960, what: "playback", io: { _ in 0 }, recover: { _ in 0 }, xruns: &xruns)) { e in
+            XCTAssertTrue("\(e)".contains("keeps failing: no frames moved"), "\(e)")
+        }
+        // An error that cannot be recovered fails at once, with ALSA's reason.
+        calls = 0
+        XCTAssertThrowsError(try AlsaPCM.transfer(frames: 960, what: "capture", io: { _ in calls += 1; return -Int(ENODEV) },
+                                                  recover: { $0 }, xruns: &xruns)) { e in
+            XCTAssertTrue("\(e)".contains("capture failed: No such device"), "\(e)")
+        }
+        XCTAssertEqual(calls, 1)
     }
 
     func testVadOpensOnSpeechAndClosesAfterTheHangTime() throws {

@@ -42,10 +42,10 @@ final class DryQueueTests: XCTestCase {
     /// first frame goes out at once: a block of n frames leaves n - 1 at most), and
     /// the stream (and its client, which it needs alive). `pieces`: each block is fed
     /// as that many calls, 10 µs apart.
-    private func play(_ blocks: [(at: UInt64, us: Int)], pieces: Int = 1,
-                      rate: Int = 48000) throws -> (cuts: Int, maxLeft: Int, s: LocalStream, slot: StreamSlot, c: VoiceClient) {
+    private func play(_ blocks: [(at: UInt64, us: Int)], pieces: Int = 1, rate: Int = 48000,
+                      externalFeed: Bool = true) throws -> (cuts: Int, maxLeft: Int, s: LocalStream, slot: StreamSlot, c: VoiceClient) {
         let c = try VoiceClient()
-        let (s, slot) = try discardingStream(on: c, inputRate: rate)
+        let (s, slot) = try discardingStream(on: c, inputRate: rate, externalFeed: externalFeed)
         c.setInputMode(.continuous)
         var cuts = 0, maxLeft = 0
         for (k, b) in blocks.enumerated() {
@@ -92,6 +92,31 @@ final class DryQueueTests: XCTestCase {
         XCTAssertThrowsError(try feed(s, slot, ms: 80, at: t0 + 3 * ms)) { e in
             XCTAssertTrue("\(e)".contains("queue is full: 20 ms queued of at most 100 ms"), "\(e)")   // a frame was sent at once
         }
+    }
+
+    func testACaptureDevicesLateReadsDoNotEndItsTalkspurt() throws {
+        // A capture thread's read that comes late (not scheduled on a busy machine, a
+        // slow plugin) finds the audio in the device's buffer: its periods then come
+        // back to back. The stream's talkspurt goes on (CONTINUOUS: the gate never
+        // closes). With a host's dry slack (5 ms for a steady feeder) a read 15 ms late
+        // ended it in mid-word: a padded hole, GATE_CLOSED, a new talkspurt with a
+        // jumped timestamp (helper-86, in 2 of 8 such reads; by itself on a busy
+        // machine once per ~10 s). A device that stops delivering for longer than its
+        // buffer does end it.
+        func periods(_ n: Int, late: [Int: Int]) -> [(at: UInt64, us: Int)] {
+            var readyUs = 0   // when the capture thread gets to period k
+            return (0..<n).map { k in
+                readyUs = max(readyUs, k * 20_000 + (late[k] ?? 0) * 1000)
+                return (t0 + UInt64(readyUs) * 1000, 20_000)
+            }
+        }
+        let late = [50: 15, 100: 35, 150: 60, 200: 90]
+        let device = try play(periods(260, late: late), externalFeed: false)
+        XCTAssertEqual(device.cuts, 0, "a late read ended the device stream's talkspurt")
+        let host = try play(periods(260, late: late))
+        XCTAssertEqual(host.cuts, 4, "a host's blocks that late are pauses (the slack it learns is up to 40 ms)")
+        let stopped = try play(periods(60, late: [30: 150]), externalFeed: false)
+        XCTAssertEqual(stopped.cuts, 1, "a device silent for 150 ms has stopped delivering")
     }
 
     func testBlocksOfAnyLengthAtRealTimeAreNotCut() throws {
