@@ -261,7 +261,8 @@ typedef struct vc_client_config {
     uint32_t event_queue_size;     /**< events kept for vc_poll_event (1..65536); default 256 (oldest
                                         dropped past it) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
-    const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" */
+    const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" ("" is no name:
+                                        VC_ERR_INVALID_ARG) */
     uint32_t talk_hangover_ms;     /**< VC_EVENT_TALK_STOP comes this long after the last frame of a talkspurt
                                         was played (0..5000); default 300 */
     const char *known_servers_path;/**< trust on first use: the known-servers file, `host:port fingerprint`
@@ -347,7 +348,8 @@ typedef struct vc_stream_desc {
     vc_stream_kind kind;
     int32_t external_feed;         /**< 1: the host feeds PCM with vc_stream_feed_pcm; 0: a capture
                                         device; other values: VC_ERR_INVALID_ARG */
-    const char *device;            /**< capture device when external_feed = 0; NULL = default */
+    const char *device;            /**< capture device when external_feed = 0; NULL = "default" ("" is
+                                        no name: VC_ERR_INVALID_ARG); not read when external_feed = 1 */
     uint32_t channels;             /**< 1 or 2: the PCM the host feeds or the device gives */
     uint32_t max_queue_ms;         /**< external feed: the most audio the stream queues ahead of sending
                                         (0..600000); 0 = the default, 10000 (10 s) */
@@ -1305,8 +1307,9 @@ int vc_stop_recording(vc_client *c, uint32_t ssrc);
 /**
  * Plays on another device (an ALSA PCM name) from now on, without leaving the
  * channel. When the device plays the mix now (external playback 0, connected, not
- * suspended) the new device is opened at once: on failure the previous device keeps
- * playing and VC_ERR_DEVICE is returned with the reason in vc_last_error (the name
+ * suspended) the new device is opened at once (the previous one is closed first: a
+ * device may be open only once): on failure the previous device is opened again and
+ * plays on, and VC_ERR_DEVICE is returned with the reason in vc_last_error (the name
  * of the device that plays and is away: tried at once, as vc_set_external_playback
  * does). Otherwise
  * the name is kept for when the device next opens. A device that offers no 48 kHz is
@@ -1338,7 +1341,10 @@ int vc_audio_suspend(vc_client *c);
  * Reopens the devices closed by vc_audio_suspend (or lost) against the current
  * route: the playback device (unless external playback) and every device stream's
  * capture. Idempotent. Returns VC_ERR_DEVICE (with ALSA's reason in
- * vc_last_error) if one cannot be opened; the others are opened anyway.
+ * vc_last_error) if one cannot be opened; the others are opened anyway, and one that
+ * could not be is retried on a backoff as a device lost while running is
+ * (VC_EVENT_DEVICE_RESTORED when it opens; a later vc_audio_restart tries it at once
+ * and says again whether it opens).
  * Callback-safe: no.
  */
 int vc_audio_restart(vc_client *c);

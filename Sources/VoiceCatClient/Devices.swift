@@ -42,20 +42,38 @@ final class CaptureWorker {
     private let wakeup = Condition()
     private var thread: SystemThread?
 
+    /// Why the device could not be opened when the worker started retrying it
+    /// (`retryIfAway`); nil when it opened.
+    private(set) var openError: ClientError?
+    /// 1 while the device is away (lost, or not opened yet) and the thread retries it.
+    let deviceAway = AtomicCounter()
+
     /// Opens the device now (so the caller gets VC_ERR_DEVICE at once), or takes the
-    /// one the caller opened (`opened`, same device, channels and rate), and starts the thread.
+    /// one the caller opened (`opened`, same device, channels and rate), and starts the
+    /// thread. `retryIfAway`: a device that cannot be opened does not fail the call;
+    /// the thread starts without it and reopens it on the backoff, as one lost while
+    /// running (`openError` says why; VC_EVENT_DEVICE_RESTORED when it is back).
     init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int, slot: StreamSlot,
-         streamID: UInt32, streams: StreamTable, opened: Capture? = nil, raise: @escaping (ClientEvent) -> Void) throws {
+         streamID: UInt32, streams: StreamTable, opened: Capture? = nil, retryIfAway: Bool = false,
+         raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
         self.sampleRate = sampleRate
-        let first = try opened ?? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate,
-                                               quality: quality)
-        let stop = self.stop, wakeup = self.wakeup
+        var first: Capture? = opened
+        if first == nil {
+            do {
+                first = try Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality)
+            } catch let e as ClientError where retryIfAway {
+                openError = e
+            }
+        }
+        let stop = self.stop, wakeup = self.wakeup, away = deviceAway
+        away.store(first == nil ? 1 : 0)
         thread = SystemThread(name: "vc-capture") { [unowned owner] in
             ThreadIdentity.mark(owner: owner, role: ThreadRole.capture.rawValue)
             CaptureWorker.run(first: first, backend: backend, device: device, channels: channels, sampleRate: sampleRate,
-                              quality: quality, slot: slot, streamID: streamID, streams: streams, stop: stop, wakeup: wakeup, raise: raise)
+                              quality: quality, slot: slot, streamID: streamID, streams: streams, stop: stop, wakeup: wakeup,
+                              away: away, raise: raise)
         }
     }
 
@@ -95,18 +113,19 @@ final class CaptureWorker {
         }
     }
 
-    private static func run(first: Capture, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
+    private static func run(first: Capture?, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
                             slot: StreamSlot, streamID: UInt32, streams: StreamTable, stop: StopFlag, wakeup: Condition,
-                            raise: (ClientEvent) -> Void) {
+                            away: AtomicCounter, raise: (ClientEvent) -> Void) {
         // Room for 20 ms at the highest rate a device may run at.
         let capacity = FormatConverter.rates.upperBound / 50
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: capacity * channels)
         buf.initialize(repeating: 0, count: capacity * channels)
         defer { buf.deallocate() }
         var cap: Capture? = first
-        var pacer = PeriodPacer(periodFrames: first.period, sampleRate: first.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
+        var pacer = PeriodPacer(periodFrames: first?.period ?? sampleRate / 50, sampleRate: first?.device.sampleRate ?? sampleRate,
+                                catchUpPeriods: AlsaPCM.bufferPeriods)
         var backoffMs: UInt64 = 250
-        var retryAtMs: UInt64 = 0
+        var retryAtMs: UInt64 = first == nil ? MonotonicClock.milliseconds() + backoffMs : 0
         while !stop.isSet {
             guard let c = cap else {
                 let now = MonotonicClock.milliseconds()
@@ -118,6 +137,7 @@ final class CaptureWorker {
                 // built here when it is not 48 kHz: recovery, not the steady state).
                 if let c = try? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality) {
                     cap = c
+                    away.store(0)
                     backoffMs = 250
                     pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
                     raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: streamID))
@@ -130,6 +150,7 @@ final class CaptureWorker {
             do { try c.device.read(buf, frames: c.period) } catch {
                 c.device.close()
                 cap = nil
+                away.store(1)
                 retryAtMs = MonotonicClock.milliseconds() + backoffMs
                 raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "\(error)", streamID: streamID))
                 continue
@@ -171,14 +192,19 @@ extension VoiceClient {
 
     // MARK: capture
 
-    /// Starts device capture for a stream (deviceLock held).
-    func startCapture(_ s: LocalStream, device: String, channels: Int, opened: CaptureWorker.Capture? = nil) throws {
+    /// Starts device capture for a stream (deviceLock held). `retryIfAway`: a device
+    /// that cannot be opened is retried on the backoff by the capture thread, and the
+    /// reason returned.
+    @discardableResult
+    func startCapture(_ s: LocalStream, device: String, channels: Int, opened: CaptureWorker.Capture? = nil,
+                      retryIfAway: Bool = false) throws -> ClientError? {
         let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, sampleRate: s.inputRate,
                                   quality: config.resamplerQuality, slot: s.slot, streamID: s.streamID,
-                                  streams: streams, opened: opened) { [unowned self] e in self.events.raise(e) }
+                                  streams: streams, opened: opened, retryIfAway: retryIfAway) { [unowned self] e in self.events.raise(e) }
         s.capture = w
         s.device = device
         s.inputChannels = channels
+        return w.openError
     }
 
     /// vc_set_capture_channels: reopens a device stream's capture with 1 or 2 channels.
@@ -195,8 +221,9 @@ extension VoiceClient {
             s.capture = nil
             if audioSuspended { s.inputChannels = channels; return }
             do { try startCapture(s, device: old.device, channels: channels) } catch let e as ClientError {
-                // Put the previous capture back so the stream keeps working.
-                try? startCapture(s, device: old.device, channels: old.channels)
+                // Put the previous capture back so the stream keeps working (retried
+                // on the backoff if it cannot be opened again at once).
+                _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true)
                 throw fail(e)
             }
         }
@@ -216,7 +243,7 @@ extension VoiceClient {
             s.capture = nil
             if audioSuspended { s.device = device; return }
             do { try startCapture(s, device: device, channels: s.inputChannels) } catch let e as ClientError {
-                if let old { try? startCapture(s, device: old.device, channels: old.channels) }
+                if let old { _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true) }
                 throw fail(e)
             }
         }
@@ -273,8 +300,25 @@ extension VoiceClient {
         var firstError: ClientError? = output.restart()
         deviceLock.withLock {
             audioSuspended = false
-            for s in streams.all where !s.externalFeed && s.capture == nil {
-                do { try startCapture(s, device: s.device ?? "default", channels: s.inputChannels) } catch let e as ClientError {
+            // A capture device that cannot be opened is retried on the backoff, as one
+            // lost while running (before, its stream stayed silent until the host called
+            // vc_audio_restart again, with no event).
+            // One whose device is away (its thread retrying it) is tried again now, so
+            // the host hears whether it opens.
+            for s in streams.all where !s.externalFeed && (s.capture == nil || s.capture?.deviceAway.load() != 0) {
+                let wasAway = s.capture != nil
+                if let w = s.capture {
+                    w.stopAndJoin()
+                    s.capture = nil
+                }
+                do {
+                    let device = s.device ?? "default"
+                    if let e = try startCapture(s, device: device, channels: s.inputChannels, retryIfAway: true) {
+                        firstError = firstError ?? e
+                    } else if wasAway {
+                        events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: s.streamID))
+                    }
+                } catch let e as ClientError {
                     firstError = firstError ?? e
                 } catch {}
             }

@@ -212,6 +212,7 @@ public final class AlsaPCM: AudioDevice {
     private func transfer(frames: Int, _ io: (OpaquePointer, Int) -> Int) throws {
         let what = direction == .capture ? "capture" : "playback"
         guard let p = pcm else { throw DeviceError("\(what) device \"\(name)\" is closed") }
+        // (The device's description is made only for an error: every period goes through here.)
         try AlsaPCM.transfer(frames: frames, what: "\(what) device \"\(name)\"", io: { io(p, $0) },
                              recover: { snd_pcm_recover(p, $0, 1) }, xruns: &xruns)
     }
@@ -228,7 +229,8 @@ public final class AlsaPCM: AudioDevice {
     /// snd_pcm_recover for an error (negative: it could not). Throws when an error
     /// cannot be recovered, or when `maxRecoveriesWithoutData` recoveries come in a
     /// row without a frame moved (a transfer that moves nothing counts as one).
-    static func transfer(frames: Int, what: String, io: (Int) -> Int, recover: (Int32) -> Int32, xruns: inout Int) throws {
+    static func transfer(frames: Int, what: @autoclosure () -> String, io: (Int) -> Int, recover: (Int32) -> Int32,
+                         xruns: inout Int) throws {
         var done = 0
         var fruitless = 0
         while done < frames {
@@ -240,13 +242,13 @@ public final class AlsaPCM: AudioDevice {
             }
             let err = Int32(clamping: n)
             if n < 0 && recover(err) < 0 {
-                throw DeviceError("\(what) failed: \(alsaReason(err))", code: err)
+                throw DeviceError("\(what()) failed: \(alsaReason(err))", code: err)
             }
             xruns += n < 0 ? 1 : 0
             fruitless += 1
             if fruitless >= maxRecoveriesWithoutData {
                 let why = n < 0 ? alsaReason(err) : "no frames moved"
-                throw DeviceError("\(what) keeps failing: \(why) (\(fruitless) transfers in a row moved nothing)",
+                throw DeviceError("\(what()) keeps failing: \(why) (\(fruitless) transfers in a row moved nothing)",
                                   code: n < 0 ? err : -Int32(EIO))
             }
         }

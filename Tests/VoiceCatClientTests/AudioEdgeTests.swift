@@ -1495,6 +1495,52 @@ final class AudioEdgeTests: XCTestCase {
         try sam.restartAudio()   // open: nothing to do
     }
 
+    /// A capture device that cannot be opened at vc_audio_restart is retried on the
+    /// backoff, as one lost while running, and each restart says whether it opens: the
+    /// stream stayed silent for good, with no event, until the host happened to call
+    /// vc_audio_restart again (helper-86: suspend, capture channels 2 on a mono device,
+    /// restart failing; vc_set_capture_channels(1) then returned OK and opened nothing).
+    func testRestartingAudioRetriesACaptureDeviceThatIsAwayAndSaysWhetherItOpens() throws {
+        let backend = MemoryAudioBackend()
+        let mic = backend.addDevice("mem-mic-away", direction: .capture, channels: 1)
+        mic.setInput(Signal.tone(440, seconds: 1, amplitude: 0.3), loop: true)
+        let alex = try client("alex", backend: backend)
+        alex.setInputMode(.continuous)
+        let events = EventLog(alex)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "mem-mic-away")
+        func sentWithin(_ ms: UInt32) -> UInt64 {
+            let before = alex.connectionStats().packetsOut
+            usleep(ms * 1000)
+            return alex.connectionStats().packetsOut - before
+        }
+        XCTAssertGreaterThan(sentWithin(300), 5, "the device stream sends")
+        try alex.suspendAudio()
+        mic.setRefuseOpen(true)
+        XCTAssertThrowsError(try alex.restartAudio()) { XCTAssertEqual(($0 as? ClientError)?.code, VC_ERR_DEVICE, "\($0)") }
+        XCTAssertThrowsError(try alex.restartAudio(), "again: still away") {
+            XCTAssertEqual(($0 as? ClientError)?.code, VC_ERR_DEVICE, "\($0)")
+        }
+        XCTAssertLessThanOrEqual(sentWithin(300), 1, "nothing to send while the device is away")
+        let mark = events.total
+        mic.setRefuseOpen(false)
+        let back = events.wait(from: mark, timeoutMs: 3000) {
+            $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == UInt32(VC_DEVICE_CAPTURE.rawValue)
+        }
+        XCTAssertEqual(back?.event.text, "mem-mic-away", "the capture thread's own retry opened it")
+        XCTAssertEqual(back?.event.streamID, sid)
+        XCTAssertGreaterThan(sentWithin(300), 5, "it sends again")
+        try alex.restartAudio()   // open: nothing to do
+        // Away again at a restart, and back by the next one: that restart opens it.
+        try alex.suspendAudio()
+        mic.setRefuseOpen(true)
+        XCTAssertThrowsError(try alex.restartAudio())
+        mic.setRefuseOpen(false)
+        let mark2 = events.total
+        try alex.restartAudio()
+        XCTAssertNotNil(events.wait(from: mark2, timeoutMs: 1000) { $0.type == VC_EVENT_DEVICE_RESTORED }, "the restart says it is back")
+        XCTAssertGreaterThan(sentWithin(300), 5, "it sends again")
+    }
+
     func testAskingForAPlaybackDeviceThatIsAwaySaysWhetherItOpens() throws {
         // The device could not be opened at connect; the driver retries it on a
         // backoff. vc_set_external_playback(c, 0) and vc_set_playback_device with its

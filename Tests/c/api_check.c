@@ -123,6 +123,12 @@ static void null_and_bad_handles(void) {
     EXPECT(refused == NULL, 1);
     EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
     EXPECT(strstr(buf, "vc_client_create: loss_report_ms must be 0 or 100..60000 (got 50)") != NULL, 1);
+    cd.loss_report_ms = 1000;
+    cd.playback_device = "";                     /* no name: NULL means "default" */
+    EXPECT(vc_client_create(&cd, &refused), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(NULL, buf, sizeof buf), VC_OK);
+    EXPECT(strstr(buf, "playback_device is empty") != NULL, 1);
+    cd.playback_device = NULL;
     EXPECT(vc_last_error(NULL, NULL, 10), VC_ERR_INVALID_ARG);
     EXPECT(vc_last_error(NULL, buf, 0), VC_ERR_INVALID_ARG);
     EXPECT(strcmp(vc_strerror(-9999), "unknown error"), 0);
@@ -350,6 +356,10 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
     EXPECT(strstr(reason, "external_feed must be 0") != NULL && strstr(reason, "(got 5)") != NULL, 1);
     d.external_feed = 0;
+    d.device = "";                            /* no name (NULL: "default"), as vc_set_capture_device says */
+    EXPECT(vc_stream_start(c, &d, &id), VC_ERR_INVALID_ARG);
+    EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
+    EXPECT(strstr(reason, "device is empty") != NULL, 1);
     d.device = "vc_api_check_no_such_device";
     EXPECT(vc_stream_start(c, &d, &id), VC_ERR_DEVICE);
     EXPECT(vc_last_error(c, reason, sizeof reason), VC_OK);
