@@ -15,6 +15,7 @@ extension Server {
         unauthenticatedByHost[c.peer.host, default: []].append(c)
         unauthenticatedQueue.append(c)
         unauthenticatedCount += 1
+        compactUnauthenticatedQueue()
     }
 
     func forgetUnauthenticated(_ c: Connection) {
@@ -26,12 +27,18 @@ extension Server {
             list.removeAll { $0 === c }
             unauthenticatedByHost[host] = list.isEmpty ? nil : list
         }
-        // The global queue drops entries lazily; compact it when it is mostly stale.
-        let queued = unauthenticatedQueue.count - unauthenticatedQueueHead
-        if queued > 2 * unauthenticatedCount + 64 {
-            unauthenticatedQueue = unauthenticatedQueue[unauthenticatedQueueHead...].filter { $0.unauthenticated }
-            unauthenticatedQueueHead = 0
-        }
+        compactUnauthenticatedQueue()
+    }
+
+    /// The global queue drops entries lazily (evicted ones stay before its head, ones
+    /// that logged in or left stay where they were); it is compacted once it is mostly
+    /// stale, counting both, so it holds at most about twice the connections waiting.
+    /// (Counting only those after the head, a flood from many addresses, evicted by the
+    /// global cap, grew it without end: 349 MB in 30 s, helper-87.)
+    private func compactUnauthenticatedQueue() {
+        guard unauthenticatedQueue.count > 2 * unauthenticatedCount + 64 else { return }
+        unauthenticatedQueue = unauthenticatedQueue[unauthenticatedQueueHead...].filter { $0.unauthenticated }
+        unauthenticatedQueueHead = 0
     }
 
     /// Before accepting a connection from `host`: the oldest connection not logged in from

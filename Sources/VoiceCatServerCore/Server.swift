@@ -214,6 +214,7 @@ public final class Server {
             runTimers()
             endTurn()
             counters.deadlineEntries = deadlines.count
+            counters.unauthenticatedQueueEntries = unauthenticatedQueue.count
             requestLock.withLock { snapshot = counters }
         }
         stopping = true

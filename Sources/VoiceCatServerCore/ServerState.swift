@@ -28,6 +28,9 @@ public struct ServerCounters: Equatable, Sendable {
     /// Entries in the server's deadline heap (live and stale) at the end of the loop's
     /// last turn: bounded by the connections open, not by how many came and went.
     public var deadlineEntries: Int = 0
+    /// Entries in the queue of connections not logged in (live and stale) at the end of
+    /// the loop's last turn: bounded by the connections waiting, not by the evictions.
+    public var unauthenticatedQueueEntries: Int = 0
     /// Control messages the server built that did not fit one frame and were not sent
     /// (lists are split beforehand, so this stays 0 unless something is wrong).
     public var controlOversize: UInt64 = 0

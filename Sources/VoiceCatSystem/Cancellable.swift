@@ -58,9 +58,12 @@ public final class Canceller: @unchecked Sendable {
 }
 
 extension Socket {
-    /// Connects a TCP socket, waiting until the deadline or (with a Canceller) a cancel.
-    public static func connectTCP(_ address: SocketAddress, deadlineMs: UInt64, cancel: Canceller?) throws -> Socket {
+    /// Connects a TCP socket, waiting until the deadline or (with a Canceller) a cancel;
+    /// from the local address `local` when given (a test's many source addresses).
+    public static func connectTCP(_ address: SocketAddress, deadlineMs: UInt64, cancel: Canceller?,
+                                  from local: SocketAddress? = nil) throws -> Socket {
         let s = try make(family: address.family, type: Int32(SOCK_STREAM.rawValue))
+        if let local { try s.bind(local) }
         try s.setNonBlocking(true)
         let rc = address.withSockaddr { Glibc.connect(s.fd, $0, $1) }
         if rc != 0 {

@@ -179,9 +179,11 @@ public final class Socket {
         return (s, addr)
     }
 
-    /// Connects a TCP socket, waiting at most `timeoutMs`.
-    public static func connectTCP(_ address: SocketAddress, timeoutMs: Int) throws(SystemError) -> Socket {
-        do { return try connectTCP(address, deadlineMs: MonotonicClock.milliseconds() + UInt64(max(0, timeoutMs)), cancel: nil) } catch {
+    /// Connects a TCP socket, waiting at most `timeoutMs`; from `local` when given.
+    public static func connectTCP(_ address: SocketAddress, timeoutMs: Int, from local: SocketAddress? = nil) throws(SystemError) -> Socket {
+        do {
+            return try connectTCP(address, deadlineMs: MonotonicClock.milliseconds() + UInt64(max(0, timeoutMs)), cancel: nil, from: local)
+        } catch {
             throw error as? SystemError ?? SystemError("connect(\(address))", errno: EIO)
         }
     }

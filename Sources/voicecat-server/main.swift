@@ -50,8 +50,12 @@ while let a = args.popFirst() {
             overrides.append { $0.port = p; $0.anyPort = false }
         }
     case "--identity": let v = value(); overrides.append { $0.identityPath = v }
-    case "--password": let v = value(); overrides.append { $0.password = v }
-    case "--admin-password": let v = value(); overrides.append { $0.adminPassword = v }
+    case "--password", "--admin-password":
+        // Empty would mean none: an unset shell variable (`--password "$PW"`) must not
+        // start an open server, as `password =` in the config file does not.
+        let v = value()
+        guard !v.isEmpty else { fail("\(a) is empty (leave the option out for none)") }
+        if a == "--password" { overrides.append { $0.password = v } } else { overrides.append { $0.adminPassword = v } }
     case "--max-users":
         let v = value()
         guard let n = Int(v) else { fail("--max-users needs a whole number, got \(v)") }

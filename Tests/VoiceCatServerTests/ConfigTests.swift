@@ -174,6 +174,12 @@ final class ConfigRangeTests: XCTestCase {
             ("max_auth_failures", { $0.maxAuthFailures = 0 }, "max_auth_failures"),
             ("channels", { $0.channels = [] }, "number of channels"),
             ("channel name", { $0.channels = [ChannelConfig(name: String(repeating: "n", count: 65), audio: .speech)] }, "at most 64"),
+            // Fewer packets than a stream's frames: honest audio dropped (helper-87: 10 per
+            // second on 20 ms frames, 299 of 387 dropped, no word at start).
+            ("max_packets_per_second", { $0.maxPacketsPerSecond = 10 },
+             "channel Lobby: its 20.0 ms frames are 50 packets per second per stream, more than max_packets_per_second (10) lets through"),
+            ("max_packets_per_second", { var a = AudioConfig.speech; a.frameMicros = 2500; $0.maxPacketsPerSecond = 399
+                                          $0.channels = [ChannelConfig(name: "Fast", audio: a)] }, "400 packets per second"),
         ]
         for (what, tweak, words) in bad {
             var c = ServerConfig()
@@ -186,6 +192,26 @@ final class ConfigRangeTests: XCTestCase {
             XCTAssertThrowsError(try Server(config: c), what)
         }
         XCTAssertNoThrow(try ServerConfig().validate())
+        var fast = AudioConfig.speech
+        fast.frameMicros = 2500
+        var exact = ServerConfig()
+        exact.maxPacketsPerSecond = 400
+        exact.channels = [ChannelConfig(name: "Fast", audio: fast)]
+        XCTAssertNoThrow(try exact.validate())
+    }
+
+    /// `--password ""` (an unset shell variable) started an open server without a word,
+    /// where `password =` in the config file is refused (helper-87).
+    func testAnEmptyPasswordOnTheCommandLineIsRefused() throws {
+        let binary = try XCTUnwrap(ChildProcess.siblingExecutable("voicecat-server"), "build voicecat-server first (swift build)")
+        let dir = try ChildProcess.temporaryDirectory()
+        defer { unlink(dir + "/out"); rmdir(dir) }
+        for option in ["--password", "--admin-password"] {
+            let p = try ChildProcess(binary, ["--port", "any", "--identity", dir + "/id.key", option, ""], outputPath: dir + "/out")
+            XCTAssertEqual(p.wait(), 2, option)
+            XCTAssertTrue(p.output.contains("\(option) is empty (leave the option out for none)"), p.output)
+            XCTAssertEqual(access(dir + "/id.key", F_OK), -1, "nothing created before the check")
+        }
     }
 
     func testConfigFileNumbersOutOfRangeAreParseErrorsNotCrashes() {
