@@ -157,7 +157,11 @@ typedef enum vc_event_type {
     VC_EVENT_REMOTE_STREAM_REMOVED = 7,/**< user_id, stream_id, ssrc, kind, text = username (also for one of
                                             this client's own streams the server withdrew) */
     VC_EVENT_TALK_START = 8,           /**< ssrc, user_id, kind, text = username: the first frame of a
-                                            talkspurt was played (while nothing renders the mix: frames arrive) */
+                                            talkspurt was played (while nothing renders the mix: frames arrive).
+                                            Raised as the block holding that frame is rendered: a sink or pull
+                                            may get the block before the host reads the event, so a host that
+                                            records a speaker from TALK_START on keeps a block or two from
+                                            before it (the onset is in them) */
     VC_EVENT_TALK_STOP = 9,            /**< ssrc, user_id, kind, text = username: the talkspurt's last frame
                                             was played talk_hangover_ms ago (or no frame arrived for that long) */
     VC_EVENT_VOICE_DISCONNECTED = 10,  /**< media path lost (no keepalive echo); rebinding. code =

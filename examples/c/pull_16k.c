@@ -8,6 +8,9 @@
  * time and level.
  *
  *   pull_16k HOST PORT USERNAME CHANNEL OUT.wav SECONDS [FINGERPRINT]
+ *
+ * Build: cc pull_16k.c $(pkg-config --cflags --libs voicecat) -lm -o pull_16k
+ * (-lm for its own sqrt: the library's pkg-config file names only what it needs).
  */
 #include <voicecat.h>
 #include <math.h>

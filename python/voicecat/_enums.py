@@ -106,7 +106,10 @@ class EventType(_OpenIntEnum):
     """user_id, stream_id, ssrc of a stream no longer received."""
     TALK_START = 8
     """ssrc, user_id, text = username: a talkspurt's first frame was played (while
-    nothing renders the mix: frames started arriving)."""
+    nothing renders the mix: frames started arriving). It is raised as the block
+    holding that frame is rendered, so a sink or a pull may get that block before the
+    event is read: a program recording a speaker from TALK_START on keeps a block or
+    two from before it (the onset is there)."""
     TALK_STOP = 9
     """ssrc, user_id, text = username: the talkspurt's last frame was played
     ``talk_hangover_ms`` ago (or no frame came for that long)."""
