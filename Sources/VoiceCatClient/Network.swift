@@ -42,6 +42,9 @@ struct MediaPathState {
     var pendingJoin: JoinChannelResult?
     /// The server ended the session for good (an admin kicked it): why; no reconnect.
     var finalEnd: (code: Int32, text: String)?
+    /// The server said it is shutting down: the close that follows is reported with
+    /// this (a reconnect, when on, goes on trying).
+    var closingReason: String?
     /// When the next loss report is due (LossFeedback.swift), and whether no stream
     /// was received at the last look (the timer then stands).
     var nextLossReportMs: UInt64 = 0
@@ -244,11 +247,12 @@ extension VoiceClient {
                     }
                     if !open {
                         events.deliver()
-                        return .lost(VC_ERR_NETWORK, conn.brokenReason.map { "the control connection is lost: \($0)" }
+                        return .lost(VC_ERR_NETWORK, media.closingReason ?? conn.brokenReason.map { "the control connection is lost: \($0)" }
                                      ?? "the server closed the connection")
                     }
                 } catch let e as ClientError {
                     events.deliver()
+                    if let why = media.closingReason { return .lost(VC_ERR_NETWORK, why) }
                     if let why = conn.brokenReason { return .lost(VC_ERR_NETWORK, "the control connection is lost: \(why)") }
                     return .lost(e.code, e.description)
                 } catch {
@@ -343,6 +347,10 @@ extension VoiceClient {
         case .error(let e):
             if e.code == ProtocolErrorCode.kicked.rawValue && e.requestID == 0 {
                 media.finalEnd = (VoiceClient.mapServerError(e).code, "server: \(ServerMessageLimits.sanitized(e.message))")
+                return
+            }
+            if e.code == ProtocolErrorCode.shuttingDown.rawValue && e.requestID == 0 {
+                media.closingReason = "server: \(ServerMessageLimits.sanitized(e.message))"
                 return
             }
             if !reply(e.requestID, m) {

@@ -506,6 +506,7 @@ public final class VoiceClient {
         case .usernameTaken, .serverFull, .limitReached, .kicked: return .rejected(text)
         case .notFound: return .notFound(text)
         case .wrongState: return .state(text)
+        case .shuttingDown: return .network(text)
         default: return .rejected(text)
         }
     }

@@ -25,6 +25,9 @@ public enum ProtocolErrorCode: UInt32, Sendable {
     case forbidden = 10
     /// Sent to a session an admin removed (`KickUser`), just before the server closes it.
     case kicked = 11
+    /// Sent to every session when the server stops (SIGTERM, SIGINT), just before it
+    /// closes the connection: a client that reconnects by itself goes on trying.
+    case shuttingDown = 12
 }
 
 /// A protobuf message: writes its fields and reads them back. Unknown fields are

@@ -218,6 +218,15 @@ public final class Server {
             requestLock.withLock { snapshot = counters }
         }
         stopping = true
+        // Every session is told why its connection closes (what the sockets take now,
+        // without waiting: a client that reads nothing more gets the bare close).
+        var told = 0
+        for case let c? in connections where c.session != nil {
+            send(c, .error(ErrorMessage(code: .shuttingDown, message: "the server is shutting down")))
+            told += 1
+        }
+        if told > 0 { log("voicecat-server stopping: \(told) sessions told and closed") }
+        endTurn()
         for case let c? in connections { close(c, reason: "server stopping") }
         listener.close()
         udp.close()

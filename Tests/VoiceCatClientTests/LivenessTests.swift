@@ -307,6 +307,18 @@ final class LivenessTests: XCTestCase {
     /// The server is killed and restarted on the same port (same identity) mid-call:
     /// both sides reconnect on their own; the talker's stream id stays valid and the
     /// listener hears it again.
+    /// A server that stops tells its sessions why: DISCONNECTED (without auto-reconnect)
+    /// says so, where it said "the server closed the connection".
+    func testAServerThatStopsSaysSo() throws {
+        let server = try TestServer()
+        let (alex, log) = try client(server.port, "alex", autoReconnect: false)
+        defer { alex.shutdown() }
+        server.stop()
+        let end = log.wait(timeoutMs: 5000) { $0.type == .disconnected }
+        XCTAssertEqual(end?.event.code, VC_ERR_NETWORK)
+        XCTAssertTrue(end?.event.text.contains("server: the server is shutting down") == true, end?.event.text ?? "no DISCONNECTED")
+    }
+
     func testServerRestartMidCallWithAutoReconnect() throws {
         var server = try TestServer()
         let port = server.port
@@ -342,6 +354,10 @@ final class LivenessTests: XCTestCase {
             XCTAssertEqual(log.count(.reconnecting), 1)
             XCTAssertEqual(log.count(.reconnected), 1)
             XCTAssertEqual(log.count(.disconnected), 0)
+            // The server said why it closed (it was a bare close: "the server closed the
+            // connection", helper-87).
+            let why = log.events.first { $0.type == .reconnecting }?.text ?? ""
+            XCTAssertTrue(why.contains("server: the server is shutting down"), why)
         }
         XCTAssertEqual(alexLog.count(.error), 0, "\(alexLog.events.filter { $0.type == .error })")
         XCTAssertEqual(feeder.failedFeeds, 0)
