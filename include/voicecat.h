@@ -652,7 +652,10 @@ void vc_client_destroy(vc_client *c);
  * Connects to a server: TCP, handshake, Hello, then binds the UDP media path.
  * Blocks until the session is accepted or fails, at most timeout_ms.
  * Returns VC_OK, VC_ERR_INVALID_ARG, VC_ERR_STATE (already connected),
- * VC_ERR_NETWORK, VC_ERR_TIMEOUT, VC_ERR_VERSION, VC_ERR_AUTH (wrong password;
+ * VC_ERR_NETWORK (also "server: the server is shutting down"), VC_ERR_TIMEOUT (a
+ * server holds its answer to an address that sent wrong passwords, up to 16 s by
+ * default: a client behind it with the right one waits too, and vc_last_error says
+ * so), VC_ERR_VERSION, VC_ERR_AUTH (wrong password;
  * fingerprint mismatch with the pin or with the known-servers file — then nothing
  * is sent after the handshake and vc_last_error names both fingerprints; or
  * neither a pin, a known-servers file nor allow_unverified — then nothing is sent

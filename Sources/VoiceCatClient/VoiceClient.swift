@@ -442,7 +442,16 @@ public final class VoiceClient {
             try c.send(.hello(Hello(username: t.username, password: t.password, clientName: config.clientName,
                                     presence: config.presence, resumeToken: t.resumeToken)))
             var result: HelloResult
-            switch try c.receiveDecoded(deadlineMs: deadline) {
+            let answer: ControlMessage
+            do { answer = try c.receiveDecoded(deadlineMs: deadline) } catch let e as ClientError where e.code == VC_ERR_TIMEOUT {
+                // A server holds its answer to an address that sent wrong passwords (0.5 s,
+                // doubling): an honest client behind the same address waits too (helper-87
+                // read only "the server did not answer in time").
+                throw ClientError.timeout("the server did not answer the login (Hello) in time (a server also holds its "
+                                          + "answer to an address that sent wrong passwords, up to 16 s by default: a longer "
+                                          + "connect timeout waits that out)")
+            }
+            switch answer {
             case .helloResult(let r): result = r
             case .error(let e): throw VoiceClient.mapServerError(e)
             case let other: throw ClientError.protocolError("expected HelloResult, got \(other.type)")

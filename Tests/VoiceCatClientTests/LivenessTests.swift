@@ -319,6 +319,30 @@ final class LivenessTests: XCTestCase {
         XCTAssertTrue(end?.event.text.contains("server: the server is shutting down") == true, end?.event.text ?? "no DISCONNECTED")
     }
 
+    /// A server holds its answer to an address that sent wrong passwords; an honest
+    /// client behind that address whose connect times out meanwhile is told that this
+    /// may be why (helper-87 read only "the server did not answer in time").
+    func testALoginHeldForAnotherClientsWrongPasswordsSaysWhyItMayHaveTimedOut() throws {
+        let server = try TestServer { $0.password = "letmein"; $0.authBackoffBaseSeconds = 1 }
+        defer { server.stop() }
+        for attempt in 1...2 {
+            let guesser = try VoiceClient(config: .testing(knownServers: nil))
+            defer { guesser.shutdown() }
+            XCTAssertThrowsError(try guesser.connect(host: "127.0.0.1", port: server.port, username: "guesser\(attempt)",
+                                                     password: "guess", pinnedFingerprint: nil, timeoutMs: 5000)) { e in
+                XCTAssertEqual((e as? ClientError)?.code, VC_ERR_AUTH, "\(e)")
+            }
+        }
+        // The next answer to this address is held 2 s.
+        let c = try VoiceClient(config: .testing(knownServers: nil))
+        defer { c.shutdown() }
+        XCTAssertThrowsError(try c.connect(host: "127.0.0.1", port: server.port, username: "honest", password: "letmein",
+                                           pinnedFingerprint: nil, timeoutMs: 600)) { e in
+            XCTAssertEqual((e as? ClientError)?.code, VC_ERR_TIMEOUT, "\(e)")
+            XCTAssertTrue("\(e)".contains("holds its answer to an address that sent wrong passwords"), "\(e)")
+        }
+    }
+
     func testServerRestartMidCallWithAutoReconnect() throws {
         var server = try TestServer()
         let port = server.port
