@@ -42,12 +42,15 @@ extension Server {
     }
 
     /// Before accepting a connection from `host`: the oldest connection not logged in from
-    /// that address goes when the address is at its cap, and the oldest of all when the
-    /// server is at its global cap.
+    /// that address goes when the address is at its cap (the oldest that has not finished
+    /// its handshake, if any: one that has is a login's round trip from done, and a flood
+    /// of stalled connections from a shared address evicted honest clients midway,
+    /// helper-87), and the oldest of all when the server is at its global cap.
     func makeRoomForUnauthenticated(from host: SocketAddress) {
         while let list = unauthenticatedByHost[host], list.count >= live.maxUnauthenticatedPerAddress {
             counters.unauthenticatedEvicted += 1
-            close(list[0], reason: "evicted: \(list.count) connections from \(host) not logged in")
+            let victim = list.first { $0.phase == .awaitingClientHello } ?? list[0]
+            close(victim, reason: "evicted: \(list.count) connections from \(host) not logged in")
         }
         while unauthenticatedCount >= live.maxUnauthenticated {
             guard evictOldestUnauthenticated(reason: "evicted: \(unauthenticatedCount) connections not logged in") else { break }

@@ -45,6 +45,22 @@ final class AbuseTests: XCTestCase {
         for s in idle + more { s.close() }
     }
 
+    /// A client that has finished its handshake is not the one a flood of stalled
+    /// connections from its address evicts: helper-87 saw 7 of 10 honest connects reset
+    /// midway by never-logging-in connections from the same address.
+    func testStalledConnectionsFromAnAddressDoNotEvictAHandshakeThatIsDone() throws {
+        let ts = try TestServer()
+        defer { ts.stop() }
+        let honest = try TestClient(port: ts.port, openUDP: false)   // handshake done, no Hello yet
+        let stalled = try (0..<40).map { _ in try idleConnection(ts.port) }
+        ts.waitFor("41 accepted", timeoutMs: 10_000) { $0.tcpAccepted >= 41 }
+        XCTAssertGreaterThanOrEqual(ts.counters.unauthenticatedEvicted, UInt64(41 - ServerConfig().maxUnauthenticatedPerAddress))
+        honest.send(.hello(Hello(username: "honest")))
+        XCTAssertNoThrow(try honest.expect("HelloResult") { m -> Bool? in if case .helloResult = m { return true }; return nil })
+        for s in stalled { s.close() }
+        honest.close()
+    }
+
     /// Connections opened and closed at once (before their handshake deadline) leave
     /// nothing behind: each one's deadline entry held it in memory until the deadline
     /// (10 s), so a peer churning connections grew the server by its rate × the timeout
