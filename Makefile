@@ -91,7 +91,7 @@ swift-test:
 ## in the normal build; TimingTests keeps its runs with threads of their own under TSan:
 ## the paced queue fed at once, DTX, the zero gate, a block change and the sink's moving
 ## ticks while talkers talk). TSAN_SKIP took 150 of the stage's 540 s.
-TSAN_SKIP := TimingTests/test(TalkspurtsWithPauses|PullsOfManyBlocks|AWholeFileAtAnotherRate|ImpairedProfiles|AFrozenPaths|BlocksThatAreNotWholeFrames|APathThatGetsSlower|TenMillisecondBlocks|AHostSlower)
+TSAN_SKIP := TimingTests/test(TalkspurtsWithPauses|ComfortNoiseUpdatesAreNotTalk|PullsOfManyBlocks|AWholeFileAtAnotherRate|ImpairedProfiles|AFrozenPaths|BlocksThatAreNotWholeFrames|APathThatGetsSlower|TenMillisecondBlocks|AHostSlower)
 tsan:
 	$(SWIFT) build --build-tests --sanitize=thread --build-path .build/tsan
 	TSAN_OPTIONS=halt_on_error=1 timeout --kill-after=30 $(HANG_MINUTES)m $(SWIFT) test --skip-build --sanitize=thread --build-path .build/tsan \

@@ -249,6 +249,8 @@ extension ReceiveSet {
         let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
         // Handed to the renderer through the slot's ring: no lock per frame.
         slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(arrivalNs) / 1e6, payload: payload)
-        slot.lastPacketMs.store(arrivalNs / 1_000_000, ordering: .relaxed)
+        // Talk state while nothing renders follows this: a DTX pause's comfort-noise
+        // updates are no talk (each was a TALK_START / TALK_STOP pair of its own).
+        if !h.flags.contains(.dtx) { slot.lastPacketMs.store(arrivalNs / 1_000_000, ordering: .relaxed) }
     }
 }

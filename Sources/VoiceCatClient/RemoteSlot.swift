@@ -92,7 +92,8 @@ final class RemoteSlot {
 
     // The media input's token holder only (MediaInput.swift).
     var replay = ReplayWindow()
-    /// When the last frame arrived (ms, monotonic; read by the network thread).
+    /// When the last voice frame arrived, comfort-noise updates (DTX) not counted (ms,
+    /// monotonic; read by the network thread for talk state while nothing renders).
     let lastPacketMs = Atomic<UInt64>(0)
 
     /// The level of the decoded audio (after NR, before gain and mute) over the last

@@ -667,6 +667,33 @@ final class TimingTests: XCTestCase {
         XCTAssertEqual(ev.stops, 2)
     }
 
+    /// While nothing renders the mix (no sink, no pulls, a playback device away) talk
+    /// state follows arrivals; a DTX pause's comfort-noise updates are not talk: each
+    /// one (every 400 ms) was a TALK_START/STOP pair of its own (helper-86: 5 pairs for 2
+    /// talkspurts with a playback device away).
+    func testComfortNoiseUpdatesAreNotTalkWhileNothingRenders() throws {
+        let alex = try client("alex", channel: "Lobby")   // DTX on
+        let sam = try client("sam", channel: "Lobby")     // external playback, never pulled
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        while sam.pollEvent(timeoutMs: 0) != nil {}
+        var rng = TraceGenerator.Random(seed: 6)
+        let hiss = (0..<(48_000 * 3)).map { _ in Int16((rng.uniform() - 0.5) * 6) }
+        let speech = Signal.voiceLike(seconds: 1, amplitude: 0.3)
+        let before = alex.connectionStats().packetsOut
+        try feed(alex, sid, (speech + hiss + speech)[...])
+        try alex.drain(streamID: sid, timeoutMs: 8000)
+        usleep(800_000)
+        let sent = alex.connectionStats().packetsOut - before
+        let ev = events(sam, ssrc: ssrc)
+        print("nothing renders: \(sent) packets for 1 s + 3 s of DTX + 1 s; talk start/stop \(ev.starts)/\(ev.stops)")
+        XCTAssertLessThan(sent, 200, "the pause went out as DTX (250 frames without)")
+        XCTAssertEqual(ev.starts, 2)
+        XCTAssertEqual(ev.stops, 2)
+    }
+
     /// SCREEN_AUDIO on a channel without DTX stops after 200 ms of digital silence
     /// and resumes with the marker.
     func testZeroGateStopsScreenAudioAfterDigitalSilence() throws {

@@ -901,10 +901,11 @@ class Client:
         return buf.value.decode("ascii")
 
     def join(self, channel: str) -> None:
-        """Joins a channel by name; blocks until the server answers. Streams published in
-        the previous channel are withdrawn (joining the channel the client is in keeps
-        them). NotFound for an unknown channel; NetworkError when the connection ends
-        before the answer."""
+        """Joins a channel by name; blocks until the server answers (at most 5 s: Timeout).
+        Streams published in the previous channel are withdrawn (joining the channel the
+        client is in keeps them). NotFound for an unknown channel; NetworkError when the
+        connection ends before the answer. Ctrl-C during it is raised when it returns
+        (the library cannot cancel a join: it would leave the channel state unknown)."""
         self._call("vc_join_channel", _cstr(channel, "channel"))
 
     def channel_audio(self) -> AudioConfig:
