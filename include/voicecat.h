@@ -207,7 +207,9 @@ typedef enum vc_event_type {
                                             push-to-talk key was released, or the fed audio ran dry, was
                                             flushed or the stream stopped; a capture device's stream only
                                             when its device delivered nothing for 100 ms: a read that comes
-                                            late finds the audio in the device's 80 ms buffer); also when the stream ends with no
+                                            late finds the audio in the device's buffer, four 20 ms
+                                            periods as asked of ALSA; or when its device is switched,
+                                            suspended or reopened); also when the stream ends with no
                                             frame sent (the session moved to another channel or ended) and just
                                             before VC_EVENT_RECONNECTING (nothing is sent in the gap; the gate opens
                                             again with the first frame after VC_EVENT_RECONNECTED). On a
@@ -717,7 +719,8 @@ int vc_get_channel_audio(vc_client *c, vc_audio_config *out);
  * encoded with the channel's AudioConfig (mode, bitrate, frame size, ...).
  * external_feed = 1: the host feeds PCM with vc_stream_feed_pcm.
  * external_feed = 0: a capture thread reads `device` (NULL = "default") in 20 ms
- * periods with `channels` channels, at `sample_rate` or the rate the device offers
+ * periods with `channels` channels (or the other of 1 and 2 when the device offers
+ * only that: downmixed, or read as L = R), at `sample_rate` or the rate the device offers
  * instead (resampled to 48 kHz); the send path reframes to the
  * channel's frame size and converts to its mode (mono upmixed L = R). For
  * SCREEN_AUDIO name a monitor or loopback capture device (for example a PulseAudio
@@ -873,9 +876,13 @@ int vc_stream_flush(vc_client *c, uint32_t stream_id);
 /**
  * Reopens a device stream's capture with 1 or 2 channels (stereo capture encodes
  * real stereo on a stereo channel; a mono capture on a stereo channel is upmixed
- * L = R). For an external-feed stream it only records the value (vc_stream_feed_pcm
+ * L = R; a device that offers only the other count is converted: downmixed, or read
+ * as L = R). The talkspurt under way ends; the reopened device's audio starts a new
+ * one. For an external-feed stream it only records the value (vc_stream_feed_pcm
  * names its channel count on every call). Returns VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG,
- * VC_ERR_DEVICE (the previous capture is kept). Callback-safe: no.
+ * VC_ERR_DEVICE (the previous capture is kept: reopened, or retried on a backoff when
+ * it cannot be at once, VC_EVENT_DEVICE_RESTORED when it opens). A device that was
+ * away and opens now raises VC_EVENT_DEVICE_RESTORED. Callback-safe: no.
  */
 int vc_set_capture_channels(vc_client *c, uint32_t stream_id, uint32_t channels);
 
@@ -1320,17 +1327,21 @@ int vc_stop_recording(vc_client *c, uint32_t ssrc);
  * of the device that plays and is away: tried at once, as vc_set_external_playback
  * does). Otherwise
  * the name is kept for when the device next opens. A device that offers no 48 kHz is
- * opened at the rate it offers and fed through a resampler. Returns
+ * opened at the rate it offers and fed through a resampler; one that offers only mono
+ * gets the mix downmixed. Returns
  * VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_DEVICE. Callback-safe: no.
  */
 int vc_set_playback_device(vc_client *c, const char *name);
 
 /**
  * Moves a device stream's capture to another device (an ALSA PCM name), keeping the
- * stream: its id, ssrc and channel stay and listeners see no change but the sound.
+ * stream: its id, ssrc and channel stay and listeners see no change but the sound
+ * (the talkspurt under way ends; the new device's audio starts a new one).
  * The previous device is closed first, then the new one opened (at the stream's
  * sample_rate, or the rate it offers); when it cannot be opened, the previous
- * device is reopened and VC_ERR_DEVICE returned (reason in vc_last_error). While
+ * device is reopened (or retried on a backoff when it cannot be at once:
+ * VC_EVENT_DEVICE_RESTORED when it opens) and VC_ERR_DEVICE returned (reason in
+ * vc_last_error). While
  * audio is suspended the name is kept for vc_audio_restart. Returns
  * VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_STATE (a stream fed
  * by the host), VC_ERR_DEVICE. Callback-safe: no.

@@ -78,7 +78,9 @@ final class CaptureWorker {
     }
 
     /// An open capture device, its 20 ms period at the rate it runs at, and the
-    /// converter to 48 kHz when that rate is another.
+    /// converter to 48 kHz and the stream's channels when the device runs at another
+    /// rate or offers only the other channel count (a stereo-only card for a mono
+    /// stream is downmixed, a mono microphone for a stereo one read as L = R).
     struct Capture {
         let device: AudioDevice
         let period: Int
@@ -97,12 +99,12 @@ final class CaptureWorker {
             }
             let period = d.sampleRate / 50
             var conv: FormatConverter? = nil
-            if d.sampleRate != 48000 {
+            if d.sampleRate != 48000 || d.channels != channels {
                 // The filter delay is kept: each period then converts to a whole frame
                 // at once (skipped, the first came out short by it and every frame
                 // waited for the next period, 20 ms more delay for good).
                 do {
-                    conv = try FormatConverter(inRate: d.sampleRate, outRate: 48000, inChannels: channels, outChannels: channels,
+                    conv = try FormatConverter(inRate: d.sampleRate, outRate: 48000, inChannels: d.channels, outChannels: channels,
                                                maxInFrames: period, quality: quality)
                 } catch {
                     d.close()
@@ -116,10 +118,11 @@ final class CaptureWorker {
     private static func run(first: Capture?, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
                             slot: StreamSlot, streamID: UInt32, streams: StreamTable, stop: StopFlag, wakeup: Condition,
                             away: AtomicCounter, raise: (ClientEvent) -> Void) {
-        // Room for 20 ms at the highest rate a device may run at.
+        // Room for 20 ms at the highest rate a device may run at, in stereo (a device
+        // may run with 2 channels for a mono stream).
         let capacity = FormatConverter.rates.upperBound / 50
-        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: capacity * channels)
-        buf.initialize(repeating: 0, count: capacity * channels)
+        let buf = UnsafeMutablePointer<Int16>.allocate(capacity: capacity * 2)
+        buf.initialize(repeating: 0, count: capacity * 2)
         defer { buf.deallocate() }
         var cap: Capture? = first
         var pacer = PeriodPacer(periodFrames: first?.period ?? sampleRate / 50, sampleRate: first?.device.sampleRate ?? sampleRate,
@@ -207,24 +210,52 @@ extension VoiceClient {
         return w.openError
     }
 
+    /// Stops a device stream's capture (deviceLock held) and ends its talkspurt: the next
+    /// audio, from this device reopened or another, starts a new one with the marker
+    /// (with a device stream's 100 ms dry slack a quick switch carried the talkspurt on,
+    /// its next frames late by the gap: delay listeners kept). Returns whether the
+    /// device was away (its thread retrying it) when the thread stopped.
+    @discardableResult
+    func endCapture(_ s: LocalStream) -> Bool {
+        guard let w = s.capture else { return false }
+        w.stopAndJoin()
+        s.capture = nil
+        s.device = s.device ?? w.device
+        s.slot.lock.withLock { if s.slot.stream === s { s.flush() } }
+        return w.deviceAway.load() != 0
+    }
+
+    /// The stream `s` still is stream `streamID` (deviceLock held: it was looked up
+    /// before; a stop in between retired it, and a capture started for it then would
+    /// run, and retry its device, for ever).
+    private func stillInstalled(_ s: LocalStream, _ streamID: UInt32) throws {
+        guard (try? streams.withStream(streamID) { st, _ in st === s }) == true else {
+            throw ClientError.notFound("stream \(streamID) was stopped meanwhile")
+        }
+    }
+
     /// vc_set_capture_channels: reopens a device stream's capture with 1 or 2 channels.
     public func setCaptureChannels(streamID: UInt32, channels: Int) throws {
         try refuseInCallback("vc_set_capture_channels")
         guard channels == 1 || channels == 2 else { throw fail(.invalidArgument("channels must be 1 or 2 (got \(channels))")) }
         let s = try failing { try streams.withStream(streamID) { s, _ in s } }
-        try deviceLock.withLock {
-            guard let old = s.capture else {
-                s.slot.lock.withLock { s.inputChannels = channels }
-                return
-            }
-            old.stopAndJoin()
-            s.capture = nil
-            if audioSuspended { s.inputChannels = channels; return }
-            do { try startCapture(s, device: old.device, channels: channels) } catch let e as ClientError {
-                // Put the previous capture back so the stream keeps working (retried
-                // on the backoff if it cannot be opened again at once).
-                _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true)
-                throw fail(e)
+        try failing {
+            try deviceLock.withLock {
+                try stillInstalled(s, streamID)
+                guard let old = s.capture else {
+                    s.slot.lock.withLock { s.inputChannels = channels }
+                    return
+                }
+                let wasAway = endCapture(s)
+                if audioSuspended { s.inputChannels = channels; return }
+                do { try startCapture(s, device: old.device, channels: channels) } catch let e as ClientError {
+                    // Put the previous capture back so the stream keeps working (retried
+                    // on the backoff if it cannot be opened again at once).
+                    _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true)
+                    throw e
+                }
+                // A device that was away and opens now is back, as its thread would say.
+                if wasAway { events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: old.device, streamID: streamID)) }
             }
         }
     }
@@ -236,15 +267,17 @@ extension VoiceClient {
         try refuseInCallback("vc_set_capture_device")
         let s = try failing { try streams.withStream(streamID) { s, _ in s } }
         guard !s.externalFeed else { throw fail(.state("stream \(streamID) is fed by the host (external_feed); it has no capture device")) }
-        try deviceLock.withLock {
-            // The old capture stops first: a device may be opened only once at a time.
-            let old = s.capture
-            old?.stopAndJoin()
-            s.capture = nil
-            if audioSuspended { s.device = device; return }
-            do { try startCapture(s, device: device, channels: s.inputChannels) } catch let e as ClientError {
-                if let old { _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true) }
-                throw fail(e)
+        try failing {
+            try deviceLock.withLock {
+                try stillInstalled(s, streamID)
+                // The old capture stops first: a device may be opened only once at a time.
+                let old = s.capture
+                endCapture(s)
+                if audioSuspended { s.device = device; return }
+                do { try startCapture(s, device: device, channels: s.inputChannels) } catch let e as ClientError {
+                    if let old { _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true) }
+                    throw e
+                }
             }
         }
     }
@@ -287,9 +320,7 @@ extension VoiceClient {
         try refuseInCallback("vc_audio_suspend")
         deviceLock.withLock {
             audioSuspended = true
-            for s in streams.all {
-                if let w = s.capture { w.stopAndJoin(); s.capture = nil; s.device = s.device ?? w.device }
-            }
+            for s in streams.all { endCapture(s) }
         }
         output.suspend()
     }
@@ -306,11 +337,8 @@ extension VoiceClient {
             // One whose device is away (its thread retrying it) is tried again now, so
             // the host hears whether it opens.
             for s in streams.all where !s.externalFeed && (s.capture == nil || s.capture?.deviceAway.load() != 0) {
-                let wasAway = s.capture != nil
-                if let w = s.capture {
-                    w.stopAndJoin()
-                    s.capture = nil
-                }
+                // (Still away once stopped: one that its thread reopened meanwhile has said so.)
+                let wasAway = endCapture(s)
                 do {
                     let device = s.device ?? "default"
                     if let e = try startCapture(s, device: device, channels: s.inputChannels, retryIfAway: true) {

@@ -789,12 +789,13 @@ struct PlaybackDevice {
         do {
             d = try backend.open(name, direction: .playback, channels: 2, sampleRate: 48000, periodFrames: OutputStage.block)
         } catch { throw ClientError.device("\(error)") }
-        guard d.sampleRate != 48000 else { return PlaybackDevice(device: d, converter: nil) }
+        guard d.sampleRate != 48000 || d.channels != 2 else { return PlaybackDevice(device: d, converter: nil) }
         do {
             // The device's buffer takes blocks of any length: the filter delay is skipped
-            // (0.75 ms less latency at 44.1 kHz, 4 ms at 8 kHz).
-            let c = try FormatConverter(inRate: 48000, outRate: d.sampleRate, inChannels: 2, outChannels: 2, maxInFrames: OutputStage.block,
-                                        quality: quality, skipFilterDelay: true)
+            // (0.75 ms less latency at 44.1 kHz, 4 ms at 8 kHz). A mono-only device
+            // (a USB headset's) gets the mix downmixed.
+            let c = try FormatConverter(inRate: 48000, outRate: d.sampleRate, inChannels: 2, outChannels: d.channels,
+                                        maxInFrames: OutputStage.block, quality: quality, skipFilterDelay: true)
             return PlaybackDevice(device: d, converter: c)
         } catch {
             d.close()

@@ -764,6 +764,9 @@ public final class VoiceClient {
                 // Counted before it is installed: every retire of it uncounts it.
                 localStreamCount.wrappingAdd(1, ordering: .relaxed)
                 streams.install(s)
+                // A vc_audio_suspend between its capture's start and now did not see it:
+                // it is suspended too (vc_audio_restart reopens its device).
+                if !externalFeed { deviceLock.withLock { if audioSuspended { endCapture(s) } } }
                 // A move to another channel (a join from another thread) applied after
                 // the server answered: the server announced the stream in the channel
                 // left and withdrew it with the move, and the move's retiring may not

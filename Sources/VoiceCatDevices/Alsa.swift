@@ -133,7 +133,10 @@ func listAlsaDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
 public final class AlsaPCM: AudioDevice {
     public let name: String
     public let direction: DeviceDirection
-    public let channels: Int
+    /// The channels the device runs with: those asked, or (a device that offers only
+    /// the other count of 1 and 2: a mono USB microphone, a stereo-only card) that one,
+    /// for the caller to convert.
+    public private(set) var channels: Int
     /// The period ALSA gave, in frames at `sampleRate`.
     public private(set) var periodFrames: Int
     public private(set) var sampleRate: Int
@@ -143,7 +146,8 @@ public final class AlsaPCM: AudioDevice {
     public let pacesItself: Bool
     private var pcm: OpaquePointer?
 
-    /// Opens and configures a PCM: S16_LE interleaved, `channels`, the rate nearest
+    /// Opens and configures a PCM: S16_LE interleaved, `channels` (or the other of 1 and
+    /// 2 when only that one is offered: see `channels`), the rate nearest
     /// `sampleRate` the device offers, periods of `periodFrames` at `sampleRate` (a
     /// duration: a device that runs at another rate gets as many ms, not as many
     /// frames), a buffer of `periods` periods.
@@ -175,7 +179,11 @@ public final class AlsaPCM: AudioDevice {
         try check("hw_params_any", snd_pcm_hw_params_any(p, hw))
         try check("set_access", snd_pcm_hw_params_set_access(p, hw, SND_PCM_ACCESS_RW_INTERLEAVED))
         try check("set_format S16_LE", snd_pcm_hw_params_set_format(p, hw, SND_PCM_FORMAT_S16_LE))
-        try check("set_channels \(channels)", snd_pcm_hw_params_set_channels(p, hw, UInt32(channels)))
+        if snd_pcm_hw_params_test_channels(p, hw, UInt32(channels)) < 0 && (channels == 1 || channels == 2)
+            && snd_pcm_hw_params_test_channels(p, hw, UInt32(3 - channels)) >= 0 {
+            self.channels = 3 - channels
+        }
+        try check("set_channels \(self.channels)", snd_pcm_hw_params_set_channels(p, hw, UInt32(self.channels)))
         var rate = UInt32(sampleRate)
         try check("set_rate \(sampleRate)", snd_pcm_hw_params_set_rate_near(p, hw, &rate, nil))
         self.sampleRate = Int(rate)

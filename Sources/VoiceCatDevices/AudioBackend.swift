@@ -39,6 +39,7 @@ public protocol AudioBackend: AnyObject, Sendable {
     var name: String { get }
     func listDevices(_ direction: DeviceDirection) -> [DeviceInfo]
     /// Opens `name` with `channels` at `sampleRate` (or the nearest rate the device
-    /// offers; see AudioDevice.sampleRate), in periods of `periodFrames`.
+    /// offers; see AudioDevice.sampleRate; and the other of 1 and 2 channels when the
+    /// device offers only that: see AudioDevice.channels), in periods of `periodFrames`.
     func open(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int, periodFrames: Int) throws -> AudioDevice
 }

@@ -75,7 +75,10 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
             if d.refuseOpen { throw DeviceError("cannot open device \"\(name)\": it is gone") }
             d.opens += 1
         }
-        guard channels == d.channels else { throw DeviceError("device \"\(name)\" has \(d.channels) channels, not \(channels)") }
+        // As ALSA's does: the other of 1 and 2 channels when only that one is offered.
+        guard channels == d.channels || (1...2).contains(channels) && (1...2).contains(d.channels) else {
+            throw DeviceError("device \"\(name)\" has \(d.channels) channels, not \(channels)")
+        }
         return Handle(d)
     }
 

@@ -1136,20 +1136,26 @@ final class AudioEdgeTests: XCTestCase {
         XCTAssertLessThanOrEqual(near.ratio, 1.5, "a click in the pulled mix at a format change")
     }
 
+    /// alex publishes a mono MIC stream from capture device `mic` (continuous) for 3.3 s,
+    /// sam plays the channel on playback device `speaker`; both on `backend`.
+    private func talkFromDevice(_ mic: String, toSpeaker speaker: String, on backend: MemoryAudioBackend) throws {
+        let sam = try client("sam", backend: backend, playback: speaker)
+        let alex = try client("alex", backend: backend)
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: mic)
+        try sam.waitForRemote(ssrc: try XCTUnwrap(alex.ssrc(ofStream: sid)))
+        usleep(3_300_000)
+        try alex.stopStream(sid)
+        sam.shutdown()
+    }
+
     func testADeviceThatOffersOnly44100WorksForCaptureAndPlayback() throws {
         let backend = MemoryAudioBackend()
         let mic = backend.addDevice("mem-mic-441", direction: .capture, channels: 1, sampleRate: 44100)
         let speaker = backend.addDevice("mem-play-441", direction: .playback, channels: 2, sampleRate: 44100)
         let voice441 = try Measure.resample(Signal.glidingVoice(seconds: 2.5, seed: 3), from: 48000, to: 44100)
         mic.setInput([Int16](repeating: 0, count: 11025) + voice441 + [Int16](repeating: 0, count: 44100))
-        let sam = try client("sam", backend: backend, playback: "mem-play-441")
-        let alex = try client("alex", backend: backend)
-        alex.setInputMode(.continuous)
-        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "mem-mic-441")
-        try sam.waitForRemote(ssrc: try XCTUnwrap(alex.ssrc(ofStream: sid)))
-        usleep(3_300_000)
-        try alex.stopStream(sid)
-        sam.shutdown()
+        try talkFromDevice("mem-mic-441", toSpeaker: "mem-play-441", on: backend)
         let played = speaker.written
         let left = stride(from: 0, to: played.count, by: 2).map { played[$0] }
         // Where the voice starts on the 44.1 kHz speaker.
@@ -1161,6 +1167,51 @@ final class AudioEdgeTests: XCTestCase {
               + "\(String(format: "%.3f", m.ncc))")
         XCTAssertGreaterThanOrEqual(m.ncc, 0.9)
         XCTAssertGreaterThan(mic.openCount, 0)
+    }
+
+    /// A capture device that offers only stereo feeds a mono stream (downmixed), and a
+    /// playback device that offers only mono plays the mix (downmixed): both failed to
+    /// open ("set_channels 1 failed"), the mono speaker retried for ever (helper-86).
+    func testDevicesThatOfferOnlyTheOtherChannelCountWork() throws {
+        let backend = MemoryAudioBackend()
+        let mic = backend.addDevice("mem-mic-stereo-only", direction: .capture, channels: 2)
+        let speaker = backend.addDevice("mem-play-mono-only", direction: .playback, channels: 1)
+        let voice = Signal.glidingVoice(seconds: 2.5, seed: 4)
+        let lead = [Int16](repeating: 0, count: 12_000), tail = [Int16](repeating: 0, count: 48_000)
+        // The voice on the left only: the downmix carries it at half its level.
+        mic.setInput((lead + voice + tail).flatMap { [$0, 0] })
+        try talkFromDevice("mem-mic-stereo-only", toSpeaker: "mem-play-mono-only", on: backend)
+        let played = speaker.written   // mono
+        var onset = 0
+        while onset + 480 <= played.count && Signal.rms(played[onset..<(onset + 480)]) < 0.01 * 32768 { onset += 480 }
+        XCTAssertLessThan(onset + 480, played.count, "nothing audible was played")
+        let m = Measure.windows(input: voice, output: Array(played[max(0, onset - 4800)...]), from: 0.2, to: 2.2, rate: 48000, maxLagMs: 200)
+        let gain = Signal.rms(played[onset..<min(played.count, onset + 96_000)]) / max(1, Signal.rms(voice[0..<96_000]))
+        print("stereo-only mic, mono-only speaker: median NCC \(String(format: "%.3f", m.ncc)), level x\(String(format: "%.2f", gain))")
+        XCTAssertGreaterThanOrEqual(m.ncc, 0.9)
+        XCTAssertEqual(gain, 0.5, accuracy: 0.15, "the left channel alone, downmixed")
+    }
+
+    /// Moving a talking device stream to another device ends its talkspurt: the new
+    /// device's audio starts a new one with the marker. With a device stream's 100 ms
+    /// dry slack a quick switch carried the talkspurt on, its next frames late by the
+    /// gap, delay that listeners kept (helper-89).
+    func testMovingATalkingStreamToAnotherDeviceStartsANewTalkspurt() throws {
+        let backend = MemoryAudioBackend()
+        for name in ["mem-mic-a", "mem-mic-b"] {
+            backend.addDevice(name, direction: .capture, channels: 1).setInput(Signal.tone(440, seconds: 1, amplitude: 0.3), loop: true)
+        }
+        let alex = try client("alex", backend: backend)
+        alex.setInputMode(.continuous)
+        let events = EventLog(alex)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "mem-mic-a")
+        XCTAssertNotNil(events.wait { $0.type == .gateOpened })
+        usleep(300_000)
+        let mark = events.total
+        try alex.setCaptureDevice(streamID: sid, device: "mem-mic-b")
+        XCTAssertNotNil(events.wait(from: mark, timeoutMs: 2000) { $0.type == .gateOpened }, "a new talkspurt")
+        let gates = events.events[mark...].filter { $0.type == .gateOpened || $0.type == .gateClosed }.map(\.type)
+        XCTAssertEqual(Array(gates.prefix(2)), [.gateClosed, .gateOpened], "\(gates)")
     }
 
     // MARK: levels and the gate

@@ -174,7 +174,7 @@ def test_a_server_that_dies_mid_command_is_exit_3_for_every_command(tmp_path):
             return subprocess.Popen([sys.executable, "-m", "voicecat", *args, "--port", str(private.port)],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = {"speak": start("speak", str(path), "--user", unique("dies-speak")),
-                   "stats": start("stats", "--seconds", "20", "--user", unique("dies-stats")),
+                   "stats": start("stats", "--seconds", "5", "--user", unique("dies-stats")),
                    "ping": start("ping", "127.0.0.1", "--count", "1000", "--user", unique("dies-ping")),
                    "record": start("record", str(tmp_path / "x.wav"), "--seconds", "20", "--user", unique("dies-rec"))}
         time.sleep(3)

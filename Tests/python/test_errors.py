@@ -1,6 +1,7 @@
 """Bad input gets a clear exception, and nothing is sent for it."""
 import array
 import asyncio
+import contextlib
 import ctypes
 import os
 import threading
@@ -307,41 +308,58 @@ def test_ctrl_c_before_the_connect_starts_leaves_no_session(server):
     c.close()
 
 
+@contextlib.contextmanager
+def slowed_connect(seconds):
+    """The library's vc_connect reached `seconds` late, as by a connect still on its
+    way there (its thread starting, its arguments converted); yields an Event set when
+    a connect gets to the library."""
+    lib = _lib.get()
+    real = lib.vc_connect
+    entered = threading.Event()
+
+    def slow_connect(*args):
+        entered.set()
+        time.sleep(seconds)
+        return real(*args)
+
+    lib.vc_connect = slow_connect
+    try:
+        yield entered
+    finally:
+        lib.vc_connect = real
+
+
+def threading_with(thread_class):
+    """A stand-in for the threading module (for voicecat._client) whose Thread is
+    `thread_class`."""
+    class Threading:
+        Thread = thread_class
+
+        def __getattr__(self, name):
+            return getattr(threading, name)
+
+    return Threading()
+
+
 def test_ctrl_c_while_the_connect_thread_starts_leaves_no_session(server, monkeypatch):
     # Ctrl-C landing in Thread.start() of the connect's own thread (helper-88: 6 in 100
     # interrupted connects): that thread runs on, so the connect is cancelled as from
     # within the wait. (start() sat before the try: the connect went on and the
     # program, told KeyboardInterrupt, was left connected.)
-    import threading as real_threading
     from voicecat import _client
 
-    class InterruptedStart(real_threading.Thread):
+    class InterruptedStart(threading.Thread):
         def start(self):
             super().start()
             raise KeyboardInterrupt   # as Ctrl-C in start()'s wait for the thread
 
-    class Threading:
-        Thread = InterruptedStart
-
-        def __getattr__(self, name):
-            return getattr(real_threading, name)
-
-    lib = _lib.get()
-    real = lib.vc_connect
-
-    def slow_connect(*args):
-        time.sleep(0.2)   # the library gets the connect after the Ctrl-C
-        return real(*args)
-
     name = unique("ctrl-c-start")
     c = voicecat.Client(known_servers_path="")
-    monkeypatch.setattr(_client, "threading", Threading())
-    lib.vc_connect = slow_connect
+    monkeypatch.setattr(_client, "threading", threading_with(InterruptedStart))
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with slowed_connect(0.2), pytest.raises(KeyboardInterrupt):   # the library gets it after the Ctrl-C
             c.connect("127.0.0.1", server.port, name, password=server.password, allow_unverified=True)
     finally:
-        lib.vc_connect = real
         monkeypatch.undo()
     with pytest.raises(voicecat.StateError, match="not connected"):
         c.join("Lobby")
@@ -355,15 +373,6 @@ def test_disconnect_cancels_a_connect_that_has_not_reached_the_library(server):
     # disconnect() on another thread while connect() is on its way into the library (a
     # thread starting, arguments converted): the connect is cancelled, not left to
     # connect after disconnect() said "not connected" (helper-88: 3 in 300 races).
-    lib = _lib.get()
-    real = lib.vc_connect
-    entered = threading.Event()
-
-    def slow_connect(*args):
-        entered.set()
-        time.sleep(0.3)
-        return real(*args)
-
     name = unique("disconnect-early")
     c = voicecat.Client(known_servers_path="")
     outcome = []
@@ -375,15 +384,12 @@ def test_disconnect_cancels_a_connect_that_has_not_reached_the_library(server):
         except voicecat.VoiceCatError as e:
             outcome.append(e)
 
-    lib.vc_connect = slow_connect
-    try:
+    with slowed_connect(0.3) as entered:
         t = threading.Thread(target=connect)
         t.start()
         assert entered.wait(5)
         c.disconnect()   # no StateError: there was a connect to cancel
         t.join(10)
-    finally:
-        lib.vc_connect = real
     assert not t.is_alive()
     # Cancelled in the library, or (once it had got through) ended: never left connected.
     assert outcome == ["connected"] or (len(outcome) == 1 and isinstance(outcome[0], voicecat.StateError)), outcome
@@ -391,6 +397,81 @@ def test_disconnect_cancels_a_connect_that_has_not_reached_the_library(server):
         c.join("Lobby")
     with pytest.raises(voicecat.StateError, match="not connected"):
         c.disconnect()   # and now there is nothing to cancel
+    c.close()
+
+
+def test_disconnect_inside_a_callback_during_a_connect_is_refused_at_once(server):
+    # vc_disconnect is refused inside any callback: that is said at once (StateError),
+    # not taken for a connect that has not reached the library yet, waited on (the
+    # callback blocked until the connect ended) and then reported as done while the
+    # client stayed connected (helper-89).
+    watcher = voicecat.Client(known_servers_path="", external_playback=True)
+    other = voicecat.Client(known_servers_path="", external_playback=True)
+    watcher.connect("127.0.0.1", server.port, unique("cb-watch"), password=server.password, allow_unverified=True)
+    outcome = {}
+
+    def connect_other():
+        try:
+            other.connect("127.0.0.1", server.port, unique("cb-other"), password=server.password, allow_unverified=True)
+        except voicecat.VoiceCatError as e:
+            outcome["connect"] = e
+
+    with slowed_connect(0.5) as entered:
+        t = threading.Thread(target=connect_other)
+        t.start()
+        assert entered.wait(5)
+
+        def handler(event):
+            if event.type == voicecat.EventType.CHANNEL_JOINED and "disconnect" not in outcome:
+                start = time.monotonic()
+                try:
+                    other.disconnect()
+                    outcome["disconnect"] = "returned"
+                except voicecat.StateError as e:
+                    outcome["disconnect"] = e
+                outcome["took"] = time.monotonic() - start
+
+        watcher.set_event_handler(handler)
+        watcher.join("Lobby")
+        t.join(10)
+    assert isinstance(outcome.get("disconnect"), voicecat.StateError), outcome
+    assert "inside a callback" in str(outcome["disconnect"]) and outcome["took"] < 0.2, outcome
+    watcher.close()
+    other.close()
+
+
+def test_disconnect_returns_when_the_connects_thread_cannot_start(monkeypatch):
+    # connect() on the main thread runs the library's connect on a thread of its own;
+    # one that cannot be started ends the connect too, so a disconnect() waiting for it
+    # returns (it asked the library every 5 ms for ever, helper-89).
+    from voicecat import _client
+
+    class NoThread(threading.Thread):
+        def start(self):
+            time.sleep(0.3)
+            raise RuntimeError("can't start new thread")
+
+    c = voicecat.Client(known_servers_path="", external_playback=True)
+    result = []
+
+    def disconnect():
+        time.sleep(0.1)
+        try:
+            c.disconnect()
+            result.append("returned")
+        except voicecat.VoiceCatError as e:
+            result.append(e)
+
+    t = threading.Thread(target=disconnect, daemon=True)
+    t.start()
+    monkeypatch.setattr(_client, "threading", threading_with(NoThread))
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            c.connect("127.0.0.1", 1, unique("no-thread"), allow_unverified=True)
+    finally:
+        monkeypatch.undo()
+    t.join(5)
+    assert result == ["returned"], result
     c.close()
 
 

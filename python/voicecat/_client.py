@@ -812,13 +812,13 @@ class Client:
             self._connects.add(done)
         try:
             if threading.current_thread() is not threading.main_thread() or in_callback():
-                try:
-                    self._call("vc_connect", ctypes.byref(params))
-                finally:
-                    done.set()
+                self._call("vc_connect", ctypes.byref(params))
                 return
             self._connect_interruptibly(params, done)
         finally:
+            # Also when its thread could not be started: a disconnect() waiting for this
+            # connect to end must not wait for ever.
+            done.set()
             with self._connects_lock:
                 self._connects.discard(done)
 
@@ -845,8 +845,9 @@ class Client:
             done.wait()
         except KeyboardInterrupt:
             # A thread that was never started never ends the connect: Ctrl-C came
-            # before the thread existed (a started one runs within milliseconds).
-            if started.wait(1.0):
+            # before the thread existed (a started one runs within milliseconds, or a
+            # few seconds on a machine that is very busy).
+            if started.wait(10.0):
                 self._cancel_connect(done)
                 if not failure:   # it got through before it could be cancelled
                     self._end_quietly()
@@ -866,7 +867,9 @@ class Client:
         way."""
         with self._connects_lock:
             pending = [d for d in self._connects if not d.is_set()]
-        if not pending:
+        if not pending or in_callback():
+            # (Inside a callback the library refuses vc_disconnect: that is said at once,
+            # not taken for a connect that has not reached the library yet.)
             self._call("vc_disconnect")
             return
         for done in pending:
