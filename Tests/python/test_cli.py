@@ -186,6 +186,26 @@ def test_a_server_that_dies_mid_command_is_exit_3_for_every_command(tmp_path):
         assert p.returncode == 3 and "disconnected from" in err, f"{name}: exit {p.returncode}\n{out}\n{err}"
 
 
+def test_speak_reads_standard_input_and_says_when_a_file_is_cut_short(server, tmp_path):
+    # A WAV written to a pipe has no size in its header (espeak-ng --stdout writes
+    # 0x7FFFF000): "speak -" reads one from standard input to its end. A file whose data
+    # ends before its header says played what it held without a word (helper-88).
+    speech = tmp_path / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(speech), "one two three"], check=True)
+    piped = subprocess.run(["espeak-ng", "--stdout", "one two three"], check=True, capture_output=True).stdout
+    argv = [sys.executable, "-m", "voicecat", "speak", "-", "--tail", "0", "--user", unique("cli-stdin"),
+            "--port", str(server.port)]
+    run = subprocess.run(argv, input=piped, capture_output=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    _, rate, reference = read_wav(speech)
+    spoke = float(re.search(rb"spoke ([0-9.]+) s from -", run.stdout).group(1))
+    assert abs(spoke - len(reference) / rate) < 0.05, (spoke, len(reference) / rate)
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(speech.read_bytes()[:len(speech.read_bytes()) // 2])
+    half = voicecat_cmd("speak", str(cut), "--tail", "0", "--user", unique("cli-cut"), server=server, check=0)
+    assert "cut short?" in half.stderr, half.stderr
+
+
 def test_record_interrupted_by_ctrl_c_writes_what_it_recorded(server, tmp_path):
     """Ctrl-C (SIGINT) ends `voicecat record` with exit status 130 and files that hold
     what was recorded until then (they were empty, or an older recording, before)."""

@@ -26,6 +26,7 @@ import re
 import sys
 import threading
 import time
+import typing
 import wave
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -205,36 +206,51 @@ def _join(args: argparse.Namespace, client: Client) -> None:
 
 
 def _riff_pcm(path: str) -> "tuple[bytes, int, int, int, int]":
-    """(PCM, format tag, sample width in bytes, channels, rate) of a RIFF/WAVE file, its
-    chunks read directly: Python's wave module before 3.12 refuses WAVE_FORMAT_EXTENSIBLE
-    headers, which sox and many recorders write for 16-bit PCM too. The format tag is
-    1 (PCM) for an extensible header whose sub-format is PCM."""
+    """(PCM, format tag, sample width in bytes, channels, rate) of a RIFF/WAVE file ("-":
+    standard input), its chunks read directly: Python's wave module before 3.12 refuses
+    WAVE_FORMAT_EXTENSIBLE headers, which sox and many recorders write for 16-bit PCM
+    too. The format tag is 1 (PCM) for an extensible header whose sub-format is PCM.
+    A data chunk whose size is 0 or a placeholder (a WAV written to a pipe, its size not
+    known) is read to the end; one cut short is read as far as it goes, with a note."""
+    if path == "-":
+        return _riff_from(sys.stdin.buffer, "standard input")
     with open(path, "rb") as f:
-        head = f.read(12)
-        if len(head) >= 12 and head[:4] in (b"RF64", b"BW64") and head[8:12] == b"WAVE":
-            raise CommandError(ExitCode.FILE, f"{path}: an RF64 (64-bit) WAV file is not read; convert it: "
-                                              f"sox {path} -b 16 out.wav")
-        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
-            raise CommandError(ExitCode.FILE, f"{path}: not a WAV file (no RIFF/WAVE header)")
-        fmt: Optional[bytes] = None
-        while True:
-            chunk = f.read(8)
-            if len(chunk) < 8:
-                raise CommandError(ExitCode.FILE, f"{path}: not a complete WAV file (no {'data' if fmt else 'fmt'} chunk)")
-            cid, size = chunk[:4], int.from_bytes(chunk[4:], "little")
-            if cid == b"fmt ":
-                fmt = f.read(size)
-                if len(fmt) < 16:
-                    raise CommandError(ExitCode.FILE, f"{path}: its fmt chunk is {len(fmt)} bytes, too short")
-            elif cid == b"data":
-                if fmt is None:
-                    raise CommandError(ExitCode.FILE, f"{path}: its data comes before its fmt chunk")
-                data = f.read(size)
-                break
-            else:
-                f.seek(size + (size & 1), os.SEEK_CUR)  # chunks are padded to an even size
-            if cid == b"fmt " and size & 1:
-                f.seek(1, os.SEEK_CUR)
+        return _riff_from(f, path)
+
+
+def _riff_from(f: "typing.BinaryIO", path: str) -> "tuple[bytes, int, int, int, int]":
+    # (Chunks are skipped by reading them: standard input cannot seek.)
+    head = f.read(12)
+    if len(head) >= 12 and head[:4] in (b"RF64", b"BW64") and head[8:12] == b"WAVE":
+        raise CommandError(ExitCode.FILE, f"{path}: an RF64 (64-bit) WAV file is not read; convert it: "
+                                          f"sox {path} -b 16 out.wav")
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        raise CommandError(ExitCode.FILE, f"{path}: not a WAV file (no RIFF/WAVE header)")
+    fmt: Optional[bytes] = None
+    while True:
+        chunk = f.read(8)
+        if len(chunk) < 8:
+            raise CommandError(ExitCode.FILE, f"{path}: not a complete WAV file (no {'data' if fmt else 'fmt'} chunk)")
+        cid, size = chunk[:4], int.from_bytes(chunk[4:], "little")
+        if cid == b"fmt ":
+            fmt = f.read(size)
+            if len(fmt) < 16:
+                raise CommandError(ExitCode.FILE, f"{path}: its fmt chunk is {len(fmt)} bytes, too short")
+        elif cid == b"data":
+            if fmt is None:
+                raise CommandError(ExitCode.FILE, f"{path}: its data comes before its fmt chunk")
+            # A size of 0 or a placeholder near 2 GiB or 4 GiB (espeak-ng --stdout writes
+            # 0x7FFFF000, others 0xFFFFFFFF): written to a pipe, the size was not known.
+            unknown = size == 0 or size >= 0x7FFFF000
+            data = f.read() if unknown else f.read(size)
+            if not unknown and len(data) < size:
+                print(f"voicecat: {path}: its header gives {size} bytes of audio, the file holds {len(data)} "
+                      f"(cut short?); what it holds is used", file=sys.stderr, flush=True)
+            break
+        else:
+            f.read(size + (size & 1))  # chunks are padded to an even size
+        if cid == b"fmt " and size & 1:
+            f.read(1)
     tag = int.from_bytes(fmt[0:2], "little")
     channels = int.from_bytes(fmt[2:4], "little")
     rate = int.from_bytes(fmt[4:8], "little")
@@ -608,10 +624,11 @@ def _count(text: str) -> int:
 def _server_options() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("server")
-    g.add_argument("--host", default=os.environ.get("VOICECAT_HOST", "127.0.0.1"), help="server (default %(default)s)")
-    g.add_argument("--port", type=_port, default=os.environ.get("VOICECAT_PORT", str(DEFAULT_PORT)),
+    # An empty VOICECAT_HOST, _PORT or _USER is unset (VOICECAT_PORT= was a usage error).
+    g.add_argument("--host", default=os.environ.get("VOICECAT_HOST") or "127.0.0.1", help="server (default %(default)s)")
+    g.add_argument("--port", type=_port, default=os.environ.get("VOICECAT_PORT") or str(DEFAULT_PORT),
                    help="server port (default %(default)s; 0: the default port)")
-    g.add_argument("--user", default=os.environ.get("VOICECAT_USER", f"{_login()}-{os.getpid()}"),
+    g.add_argument("--user", default=os.environ.get("VOICECAT_USER") or f"{_login()}-{os.getpid()}",
                    help="username, unique on the server (default %(default)s)")
     g.add_argument("--password", default=os.environ.get("VOICECAT_PASSWORD"),
                    help="server password (or VOICECAT_PASSWORD, which ps does not show)")
@@ -669,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("speak", cmd_speak, [common, server])
-    p.add_argument("file", metavar="FILE.wav", help="16-bit mono or stereo WAV at any rate 8000..192000 Hz")
+    p.add_argument("file", metavar="FILE.wav", help="16-bit mono or stereo WAV at any rate 8000..192000 Hz (-: standard input)")
     p.add_argument("--kind", choices=["mic", "screen_audio", "aux_device"], default="mic", help="stream kind")
     p.add_argument("--gate", choices=["off", "vad"], default="off",
                    help="MIC input gate: off sends everything (default), vad only what is louder than the threshold")
