@@ -1380,7 +1380,9 @@ int vc_poll_event(vc_client *c, vc_event *out, int timeout_ms);
 
 /**
  * Sets (or clears with NULL) a callback called on the client's network thread for
- * each event, in addition to the queue. Every event (CONNECTED and a host-asked
+ * each event raised from now on, in addition to the queue (events raised before it was
+ * set, such as a playback device that could not be opened during vc_connect, are in
+ * the queue only: set it before vc_connect to see them there). Every event (CONNECTED and a host-asked
  * DISCONNECTED included; not the one vc_client_destroy raises, which clears the
  * callback first) is delivered there, one at a time, in order. Replacing or
  * clearing returns only after a running call of the previous callback has returned,
