@@ -288,9 +288,10 @@ extension VoiceClient {
         return deviceLock.withLock { s.externalFeed ? nil : s.device }
     }
 
-    /// Stops a stream's capture thread (deviceLock taken here).
+    /// Stops a stream's capture thread (deviceLock taken here; a retired stream is no
+    /// longer in its slot, so its talkspurt is left as retiring leaves it).
     func stopCapture(_ s: LocalStream) {
-        deviceLock.withLock { s.capture?.stopAndJoin(); s.capture = nil }
+        deviceLock.withLock { _ = endCapture(s) }
     }
 
     // MARK: playback

@@ -251,6 +251,6 @@ extension ReceiveSet {
         slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(arrivalNs) / 1e6, payload: payload)
         // Talk state while nothing renders follows this: a DTX pause's comfort-noise
         // updates are no talk (each was a TALK_START / TALK_STOP pair of its own).
-        if !h.flags.contains(.dtx) { slot.lastPacketMs.store(arrivalNs / 1_000_000, ordering: .relaxed) }
+        if !h.flags.contains(.dtx) { slot.lastVoiceFrameMs.store(arrivalNs / 1_000_000, ordering: .relaxed) }
     }
 }

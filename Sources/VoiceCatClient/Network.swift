@@ -899,7 +899,7 @@ extension VoiceClient {
             } else {
                 s.seenStarted = s.spurtsStarted.load(ordering: .acquiring)
                 s.seenEnded = s.spurtsEnded.load(ordering: .acquiring)
-                let last = s.lastPacketMs.load(ordering: .relaxed)
+                let last = s.lastVoiceFrameMs.load(ordering: .relaxed)
                 let recent = last != 0 && now < last + hang
                 if recent && !talking { talking = true; started = true }
                 if !recent && talking { talking = false; stopped = true }

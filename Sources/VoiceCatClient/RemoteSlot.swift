@@ -94,7 +94,7 @@ final class RemoteSlot {
     var replay = ReplayWindow()
     /// When the last voice frame arrived, comfort-noise updates (DTX) not counted (ms,
     /// monotonic; read by the network thread for talk state while nothing renders).
-    let lastPacketMs = Atomic<UInt64>(0)
+    let lastVoiceFrameMs = Atomic<UInt64>(0)
 
     /// The level of the decoded audio (after NR, before gain and mute) over the last
     /// block rendered, and when (render thread writes, host threads read; under `lock`).
@@ -199,7 +199,7 @@ final class RemoteSlot {
         decoder.setChannels(channels)   // a mono stream decodes mono: cheaper
         fifoRead = 0; fifoCount = 0; lastDecodeSilent = true; lastBlockQuiet = false
         replay = ReplayWindow()
-        lastPacketMs.store(0, ordering: .relaxed)
+        lastVoiceFrameMs.store(0, ordering: .relaxed)
         talking = false
         spurtsStarted.store(0, ordering: .relaxed); spurtsEnded.store(0, ordering: .relaxed); spurtEndNs.store(0, ordering: .relaxed)
         seenStarted = 0; seenEnded = 0

@@ -289,12 +289,8 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
             c.maxRemoteStreams = Int(cfg.pointee.max_remote_streams)
             c.eventQueueSize = Int(cfg.pointee.event_queue_size)
             c.externalPlayback = cfg.pointee.external_playback != 0
-            if let d = cfg.pointee.playback_device {
-                guard let name = String(validatingCString: d), !name.isEmpty else {
-                    throw invalid("playback_device is empty or not UTF-8 (NULL plays on \"default\")")
-                }
-                c.playbackDevice = name
-            }
+            // NULL plays on "default"; "" is no name.
+            if let d = cfg.pointee.playback_device { c.playbackDevice = try nonEmptyString(d, "vc_client_create", "playback_device") }
             c.talkHangoverMs = cfg.pointee.talk_hangover_ms
             if let k = cfg.pointee.known_servers_path {
                 guard let path = String(validatingCString: k) else { throw invalid("known_servers_path is not valid UTF-8") }
@@ -414,12 +410,7 @@ public func vc_stream_start(_ p: OpaquePointer?, _ d: UnsafePointer<vc_stream_de
         }
         // A capture device's name, as vc_set_capture_device takes it (a fed stream has none).
         var device: String? = nil
-        if d.pointee.external_feed == 0, let p = d.pointee.device {
-            guard let name = String(validatingCString: p), !name.isEmpty else {
-                throw invalid("vc_stream_start: device is empty or not UTF-8 (NULL captures from \"default\")")
-            }
-            device = name
-        }
+        if d.pointee.external_feed == 0, let p = d.pointee.device { device = try nonEmptyString(p, "vc_stream_start", "device") }
         outID.pointee = try b.client.startStream(kind: kind, externalFeed: d.pointee.external_feed == 1, channels: Int(d.pointee.channels),
                                                  device: device, maxQueueMs: Int(d.pointee.max_queue_ms),
                                                  sampleRate: Int(d.pointee.sample_rate))
