@@ -206,7 +206,8 @@ typedef enum vc_event_type {
                                             the frame flagged last went out (the VAD's hang time ran out, the
                                             push-to-talk key was released, or the fed audio ran dry, was
                                             flushed or the stream stopped; a capture device's stream only
-                                            when its device delivered nothing for 100 ms: a read that comes
+                                            when its device delivered nothing for 100 ms past the period it
+                                            owed (about 120 ms after the last read): a read that comes
                                             late finds the audio in the device's buffer, four 20 ms
                                             periods as asked of ALSA; or when its device is switched,
                                             suspended or reopened); also when the stream ends with no

@@ -861,10 +861,11 @@ class Client:
     def disconnect(self) -> None:
         """Leaves the server (streams stop; DISCONNECTED is the session's last event).
         A :meth:`connect` of this client under way on another thread is cancelled
-        instead (it raises StateError, or NetworkError when the server had closed the
-        connection already), even one that has not reached the library yet; the client
-        is then not connected. StateError when not connected and no connect is under
-        way."""
+        instead, even one that has not reached the library yet: it raises StateError
+        (or NetworkError when the server had closed the connection already), or, when
+        it got through before the cancel reached it, returns normally and its session
+        is then ended here. Either way the client is not connected when this returns.
+        StateError when not connected and no connect is under way."""
         with self._connects_lock:
             pending = [d for d in self._connects if not d.is_set()]
         if not pending or in_callback():
