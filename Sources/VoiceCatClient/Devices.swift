@@ -165,7 +165,10 @@ final class CaptureWorker {
                 return s.deadline
             }
             streams.rescheduled(due)
-            if !c.device.pacesItself { pacer.wait() }
+            // A card's blocking read paces the loop to its clock (it holds what came
+            // since the read; after a stall, up to its buffer, read back to back). Only
+            // a PCM that does not run in real time is paced to the monotonic clock.
+            if c.device.heldFrames() == nil { pacer.wait() }
         }
         cap?.device.close()
     }

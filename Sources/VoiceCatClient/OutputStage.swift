@@ -814,8 +814,15 @@ struct PlaybackDevice {
     }
 }
 
+extension OutputStage {
+    /// Periods a card keeps in hand when the next block is rendered: one (20 ms) for a
+    /// render that wakes late or takes long; a card then holds one to two periods.
+    static let playbackLeadPeriods = 1
+
+}
+
 /// The one thread that renders the mix in device, sink or background mode, paced to
-/// the clock.
+/// the clock (or to a card's clock, when it runs in real time).
 final class RenderDriver {
     let mode: OutputStage.Mode
     let deviceName: String
@@ -960,11 +967,17 @@ final class RenderDriver {
                     }
                 }
             }
-            if device?.device.pacesItself != true {
+            if let d = device?.device, let held = d.heldFrames() {
+                // A card plays on its own clock: the next block is rendered when what it
+                // holds is down to `playbackLeadPeriods`, so it never runs dry for a
+                // render that wakes a little late, and no drift between its clock and
+                // the monotonic one piles up (paced to that clock, a card that ran a
+                // little fast underran every few seconds, and every period at 1 %).
+                nextDueNs = pacer.wait(for: d, held: held, lead: OutputStage.playbackLeadPeriods * d.sampleRate / 50,
+                                       stopped: { stop.isSet })
+            } else {
                 nextDueNs = pacer.nextDueNs
                 pacer.wait()
-            } else {
-                nextDueNs = 0
             }
         }
         device?.device.close()

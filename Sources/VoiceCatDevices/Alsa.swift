@@ -140,10 +140,8 @@ public final class AlsaPCM: AudioDevice {
     /// The period ALSA gave, in frames at `sampleRate`.
     public private(set) var periodFrames: Int
     public private(set) var sampleRate: Int
-    /// False: a PCM may be a plugin chain that does not block (the file plugin over
-    /// `null`), so callers pace every ALSA PCM to the clock; a sound card that blocks
-    /// in real time never runs ahead of that pacing, so it costs nothing there.
-    public let pacesItself: Bool
+    /// The buffer ALSA gave, in frames at `sampleRate`.
+    public private(set) var bufferFrames: Int
     private var pcm: OpaquePointer?
 
     /// Opens and configures a PCM: S16_LE interleaved, `channels` (or the other of 1 and
@@ -161,7 +159,7 @@ public final class AlsaPCM: AudioDevice {
         self.channels = channels
         self.periodFrames = periodFrames
         self.sampleRate = sampleRate
-        self.pacesItself = false
+        self.bufferFrames = periodFrames * periods
         let what = direction == .capture ? "capture" : "playback"
         let (p, rc) = AlsaConfig.open(name, direction == .capture ? SND_PCM_STREAM_CAPTURE : SND_PCM_STREAM_PLAYBACK)
         guard rc >= 0, let p else { throw DeviceError("cannot open \(what) device \"\(name)\": \(alsaReason(rc))", code: rc) }
@@ -196,7 +194,21 @@ public final class AlsaPCM: AudioDevice {
         try check("set_buffer_size", snd_pcm_hw_params_set_buffer_size_near(p, hw, &buffer))
         try check("hw_params", snd_pcm_hw_params(p, hw))
         self.periodFrames = Int(period)
+        self.bufferFrames = Int(buffer)
         try check("prepare", snd_pcm_prepare(p))
+    }
+
+    /// From snd_pcm_avail, which asks the driver where the card is: a card's is below
+    /// its buffer after a transfer (a period read leaves what came since; a period
+    /// written is not played at once); a PCM that does not run in real time (the file
+    /// plugin over `null`) has its whole buffer available at any time. An error (an
+    /// xrun) is 0: transfer now, and the transfer recovers it.
+    public func heldFrames() -> Int? {
+        guard let p = pcm else { return nil }
+        let avail = Int(snd_pcm_avail(p))
+        if avail < 0 { return 0 }
+        if avail >= bufferFrames { return nil }
+        return direction == .capture ? avail : bufferFrames - avail
     }
 
     deinit { close() }
@@ -266,8 +278,9 @@ public final class AlsaPCM: AudioDevice {
     public private(set) var xruns = 0
 }
 
-/// Paces a device loop to the monotonic clock: file-backed and other non-blocking
-/// PCMs run as fast as they are driven; real devices block and rarely wait here.
+/// Paces a device loop to the monotonic clock, for PCMs that run as fast as they are
+/// driven (file-backed, null, memory); a sound card's own clock paces its loop instead
+/// (AudioDevice.heldFrames: a capture card's blocking read, `wait(for:)` for playback).
 public struct PeriodPacer {
     let periodNs: UInt64
     var next: UInt64
@@ -296,6 +309,26 @@ public struct PeriodPacer {
             next = now
         }
         next += periodNs
+    }
+
+    /// For a device that runs in real time (`held` frames: its heldFrames()), sleeps
+    /// until it holds at most `lead` frames, asking it again after each sleep (its
+    /// clock, not the monotonic one, says when its frames are played), and returns
+    /// when that was (monotonic ns). The pacer's next period is then a period on (for
+    /// a device that stops running in real time: it failed and is replaced).
+    public mutating func wait(for device: AudioDevice, held: Int, lead: Int, stopped: () -> Bool) -> UInt64 {
+        var held = held
+        while held > lead && !stopped() {
+            let ns = min(UInt64(held - lead) * 1_000_000_000 / UInt64(max(1, device.sampleRate)), periodNs)
+            let until = MonotonicClock.nanoseconds() + ns
+            var ts = timespec(tv_sec: Int(until / 1_000_000_000), tv_nsec: Int(until % 1_000_000_000))
+            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+            guard let h = device.heldFrames() else { break }
+            held = h
+        }
+        let now = MonotonicClock.nanoseconds()
+        next = now + periodNs
+        return now
     }
 
     /// When the next period is due (monotonic ns).

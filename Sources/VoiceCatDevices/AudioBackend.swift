@@ -24,9 +24,15 @@ public protocol AudioDevice: AnyObject {
     var channels: Int { get }
     /// The rate the device runs at (48000 unless the device cannot).
     var sampleRate: Int { get }
-    /// True when I/O blocks in real time (a sound card); false when the device runs
-    /// as fast as it is driven (files, memory), so the caller paces it to the clock.
-    var pacesItself: Bool { get }
+    /// What a device that runs in real time (a sound card) holds now, in its own
+    /// frames: playback, written and not yet played; capture, captured and not yet
+    /// read (0 after an over- or underrun the next transfer recovers). nil for a device
+    /// that runs as fast as it is driven (a file or null plugin, memory: it takes or
+    /// gives any amount at once): the caller paces that one to the monotonic clock. A
+    /// card's own clock paces the loops instead: paced to the monotonic clock, a card
+    /// whose clock runs a little fast underran (playback) or overran (capture) as the
+    /// two drifted apart.
+    func heldFrames() -> Int?
     /// Reads exactly `frames` interleaved frames. Throws DeviceError when the device fails.
     func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws
     /// Writes exactly `frames` interleaved frames. Throws DeviceError when the device fails.

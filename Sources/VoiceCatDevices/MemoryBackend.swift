@@ -90,7 +90,7 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         var direction: DeviceDirection { d.direction }
         var channels: Int { d.channels }
         var sampleRate: Int { d.sampleRate }
-        var pacesItself: Bool { false }
+        func heldFrames() -> Int? { nil }
 
         private func checkIO() throws {
             if closed { throw DeviceError("device \"\(d.name)\" is closed") }

@@ -99,6 +99,62 @@ final class DeviceTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(ncc, 0.9)
     }
 
+    /// Builds Tests/alsa-fake-card/fakecard.c: an ALSA PCM that runs on a clock of its
+    /// own, as a sound card does, and counts its xruns (the file plugin over `null`
+    /// takes or gives any amount at once). Returns the `pcm_type` line that loads it.
+    func buildFakeCard() throws -> String {
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("alsa-fake-card/fakecard.c").path
+        let lib = dir + "/libasound_module_pcm_vcfakecard.so"
+        let cc = Process()
+        cc.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        cc.arguments = ["cc", "-shared", "-fPIC", "-DPIC", "-O2", "-o", lib, source, "-lasound"]
+        try cc.run()
+        cc.waitUntilExit()
+        XCTAssertEqual(cc.terminationStatus, 0, "cc \(source)")
+        return "pcm_type.vcfakecard { lib \"\(lib)\" }\n"
+    }
+
+    func testSoundCardsWhoseClocksRunFastOrSlowNeitherUnderrunNorOverrun() throws {
+        // Both loops were paced to the monotonic clock, not the card's. A playback card
+        // was fed a period each period from a start with one period in it, so it ran
+        // dry whenever a render woke a little late (3-5 underruns in 12 s on a card at
+        // the exact rate), and every period on a card 1 % fast (585 in 12 s); a
+        // capture card 1 % fast overran as the backlog reached its buffer (a card
+        // 50 ppm fast: every 27 minutes). Now a card's own clock paces both.
+        let plugin = try buildFakeCard()
+        let input = Signal.glidingVoice(seconds: 6)
+        writeRaw(dir + "/in.raw", input)
+        for speed in ["1.03", "0.97"] {
+            let log = dir + "/xruns-\(speed).log"
+            try AlsaConfig.set(plugin + """
+                pcm.vc_card_in { type vcfakecard file "\(dir)/in.raw" rate 48000 channels 1 speed \(speed) log "\(log)" }
+                pcm.vc_card_out { type vcfakecard file "\(dir)/out-\(speed).raw" rate 48000 channels 2 speed \(speed) log "\(log)" }
+                """)
+            let sam = try client("sam", playback: "vc_card_out")
+            let alex = try client("alex")
+            alex.setInputMode(.continuous)
+            let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_card_in")
+            let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+            try sam.waitForRemote(ssrc: ssrc)
+            usleep(5_000_000)   // a capture card 3 % fast overran after 2.7 s
+            let stats = try sam.streamStats(ssrc: ssrc)
+            try alex.stopStream(sid)
+            alex.shutdown()
+            sam.shutdown()
+            let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            print("sound cards at \(speed) x real time: \(lines.split(separator: "\n").joined(separator: ", ")); "
+                  + "the listener received \(stats.jitter.packetsReceived), concealed \(stats.jitter.plcFrames)")
+            XCTAssertTrue(lines.contains("capture xruns 0 starts 1"), "card at \(speed): \(lines)")
+            XCTAssertTrue(lines.contains("playback xruns 0 starts 1"), "card at \(speed): \(lines)")
+            XCTAssertGreaterThan(stats.jitter.packetsReceived, 200, "the talker's card was heard")
+            let out = readRaw(dir + "/out-\(speed).raw")
+            let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+            XCTAssertNotNil(onset(left), "the listener's card played the talker")
+            clients = []
+        }
+    }
+
     func testADeviceThatFailsEveryTransferAfterRecoveringCountsAsFailed() throws {
         // helper-86's plugin: every read an overrun (EPIPE), snd_pcm_recover (prepare,
         // start) succeeding each time. The transfer looped on it at full CPU (2 million
