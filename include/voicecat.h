@@ -599,7 +599,13 @@ int vc_set_alsa_config(const char *config_text);
 
 /**
  * Lists capture or playback devices: ALSA's name hints plus the PCMs defined with
- * vc_set_alsa_config. Fills up to `cap` entries (out may be NULL when cap is 0) and
+ * vc_set_alsa_config. A defined PCM is listed for both directions, with the
+ * description "defined by vc_set_alsa_config", unless its definition has a hint block
+ * as ALSA's own configuration does: hint.ioid "Input" lists it for capture only,
+ * "Output" for playback only, and hint.description is its description (and marks a
+ * monitor source when it says "monitor"), e.g.
+ *   pcm.desk { type pulse device "out.monitor" hint { ioid "Input" description "Desktop monitor" } }
+ * Fills up to `cap` entries (out may be NULL when cap is 0) and
  * sets *count to the total. Capture devices that record what the system plays
  * (monitor sources) have is_monitor = 1: name one of them as the device of a
  * VC_STREAM_SCREEN_AUDIO stream to share the desktop's sound. Returns

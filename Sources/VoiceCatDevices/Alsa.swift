@@ -49,22 +49,40 @@ public enum AlsaConfig {
         }
     }
 
-    /// PCM names the extra configuration defines.
-    static func pcmNames() -> [String] {
+    /// A PCM the extra configuration defines, with what its `hint` block says, as in
+    /// ALSA's own configuration: `hint.description` (nil: none) and `hint.ioid`
+    /// ("Input": capture only, "Output": playback only; nil: either).
+    struct DefinedPCM: Equatable {
+        var name: String
+        var description: String?
+        var ioid: String?
+    }
+
+    /// The PCMs the extra configuration defines.
+    static func definedPCMs() -> [DefinedPCM] {
         lock.withLock {
             guard let c = config else { return [] }
             var pcm: OpaquePointer? = nil
             guard snd_config_search(c, "pcm", &pcm) >= 0, let pcm else { return [] }
-            var names: [String] = []
+            func string(_ node: OpaquePointer, _ key: String) -> String? {
+                var leaf: OpaquePointer? = nil
+                var s: UnsafePointer<CChar>? = nil
+                guard snd_config_search(node, key, &leaf) >= 0, let leaf, snd_config_get_string(leaf, &s) >= 0, let s else { return nil }
+                return String(cString: s)
+            }
+            var out: [DefinedPCM] = []
             var it = snd_config_iterator_first(pcm)
             while it != snd_config_iterator_end(pcm) {
                 if let node = snd_config_iterator_entry(it) {
                     var id: UnsafePointer<CChar>? = nil
-                    if snd_config_get_id(node, &id) >= 0, let id { names.append(String(cString: id)) }
+                    if snd_config_get_id(node, &id) >= 0, let id {
+                        out.append(DefinedPCM(name: String(cString: id), description: string(node, "hint.description"),
+                                              ioid: string(node, "hint.ioid")))
+                    }
                 }
                 it = snd_config_iterator_next(it)
             }
-            return names
+            return out
         }
     }
 
@@ -104,8 +122,12 @@ func listAlsaDevices(_ dir: DeviceDirection) -> [DeviceInfo] {
     func isMonitor(_ name: String, _ desc: String) -> Bool {
         dir == .capture && (name.lowercased().contains("monitor") || desc.lowercased().contains("monitor"))
     }
-    var out: [DeviceInfo] = AlsaConfig.pcmNames().map {
-        DeviceInfo(name: $0, description: "defined by vc_set_alsa_config", isMonitor: isMonitor($0, ""))
+    // A defined PCM's direction is known only from its hint (opening one to find out
+    // would create or truncate a file-backed playback PCM's file).
+    var out: [DeviceInfo] = AlsaConfig.definedPCMs().compactMap { p in
+        guard p.ioid == nil || (dir == .capture && p.ioid == "Input") || (dir == .playback && p.ioid == "Output") else { return nil }
+        let desc = p.description ?? "defined by vc_set_alsa_config"
+        return DeviceInfo(name: p.name, description: desc, isMonitor: isMonitor(p.name, p.description ?? ""))
     }
     var hints: UnsafeMutablePointer<UnsafeMutableRawPointer?>? = nil
     if snd_device_name_hint(-1, "pcm", &hints) >= 0, let hints {

@@ -315,4 +315,28 @@ final class DeviceTests: XCTestCase {
         try definePCMs(captures: ["vc_cap_list": "/dev/null"], playbacks: [:])
         XCTAssertTrue(AlsaBackend.shared.listDevices(.capture).contains { $0.name == "vc_cap_list" })
     }
+
+    func testDefinedPCMsAreListedByTheirHints() throws {
+        // Every defined PCM was listed as both capture and playback, described as
+        // "defined by vc_set_alsa_config" whatever its hint said (helper-86).
+        try AlsaConfig.set("""
+            pcm.vc_hint_mic { type file slave.pcm { type null } file "/dev/null" infile "/dev/zero" format "raw"
+                              hint { ioid "Input" description "Studio microphone" } }
+            pcm.vc_hint_out { type file slave.pcm { type null } file "/dev/null" format "raw" hint { ioid "Output" } }
+            pcm.vc_hint_desk { type null hint { ioid "Input" description "Desktop audio (monitor)" } }
+            pcm.vc_hint_none { type null }
+            """)
+        let capture = AlsaBackend.shared.listDevices(.capture), playback = AlsaBackend.shared.listDevices(.playback)
+        func find(_ list: [DeviceInfo], _ name: String) -> DeviceInfo? { list.first { $0.name == name } }
+        XCTAssertEqual(find(capture, "vc_hint_mic"), DeviceInfo(name: "vc_hint_mic", description: "Studio microphone"))
+        XCTAssertNil(find(playback, "vc_hint_mic"))
+        XCTAssertEqual(find(playback, "vc_hint_out")?.description, "defined by vc_set_alsa_config")
+        XCTAssertNil(find(capture, "vc_hint_out"))
+        XCTAssertEqual(find(capture, "vc_hint_desk")?.isMonitor, true, "its description says monitor")
+        XCTAssertNotNil(find(capture, "vc_hint_none"))
+        XCTAssertNotNil(find(playback, "vc_hint_none"))
+        // The hint block is ALSA's own: the PCM opens with it.
+        let d = try AlsaBackend.shared.open("vc_hint_mic", direction: .capture, channels: 1, sampleRate: 48000, periodFrames: 960)
+        d.close()
+    }
 }

@@ -108,7 +108,9 @@ def set_alsa_config(text: Optional[str]) -> None:
 
 def list_devices(kind: Optional[DeviceKind] = None) -> List[DeviceInfo]:
     """Capture or playback devices (both when ``kind`` is None): ALSA's name hints plus
-    the PCMs defined with :func:`set_alsa_config`."""
+    the PCMs defined with :func:`set_alsa_config` (for both directions unless their
+    definition has ``hint { ioid "Input" }`` or ``"Output"``; ``hint.description`` is
+    their description: see vc_list_devices in voicecat.h)."""
     global_failures.raise_pending()
     lib = _lib.get()
     found: List[DeviceInfo] = []
