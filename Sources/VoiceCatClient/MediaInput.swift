@@ -247,7 +247,18 @@ extension ReceiveSet {
             return
         }
         let payload = UnsafeRawBufferPointer(rebasing: d[FrameHeader.size..<(FrameHeader.size + opened.length)])
-        // Handed to the renderer through the slot's ring: no lock per frame.
+        // Handed to the renderer through the slot's ring: no lock per frame. A full ring
+        // (nothing has rendered for its 64 frames: a playback device suspended, stalled
+        // or switching, a host that stopped pulling) is moved into the jitter buffer
+        // here, as a statistics reader's is, so its frames stay counted (received, and
+        // late when rendering resumes past them). Dropped at the ring, they were seq
+        // gaps: counted lost, and reported to the talker as loss (its protection went
+        // up, helper-90). The slot lock is only tried: a renderer holding it drains the
+        // ring itself.
+        if slot.inbox.isFull && slot.lock.tryLock() {
+            slot.drainInbox(nowMs: nil)
+            slot.lock.unlock()
+        }
         slot.inbox.push(seq: h.seq, timestamp: h.timestamp, flags: h.flags, arrivalMs: Double(arrivalNs) / 1e6, payload: payload)
         // Talk state while nothing renders follows this: a DTX pause's comfort-noise
         // updates are no talk (each was a TALK_START / TALK_STOP pair of its own).

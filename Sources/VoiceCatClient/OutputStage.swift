@@ -780,14 +780,38 @@ final class OutputStage {
 }
 
 /// An open playback device and the converter from the mix's 48 kHz to its rate.
-struct PlaybackDevice {
+final class PlaybackDevice {
     let device: AudioDevice
     let converter: FormatConverter?
+    /// What a card holds when the next block is rendered (its frames): a block for a
+    /// render that wakes late, and a period, since a card may tell its position only
+    /// in steps of one (then it holds less than it says by up to a period).
+    let leadFrames: Int
+    /// The lead in silence, written just before the first block (`primed`): a card
+    /// started with the first block alone took a second one at once, a tick its
+    /// streams' buffers had no frame for yet (a concealed frame and a period more delay
+    /// after every device switch or reopen). Written by the render thread, not at open
+    /// (on the host's thread, a driver's start later: the card could run dry first).
+    private let silence: UnsafeMutablePointer<Int16>
+    private var primed = false
+
+    /// ALSA periods of 5 ms in a buffer of 80 ms: the lead is 25 ms.
+    static let periodMs = 5
+
+    private init(device: AudioDevice, converter: FormatConverter?) {
+        self.device = device
+        self.converter = converter
+        leadFrames = device.sampleRate / 50 + device.periodFrames
+        silence = .allocate(capacity: leadFrames * device.channels)
+        silence.initialize(repeating: 0, count: leadFrames * device.channels)
+    }
+
+    deinit { silence.deallocate() }
 
     static func open(backend: AudioBackend, name: String, quality: Int) throws -> PlaybackDevice {
         let d: AudioDevice
         do {
-            d = try backend.open(name, direction: .playback, channels: 2, sampleRate: 48000, periodFrames: OutputStage.block)
+            d = try backend.open(name, direction: .playback, channels: 2, sampleRate: 48000, periodFrames: 48 * periodMs)
         } catch { throw ClientError.device("\(error)") }
         guard d.sampleRate != 48000 || d.channels != 2 else { return PlaybackDevice(device: d, converter: nil) }
         do {
@@ -803,8 +827,13 @@ struct PlaybackDevice {
         }
     }
 
-    /// Plays one 48 kHz stereo block.
+    /// Plays one 48 kHz stereo block, after the lead in silence the first time and
+    /// when a card ran dry (an underrun: it starts again as it did the first time).
     func write(_ pcm: UnsafePointer<Int16>, frames: Int) throws {
+        if !primed || device.heldFrames() == 0 {
+            primed = true
+            try device.write(silence, frames: leadFrames)
+        }
         if let c = converter {
             let (p, n) = c.convert(pcm, frames: frames)
             if n > 0 { try device.write(p, frames: n) }
@@ -812,13 +841,6 @@ struct PlaybackDevice {
             try device.write(pcm, frames: frames)
         }
     }
-}
-
-extension OutputStage {
-    /// Periods a card keeps in hand when the next block is rendered: one (20 ms) for a
-    /// render that wakes late or takes long; a card then holds one to two periods.
-    static let playbackLeadPeriods = 1
-
 }
 
 /// The one thread that renders the mix in device, sink or background mode, paced to
@@ -837,7 +859,7 @@ final class RenderDriver {
     /// Where a stopped driver's schedule was, for the driver that replaces it: written
     /// by the driver's thread as it ends, read after it was joined.
     final class Schedule: @unchecked Sendable {
-        /// When the block it did not render was due (monotonic ns; 0: a device's clock).
+        /// When the block it did not render was due (monotonic ns; 0: none).
         var nextDueNs: UInt64 = 0
         /// Its RenderPhase lead (ms), and its blocks (frames).
         var leadMs = 0.0
@@ -967,14 +989,24 @@ final class RenderDriver {
                     }
                 }
             }
-            if let d = device?.device, let held = d.heldFrames() {
-                // A card plays on its own clock: the next block is rendered when what it
-                // holds is down to `playbackLeadPeriods`, so it never runs dry for a
-                // render that wakes a little late, and no drift between its clock and
-                // the monotonic one piles up (paced to that clock, a card that ran a
+            if let p = device, let held = p.device.heldFrames() {
+                // A card plays on its own clock: the blocks follow it, so that it holds
+                // its lead when the next one is rendered (it does not run dry for a
+                // render that wakes a little late) and its buffer does not drift towards
+                // empty or full (paced to the monotonic clock alone, a card that ran a
                 // little fast underran every few seconds, and every period at 1 %).
-                nextDueNs = pacer.wait(for: d, held: held, lead: OutputStage.playbackLeadPeriods * d.sampleRate / 50,
-                                       stopped: { stop.isSet })
+                if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: p.device.sampleRate / 50,
+                                        stopped: { stop.isSet }) {
+                    nextDueNs = due
+                } else {
+                    p.device.close()
+                    device = nil
+                    away.store(1)
+                    down = true
+                    retryAtMs = MonotonicClock.milliseconds() + backoffMs
+                    stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "playback device \"\(deviceName)\" stopped playing: "
+                                              + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
+                }
             } else {
                 nextDueNs = pacer.nextDueNs
                 pacer.wait()

@@ -41,6 +41,10 @@ final class PacketRing: @unchecked Sendable {
 
     deinit { entries.deallocate(); payloads.deallocate() }
 
+    /// Producer: the ring has no room for another frame (nobody has taken any for its
+    /// `capacity` frames).
+    var isFull: Bool { tail.load(ordering: .relaxed) - head.load(ordering: .acquiring) >= capacity }
+
     /// Producer: stores one frame; false (counted) when the ring is full.
     @discardableResult
     func push(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double, payload: UnsafeRawBufferPointer) -> Bool {

@@ -108,9 +108,14 @@ public final class AlsaBackend: AudioBackend {
     public static let shared = AlsaBackend()
     public var name: String { "ALSA" }
     public func listDevices(_ direction: DeviceDirection) -> [DeviceInfo] { listAlsaDevices(direction) }
+    /// Periods of `periodFrames` in a buffer of at least `minBufferMs` (four 20 ms ones;
+    /// sixteen of a playback card's 5 ms).
     public func open(_ name: String, direction: DeviceDirection, channels: Int, sampleRate: Int, periodFrames: Int) throws -> AudioDevice {
-        try AlsaPCM(name: name, direction: direction, channels: channels, sampleRate: sampleRate, periodFrames: periodFrames)
+        let periods = max(AlsaPCM.bufferPeriods, (AlsaBackend.minBufferMs * sampleRate / 1000 + periodFrames - 1) / max(1, periodFrames))
+        return try AlsaPCM(name: name, direction: direction, channels: channels, sampleRate: sampleRate, periodFrames: periodFrames,
+                           periods: periods)
     }
+    public static let minBufferMs = 80
 }
 
 /// Lists PCMs for a direction: ALSA's name hints plus the extra configuration's PCMs.
@@ -333,22 +338,66 @@ public struct PeriodPacer {
         next += periodNs
     }
 
-    /// For a device that runs in real time (`held` frames: its heldFrames()), sleeps
-    /// until it holds at most `lead` frames, asking it again after each sleep (its
-    /// clock, not the monotonic one, says when its frames are played), and returns
-    /// when that was (monotonic ns). The pacer's next period is then a period on (for
-    /// a device that stops running in real time: it failed and is replaced).
-    public mutating func wait(for device: AudioDevice, held: Int, lead: Int, stopped: () -> Bool) -> UInt64 {
-        var held = held
-        while held > lead && !stopped() {
-            let ns = min(UInt64(held - lead) * 1_000_000_000 / UInt64(max(1, device.sampleRate)), periodNs)
-            let until = MonotonicClock.nanoseconds() + ns
-            var ts = timespec(tv_sec: Int(until / 1_000_000_000), tv_nsec: Int(until % 1_000_000_000))
-            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-            guard let h = device.heldFrames() else { break }
-            held = h
+    /// A card that plays nothing of what it holds for this long has stopped (its
+    /// clock stalled without an error: a driver whose interrupts stopped, a sound
+    /// server's stream suspended): a blocking write would have waited for ever.
+    public static let cardStallNs: UInt64 = 1_000_000_000
+
+    /// The card the pacer follows (wait(for:)): what it held after the last block, and
+    /// when it was last seen to play.
+    private var cardHeld: Int? = nil
+    private var cardMovedAt: UInt64 = 0
+
+    /// Paces blocks to a device that runs in real time. `held`: its heldFrames() just
+    /// after a block of `block` frames was written; `lead`: what it should hold when
+    /// the next block is rendered. The next block is due a period after this one,
+    /// corrected by an eighth of how far the card is from holding `lead + block` now:
+    /// the card's clock is followed (a card 1 % fast keeps about 2 ms less in hand)
+    /// without passing on the jitter of a card that tells its position in steps (of up
+    /// to a period: ticks that jumped by that much made every stream's buffer keep it
+    /// as delay). A card that holds less than a block gets the next one at once; one
+    /// that holds a block more than it should (its clock slower than it said, or
+    /// stalled), or would have no room for the next block, is waited for until it is
+    /// down to `lead`, asking it again after each sleep (a write into a full buffer of
+    /// a card that stalled waited for ever). Returns when the next block is due (monotonic ns; when `stopped` ends a
+    /// wait, when it would have been), or nil when the card has played nothing for
+    /// `cardStallNs`. The pacer's next period is then a period after it (for a device
+    /// that stops running in real time: it failed and is replaced).
+    public mutating func wait(for device: AudioDevice, held: Int, lead: Int, block: Int, stopped: () -> Bool) -> UInt64? {
+        let rate = Int64(max(1, device.sampleRate))
+        var now = MonotonicClock.nanoseconds()
+        if let before = cardHeld, held >= before + block {
+            if now - cardMovedAt > PeriodPacer.cardStallNs { return nil }   // nothing played since the last block
+        } else {
+            cardMovedAt = now
         }
-        let now = MonotonicClock.nanoseconds()
+        cardHeld = held
+        if held < block {
+            next = now + periodNs
+            return now
+        }
+        guard held > min(lead + 2 * block, device.bufferFrames - block) else {
+            // `next`: when the next block is due on the schedule so far.
+            let error = Int64(held - (lead + block)) * 1_000_000_000 / rate / 8
+            let due = UInt64(max(Int64(now), Int64(next) + error))
+            var ts = timespec(tv_sec: Int(due / 1_000_000_000), tv_nsec: Int(due % 1_000_000_000))
+            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+            next = due + periodNs
+            return due
+        }
+        var left = held
+        while left > lead {
+            if stopped() { return now + UInt64(left - lead) * 1_000_000_000 / UInt64(rate) }
+            if now - cardMovedAt > PeriodPacer.cardStallNs { return nil }
+            let ns = min(UInt64(left - lead) * 1_000_000_000 / UInt64(rate), periodNs)
+            var ts = timespec(tv_sec: Int((now + ns) / 1_000_000_000), tv_nsec: Int((now + ns) % 1_000_000_000))
+            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+            now = MonotonicClock.nanoseconds()
+            guard let h = device.heldFrames() else { break }
+            if h < left { cardMovedAt = now }
+            left = h
+        }
+        cardHeld = nil   // the next block starts a new count (it is written at once)
         next = now + periodNs
         return now
     }

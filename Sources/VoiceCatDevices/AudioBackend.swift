@@ -24,6 +24,12 @@ public protocol AudioDevice: AnyObject {
     var channels: Int { get }
     /// The rate the device runs at (48000 unless the device cannot).
     var sampleRate: Int { get }
+    /// The period it runs in (frames at sampleRate): a card may tell its position only
+    /// in steps of it.
+    var periodFrames: Int { get }
+    /// What its buffer holds at most (frames at sampleRate): a write of more than the
+    /// room left blocks until the device has played that much.
+    var bufferFrames: Int { get }
     /// What a device that runs in real time (a sound card) holds now, in its own
     /// frames: playback, written and not yet played; capture, captured and not yet
     /// read (0 after an over- or underrun the next transfer recovers). nil for a device

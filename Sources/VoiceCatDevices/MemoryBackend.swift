@@ -90,6 +90,8 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         var direction: DeviceDirection { d.direction }
         var channels: Int { d.channels }
         var sampleRate: Int { d.sampleRate }
+        var periodFrames: Int { d.sampleRate / 50 }
+        var bufferFrames: Int { Int.max / 4 }
         func heldFrames() -> Int? { nil }
 
         private func checkIO() throws {

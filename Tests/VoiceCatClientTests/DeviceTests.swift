@@ -1,6 +1,7 @@
 // Devices and the send path with real ALSA PCMs backed by files (ALSA's file plugin
 // over a null slave: there is no sound card here or in CI), through a live server.
 import Foundation
+import VoiceCatABI
 import VoiceCatAudio
 import VoiceCatClient
 @testable import VoiceCatDevices
@@ -60,6 +61,19 @@ final class DeviceTests: XCTestCase {
         try c.connect(host: "127.0.0.1", port: server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
         try c.joinChannel(channel)
         return c
+    }
+
+    /// A talker, alex, whose host feeds `seconds` of voice at once (paced by the library)
+    /// on a MIC stream `listener` hears: the client, the stream and its ssrc.
+    func talker(heardBy listener: VoiceClient, seconds: Double) throws -> (VoiceClient, UInt32, UInt32) {
+        let alex = try client("alex")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try listener.waitForRemote(ssrc: ssrc)
+        let voice = Signal.voiceLike(seconds: seconds)
+        try voice.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: voice.count, channels: 1) }
+        return (alex, sid, ssrc)
     }
 
     /// Index of the first 10 ms block whose RMS exceeds `level` (fraction of full scale).
@@ -153,6 +167,42 @@ final class DeviceTests: XCTestCase {
             XCTAssertNotNil(onset(left), "the listener's card played the talker")
             clients = []
         }
+    }
+
+    func testAPlaybackCardIsFollowedThroughPositionStepsASwitchAndAStall() throws {
+        // helper-91's cards: one that tells its position in periods of 1024 frames (more
+        // than the 20 ms block), and one whose clock stops without an error (its 80 ms
+        // buffer then fills). With a lead of one block, the first underran 25 times in
+        // 8 s; started with one block, a card took a second at once (a concealed frame
+        // and 20 ms more delay after a switch); the stalled one froze playback for good,
+        // with no event (or, written into when full, blocked its thread for ever).
+        let plugin = try buildFakeCard()
+        let log = dir + "/xruns.log"
+        try AlsaConfig.set(plugin + """
+            pcm.vc_card_a { type vcfakecard file "\(dir)/a.raw" rate 48000 channels 2 steps 1 period_min 1024 log "\(log)" }
+            pcm.vc_card_b { type vcfakecard file "\(dir)/b.raw" rate 48000 channels 2 steps 1 stall_after 2 log "\(log)" }
+            """)
+        let sam = try client("sam", playback: "vc_card_a")
+        let samLog = EventLog(sam)
+        let (alex, _, ssrc) = try talker(heardBy: sam, seconds: 8)
+        usleep(2_500_000)
+        try sam.setPlaybackDevice("vc_card_b")
+        usleep(1_000_000)
+        let afterSwitch = try sam.streamStats(ssrc: ssrc)
+        let stalled = samLog.wait(timeoutMs: 4000) { $0.type == .error && $0.code == VC_ERR_DEVICE && $0.text.contains("stopped playing") }
+        let restored = samLog.wait(timeoutMs: 2000) { $0.type == VC_EVENT_DEVICE_RESTORED }
+        alex.shutdown()
+        sam.shutdown()
+        let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        print("cards in steps of a period: \(lines.split(separator: "\n").joined(separator: ", ")); after the switch the "
+              + "listener concealed \(afterSwitch.jitter.plcFrames), target \(afterSwitch.targetDepthMs) ms; "
+              + "stall: \(stalled?.event.text ?? "no event")")
+        XCTAssertTrue(lines.hasPrefix("playback xruns 0 starts 1"), "card a: \(lines)")
+        XCTAssertEqual(afterSwitch.jitter.plcFrames, 0, "the switch concealed nothing")
+        XCTAssertLessThanOrEqual(afterSwitch.targetDepthMs, 35, "no period more for the card's steps")
+        XCTAssertNotNil(stalled, "a card whose clock stopped is a failed device")
+        XCTAssertNotNil(restored, "and is reopened")
+        clients = []
     }
 
     func testADeviceThatFailsEveryTransferAfterRecoveringCountsAsFailed() throws {
@@ -289,6 +339,32 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(alex.ssrc(ofStream: sid), ssrc)
         XCTAssertEqual(sam.remoteStreams().map(\.ssrc), [ssrc])
         XCTAssertGreaterThan(try sam.streamStats(ssrc: ssrc).jitter.packetsReceived, before)
+    }
+
+    func testFramesThatCameWhileTheListenersDeviceWasSuspendedAreNotCountedLost() throws {
+        // Nothing renders while the listener's device is suspended: the frames fill the
+        // stream's 64-frame hand-over ring, and the rest were dropped there, seq gaps
+        // the listener counted lost and reported to the talker, whose protection rose
+        // ("listeners lose 22.4 %" on loopback, helper-90). They are counted received
+        // and late, and no loss is reported.
+        try definePCMs(captures: [:], playbacks: ["vc_play_susp": dir + "/out.raw"])
+        let sam = try client("sam", playback: "vc_play_susp")
+        let (alex, sid, ssrc) = try talker(heardBy: sam, seconds: 6)
+        usleep(1_000_000)
+        try sam.suspendAudio()
+        usleep(2_500_000)   // 125 frames: the ring holds 64
+        try sam.restartAudio()
+        usleep(2_000_000)   // two loss reports
+        let stats = try sam.streamStats(ssrc: ssrc).jitter
+        let send = try alex.sendStats(streamID: sid)
+        print("suspended listener: received \(stats.packetsReceived), lost \(stats.packetsLost), late \(stats.late); "
+              + "the talker sent \(send.packetsSent), was told of \(send.reported.lost) lost in \(send.reported.expected), protection \(send.protection) (channel \(send.ceiling), \(send.changes) changes)")
+        XCTAssertEqual(stats.packetsLost, 0, "loopback loses nothing")
+        XCTAssertGreaterThan(stats.late, 50, "what came while nothing played is late")
+        XCTAssertGreaterThanOrEqual(stats.packetsReceived + 2, send.packetsSent)
+        // (Dropped frames also held the listener's reports back for their window.)
+        XCTAssertGreaterThan(send.reported.expected, 100, "the listener reports its window")
+        XCTAssertEqual(send.reported.lost, 0)
     }
 
     func testMissingDeviceIsADeviceErrorWithTheReason() throws {

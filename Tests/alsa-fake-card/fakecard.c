@@ -12,6 +12,13 @@
  * snd_pcm_recover undoes. At close it appends "<direction> xruns <n> starts <n>" to the
  * file `log`, when given.
  *
+ * Options a real card may have: `steps 1`, its position moves in whole periods (a
+ * driver without a fine position register: it holds less than it says by up to a
+ * period; an underrun is then position >= written, as the kernel judges it);
+ * `period_min N`, it offers no period shorter than N frames; `stall_after S`, its
+ * clock stops S seconds after it started, with no error (a driver whose interrupts
+ * stopped, a sound server's stream suspended).
+ *
  * Built by the tests:  cc -shared -fPIC -DPIC -o libasound_module_pcm_vcfakecard.so
  *                      fakecard.c -lasound
  * Used as:  pcm_type.vcfakecard { lib "/path/libasound_module_pcm_vcfakecard.so" }
@@ -33,7 +40,9 @@ typedef struct {
     FILE *file;
     char *log;
     long rate, channels;
-    double speed;
+    double speed, stall_after;
+    int steps;
+    long period_min;
     double started;           /* monotonic seconds at start; 0: not running */
     int timer;
     int xruns, starts;
@@ -46,7 +55,13 @@ static double now(void) {
 }
 
 /* Frames the card has moved since it started. */
-static double moved(const card_t *k) { return k->started > 0 ? (now() - k->started) * k->io.rate * k->speed : 0; }
+static double moved(const card_t *k) {
+    if (k->started <= 0) return 0;
+    double t = now() - k->started;
+    if (k->stall_after > 0 && t > k->stall_after) t = k->stall_after;
+    double hw = t * k->io.rate * k->speed;
+    return k->steps ? (double)(((snd_pcm_uframes_t)hw / k->io.period_size) * k->io.period_size) : hw;
+}
 
 static int card_start(snd_pcm_ioplug_t *io) {
     card_t *k = io->private_data;
@@ -76,7 +91,10 @@ static snd_pcm_sframes_t card_pointer(snd_pcm_ioplug_t *io) {
     if (k->started <= 0) return 0;
     double hw = moved(k);
     if (io->state == SND_PCM_STATE_RUNNING) {
-        if (io->stream == SND_PCM_STREAM_PLAYBACK && hw > (double)io->appl_ptr) { k->xruns++; return -EPIPE; }
+        if (io->stream == SND_PCM_STREAM_PLAYBACK && (k->steps ? hw >= (double)io->appl_ptr : hw > (double)io->appl_ptr)) {
+            k->xruns++;
+            return -EPIPE;
+        }
         if (io->stream == SND_PCM_STREAM_CAPTURE && hw - (double)io->appl_ptr > (double)io->buffer_size) { k->xruns++; return -EPIPE; }
     }
     return (snd_pcm_sframes_t)((snd_pcm_uframes_t)hw % io->buffer_size);
@@ -148,6 +166,10 @@ SND_PCM_PLUGIN_DEFINE_FUNC(vcfakecard) {
         if (!strcmp(id, "rate") && snd_config_get_integer(n, &k->rate) >= 0) continue;
         if (!strcmp(id, "channels") && snd_config_get_integer(n, &k->channels) >= 0) continue;
         if (!strcmp(id, "speed") && snd_config_get_ascii(n, &text) >= 0) { k->speed = atof(text); free(text); if (k->speed > 0) continue; }
+        if (!strcmp(id, "stall_after") && snd_config_get_ascii(n, &text) >= 0) { k->stall_after = atof(text); free(text); continue; }
+        long v;
+        if (!strcmp(id, "steps") && snd_config_get_integer(n, &v) >= 0) { k->steps = v != 0; continue; }
+        if (!strcmp(id, "period_min") && snd_config_get_integer(n, &k->period_min) >= 0) continue;
         SNDERR("vcfakecard: bad field %s", id);
         free(k->log); free(k);
         return -EINVAL;
@@ -176,7 +198,8 @@ SND_PCM_PLUGIN_DEFINE_FUNC(vcfakecard) {
     snd_pcm_ioplug_set_param_list(&k->io, SND_PCM_IOPLUG_HW_FORMAT, 1, format);
     snd_pcm_ioplug_set_param_minmax(&k->io, SND_PCM_IOPLUG_HW_CHANNELS, (unsigned)k->channels, (unsigned)k->channels);
     snd_pcm_ioplug_set_param_minmax(&k->io, SND_PCM_IOPLUG_HW_RATE, (unsigned)k->rate, (unsigned)k->rate);
-    snd_pcm_ioplug_set_param_minmax(&k->io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, 64, 1 << 20);
+    unsigned frame = 2 * (unsigned)k->channels;
+    snd_pcm_ioplug_set_param_minmax(&k->io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, k->period_min > 0 ? (unsigned)k->period_min * frame : 64, 1 << 20);
     snd_pcm_ioplug_set_param_minmax(&k->io, SND_PCM_IOPLUG_HW_PERIODS, 2, 64);
     *pcmp = k->io.pcm;
     return 0;
