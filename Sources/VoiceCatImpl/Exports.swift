@@ -290,7 +290,7 @@ public func vc_client_create(_ cfg: UnsafePointer<vc_client_config>?, _ out: Uns
             c.eventQueueSize = Int(cfg.pointee.event_queue_size)
             c.externalPlayback = cfg.pointee.external_playback != 0
             // NULL plays on "default"; "" is no name.
-            if let d = cfg.pointee.playback_device { c.playbackDevice = try nonEmptyString(d, "vc_client_create", "playback_device") }
+            if let d = cfg.pointee.playback_device { c.playbackDevice = try nonEmptyString(d, nil, "playback_device") }
             c.talkHangoverMs = cfg.pointee.talk_hangover_ms
             if let k = cfg.pointee.known_servers_path {
                 guard let path = String(validatingCString: k) else { throw invalid("known_servers_path is not valid UTF-8") }
@@ -886,9 +886,11 @@ private func listDevices(_ kind: vc_device_kind, _ out: UnsafeMutablePointer<vc_
 }
 
 /// A string argument that must be non-NULL, non-empty UTF-8 (a device name, a path).
-func nonEmptyString(_ p: UnsafePointer<CChar>?, _ function: String, _ what: String) throws -> String {
-    guard let p else { throw invalid("\(function): \(what) is NULL") }
-    guard let s = String(validatingCString: p), !s.isEmpty else { throw invalid("\(function): \(what) is empty or not UTF-8") }
+/// `function`: the call to name in the message (nil inside withoutClient, which names it).
+func nonEmptyString(_ p: UnsafePointer<CChar>?, _ function: String?, _ what: String) throws -> String {
+    let call = function.map { "\($0): " } ?? ""
+    guard let p else { throw invalid("\(call)\(what) is NULL") }
+    guard let s = String(validatingCString: p), !s.isEmpty else { throw invalid("\(call)\(what) is empty or not UTF-8") }
     return s
 }
 
