@@ -1098,9 +1098,9 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *    blocks: it holds about 25 ms when the next block is rendered (a block and one
  *    ALSA period; more when its periods are longer than 5 ms), so 25-45 ms of output
  *    latency. A device that fails, or a card that plays nothing of what it holds for
- *    1 s, is reopened on a backoff: VC_EVENT_ERROR when it fails,
- *    VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps still get their
- *    blocks every 20 ms. A device that offers no 48 kHz is played at its rate through
+ *    1 s (nothing renders in that second), is reopened on a backoff: VC_EVENT_ERROR
+ *    when it fails, VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps
+ *    still get their blocks every 20 ms. A device that offers no 48 kHz is played at its rate through
  *    a resampler.
  *  - sink: external playback 1 and a mixed sink set: a mixer thread of the client
  *    renders every 20 ms (or 10: vc_set_mixed_output_block_ms) and calls the sinks (at a phase that follows the talkers'

@@ -129,6 +129,10 @@ final class CaptureWorker {
                                 catchUpPeriods: AlsaPCM.bufferPeriods)
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = first == nil ? MonotonicClock.milliseconds() + backoffMs : 0
+        // A card that stalls opens fine: its backoff grows until it has delivered for a
+        // second (`reads` since it was opened).
+        var stallBackoffMs: UInt64 = 250
+        var reads = 0
         while !stop.isSet {
             guard let c = cap else {
                 let now = MonotonicClock.milliseconds()
@@ -142,6 +146,7 @@ final class CaptureWorker {
                     cap = c
                     away.store(0)
                     backoffMs = 250
+                    reads = 0
                     pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
                     raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: streamID))
                 } else {
@@ -150,6 +155,21 @@ final class CaptureWorker {
                 }
                 continue
             }
+            // A card paces the loop to its clock: the read comes when it has a period
+            // (after a stall, up to its buffer, read back to back), so it does not block.
+            if let held = c.device.heldFrames(), held < c.period,
+               !pacer.wait(forCapture: c.device, held: held, period: c.period, stopped: { stop.isSet }) {
+                // It opens fine: each stall in a row waits longer before the next try.
+                c.device.close()
+                cap = nil
+                away.store(1)
+                retryAtMs = MonotonicClock.milliseconds() + stallBackoffMs
+                stallBackoffMs = min(stallBackoffMs * 2, 5000)
+                raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "capture device \"\(device)\" stopped delivering: nothing came "
+                                    + "for \(PeriodPacer.cardStallNs / 1_000_000) ms", streamID: streamID))
+                continue
+            }
+            if stop.isSet { break }
             do { try c.device.read(buf, frames: c.period) } catch {
                 c.device.close()
                 cap = nil
@@ -165,9 +185,10 @@ final class CaptureWorker {
                 return s.deadline
             }
             streams.rescheduled(due)
-            // A card's blocking read paces the loop to its clock (it holds what came
-            // since the read; after a stall, up to its buffer, read back to back). Only
-            // a PCM that does not run in real time is paced to the monotonic clock.
+            reads += 1
+            if reads == 50 { stallBackoffMs = 250 }   // a second delivered: not the card that stalled
+            // Only a PCM that does not run in real time is paced to the monotonic clock
+            // (a card: above, before the read).
             if c.device.heldFrames() == nil { pacer.wait() }
         }
         cap?.device.close()

@@ -253,8 +253,9 @@ extension ReceiveSet {
         // here, as a statistics reader's is, so its frames stay counted (received, and
         // late when rendering resumes past them). Dropped at the ring, they were seq
         // gaps: counted lost, and reported to the talker as loss (its protection went
-        // up, helper-90). The slot lock is only tried: a renderer holding it drains the
-        // ring itself.
+        // up, helper-90). The slot lock is only tried (never waited for on the audio
+        // path's lock): in the rare case it is held, the frame is dropped and counted
+        // as before.
         if slot.inbox.isFull && slot.lock.tryLock() {
             slot.drainInbox(nowMs: nil)
             slot.lock.unlock()

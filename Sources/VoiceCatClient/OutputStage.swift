@@ -785,8 +785,13 @@ final class PlaybackDevice {
     let converter: FormatConverter?
     /// What a card holds when the next block is rendered (its frames): a block for a
     /// render that wakes late, and a period, since a card may tell its position only
-    /// in steps of one (then it holds less than it says by up to a period).
+    /// in steps of one (then it holds less than it says by up to a period). Less (at
+    /// least a period) when its buffer cannot take that and two blocks: a block
+    /// written then would wait for room, and a card that stalled kept it for ever.
     let leadFrames: Int
+    /// The last write started the card again with its lead in silence (the first, or
+    /// one after an underrun): what it holds is not the last block's count plus one.
+    private(set) var restarted = false
     /// The lead in silence, written just before the first block (`primed`): a card
     /// started with the first block alone took a second one at once, a tick its
     /// streams' buffers had no frame for yet (a concealed frame and a period more delay
@@ -801,7 +806,8 @@ final class PlaybackDevice {
     private init(device: AudioDevice, converter: FormatConverter?) {
         self.device = device
         self.converter = converter
-        leadFrames = device.sampleRate / 50 + device.periodFrames
+        let block = device.sampleRate / 50
+        leadFrames = max(device.periodFrames, min(block + device.periodFrames, device.bufferFrames - 2 * block))
         silence = .allocate(capacity: leadFrames * device.channels)
         silence.initialize(repeating: 0, count: leadFrames * device.channels)
     }
@@ -828,9 +834,12 @@ final class PlaybackDevice {
     }
 
     /// Plays one 48 kHz stereo block, after the lead in silence the first time and
-    /// when a card ran dry (an underrun: it starts again as it did the first time).
+    /// when a card is seen to have run dry (an underrun, not yet recovered: it starts
+    /// again as it did the first time; one recovered inside the write starts with the
+    /// block alone).
     func write(_ pcm: UnsafePointer<Int16>, frames: Int) throws {
-        if !primed || device.heldFrames() == 0 {
+        restarted = !primed || device.heldFrames() == 0
+        if restarted {
             primed = true
             try device.write(silence, frames: leadFrames)
         }
@@ -905,6 +914,10 @@ final class RenderDriver {
         var down = startsDown
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
+        // A card that stalls (PeriodPacer.wait(for:)) opens fine: its backoff grows until
+        // it has played for a second (`playedBlocks` since it was opened).
+        var stallBackoffMs: UInt64 = 250
+        var playedBlocks = 0
         var pacer = PeriodPacer(periodFrames: frames)
         // A driver that replaces another (a new block length, another mode) takes over
         // its schedule: its first block comes when the other's next one was due, so
@@ -941,6 +954,7 @@ final class RenderDriver {
                         device = d
                         away.store(0)
                         backoffMs = 250
+                        playedBlocks = 0
                         pacer = PeriodPacer(periodFrames: frames)
                         if down {
                             down = false
@@ -996,14 +1010,19 @@ final class RenderDriver {
                 // empty or full (paced to the monotonic clock alone, a card that ran a
                 // little fast underran every few seconds, and every period at 1 %).
                 if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: p.device.sampleRate / 50,
-                                        stopped: { stop.isSet }) {
+                                        restarted: p.restarted, stopped: { stop.isSet }) {
                     nextDueNs = due
+                    playedBlocks += 1
+                    if playedBlocks == 50 { stallBackoffMs = 250 }   // a second played: not the card that stalled
                 } else {
+                    // A card that opens and then stalls again (a sound server's stream
+                    // suspended) is retried ever less often, as one that cannot be opened.
                     p.device.close()
                     device = nil
                     away.store(1)
                     down = true
-                    retryAtMs = MonotonicClock.milliseconds() + backoffMs
+                    retryAtMs = MonotonicClock.milliseconds() + stallBackoffMs
+                    stallBackoffMs = min(stallBackoffMs * 2, 5000)
                     stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "playback device \"\(deviceName)\" stopped playing: "
                                               + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
                 }

@@ -5,9 +5,10 @@ import VoiceCatProtocol
 
 /// One producer at a time (whoever holds the media input's token: the network
 /// thread, or the renderer just before it renders) pushes opened frames; one consumer at a time
-/// (the renderer, or a host thread reading statistics, serialized by the slot's
-/// lock) pops them into the jitter buffer. A full ring drops the newest frame and
-/// counts it. Nothing allocates after init.
+/// (the renderer, a host thread reading statistics, or the producer finding the ring
+/// full, serialized by the slot's lock) pops them into the jitter buffer. A ring still
+/// full (its slot lock was held) drops the newest frame and counts it. Nothing
+/// allocates after init.
 final class PacketRing: @unchecked Sendable {
     struct Entry {
         var seq: UInt64 = 0

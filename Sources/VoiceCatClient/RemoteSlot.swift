@@ -208,8 +208,8 @@ final class RemoteSlot {
     }
 
     /// Moves the frames the network thread handed over into the jitter buffer (lock
-    /// held by caller: the renderer at `nowMs`, or a host thread reading statistics,
-    /// nil). A renderer that has not ticked for a while has stalled: the buffer's clock
+    /// held by caller: the renderer at `nowMs`, or, nil, a host thread reading
+    /// statistics or the media input's token holder finding the inbox full). A renderer that has not ticked for a while has stalled: the buffer's clock
     /// goes on first (JitterBuffer.catchUp), to the render's time, or, for a reader of
     /// statistics, to the newest arrival's (the receive clock).
     func drainInbox(nowMs: Double?) {

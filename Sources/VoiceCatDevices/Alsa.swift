@@ -223,17 +223,21 @@ public final class AlsaPCM: AudioDevice {
         self.periodFrames = Int(period)
         self.bufferFrames = Int(buffer)
         try check("prepare", snd_pcm_prepare(p))
+        // A capture card runs from here (a read would start it): what it holds says
+        // when the first read can come without blocking (heldFrames).
+        if direction == .capture { try check("start", snd_pcm_start(p)) }
     }
 
     /// From snd_pcm_avail, which asks the driver where the card is: a card's is below
     /// its buffer after a transfer (a period read leaves what came since; a period
     /// written is not played at once); a PCM that does not run in real time (the file
     /// plugin over `null`) has its whole buffer available at any time. An error (an
-    /// xrun) is 0: transfer now, and the transfer recovers it.
+    /// xrun) reads as what has the caller transfer now (the transfer recovers it):
+    /// playback 0, capture a period.
     public func heldFrames() -> Int? {
         guard let p = pcm else { return nil }
         let avail = Int(snd_pcm_avail(p))
-        if avail < 0 { return 0 }
+        if avail < 0 { return direction == .capture ? periodFrames : 0 }
         if avail >= bufferFrames { return nil }
         return direction == .capture ? avail : bufferFrames - avail
     }
@@ -355,18 +359,21 @@ public struct PeriodPacer {
     /// the card's clock is followed (a card 1 % fast keeps about 2 ms less in hand)
     /// without passing on the jitter of a card that tells its position in steps (of up
     /// to a period: ticks that jumped by that much made every stream's buffer keep it
-    /// as delay). A card that holds less than a block gets the next one at once; one
-    /// that holds a block more than it should (its clock slower than it said, or
-    /// stalled), or would have no room for the next block, is waited for until it is
-    /// down to `lead`, asking it again after each sleep (a write into a full buffer of
-    /// a card that stalled waited for ever). Returns when the next block is due (monotonic ns; when `stopped` ends a
-    /// wait, when it would have been), or nil when the card has played nothing for
-    /// `cardStallNs`. The pacer's next period is then a period after it (for a device
-    /// that stops running in real time: it failed and is replaced).
-    public mutating func wait(for device: AudioDevice, held: Int, lead: Int, block: Int, stopped: () -> Bool) -> UInt64? {
-        let rate = Int64(max(1, device.sampleRate))
+    /// as delay). A card that holds less than a block gets the next one at once. One
+    /// that holds two blocks more than it should (its clock slower than it said, or
+    /// stalled) is waited for until it is down to `lead`; one with no room for the next
+    /// block, until it has room (a write into a full buffer of a card that stalled
+    /// waited for ever); asking it again after each sleep. Returns when the next block
+    /// is due (monotonic ns; when `stopped` ends a wait, when it would have been), or
+    /// nil when the card has played nothing for `cardStallNs`. The pacer's next period
+    /// is then a period after it (for a device that stops running in real time: it
+    /// failed and is replaced). `restarted`: the card was just started again (primed
+    /// after an underrun), so what it holds is not compared with the last block's.
+    public mutating func wait(for device: AudioDevice, held: Int, lead: Int, block: Int, restarted: Bool = false,
+                              stopped: () -> Bool) -> UInt64? {
+        let rate = UInt64(max(1, device.sampleRate))
         var now = MonotonicClock.nanoseconds()
-        if let before = cardHeld, held >= before + block {
+        if let before = cardHeld, held >= before + block, !restarted {
             if now - cardMovedAt > PeriodPacer.cardStallNs { return nil }   // nothing played since the last block
         } else {
             cardMovedAt = now
@@ -376,30 +383,62 @@ public struct PeriodPacer {
             next = now + periodNs
             return now
         }
-        guard held > min(lead + 2 * block, device.bufferFrames - block) else {
-            // `next`: when the next block is due on the schedule so far.
-            let error = Int64(held - (lead + block)) * 1_000_000_000 / rate / 8
-            let due = UInt64(max(Int64(now), Int64(next) + error))
-            var ts = timespec(tv_sec: Int(due / 1_000_000_000), tv_nsec: Int(due % 1_000_000_000))
-            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-            next = due + periodNs
-            return due
+        // Waits until the card holds at most `limit` (nil: it stalled; a time: `stopped`).
+        func drain(to limit: Int) -> UInt64?? {
+            var left = held
+            while left > limit {
+                if stopped() { return .some(now + UInt64(left - limit) * 1_000_000_000 / rate) }
+                if now - cardMovedAt > PeriodPacer.cardStallNs { return .some(nil) }
+                let ns = min(UInt64(left - limit) * 1_000_000_000 / rate, periodNs)
+                var ts = timespec(tv_sec: Int((now + ns) / 1_000_000_000), tv_nsec: Int((now + ns) % 1_000_000_000))
+                while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+                now = MonotonicClock.nanoseconds()
+                guard let h = device.heldFrames() else { break }
+                if h < left { cardMovedAt = now }
+                left = h
+            }
+            return nil
         }
-        var left = held
-        while left > lead {
-            if stopped() { return now + UInt64(left - lead) * 1_000_000_000 / UInt64(rate) }
-            if now - cardMovedAt > PeriodPacer.cardStallNs { return nil }
-            let ns = min(UInt64(left - lead) * 1_000_000_000 / UInt64(rate), periodNs)
+        if held > lead + 2 * block {
+            if let early = drain(to: lead) { return early }
+            cardHeld = nil   // the next block starts a new count (it is written at once)
+            next = now + periodNs
+            return now
+        }
+        if held > device.bufferFrames - block, let early = drain(to: device.bufferFrames - block) { return early }
+        // `next`: when the next block is due on the schedule so far.
+        let error = (Int64(held) - Int64(lead + block)) * 1_000_000_000 / Int64(rate) / 8
+        let due = UInt64(max(Int64(now), Int64(next) + error))
+        var ts = timespec(tv_sec: Int(due / 1_000_000_000), tv_nsec: Int(due % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+        next = due + periodNs
+        return due
+    }
+
+    /// For a capture device that runs in real time (`held` frames ready: its
+    /// heldFrames()), sleeps until it has `period` frames to read, asking it again after
+    /// each sleep, so that the read does not block: a card that stopped delivering
+    /// without an error (a sound server's stream suspended, an ALSA plugin over it:
+    /// no timeout) held the capture thread in snd_pcm_readi for ever, and
+    /// vc_stream_stop and vc_client_destroy with it. False when the card has delivered
+    /// nothing for `cardStallNs`; true when it has a period, `stopped` ends the wait,
+    /// or it no longer runs in real time.
+    public mutating func wait(forCapture device: AudioDevice, held: Int, period: Int, stopped: () -> Bool) -> Bool {
+        let rate = UInt64(max(1, device.sampleRate))
+        var held = held
+        var movedAt = MonotonicClock.nanoseconds()
+        while held < period && !stopped() {
+            let now = MonotonicClock.nanoseconds()
+            if now - movedAt > PeriodPacer.cardStallNs { return false }
+            let ns = min(UInt64(period - held) * 1_000_000_000 / rate, periodNs)
             var ts = timespec(tv_sec: Int((now + ns) / 1_000_000_000), tv_nsec: Int((now + ns) % 1_000_000_000))
             while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
-            now = MonotonicClock.nanoseconds()
-            guard let h = device.heldFrames() else { break }
-            if h < left { cardMovedAt = now }
-            left = h
+            guard let h = device.heldFrames() else { return true }
+            if h > held { movedAt = MonotonicClock.nanoseconds() }
+            held = h
         }
-        cardHeld = nil   // the next block starts a new count (it is written at once)
-        next = now + periodNs
-        return now
+        next = MonotonicClock.nanoseconds() + periodNs
+        return true
     }
 
     /// When the next period is due (monotonic ns).

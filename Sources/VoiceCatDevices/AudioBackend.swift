@@ -32,7 +32,8 @@ public protocol AudioDevice: AnyObject {
     var bufferFrames: Int { get }
     /// What a device that runs in real time (a sound card) holds now, in its own
     /// frames: playback, written and not yet played; capture, captured and not yet
-    /// read (0 after an over- or underrun the next transfer recovers). nil for a device
+    /// read (after an over- or underrun, which the next transfer recovers: playback 0,
+    /// capture a period: transfer now). nil for a device
     /// that runs as fast as it is driven (a file or null plugin, memory: it takes or
     /// gives any amount at once): the caller paces that one to the monotonic clock. A
     /// card's own clock paces the loops instead: paced to the monotonic clock, a card
