@@ -1096,8 +1096,8 @@ int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
  *    (opened at vc_connect; a failure there is reported as a VC_EVENT_ERROR with
  *    VC_ERR_DEVICE and the session continues). A sound card's own clock paces the
  *    blocks: it holds about 25 ms when the next block is rendered (a block and one
- *    ALSA period; more when its periods are longer than 5 ms), so 25-45 ms of output
- *    latency. A device that fails, or a card that plays nothing of what it holds for
+ *    ALSA period; more when its periods are longer than 5 ms): 25-45 ms in the card,
+ *    added to the card's own output latency. A device that fails, or a card that plays nothing of what it holds for
  *    1 s (nothing renders in that second), is reopened on a backoff: VC_EVENT_ERROR
  *    when it fails, VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps
  *    still get their blocks every 20 ms. A device that offers no 48 kHz is played at its rate through

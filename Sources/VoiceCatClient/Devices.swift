@@ -129,10 +129,7 @@ final class CaptureWorker {
                                 catchUpPeriods: AlsaPCM.bufferPeriods)
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = first == nil ? MonotonicClock.milliseconds() + backoffMs : 0
-        // A card that stalls opens fine: its backoff grows until it has delivered for a
-        // second (`reads` since it was opened).
-        var stallBackoffMs: UInt64 = 250
-        var reads = 0
+        var stallBackoff = StallBackoff()
         while !stop.isSet {
             guard let c = cap else {
                 let now = MonotonicClock.milliseconds()
@@ -146,7 +143,6 @@ final class CaptureWorker {
                     cap = c
                     away.store(0)
                     backoffMs = 250
-                    reads = 0
                     pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
                     raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: streamID))
                 } else {
@@ -159,12 +155,10 @@ final class CaptureWorker {
             // (after a stall, up to its buffer, read back to back), so it does not block.
             if let held = c.device.heldFrames(), held < c.period,
                !pacer.wait(forCapture: c.device, held: held, period: c.period, stopped: { stop.isSet }) {
-                // It opens fine: each stall in a row waits longer before the next try.
                 c.device.close()
                 cap = nil
                 away.store(1)
-                retryAtMs = MonotonicClock.milliseconds() + stallBackoffMs
-                stallBackoffMs = min(stallBackoffMs * 2, 5000)
+                retryAtMs = MonotonicClock.milliseconds() + stallBackoff.stalled()
                 raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "capture device \"\(device)\" stopped delivering: nothing came "
                                     + "for \(PeriodPacer.cardStallNs / 1_000_000) ms", streamID: streamID))
                 continue
@@ -185,8 +179,7 @@ final class CaptureWorker {
                 return s.deadline
             }
             streams.rescheduled(due)
-            reads += 1
-            if reads == 50 { stallBackoffMs = 250 }   // a second delivered: not the card that stalled
+            stallBackoff.moved()
             // Only a PCM that does not run in real time is paced to the monotonic clock
             // (a card: above, before the read).
             if c.device.heldFrames() == nil { pacer.wait() }

@@ -914,10 +914,7 @@ final class RenderDriver {
         var down = startsDown
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
-        // A card that stalls (PeriodPacer.wait(for:)) opens fine: its backoff grows until
-        // it has played for a second (`playedBlocks` since it was opened).
-        var stallBackoffMs: UInt64 = 250
-        var playedBlocks = 0
+        var stallBackoff = StallBackoff()
         var pacer = PeriodPacer(periodFrames: frames)
         // A driver that replaces another (a new block length, another mode) takes over
         // its schedule: its first block comes when the other's next one was due, so
@@ -954,7 +951,6 @@ final class RenderDriver {
                         device = d
                         away.store(0)
                         backoffMs = 250
-                        playedBlocks = 0
                         pacer = PeriodPacer(periodFrames: frames)
                         if down {
                             down = false
@@ -1012,8 +1008,7 @@ final class RenderDriver {
                 if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: p.device.sampleRate / 50,
                                         restarted: p.restarted, stopped: { stop.isSet }) {
                     nextDueNs = due
-                    playedBlocks += 1
-                    if playedBlocks == 50 { stallBackoffMs = 250 }   // a second played: not the card that stalled
+                    stallBackoff.moved()
                 } else {
                     // A card that opens and then stalls again (a sound server's stream
                     // suspended) is retried ever less often, as one that cannot be opened.
@@ -1021,8 +1016,7 @@ final class RenderDriver {
                     device = nil
                     away.store(1)
                     down = true
-                    retryAtMs = MonotonicClock.milliseconds() + stallBackoffMs
-                    stallBackoffMs = min(stallBackoffMs * 2, 5000)
+                    retryAtMs = MonotonicClock.milliseconds() + stallBackoff.stalled()
                     stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "playback device \"\(deviceName)\" stopped playing: "
                                               + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
                 }

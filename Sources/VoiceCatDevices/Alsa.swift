@@ -309,6 +309,25 @@ public final class AlsaPCM: AudioDevice {
     public private(set) var xruns = 0
 }
 
+/// The backoff before reopening a card that stalled (PeriodPacer): it opens fine, so
+/// each stall in a row waits twice as long (250 ms up to 5 s), until the card has
+/// moved a second's periods.
+public struct StallBackoff {
+    private var ms: UInt64 = 250
+    private var periods = 0
+    public init() {}
+    /// The card stalled: how long to wait before reopening it.
+    public mutating func stalled() -> UInt64 {
+        defer { ms = min(ms * 2, 5000); periods = 0 }
+        return ms
+    }
+    /// The card moved a period (of 20 ms).
+    public mutating func moved() {
+        periods += 1
+        if periods == 50 { ms = 250 }
+    }
+}
+
 /// Paces a device loop to the monotonic clock, for PCMs that run as fast as they are
 /// driven (file-backed, null, memory); a sound card's own clock paces its loop instead
 /// (AudioDevice.heldFrames: a capture card's blocking read, `wait(for:)` for playback).
@@ -334,8 +353,7 @@ public struct PeriodPacer {
     public mutating func wait() {
         let now = MonotonicClock.nanoseconds()
         if next > now {
-            var ts = timespec(tv_sec: Int(next / 1_000_000_000), tv_nsec: Int(next % 1_000_000_000))
-            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+            sleepUntil(monotonicNs: next)
         } else if now - next > catchUpNs {
             next = now
         }
@@ -390,8 +408,7 @@ public struct PeriodPacer {
                 if stopped() { return .some(now + UInt64(left - limit) * 1_000_000_000 / rate) }
                 if now - cardMovedAt > PeriodPacer.cardStallNs { return .some(nil) }
                 let ns = min(UInt64(left - limit) * 1_000_000_000 / rate, periodNs)
-                var ts = timespec(tv_sec: Int((now + ns) / 1_000_000_000), tv_nsec: Int((now + ns) % 1_000_000_000))
-                while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+                sleepUntil(monotonicNs: now + ns)
                 now = MonotonicClock.nanoseconds()
                 guard let h = device.heldFrames() else { break }
                 if h < left { cardMovedAt = now }
@@ -409,8 +426,7 @@ public struct PeriodPacer {
         // `next`: when the next block is due on the schedule so far.
         let error = (Int64(held) - Int64(lead + block)) * 1_000_000_000 / Int64(rate) / 8
         let due = UInt64(max(Int64(now), Int64(next) + error))
-        var ts = timespec(tv_sec: Int(due / 1_000_000_000), tv_nsec: Int(due % 1_000_000_000))
-        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+        sleepUntil(monotonicNs: due)
         next = due + periodNs
         return due
     }
@@ -431,8 +447,7 @@ public struct PeriodPacer {
             let now = MonotonicClock.nanoseconds()
             if now - movedAt > PeriodPacer.cardStallNs { return false }
             let ns = min(UInt64(period - held) * 1_000_000_000 / rate, periodNs)
-            var ts = timespec(tv_sec: Int((now + ns) / 1_000_000_000), tv_nsec: Int((now + ns) % 1_000_000_000))
-            while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+            sleepUntil(monotonicNs: now + ns)
             guard let h = device.heldFrames() else { return true }
             if h > held { movedAt = MonotonicClock.nanoseconds() }
             held = h

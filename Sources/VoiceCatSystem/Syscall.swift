@@ -80,6 +80,12 @@ public func sleepMilliseconds(_ ms: Int) {
     while nanosleep(&req, &rem) == -1 && errno == EINTR { req = rem }
 }
 
+/// Sleeps the calling thread until `ns` on the monotonic clock (MonotonicClock.nanoseconds).
+public func sleepUntil(monotonicNs ns: UInt64) {
+    var ts = timespec(tv_sec: Int(ns / 1_000_000_000), tv_nsec: Int(ns % 1_000_000_000))
+    while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nil) == EINTR {}
+}
+
 /// Starts a detached-or-joinable POSIX thread running `body`.
 public final class SystemThread {
     private var thread = pthread_t()
