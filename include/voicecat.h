@@ -501,7 +501,33 @@ typedef struct vc_send_stats {
                                         may still work one way, but most likely heard by nobody (counted
                                         in packets_sent too). A lower bound: the path was silent for 2.5 s
                                         (while streams are active) before the event said so */
+    uint64_t device_overruns;      /**< a device stream: times its capture device overran (ALSA: it
+                                        captured more than its buffer holds before it was read, and that
+                                        audio was lost before it was sent: a gap listeners hear that no
+                                        network caused; the stream goes on), over every device the stream
+                                        captured from; 0 for an external feed */
+    uint64_t device_failures;      /**< a device stream: times its capture device failed or stopped
+                                        delivering and was reopened (each a VC_EVENT_ERROR) */
 } vc_send_stats;
+
+/**
+ * Statistics of the client's playback device (vc_get_playback_stats): what it lost
+ * and what it holds, over every playback device the client has played on (external
+ * playback: none, all 0).
+ */
+typedef struct vc_playback_stats {
+    uint64_t device_underruns;     /**< times the playback device ran dry and was restarted (ALSA: an
+                                        underrun, recovered; a gap the listener heard that no network
+                                        caused: the client was not scheduled in time, or the card's
+                                        position jumped) */
+    uint64_t device_failures;      /**< times it failed or stopped playing and was reopened (each a
+                                        VC_EVENT_ERROR with VC_ERR_DEVICE) */
+    uint32_t device_buffered_ms;   /**< what the open sound card held just after the last block was
+                                        written to it (written and not yet played: how long the newest
+                                        audio waits in it, about 45 ms, beyond the card's own output
+                                        latency); 0 while none is open, or for a PCM that does not play
+                                        in real time (a file or null plugin) */
+} vc_playback_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
 typedef struct vc_device_info {
@@ -1084,6 +1110,13 @@ int vc_get_connection_stats(vc_client *c, vc_connection_stats *out);
  * VC_ERR_INVALID_ARG for a NULL `out` or handle. Callback-safe: yes.
  */
 int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
+
+/**
+ * Statistics of the playback device (see vc_playback_stats): whether audio was lost
+ * on this machine rather than on the network. Returns VC_ERR_INVALID_ARG for a NULL
+ * `out` or handle. Callback-safe: yes.
+ */
+int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
 
 /* ---- Output ------------------------------------------------------------------ */
 

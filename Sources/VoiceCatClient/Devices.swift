@@ -130,6 +130,17 @@ final class CaptureWorker {
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = first == nil ? MonotonicClock.milliseconds() + backoffMs : 0
         var stallBackoff = StallBackoff()
+        // The open device's overruns already counted on the stream.
+        var overrunsSeen = 0
+        // A failure and the overruns before it, counted on the stream (vc_send_stats).
+        func count(overruns: Int, failed: Bool) {
+            guard overruns > 0 || failed else { return }
+            slot.lock.withLock {
+                guard let s = slot.stream, s.streamID == streamID else { return }
+                s.deviceOverruns += UInt64(overruns)
+                s.deviceFailures += failed ? 1 : 0
+            }
+        }
         while !stop.isSet {
             guard let c = cap else {
                 let now = MonotonicClock.milliseconds()
@@ -141,6 +152,7 @@ final class CaptureWorker {
                 // built here when it is not 48 kHz: recovery, not the steady state).
                 if let c = try? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality) {
                     cap = c
+                    overrunsSeen = 0
                     away.store(0)
                     backoffMs = 250
                     pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
@@ -155,6 +167,7 @@ final class CaptureWorker {
             // (after a stall, up to its buffer, read back to back), so it does not block.
             if let held = c.device.heldFrames(), held < c.period,
                !pacer.wait(forCapture: c.device, held: held, period: c.period, stopped: { stop.isSet }) {
+                count(overruns: c.device.xruns - overrunsSeen, failed: true)
                 c.device.close()
                 cap = nil
                 away.store(1)
@@ -165,6 +178,7 @@ final class CaptureWorker {
             }
             if stop.isSet { break }
             do { try c.device.read(buf, frames: c.period) } catch {
+                count(overruns: c.device.xruns - overrunsSeen, failed: true)
                 c.device.close()
                 cap = nil
                 away.store(1)
@@ -173,8 +187,11 @@ final class CaptureWorker {
                 continue
             }
             let (pcm, frames) = c.converter?.convert(buf, frames: c.period) ?? (UnsafePointer(buf), c.period)
+            let overruns = c.device.xruns - overrunsSeen
+            overrunsSeen = c.device.xruns
             let due = slot.lock.withLock { () -> UInt64? in
                 guard let s = slot.stream, s.streamID == streamID else { return nil }
+                s.deviceOverruns += UInt64(overruns)
                 try? s.feed(pcm, frames: frames, channels: channels, clock: MonotonicClock.nanoseconds)
                 return s.deadline
             }

@@ -246,6 +246,10 @@ final class LocalStream {
     /// Frames sent while the media path was lost (SendSnapshot.pathLost): most likely
     /// unheard (vc_send_stats.frames_sent_path_lost); and since the queue was last empty.
     private(set) var framesSentPathLost: UInt64 = 0
+    /// Its capture devices' overruns and failures (vc_send_stats.device_overruns,
+    /// device_failures), counted by the capture thread under the slot lock.
+    var deviceOverruns: UInt64 = 0
+    var deviceFailures: UInt64 = 0
     private var sentPathLostBeforeBatch: UInt64 = 0
     var framesSentPathLostSinceIdle: UInt64 { fedSentPathLost - sentPathLostBeforeBatch }
     private var spurtTimestamp: UInt32 = 0

@@ -27,6 +27,9 @@ public struct SendStats: Equatable {
     public var framesDropped: UInt64 = 0
     /// Frames sent while the media path was lost (VOICE_DISCONNECTED until VOICE_RECONNECTED).
     public var framesSentPathLost: UInt64 = 0
+    /// A device stream's capture devices: overruns recovered, failures.
+    public var deviceOverruns: UInt64 = 0
+    public var deviceFailures: UInt64 = 0
 }
 
 extension VoiceClient {
@@ -103,6 +106,8 @@ extension VoiceClient {
                 st.reported = s.fecPolicy.lastFeedback ?? LossCounts()
                 st.framesDropped = s.framesLostNoPath
                 st.framesSentPathLost = s.framesSentPathLost
+                st.deviceOverruns = s.deviceOverruns
+                st.deviceFailures = s.deviceFailures
                 return st
             }
         }

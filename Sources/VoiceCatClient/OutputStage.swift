@@ -112,6 +112,13 @@ final class OutputStage {
     let speakerSink = CallbackCell<SpeakerSinkBox>()
     let recorders = RecorderSet()
     private let bus = MixBus(capacityFrames: OutputStage.block)
+    /// What the playback devices lost and hold (vc_get_playback_stats), written by the
+    /// render thread of device mode: underruns recovered and failures over every device
+    /// this client played on, and what the open card held after the last block (µs; 0
+    /// with none open, or one that does not run in real time).
+    let deviceUnderruns = AtomicCounter()
+    let deviceFailures = AtomicCounter()
+    let deviceHeldUs = AtomicCounter()
 
     /// Serializes reconcile (and so driver start/stop), format changes and recording
     /// start/stop. Never taken by the render path.
@@ -799,6 +806,8 @@ final class PlaybackDevice {
     /// (on the host's thread, a driver's start later: the card could run dry first).
     private let silence: UnsafeMutablePointer<Int16>
     private var primed = false
+    /// The device's underruns already counted (newUnderruns).
+    private var underrunsSeen = 0
 
     /// ALSA periods of 5 ms in a buffer of 80 ms: the lead is 25 ms.
     static let periodMs = 5
@@ -831,6 +840,13 @@ final class PlaybackDevice {
             d.close()
             throw ClientError.device("playback device \"\(name)\" runs at \(d.sampleRate) Hz: \(error)")
         }
+    }
+
+    /// Underruns the device recovered since the last call (render thread).
+    func newUnderruns() -> Int {
+        let n = device.xruns - underrunsSeen
+        underrunsSeen = device.xruns
+        return n
     }
 
     /// Plays one 48 kHz stereo block, after the lead in silence the first time and
@@ -995,11 +1011,15 @@ final class RenderDriver {
                         away.store(1)
                         down = true
                         retryAtMs = MonotonicClock.milliseconds() + backoffMs
+                        stage.deviceFailures.add(1)
+                        stage.deviceHeldUs.store(0)
                         stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "\(error)"))
                     }
+                    stage.deviceUnderruns.add(d.newUnderruns())
                 }
             }
             if let p = device, let held = p.device.heldFrames() {
+                stage.deviceHeldUs.store(held * 1_000_000 / p.device.sampleRate)
                 // A card plays on its own clock: the blocks follow it, so that it holds
                 // its lead when the next one is rendered (it does not run dry for a
                 // render that wakes a little late) and its buffer does not drift towards
@@ -1017,6 +1037,8 @@ final class RenderDriver {
                     away.store(1)
                     down = true
                     retryAtMs = MonotonicClock.milliseconds() + stallBackoff.stalled()
+                    stage.deviceFailures.add(1)
+                    stage.deviceHeldUs.store(0)
                     stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "playback device \"\(deviceName)\" stopped playing: "
                                               + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
                 }
@@ -1026,5 +1048,6 @@ final class RenderDriver {
             }
         }
         device?.device.close()
+        stage.deviceHeldUs.store(0)
     }
 }

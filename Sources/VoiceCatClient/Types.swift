@@ -176,6 +176,14 @@ public struct ConnectionStats: Equatable {
     public var keepalivesLost: UInt64 = 0
 }
 
+/// The playback device's losses and fill (vc_playback_stats).
+public struct PlaybackStats: Equatable {
+    public var deviceUnderruns: UInt64 = 0
+    public var deviceFailures: UInt64 = 0
+    /// What the open card held after the last block was written (µs).
+    public var deviceBufferedUs: UInt64 = 0
+}
+
 /// Process-wide log sink (vc_set_log_callback). Level 0 error … 3 debug.
 ///
 /// The callback runs outside any lock, from whichever library or host thread logs.

@@ -885,6 +885,12 @@ public final class VoiceClient {
         return s
     }
 
+    /// vc_get_playback_stats.
+    public func playbackStats() -> PlaybackStats {
+        PlaybackStats(deviceUnderruns: UInt64(output.deviceUnderruns.load()), deviceFailures: UInt64(output.deviceFailures.load()),
+                      deviceBufferedUs: UInt64(output.deviceHeldUs.load()))
+    }
+
     // MARK: output
 
     /// Pull mode (vc_read_mixed_pcm): `frames` in the output format.

@@ -295,7 +295,8 @@ public final class AlsaPCM: AudioDevice {
             if n < 0 && recover(err) < 0 {
                 throw DeviceError("\(what()) failed: \(alsaReason(err))", code: err)
             }
-            xruns += n < 0 ? 1 : 0
+            // (An interrupted call is retried, not counted: nothing was lost.)
+            xruns += n == -Int(EPIPE) || n == -Int(ESTRPIPE) ? 1 : 0
             fruitless += 1
             if fruitless >= maxRecoveriesWithoutData {
                 let why = n < 0 ? alsaReason(err) : "no frames moved"
@@ -305,7 +306,8 @@ public final class AlsaPCM: AudioDevice {
         }
     }
 
-    /// Over- and underruns recovered so far.
+    /// Over- and underruns recovered so far (each a transfer that failed with EPIPE, or
+    /// ESTRPIPE after a suspend, and was recovered): audio the device lost.
     public private(set) var xruns = 0
 }
 

@@ -40,6 +40,9 @@ public protocol AudioDevice: AnyObject {
     /// whose clock runs a little fast underran (playback) or overran (capture) as the
     /// two drifted apart.
     func heldFrames() -> Int?
+    /// Over- (capture) or underruns (playback) recovered since it was opened: audio a
+    /// listener lost to the device, not to the network.
+    var xruns: Int { get }
     /// Reads exactly `frames` interleaved frames. Throws DeviceError when the device fails.
     func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws
     /// Writes exactly `frames` interleaved frames. Throws DeviceError when the device fails.

@@ -93,6 +93,8 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         var periodFrames: Int { d.sampleRate / 50 }
         var bufferFrames: Int { Int.max / 4 }
         func heldFrames() -> Int? { nil }
+        /// Memory neither over- nor underruns.
+        var xruns: Int { 0 }
 
         private func checkIO() throws {
             if closed { throw DeviceError("device \"\(d.name)\" is closed") }

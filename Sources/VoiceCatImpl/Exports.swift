@@ -201,6 +201,7 @@ public func vc_struct_size(_ name: UnsafePointer<CChar>?) -> Int {
     case "vc_stream_stats": return MemoryLayout<vc_stream_stats>.size
     case "vc_connection_stats": return MemoryLayout<vc_connection_stats>.size
     case "vc_send_stats": return MemoryLayout<vc_send_stats>.size
+    case "vc_playback_stats": return MemoryLayout<vc_playback_stats>.size
     case "vc_event": return MemoryLayout<vc_event>.size
     case "vc_device_info": return MemoryLayout<vc_device_info>.size
     case "vc_send_processing": return MemoryLayout<vc_send_processing>.size
@@ -697,7 +698,19 @@ public func vc_get_send_stats(_ p: OpaquePointer?, _ streamID: UInt32, _ out: Un
                                     feedback_received: s.feedbacks, protection_changes: s.changes, listeners: s.listeners,
                                     reported_expected: s.reported.expected, reported_lost: s.reported.lost,
                                     reported_isolated: s.reported.isolated, frames_dropped: s.framesDropped,
-                                    frames_sent_path_lost: s.framesSentPathLost)
+                                    frames_sent_path_lost: s.framesSentPathLost, device_overruns: s.deviceOverruns,
+                                    device_failures: s.deviceFailures)
+        return VC_OK
+    }
+}
+
+@_cdecl("vc_get_playback_stats")
+public func vc_get_playback_stats(_ p: OpaquePointer?, _ out: UnsafeMutablePointer<vc_playback_stats>?) -> Int32 {
+    withClient(p) { b in
+        guard let out else { throw invalid("vc_get_playback_stats: out is NULL") }
+        let s = b.client.playbackStats()
+        out.pointee = vc_playback_stats(device_underruns: s.deviceUnderruns, device_failures: s.deviceFailures,
+                                        device_buffered_ms: UInt32(clamping: s.deviceBufferedUs / 1000))
         return VC_OK
     }
 }

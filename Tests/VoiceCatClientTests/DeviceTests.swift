@@ -153,15 +153,25 @@ final class DeviceTests: XCTestCase {
             try sam.waitForRemote(ssrc: ssrc)
             usleep(5_000_000)   // a capture card 3 % fast overran after 2.7 s
             let stats = try sam.streamStats(ssrc: ssrc)
+            let played = sam.playbackStats()
+            let sent = try alex.sendStats(streamID: sid)
             try alex.stopStream(sid)
             alex.shutdown()
             sam.shutdown()
             let lines = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             print("sound cards at \(speed) x real time: \(lines.split(separator: "\n").joined(separator: ", ")); "
-                  + "the listener received \(stats.jitter.packetsReceived), concealed \(stats.jitter.plcFrames)")
+                  + "the listener received \(stats.jitter.packetsReceived), concealed \(stats.jitter.plcFrames); "
+                  + "its card held \(played.deviceBufferedUs) µs after a block")
             // One line per card opened: neither failed and was reopened, neither ran dry.
             XCTAssertEqual(lines.split(separator: "\n").sorted(), ["capture xruns 0 starts 1", "playback xruns 0 starts 1"],
                            "cards at \(speed)")
+            // And the host is told so (vc_get_playback_stats, vc_send_stats).
+            XCTAssertEqual([played.deviceUnderruns, played.deviceFailures], [0, 0])
+            XCTAssertEqual([sent.deviceOverruns, sent.deviceFailures], [0, 0])
+            // What a card holds after a block: its lead (a block and a 5 ms period) and
+            // the block, about 45 ms (40 and 50 here: one card drifts each way).
+            XCTAssertGreaterThanOrEqual(played.deviceBufferedUs, 25_000)
+            XCTAssertLessThanOrEqual(played.deviceBufferedUs, 70_000)
             XCTAssertGreaterThan(stats.jitter.packetsReceived, 200, "the talker's card was heard")
             let out = readRaw(dir + "/out-\(speed).raw")
             let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
@@ -192,6 +202,7 @@ final class DeviceTests: XCTestCase {
         usleep(1_000_000)
         let afterSwitch = try sam.streamStats(ssrc: ssrc)
         let stalled = samLog.wait(timeoutMs: 4000) { $0.type == .error && $0.code == VC_ERR_DEVICE && $0.text.contains("stopped playing") }
+        let failures = sam.playbackStats().deviceFailures
         let restored = samLog.wait(timeoutMs: 2000) { $0.type == VC_EVENT_DEVICE_RESTORED }
         alex.shutdown()
         sam.shutdown()
@@ -204,7 +215,49 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(afterSwitch.jitter.plcFrames, beforeSwitch.jitter.plcFrames, "the switch concealed nothing")
         XCTAssertLessThanOrEqual(afterSwitch.targetDepthMs, 35, "no period more for the card's steps")
         XCTAssertNotNil(stalled, "a card whose clock stopped is a failed device")
+        XCTAssertEqual(failures, 1, "counted for the host when the event comes")
         XCTAssertNotNil(restored, "and is reopened")
+        clients = []
+    }
+
+    func testEveryXrunOfBothCardsIsCountedForTheHost() throws {
+        // A card's over- and underruns (the client not scheduled in time, a position
+        // that jumped) were recovered and counted inside the ALSA wrapper, and seen by
+        // no one: a host could not tell a gap its machine made from one the network made.
+        // Both cards here jump 200 ms ahead a second after each start, twice in all.
+        let plugin = try buildFakeCard()
+        writeRaw(dir + "/in.raw", Signal.glidingVoice(seconds: 6))
+        let log = dir + "/xruns.log"
+        try AlsaConfig.set(plugin + """
+            pcm.vc_card_in { type vcfakecard file "\(dir)/in.raw" rate 48000 channels 1 jump_after 1 jumps 2 log "\(log)" }
+            pcm.vc_card_out { type vcfakecard file "\(dir)/out.raw" rate 48000 channels 2 jump_after 1 jumps 2 log "\(log)" }
+            """)
+        let sam = try client("sam", playback: "vc_card_out")
+        let samLog = EventLog(sam)
+        let alex = try client("alex")
+        let alexLog = EventLog(alex)
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_card_in")
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        usleep(3_500_000)   // both jumps come within about 2 s of a card's first start
+        let played = sam.playbackStats()
+        let sent = try alex.sendStats(streamID: sid)
+        let heard = try sam.streamStats(ssrc: ssrc)
+        try alex.stopStream(sid)
+        alex.shutdown()
+        sam.shutdown()
+        let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").sorted()
+        print("cards that jump: \(lines.joined(separator: ", ")); the host sees underruns \(played.deviceUnderruns), "
+              + "overruns \(sent.deviceOverruns), failures \(played.deviceFailures) / \(sent.deviceFailures); "
+              + "the listener received \(heard.jitter.packetsReceived)")
+        XCTAssertEqual(lines, ["capture xruns 2 starts 3", "playback xruns 2 starts 3"], "each card jumped twice")
+        XCTAssertEqual(played.deviceUnderruns, 2, "the playback card's underruns")
+        XCTAssertEqual(sent.deviceOverruns, 2, "the capture card's overruns")
+        XCTAssertEqual([played.deviceFailures, sent.deviceFailures], [0, 0], "an xrun is recovered, not a failure")
+        XCTAssertNil(samLog.wait(timeoutMs: 0) { $0.type == .error }, "no error event")
+        XCTAssertNil(alexLog.wait(timeoutMs: 0) { $0.type == .error }, "no error event")
+        XCTAssertGreaterThan(heard.jitter.packetsReceived, 150, "the stream went on")
         clients = []
     }
 
@@ -226,6 +279,7 @@ final class DeviceTests: XCTestCase {
         let failed = log.wait(timeoutMs: 4000) { $0.type == .error && $0.text.contains("stopped delivering") }
         XCTAssertNotNil(failed, "a capture card that stopped delivering is a failed device")
         XCTAssertEqual(failed?.event.streamID, sid)
+        XCTAssertEqual(try alex.sendStats(streamID: sid).deviceFailures, 1, "counted for the host when the event comes")
         usleep(1_400_000)   // reopened (250 ms), stalled again after 1 s: inside its wait
         let t0 = MonotonicClock.milliseconds()
         try alex.stopStream(sid)
@@ -247,8 +301,9 @@ final class DeviceTests: XCTestCase {
         }
         XCTAssertEqual(calls, AlsaPCM.maxRecoveriesWithoutData)
         XCTAssertEqual(recovered, AlsaPCM.maxRecoveriesWithoutData)
-        // Overruns between frames moved are recovered, as a busy machine's are.
-        var script = [-Int(EPIPE), 300, -Int(EPIPE), -Int(EPIPE), 660]
+        // Overruns between frames moved are recovered, as a busy machine's are, and
+        // counted (a suspend's ESTRPIPE too); an interrupted call is retried, not counted.
+        var script = [-Int(EPIPE), 300, -Int(EINTR), -Int(EPIPE), -Int(ESTRPIPE), 660]
         xruns = 0
         XCTAssertNoThrow(try AlsaPCM.transfer(frames: 960, what: "capture", io: { _ in script.removeFirst() },
                                               recover: { _ in 0 }, xruns: &xruns))

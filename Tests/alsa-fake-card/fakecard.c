@@ -17,7 +17,10 @@
  * period; an underrun is then position >= written, as the kernel judges it);
  * `period_min N`, it offers no period shorter than N frames; `stall_after S`, its
  * clock stops S seconds after it started, with no error (a driver whose interrupts
- * stopped, a sound server's stream suspended).
+ * stopped, a sound server's stream suspended); `jumps N` with `jump_after S`, its
+ * position jumps 200 ms ahead S seconds after a start, up to N times in all (the
+ * process was not scheduled for that long while the card ran on: an xrun each time,
+ * as the buffer holds less).
  *
  * Built by the tests:  cc -shared -fPIC -DPIC -o libasound_module_pcm_vcfakecard.so
  *                      fakecard.c -lasound
@@ -41,6 +44,8 @@ typedef struct {
     char *log;
     long rate, channels;
     double speed, stall_after;
+    double jump_after, jump;  /* jump: seconds added to the clock since this start */
+    long jumps;               /* jumps left */
     int steps;
     long period_min;
     double started;           /* monotonic seconds at start; 0: not running */
@@ -55,10 +60,15 @@ static double now(void) {
 }
 
 /* Frames the card has moved since it started. */
-static double moved(const card_t *k) {
+static double moved(card_t *k) {
     if (k->started <= 0) return 0;
     double t = now() - k->started;
     if (k->stall_after > 0 && t > k->stall_after) t = k->stall_after;
+    if (k->jump == 0 && k->jumps > 0 && k->jump_after > 0 && t >= k->jump_after) {
+        k->jump = 0.2;
+        k->jumps--;
+    }
+    t += k->jump;
     double hw = t * k->io.rate * k->speed;
     return k->steps ? (double)(((snd_pcm_uframes_t)hw / k->io.period_size) * k->io.period_size) : hw;
 }
@@ -66,6 +76,7 @@ static double moved(const card_t *k) {
 static int card_start(snd_pcm_ioplug_t *io) {
     card_t *k = io->private_data;
     k->started = now();
+    k->jump = 0;
     k->starts++;
     long ns = (long)(1e9 * io->period_size / io->rate / k->speed);
     struct itimerspec its = {{ns / 1000000000, ns % 1000000000}, {ns / 1000000000, ns % 1000000000}};
@@ -167,6 +178,8 @@ SND_PCM_PLUGIN_DEFINE_FUNC(vcfakecard) {
         if (!strcmp(id, "channels") && snd_config_get_integer(n, &k->channels) >= 0) continue;
         if (!strcmp(id, "speed") && snd_config_get_ascii(n, &text) >= 0) { k->speed = atof(text); free(text); if (k->speed > 0) continue; }
         if (!strcmp(id, "stall_after") && snd_config_get_ascii(n, &text) >= 0) { k->stall_after = atof(text); free(text); continue; }
+        if (!strcmp(id, "jump_after") && snd_config_get_ascii(n, &text) >= 0) { k->jump_after = atof(text); free(text); continue; }
+        if (!strcmp(id, "jumps") && snd_config_get_integer(n, &k->jumps) >= 0) continue;
         long v;
         if (!strcmp(id, "steps") && snd_config_get_integer(n, &v) >= 0) { k->steps = v != 0; continue; }
         if (!strcmp(id, "period_min") && snd_config_get_integer(n, &k->period_min) >= 0) continue;

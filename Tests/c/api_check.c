@@ -96,6 +96,8 @@ static void null_and_bad_handles(void) {
         EXPECT(vc_set_playback_device(c, "default"), VC_ERR_INVALID_ARG);
         EXPECT(vc_set_capture_device(c, 1, "default"), VC_ERR_INVALID_ARG);
         EXPECT(vc_get_send_stats(c, 1, &ss), VC_ERR_INVALID_ARG);
+        vc_playback_stats ps;
+        EXPECT(vc_get_playback_stats(c, &ps), VC_ERR_INVALID_ARG);
         vc_client_destroy(c);  /* NULL and unknown handles are ignored */
     }
     EXPECT(vc_client_create(NULL, NULL), VC_ERR_INVALID_ARG);
@@ -108,6 +110,8 @@ static void null_and_bad_handles(void) {
     EXPECT((int)vc_struct_size("vc_device_info"), (int)sizeof(vc_device_info));
     EXPECT((int)vc_struct_size("vc_send_processing"), (int)sizeof(vc_send_processing));
     EXPECT((int)vc_struct_size("vc_user_info"), (int)sizeof(vc_user_info));
+    EXPECT((int)vc_struct_size("vc_send_stats"), (int)sizeof(vc_send_stats));
+    EXPECT((int)vc_struct_size("vc_playback_stats"), (int)sizeof(vc_playback_stats));
     EXPECT((int)vc_struct_size("vc_user_stream"), (int)sizeof(vc_user_stream));
     EXPECT((int)vc_struct_size("vc_channel_info"), (int)sizeof(vc_channel_info));
     EXPECT(strcmp(vc_event_type_name(VC_EVENT_USER_UPDATED), "VC_EVENT_USER_UPDATED"), 0);
@@ -442,6 +446,14 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(sst.listeners == 0 && sst.feedback_received == 0 && sst.ssrc != 0, 1);
     EXPECT(vc_get_send_stats(c, id, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_get_send_stats(c, id + 1000, &sst), VC_ERR_NOT_FOUND);
+    /* An external feed has no capture device: nothing to overrun or fail. */
+    EXPECT(sst.device_overruns == 0 && sst.device_failures == 0, 1);
+    /* Nor this client a playback device (external playback). */
+    vc_playback_stats pst;
+    memset(&pst, 0xff, sizeof pst);
+    EXPECT(vc_get_playback_stats(c, &pst), VC_OK);
+    EXPECT(pst.device_underruns == 0 && pst.device_failures == 0 && pst.device_buffered_ms == 0, 1);
+    EXPECT(vc_get_playback_stats(c, NULL), VC_ERR_INVALID_ARG);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);
     EXPECT(vc_set_capture_channels(c, id, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_set_capture_channels(c, id, 2), VC_OK);

@@ -437,6 +437,44 @@ def test_devices_switch_mid_session_and_bad_ones_are_refused(server):
                 fed.set_capture_device("null")
 
 
+FAKE_CARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "alsa-fake-card", "fakecard.c")
+
+
+def test_sound_cards_xruns_are_counted_where_the_host_sees_them(server, tmp_path):
+    """A gap made on this machine (a card that over- or underran) and one made by the
+    network look alike to a listener: playback_stats() and send_stats() tell them
+    apart. The test's sound cards (an ALSA plugin with a clock of its own, built here)
+    jump 200 ms ahead a second after each start, twice in all."""
+    lib = tmp_path / "libasound_module_pcm_vcfakecard.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-DPIC", "-O2", "-o", str(lib), FAKE_CARD, "-lasound"], check=True)
+    (tmp_path / "in.raw").write_bytes(tone(300, 6).tobytes())
+    voicecat.set_alsa_config(f"""
+        pcm_type.vcfakecard {{ lib "{lib}" }}
+        pcm.vc_py_card_in {{ type vcfakecard file "{tmp_path}/in.raw" rate 48000 channels 1 jump_after 1 jumps 2 }}
+        pcm.vc_py_card_out {{ type vcfakecard file "{tmp_path}/out.raw" rate 48000 channels 2 jump_after 1 jumps 2 }}
+        """)
+    try:
+        with joined(server, "cards-talk") as talker, \
+                joined(server, "cards-listen", external_playback=False, playback_device="vc_py_card_out") as listener:
+            assert isinstance(listener.playback_stats(), voicecat.PlaybackStats)
+            talker.set_input_mode(InputMode.CONTINUOUS)
+            with talker.start_stream(device="vc_py_card_in") as mic:
+                assert wait_until(lambda: listener.playback_stats().device_underruns == 2, seconds=8), \
+                    listener.playback_stats()
+                assert wait_until(lambda: mic.send_stats().device_overruns == 2, seconds=8), mic.send_stats()
+                time.sleep(0.5)   # the card back at its lead after the last underrun
+                played, sent = listener.playback_stats(), mic.send_stats()
+                assert played.device_failures == 0 and sent.device_failures == 0, "an xrun is recovered, not a failure"
+                assert played.device_underruns == 2 and sent.device_overruns == 2, "two jumps each, no more"
+                # What the card holds after a block: about 45 ms (a block, a 5 ms period, a block).
+                assert 25 <= played.device_buffered_ms <= 70, played
+            listener.set_external_playback(True)
+            assert listener.playback_stats().device_buffered_ms == 0, "no card open"
+            assert listener.playback_stats().device_underruns == 2, "counted for the client's life"
+    finally:
+        voicecat.set_alsa_config(None)
+
+
 def test_ten_ms_sink_blocks_carry_the_talkers_audio_480_frames_at_a_time(server):
     """set_sink_block_ms(10): every sink call has 10 ms (480 frames at 48 kHz) and the
     audio is the talker's; other values are refused; 20 goes back."""

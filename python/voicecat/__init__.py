@@ -37,8 +37,9 @@ from ._errors import (AuthError, BufferTooSmall, CallbackError, CodecError, Devi
                       VersionMismatch, VoiceCatError, check, strerror)
 from ._lib import LibraryError
 from ._pcm import PcmInput, has_numpy
-from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, InputLevel, OutputFormat, RemoteStreamInfo,
-                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream)
+from ._types import (AudioConfig, Channel, ConnectionStats, DeviceInfo, Event, InputLevel, OutputFormat, PlaybackStats,
+                     RemoteStreamInfo, RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User,
+                     UserStream)
 
 from ._version import __version__ as __version__
 
@@ -46,7 +47,7 @@ __all__ = [
     "AsyncEvents", "AudioConfig", "AuthError", "BufferTooSmall", "CallbackError", "Channel", "ChannelMode", "Client",
     "CodecError", "ConnectionStats", "DEFAULT_PORT", "DeviceError", "DeviceInfo", "DeviceKind", "ErrorCode",
     "Event", "EventHandler", "EventType", "InputLevel", "InputMode", "InvalidArgument", "LibraryError", "LogLevel", "MixBlock",
-    "NetworkError", "NoMemory", "NotFound", "OpusApplication", "OutputFormat", "PcmInput", "ProtocolError", "Rejected",
+    "NetworkError", "NoMemory", "NotFound", "OpusApplication", "OutputFormat", "PcmInput", "PlaybackStats", "ProtocolError", "Rejected",
     "RemoteStreamInfo", "RemoteStreamSettings", "SAMPLE_RATE", "SendProcessing", "SendStats", "SinkFn", "SpeakerBlock", "SpeakerSinkFn", "StateError", "Stream",
     "StreamKind", "StreamStats", "Timeout", "Unsupported", "User", "UserChange", "UserStream", "VersionMismatch",
     "VoiceCatError", "event_type_name", "has_numpy", "library_path", "list_devices", "load_library",

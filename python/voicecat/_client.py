@@ -20,9 +20,9 @@ from ._callbacks import (FailureBox, Guarded, global_failures, in_callback, in_c
 from ._enums import ErrorCode, EventType, InputMode, StreamKind
 from ._errors import (InvalidArgument, NotFound, StateError, Timeout, Unsupported, VoiceCatError, error_for,
                       global_detail)
-from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, RemoteStreamInfo,
-                     RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User, UserStream, _flag,
-                     _real)
+from ._types import (AudioConfig, Channel, ConnectionStats, Event, InputLevel, OutputFormat, PlaybackStats,
+                     RemoteStreamInfo, RemoteStreamSettings, SendProcessing, SendStats, SpeakerBlock, StreamStats, User,
+                     UserStream, _flag, _real)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -1080,6 +1080,13 @@ class Client:
         out = _lib.vc_connection_stats()
         self._call("vc_get_connection_stats", ctypes.byref(out))
         return ConnectionStats._from_c(out)
+
+    def playback_stats(self) -> PlaybackStats:
+        """The playback device's underruns, failures and fill: whether audio was lost on
+        this machine rather than on the network."""
+        out = _lib.vc_playback_stats()
+        self._call("vc_get_playback_stats", ctypes.byref(out))
+        return PlaybackStats._from_c(out)
 
     def set_remote_stream(self, ssrc: int, settings: Optional[RemoteStreamSettings] = None, **changes: Any) -> None:
         """Sets this listener's gain (0..4), mute and noise reduction for a remote stream:

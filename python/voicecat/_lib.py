@@ -102,7 +102,13 @@ class vc_send_stats(ctypes.Structure):
                 ("feedback_received", ctypes.c_uint64), ("protection_changes", ctypes.c_uint64),
                 ("listeners", ctypes.c_uint32), ("reported_expected", ctypes.c_uint32),
                 ("reported_lost", ctypes.c_uint32), ("reported_isolated", ctypes.c_uint32),
-                ("frames_dropped", ctypes.c_uint64), ("frames_sent_path_lost", ctypes.c_uint64)]
+                ("frames_dropped", ctypes.c_uint64), ("frames_sent_path_lost", ctypes.c_uint64),
+                ("device_overruns", ctypes.c_uint64), ("device_failures", ctypes.c_uint64)]
+
+
+class vc_playback_stats(ctypes.Structure):
+    _fields_ = [("device_underruns", ctypes.c_uint64), ("device_failures", ctypes.c_uint64),
+                ("device_buffered_ms", ctypes.c_uint32)]
 
 
 class vc_device_info(ctypes.Structure):
@@ -143,7 +149,7 @@ _STRUCTS: "dict[str, Type[ctypes.Structure]]" = {
     "vc_audio_config": vc_audio_config, "vc_stream_desc": vc_stream_desc,
     "vc_remote_stream": vc_remote_stream, "vc_remote_stream_info": vc_remote_stream_info,
     "vc_stream_stats": vc_stream_stats, "vc_connection_stats": vc_connection_stats, "vc_event": vc_event,
-    "vc_send_stats": vc_send_stats, "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
+    "vc_send_stats": vc_send_stats, "vc_playback_stats": vc_playback_stats, "vc_device_info": vc_device_info, "vc_send_processing": vc_send_processing, "vc_user_info": vc_user_info,
     "vc_user_stream": vc_user_stream, "vc_channel_info": vc_channel_info}
 
 # ---- Callback types ------------------------------------------------------------------
@@ -241,6 +247,8 @@ _protos: List[Tuple[str, object, Sequence[object]]] = [
     ("vc_get_connection_stats", ctypes.c_int, [_P, ctypes.POINTER(vc_connection_stats)]),
     # int vc_get_send_stats(vc_client *c, uint32_t stream_id, vc_send_stats *out);
     ("vc_get_send_stats", ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(vc_send_stats)]),
+    # int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
+    ("vc_get_playback_stats", ctypes.c_int, [_P, ctypes.POINTER(vc_playback_stats)]),
     # int vc_set_external_playback(vc_client *c, int enabled);
     ("vc_set_external_playback", ctypes.c_int, [_P, ctypes.c_int]),
     # int vc_set_mixed_output_sink(vc_client *c, vc_pcm_sink_fn fn, void *user);

@@ -203,6 +203,12 @@ class SendStats:
     frames_sent_path_lost: int
     """Frames sent while the media path was lost (after VOICE_DISCONNECTED, before
     VOICE_RECONNECTED): sent, but most likely heard by nobody."""
+    device_overruns: int
+    """A device stream: times its capture device overran (audio captured and lost
+    before it was read: a gap listeners hear that no network caused); 0 for a feed."""
+    device_failures: int
+    """A device stream: times its capture device failed or stopped delivering and was
+    reopened (each an ERROR event)."""
 
     @classmethod
     def _from_c(cls, s: Any) -> "SendStats":
@@ -212,7 +218,29 @@ class SendStats:
                    protection_changes=s.protection_changes, listeners=s.listeners,
                    reported_expected=s.reported_expected, reported_lost=s.reported_lost,
                    reported_isolated=s.reported_isolated, frames_dropped=s.frames_dropped,
-                   frames_sent_path_lost=s.frames_sent_path_lost)
+                   frames_sent_path_lost=s.frames_sent_path_lost, device_overruns=s.device_overruns,
+                   device_failures=s.device_failures)
+
+
+@dataclass(frozen=True)
+class PlaybackStats:
+    """The playback device's losses and fill (``vc_playback_stats``), over every playback
+    device the client has played on; all 0 with external playback."""
+
+    device_underruns: int
+    """Times the playback device ran dry and was restarted (a gap the listener heard
+    that no network caused: the client was not scheduled in time)."""
+    device_failures: int
+    """Times it failed or stopped playing and was reopened (each an ERROR event)."""
+    device_buffered_ms: int
+    """What the open sound card held just after the last block was written (how long
+    the newest audio waits in it, beyond the card's own latency); 0 while none is open
+    or for a PCM that does not play in real time."""
+
+    @classmethod
+    def _from_c(cls, s: Any) -> "PlaybackStats":
+        return cls(device_underruns=s.device_underruns, device_failures=s.device_failures,
+                   device_buffered_ms=s.device_buffered_ms)
 
 
 @dataclass(frozen=True)
