@@ -7,10 +7,13 @@ import VoiceCatSystem
 /// Keeps test clients out of the user's files: XDG_CONFIG_HOME points at a fresh
 /// directory of this process (so the per-user known-servers file is the process's
 /// own), and test servers share one identity unless a test asks for its own (so a
-/// port reused by a later server never looks like a changed identity).
+/// port reused by a later server never looks like a changed identity). The directory
+/// is made in $TMPDIR (else /tmp): scripts/xctest-parallel.sh gives each test process
+/// one of its own and removes it after the test.
 public enum TestEnvironment {
     public static let directory: String = {
-        var tmpl = Array("/tmp/vc-test-env-XXXXXX".utf8CString)
+        let base = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var tmpl = Array((base + "/vc-test-env-XXXXXX").utf8CString)
         guard let d = mkdtemp(&tmpl) else { fatalError("mkdtemp failed") }
         let dir = String(cString: d)
         setenv("XDG_CONFIG_HOME", dir + "/config", 1)
