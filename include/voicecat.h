@@ -507,21 +507,22 @@ typedef struct vc_send_stats {
                                         network caused; the stream goes on), over every device the stream
                                         captured from; 0 for an external feed */
     uint64_t device_failures;      /**< a device stream: times its capture device failed or stopped
-                                        delivering and was reopened (each a VC_EVENT_ERROR) */
+                                        delivering (each a VC_EVENT_ERROR; it is reopened on a backoff) */
 } vc_send_stats;
 
 /**
  * Statistics of the client's playback device (vc_get_playback_stats): what it lost
- * and what it holds, over every playback device the client has played on (external
- * playback: none, all 0).
+ * and what it holds. The counts are over every playback device the client has
+ * played on, for the client's life (0 for one that never played on a device).
  */
 typedef struct vc_playback_stats {
     uint64_t device_underruns;     /**< times the playback device ran dry and was restarted (ALSA: an
                                         underrun, recovered; a gap the listener heard that no network
                                         caused: the client was not scheduled in time, or the card's
                                         position jumped) */
-    uint64_t device_failures;      /**< times it failed or stopped playing and was reopened (each a
-                                        VC_EVENT_ERROR with VC_ERR_DEVICE) */
+    uint64_t device_failures;      /**< times it failed, could not be opened at vc_connect, or stopped
+                                        playing (each a VC_EVENT_ERROR with VC_ERR_DEVICE; it is retried
+                                        on a backoff) */
     uint32_t device_buffered_ms;   /**< what the open sound card held just after the last block was
                                         written to it (written and not yet played: how long the newest
                                         audio waits in it, about 45 ms, beyond the card's own output

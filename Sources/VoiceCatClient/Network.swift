@@ -171,7 +171,10 @@ extension VoiceClient {
         events.raise(connected)
         for text in link.refused { raiseRefusal(text) }
         // The driver goes on retrying it on the backoff.
-        if let err = output.setConnected(true) { events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: err.description)) }
+        if let err = output.setConnected(true) {
+            output.deviceFailures.add(1)
+            events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: err.description))
+        }
         events.deliver()
         cond.withLock { networkReady = true; cond.broadcast() }
 

@@ -1043,6 +1043,8 @@ final class RenderDriver {
                                               + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
                 }
             } else {
+                // (No card, or one that does not run in real time: it holds nothing.)
+                stage.deviceHeldUs.store(0)
                 nextDueNs = pacer.nextDueNs
                 pacer.wait()
             }

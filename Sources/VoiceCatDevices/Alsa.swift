@@ -259,7 +259,8 @@ public final class AlsaPCM: AudioDevice {
     }
 
     /// Repeats `io` (frames done so far → frames moved or a negative error) until
-    /// `frames` have moved, recovering xruns with snd_pcm_recover.
+    /// `frames` have moved, recovering xruns with snd_pcm_recover. The xruns of a transfer
+    /// that fails are not counted: the device has failed (counted as that).
     private func transfer(frames: Int, _ io: (OpaquePointer, Int) -> Int) throws {
         let what = direction == .capture ? "capture" : "playback"
         guard let p = pcm else { throw DeviceError("\(what) device \"\(name)\" is closed") }
@@ -279,11 +280,14 @@ public final class AlsaPCM: AudioDevice {
     /// far; result: frames moved, or a negative ALSA error), `recover` is
     /// snd_pcm_recover for an error (negative: it could not). Throws when an error
     /// cannot be recovered, or when `maxRecoveriesWithoutData` recoveries come in a
-    /// row without a frame moved (a transfer that moves nothing counts as one).
+    /// row without a frame moved (a transfer that moves nothing counts as one). `xruns`
+    /// grows by the over- and underruns recovered, once the transfer has completed.
     static func transfer(frames: Int, what: @autoclosure () -> String, io: (Int) -> Int, recover: (Int32) -> Int32,
                          xruns: inout Int) throws {
         var done = 0
         var fruitless = 0
+        var recovered = 0
+        defer { if done >= frames { xruns += recovered } }
         while done < frames {
             let n = io(done)
             if n > 0 {
@@ -296,7 +300,7 @@ public final class AlsaPCM: AudioDevice {
                 throw DeviceError("\(what()) failed: \(alsaReason(err))", code: err)
             }
             // (An interrupted call is retried, not counted: nothing was lost.)
-            xruns += n == -Int(EPIPE) || n == -Int(ESTRPIPE) ? 1 : 0
+            recovered += n == -Int(EPIPE) || n == -Int(ESTRPIPE) ? 1 : 0
             fruitless += 1
             if fruitless >= maxRecoveriesWithoutData {
                 let why = n < 0 ? alsaReason(err) : "no frames moved"

@@ -251,9 +251,16 @@ final class DeviceTests: XCTestCase {
         print("cards that jump: \(lines.joined(separator: ", ")); the host sees underruns \(played.deviceUnderruns), "
               + "overruns \(sent.deviceOverruns), failures \(played.deviceFailures) / \(sent.deviceFailures); "
               + "the listener received \(heard.jitter.packetsReceived)")
-        XCTAssertEqual(lines, ["capture xruns 2 starts 3", "playback xruns 2 starts 3"], "each card jumped twice")
-        XCTAssertEqual(played.deviceUnderruns, 2, "the playback card's underruns")
-        XCTAssertEqual(sent.deviceOverruns, 2, "the capture card's overruns")
+        // Each card jumped twice; a wake late enough to make an xrun of its own (a busy
+        // machine) is counted too, by the card and for the host alike.
+        func xruns(_ direction: String) -> UInt64? {
+            lines.first { $0.hasPrefix(direction + " xruns ") }.flatMap { UInt64($0.split(separator: " ")[2]) }
+        }
+        XCTAssertEqual(lines.count, 2, "one card of each direction, never failed and reopened")
+        XCTAssertGreaterThanOrEqual(xruns("playback") ?? 0, 2)
+        XCTAssertGreaterThanOrEqual(xruns("capture") ?? 0, 2)
+        XCTAssertEqual(played.deviceUnderruns, xruns("playback"), "the playback card's underruns")
+        XCTAssertEqual(sent.deviceOverruns, xruns("capture"), "the capture card's overruns")
         XCTAssertEqual([played.deviceFailures, sent.deviceFailures], [0, 0], "an xrun is recovered, not a failure")
         XCTAssertNil(samLog.wait(timeoutMs: 0) { $0.type == .error }, "no error event")
         XCTAssertNil(alexLog.wait(timeoutMs: 0) { $0.type == .error }, "no error event")
@@ -301,6 +308,7 @@ final class DeviceTests: XCTestCase {
         }
         XCTAssertEqual(calls, AlsaPCM.maxRecoveriesWithoutData)
         XCTAssertEqual(recovered, AlsaPCM.maxRecoveriesWithoutData)
+        XCTAssertEqual(xruns, 0, "a failed transfer counts as a failure, not as 8 xruns")
         // Overruns between frames moved are recovered, as a busy machine's are, and
         // counted (a suspend's ESTRPIPE too); an interrupted call is retried, not counted.
         var script = [-Int(EPIPE), 300, -Int(EINTR), -Int(EPIPE), -Int(ESTRPIPE), 660]
@@ -464,6 +472,13 @@ final class DeviceTests: XCTestCase {
             guard case .device? = e as? ClientError else { return XCTFail("\(e)") }
         }
         XCTAssertTrue(alex.isExternalPlayback, "a failed switch leaves external playback on")
+        XCTAssertEqual(alex.playbackStats().deviceFailures, 0, "a refused switch is an error returned, not a device failure")
+        // One that cannot be opened at connect is a failure (its VC_EVENT_ERROR), once:
+        // the retries on its backoff raise nothing more.
+        let bob = try client("bob", playback: "vc_no_such_device")
+        XCTAssertEqual(bob.playbackStats().deviceFailures, 1)
+        usleep(600_000)
+        XCTAssertEqual(bob.playbackStats().deviceFailures, 1)
         XCTAssertTrue(alex.remoteStreams().isEmpty)
         // The device is opened before the stream is announced: the channel never hears
         // of a stream that could not start (sam saw it added and removed 1 ms apart).

@@ -207,8 +207,8 @@ class SendStats:
     """A device stream: times its capture device overran (audio captured and lost
     before it was read: a gap listeners hear that no network caused); 0 for a feed."""
     device_failures: int
-    """A device stream: times its capture device failed or stopped delivering and was
-    reopened (each an ERROR event)."""
+    """A device stream: times its capture device failed or stopped delivering (each an
+    ERROR event; it is reopened on a backoff)."""
 
     @classmethod
     def _from_c(cls, s: Any) -> "SendStats":
@@ -224,14 +224,16 @@ class SendStats:
 
 @dataclass(frozen=True)
 class PlaybackStats:
-    """The playback device's losses and fill (``vc_playback_stats``), over every playback
-    device the client has played on; all 0 with external playback."""
+    """The playback device's losses and fill (``vc_playback_stats``). The counts are over
+    every playback device the client has played on, for its life (0 for a client that
+    never played on a device)."""
 
     device_underruns: int
     """Times the playback device ran dry and was restarted (a gap the listener heard
     that no network caused: the client was not scheduled in time)."""
     device_failures: int
-    """Times it failed or stopped playing and was reopened (each an ERROR event)."""
+    """Times it failed, could not be opened at connect, or stopped playing (each an ERROR
+    event; it is retried on a backoff)."""
     device_buffered_ms: int
     """What the open sound card held just after the last block was written (how long
     the newest audio waits in it, beyond the card's own latency); 0 while none is open
