@@ -226,10 +226,16 @@ typedef enum vc_event_type {
                                             the server (or was kicked) */
     VC_EVENT_CHANNELS_CHANGED = 23,    /**< the server's channel list changed (the server reloaded its
                                             configuration): vc_list_channels has the new one */
-    VC_EVENT_PROTECTION_CHANGED = 24   /**< local: a published stream's loss protection changed with its
+    VC_EVENT_PROTECTION_CHANGED = 24,  /**< local: a published stream's loss protection changed with its
                                             listeners' loss (stream_id, ssrc, kind); text = what it is now and
                                             why, e.g. "FEC on, expected loss 3 % (listeners lose 2.4 %,
                                             2.0 % isolated; 2 reports)". The values: vc_get_send_stats */
+    VC_EVENT_EVENTS_DROPPED = 25       /**< vc_poll_event only: the queue was full (event_queue_size) and
+                                            its oldest events were dropped; code = how many since the last
+                                            such event, text says so. It comes where they were, before the
+                                            oldest event kept. What they told is still there to read (e.g.
+                                            vc_list_users, vc_list_remote_streams, the stats); the event
+                                            callback gets every event and never this one */
 } vc_event_type;
 
 /** Bits of the code of VC_EVENT_USER_UPDATED. */
@@ -266,7 +272,7 @@ typedef struct vc_client_config {
                                         state the server told for it while it waited, if any; up to
                                         256 streams wait, later ones are not played) */
     uint32_t event_queue_size;     /**< events kept for vc_poll_event (1..65536); default 256 (oldest
-                                        dropped past it) */
+                                        dropped past it: VC_EVENT_EVENTS_DROPPED then says how many) */
     int32_t external_playback;     /**< 1: open no playback device (see vc_set_external_playback); default 0 */
     const char *playback_device;   /**< ALSA PCM for playback; copied; NULL = "default" ("" is no name:
                                         VC_ERR_INVALID_ARG) */

@@ -9,12 +9,16 @@ import Glibc
 import VoiceCatABI
 import VoiceCatSystem
 
-/// The bounded queue behind vc_poll_event: oldest dropped when full.
+/// The bounded queue behind vc_poll_event: oldest dropped when full, and a
+/// VC_EVENT_EVENTS_DROPPED popped in their place (a host that polls too seldom learns
+/// that it missed events, e.g. a USER_DISCONNECTED, and can read the state again).
 final class EventQueue {
     private let cond = Condition()
     private var items: [ClientEvent] = []
     private var head = 0
     private let capacity: Int
+    /// Events dropped since the last EVENTS_DROPPED was popped: all older than `head`.
+    private var dropped = 0
     /// Set by `close` (the client is being destroyed): waiters return at once.
     private var closed = false
     /// Set by `closing` (a destroy has begun): only its DISCONNECTED is queued.
@@ -31,7 +35,10 @@ final class EventQueue {
     func push(_ e: ClientEvent) {
         cond.withLock {
             if finalOnly && e.type != .disconnected { return }
-            if items.count - head >= capacity { head += 1 }  // oldest dropped, as documented
+            if items.count - head >= capacity {  // oldest dropped, as documented
+                head += 1
+                dropped += 1
+            }
             items.append(e)
             if head > 256 { items.removeFirst(head); head = 0 }
             cond.broadcast()
@@ -47,6 +54,14 @@ final class EventQueue {
             if closed { return nil }
             if let d = deadline, MonotonicClock.milliseconds() >= d { return nil }
             _ = cond.wait(untilMs: deadline)
+        }
+        if dropped > 0 {
+            var e = ClientEvent(type: .eventsDropped)
+            e.code = Int32(clamping: dropped)
+            e.text = "\(dropped) event\(dropped == 1 ? " was" : "s were") dropped before this one: the queue holds "
+                + "\(capacity) (vc_client_config.event_queue_size)"
+            dropped = 0
+            return e
         }
         let e = items[head]
         head += 1

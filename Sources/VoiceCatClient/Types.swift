@@ -104,6 +104,7 @@ extension vc_event_type {
     public static let gateOpened = VC_EVENT_GATE_OPENED
     public static let gateClosed = VC_EVENT_GATE_CLOSED
     public static let protectionChanged = VC_EVENT_PROTECTION_CHANGED
+    public static let eventsDropped = VC_EVENT_EVENTS_DROPPED
 }
 
 public struct ClientEvent: Equatable {

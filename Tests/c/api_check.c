@@ -532,6 +532,44 @@ static void talker_and_listener(int port, const char *prefix, vc_client **talker
     EXPECT(vc_set_input_mode(*talker, VC_INPUT_CONTINUOUS), VC_OK);
 }
 
+/* A queue of 2 events that is not polled: the host is told what it missed. */
+static void a_full_event_queue_says_what_it_dropped(int port) {
+    vc_client_config cfg = vc_client_config_default();
+    cfg.external_playback = 1;
+    cfg.event_queue_size = 2;
+    vc_client *c = NULL;
+    EXPECT(vc_client_create(&cfg, &c), VC_OK);
+    vc_connect_params p = vc_connect_params_default();
+    p.host = "127.0.0.1";
+    p.port = (uint16_t)port;
+    p.username = "api-small-queue";
+    EXPECT(vc_connect(c, &p), VC_OK);                       /* CONNECTED */
+    EXPECT(vc_join_channel(c, "Lobby"), VC_OK);             /* CHANNEL_JOINED */
+    vc_stream_desc d = vc_stream_desc_default();
+    uint32_t id = 0;
+    EXPECT(vc_set_input_mode(c, VC_INPUT_CONTINUOUS), VC_OK);
+    EXPECT(vc_stream_start(c, &d, &id), VC_OK);
+    int16_t pcm[960] = {0};
+    EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 1), VC_OK);  /* GATE_OPENED */
+    EXPECT(vc_stream_stop(c, id), VC_OK);                    /* GATE_CLOSED */
+    struct timespec settle = {0, 300000000L};                /* the server's own echoes come in too */
+    nanosleep(&settle, NULL);
+    vc_event ev;
+    EXPECT(vc_poll_event(c, &ev, 0), 1);
+    EXPECT(ev.type, VC_EVENT_EVENTS_DROPPED);
+    EXPECT(ev.code >= 2, 1);
+    EXPECT(strstr(ev.text, "dropped before this one: the queue holds 2") != NULL, 1);
+    EXPECT(strcmp(vc_event_type_name(ev.type), "VC_EVENT_EVENTS_DROPPED"), 0);
+    int kept = 0;
+    while (vc_poll_event(c, &ev, 0) == 1) {
+        EXPECT(ev.type != VC_EVENT_EVENTS_DROPPED, 1);
+        kept++;
+    }
+    EXPECT(kept, 2);                                         /* the two newest */
+    EXPECT(vc_disconnect(c), VC_OK);
+    vc_client_destroy(c);
+}
+
 static void audio_edge(int port) {
     vc_client *talker = NULL, *c = NULL;
     talker_and_listener(port, "api-edge", &talker, &c);
@@ -850,6 +888,8 @@ int main(int argc, char **argv) {
     alarm(0);
     null_and_bad_handles();
     null_args_on_a_live_client(atoi(argv[1]));
+    alarm(10);
+    a_full_event_queue_says_what_it_dropped(atoi(argv[1]));
     alarm(30);
     audio_edge(atoi(argv[1]));
     alarm(30);

@@ -119,6 +119,22 @@ def test_each_failure_says_what_failed_and_nothing_older(server):
         assert "join a channel" in c.last_error()
 
 
+def test_a_full_event_queue_says_how_many_events_it_dropped(server):
+    """A program that polls too seldom learns that it missed events (and can read the
+    users, streams and stats again) instead of missing them without a word."""
+    with joined(server, "small-queue", event_queue_size=1) as client:
+        client.set_input_mode(voicecat.InputMode.CONTINUOUS)
+        with client.start_stream() as mic:
+            mic.feed(tone(300, 0.02))
+        time.sleep(0.3)
+        marker = client.poll_event()
+        assert marker is not None and marker.type == EventType.EVENTS_DROPPED, marker
+        assert marker.code >= 2 and "dropped before this one: the queue holds 1" in marker.text
+        last = client.poll_event()
+        assert last is not None and last.type != EventType.EVENTS_DROPPED
+        assert client.poll_event() is None
+
+
 def test_event_type_names():
     assert voicecat.event_type_name(EventType.TALK_START) == "VC_EVENT_TALK_START"
     assert voicecat.event_type_name(EventType.USER_DISCONNECTED) == "VC_EVENT_USER_DISCONNECTED"

@@ -150,6 +150,10 @@ class EventType(_OpenIntEnum):
     PROTECTION_CHANGED = 24
     """A published stream's loss protection changed with its listeners' loss: stream_id,
     ssrc; text says what it is now and why (:meth:`Stream.send_stats` has the values)."""
+    EVENTS_DROPPED = 25
+    """Polling only: the queue was full (``event_queue_size``) and its oldest events were
+    dropped; code says how many. It comes where they were; what they told can be read
+    again (:meth:`Client.users`, :meth:`Client.remote_streams`, the stats)."""
 
 
 class UserChange(IntFlag):
