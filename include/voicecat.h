@@ -526,14 +526,16 @@ typedef struct vc_playback_stats {
                                         underrun, recovered; a gap the listener heard that no network
                                         caused: the client was not scheduled in time, or the card's
                                         position jumped) */
-    uint64_t device_failures;      /**< times it failed, could not be opened at vc_connect, or stopped
-                                        playing (each a VC_EVENT_ERROR with VC_ERR_DEVICE; it is retried
-                                        on a backoff) */
+    uint64_t device_failures;      /**< times it failed, could not be opened at vc_connect or
+                                        vc_audio_restart, or stopped playing (each a VC_EVENT_ERROR with
+                                        VC_ERR_DEVICE; it is retried on a backoff) */
     uint32_t device_buffered_ms;   /**< what the open sound card held just after the last block was
                                         written to it (written and not yet played: how long the newest
-                                        audio waits in it, about 45 ms, beyond the card's own output
-                                        latency); 0 while none is open, or for a PCM that does not play
-                                        in real time (a file or null plugin) */
+                                        audio waits in it, beyond the card's own output latency): about
+                                        45 ms with 5 ms ALSA periods, more on a card whose periods are
+                                        longer (see vc_set_external_playback); 0 while none is open, or
+                                        for a PCM that does not play in real time (a file or null
+                                        plugin) */
 } vc_playback_stats;
 
 /** An audio device (an ALSA PCM name usable as vc_stream_desc.device or playback_device). */
@@ -1376,7 +1378,9 @@ int vc_stop_recording(vc_client *c, uint32_t ssrc);
  * device may be open only once): on failure the previous device is opened again and
  * plays on, and VC_ERR_DEVICE is returned with the reason in vc_last_error (the name
  * of the device that plays and is away: tried at once, as vc_set_external_playback
- * does). Otherwise
+ * does). A device that opens in place of one that had failed (its VC_EVENT_ERROR
+ * raised, retried on its backoff) raises VC_EVENT_DEVICE_RESTORED with its name.
+ * Otherwise
  * the name is kept for when the device next opens. A device that offers no 48 kHz is
  * opened at the rate it offers and fed through a resampler; one that offers only mono
  * gets the mix downmixed. Returns
@@ -1410,8 +1414,10 @@ int vc_audio_suspend(vc_client *c);
  * Reopens the devices closed by vc_audio_suspend (or lost) against the current
  * route: the playback device (unless external playback) and every device stream's
  * capture. Idempotent. Returns VC_ERR_DEVICE (with ALSA's reason in
- * vc_last_error) if one cannot be opened; the others are opened anyway, and one that
- * could not be is retried on a backoff as a device lost while running is
+ * vc_last_error: the first device's) if one cannot be opened; the others are opened
+ * anyway, and each one that could not be is a failure as a device lost while running
+ * is: a VC_EVENT_ERROR (VC_ERR_DEVICE; kind, stream_id for a capture; counted in
+ * vc_playback_stats / vc_send_stats device_failures), then retried on a backoff
  * (VC_EVENT_DEVICE_RESTORED when it opens; a later vc_audio_restart tries it at once
  * and says again whether it opens).
  * Callback-safe: no.

@@ -364,6 +364,12 @@ extension VoiceClient {
     public func restartAudio() throws {
         try refuseInCallback("vc_audio_restart")
         var firstError: ClientError? = output.restart()
+        // Each device that cannot be opened is a failure as one lost while running is: an
+        // event and a count (the call's error names the first only), then its backoff.
+        if let e = firstError {
+            output.deviceFailures.add(1)
+            events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: e.description))
+        }
         deviceLock.withLock {
             audioSuspended = false
             // A capture device that cannot be opened is retried on the backoff, as one
@@ -378,6 +384,8 @@ extension VoiceClient {
                     let device = s.device ?? "default"
                     if let e = try startCapture(s, device: device, channels: s.inputChannels, retryIfAway: true) {
                         firstError = firstError ?? e
+                        s.slot.lock.withLock { if s.slot.stream === s { s.deviceFailures += 1 } }
+                        events.raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: e.description, streamID: s.streamID))
                     } else if wasAway {
                         events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: s.streamID))
                     }

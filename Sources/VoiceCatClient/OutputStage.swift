@@ -493,6 +493,9 @@ final class OutputStage {
             want = .pull
         }
         let block = want == .sink ? sinkBlock : OutputStage.block
+        // A device that failed (its VC_EVENT_ERROR raised) and that a device opened now
+        // replaces, the same or another: DEVICE_RESTORED says playback is back.
+        let awayBefore = driver.map { $0.mode == .device && $0.deviceAway.load() != 0 } ?? false
         var wasAway = false
         if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block {
             guard retryAway && want == .device && d.deviceAway.load() != 0 else { return nil }
@@ -524,7 +527,7 @@ final class OutputStage {
                 return failure
             }
         }
-        if wasAway && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }
+        if awayBefore && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }
         setMode(want)
         driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil,
                               blockFrames: block, after: previous)

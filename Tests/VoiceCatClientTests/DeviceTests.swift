@@ -491,6 +491,55 @@ final class DeviceTests: XCTestCase {
         XCTAssertTrue(AlsaBackend.shared.listDevices(.capture).contains { $0.name == "vc_cap_list" })
     }
 
+    func testARestartThatCannotOpenItsDevicesRaisesAndCountsEachFailure() throws {
+        // helper-94: vc_audio_restart returned the first device's error and retried
+        // both on their backoff, with no VC_EVENT_ERROR and no count: a host that
+        // follows events saw two DEVICE_RESTORED come later with no failure before them.
+        let input = dir + "/in.raw"
+        writeRaw(input, Signal.voiceLike(seconds: 1))
+        try definePCMs(captures: ["vc_cap_r": input], playbacks: ["vc_play_r": dir + "/out.raw"])
+        let sam = try client("sam", playback: "vc_play_r")
+        let log = EventLog(sam)
+        let sid = try sam.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_cap_r")
+        try sam.suspendAudio()
+        try sam.setPlaybackDevice("vc_play_later")   // kept for the restart
+        try sam.setCaptureDevice(streamID: sid, device: "vc_cap_later")
+        XCTAssertThrowsError(try sam.restartAudio()) { e in XCTAssertTrue("\(e)".contains("vc_play_later"), "\(e)") }
+        let played = log.wait { $0.type == .error && $0.kind == VC_DEVICE_PLAYBACK.rawValue }
+        let captured = log.wait { $0.type == .error && $0.kind == VC_DEVICE_CAPTURE.rawValue }
+        XCTAssertEqual(played?.event.code, VC_ERR_DEVICE)
+        XCTAssertEqual(captured?.event.streamID, sid)
+        XCTAssertTrue(captured?.event.text.contains("vc_cap_later") == true, "\(captured?.event.text ?? "no event")")
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
+        XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1)
+        // The names come to exist: both are back on their backoff, without counting again.
+        try definePCMs(captures: ["vc_cap_later": input], playbacks: ["vc_play_later": dir + "/out.raw"])
+        XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
+        XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.streamID == sid })
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
+        XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1)
+        XCTAssertEqual(log.count(.error), 2)
+    }
+
+    func testAPlaybackDeviceThatReplacesAFailedOneSaysPlaybackIsBack() throws {
+        // helper-94: a client that connected with a playback device it could not open
+        // got its VC_EVENT_ERROR; vc_set_playback_device to one that opens then played,
+        // but no DEVICE_RESTORED ever paired the error.
+        try definePCMs(captures: [:], playbacks: ["vc_play_ok": dir + "/out.raw"])
+        let sam = try client("sam", playback: "vc_play_missing")
+        let log = EventLog(sam)
+        try sam.setPlaybackDevice("vc_play_ok")
+        let back = log.wait { $0.type == VC_EVENT_DEVICE_RESTORED }
+        XCTAssertEqual(back?.event.kind, VC_DEVICE_PLAYBACK.rawValue)
+        XCTAssertEqual(back?.event.text, "vc_play_ok")
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1, "the failure at connect")
+        // A switch from a device that works raises nothing.
+        try definePCMs(captures: [:], playbacks: ["vc_play_ok": dir + "/out.raw", "vc_play_two": dir + "/two.raw"])
+        try sam.setPlaybackDevice("vc_play_two")
+        usleep(200_000)
+        XCTAssertEqual(log.count(VC_EVENT_DEVICE_RESTORED), 1)
+    }
+
     func testDefinedPCMsAreListedByTheirHints() throws {
         // Every defined PCM was listed as both capture and playback, described as
         // "defined by vc_set_alsa_config" whatever its hint said (helper-86).
