@@ -130,9 +130,17 @@ def test_a_full_event_queue_says_how_many_events_it_dropped(server):
         marker = client.poll_event()
         assert marker is not None and marker.type == EventType.EVENTS_DROPPED, marker
         assert marker.code >= 2 and "dropped before this one: the queue holds 1" in marker.text
+        assert marker.dropped == marker.code and type(marker.code) is int, "a count, not an error code"
+        assert str(marker).startswith(f"events_dropped dropped={marker.dropped} ")
         last = client.poll_event()
         assert last is not None and last.type != EventType.EVENTS_DROPPED
         assert client.poll_event() is None
+        # wait_event passes over the marker, and says so when what it waited for never came.
+        with client.start_stream() as mic:
+            mic.feed(tone(300, 0.02))
+        time.sleep(0.3)
+        with pytest.raises(TimeoutError, match=r"no CHANNEL_JOINED within 0.5 s \(\d+ events? (were|was) dropped meanwhile"):
+            client.wait_event(EventType.CHANNEL_JOINED, timeout=0.5)
 
 
 def test_event_type_names():

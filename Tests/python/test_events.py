@@ -92,4 +92,7 @@ def test_a_user_updated_event_holds_its_change_bits_as_user_change_not_an_error_
     assert updated.code == UserChange.CHANNEL | UserChange.STREAMS == updated.changes
     failed = Event._from_c(_lib.vc_event(type=int(EventType.ERROR), code=-4))
     assert failed.code is ErrorCode.NETWORK and failed.changes == UserChange(0)
-    assert set(typing.get_args(typing.get_type_hints(Event)["code"])) == {ErrorCode, UserChange}
+    # EVENTS_DROPPED's code is a count (24 read as ErrorCode.UNKNOWN_24 and as a failure).
+    dropped = Event._from_c(_lib.vc_event(type=int(EventType.EVENTS_DROPPED), code=24))
+    assert type(dropped.code) is int and dropped.code == dropped.dropped == 24 and failed.dropped == 0
+    assert set(typing.get_args(typing.get_type_hints(Event)["code"])) == {ErrorCode, UserChange, int}

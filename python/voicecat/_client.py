@@ -1391,19 +1391,26 @@ class Client:
         another thread too), ValueError for a negative or NaN timeout, TypeError for one
         that is not a number. From inside a callback only ``timeout=0`` (StateError at
         once otherwise: the wait would hold the library's thread, as for
-        :meth:`Stream.drain`)."""
+        :meth:`Stream.drain`). The events taken that do not match are discarded; when
+        the queue (``event_queue_size``) had dropped some meanwhile (EVENTS_DROPPED),
+        the TimeoutError says how many: the one waited for may have been among them."""
         wait = _millis(timeout, "timeout")
         _refuse_wait_in_callback("wait_event", wait)
         deadline = None if wait < 0 else time.monotonic() + wait / 1000
+        dropped = 0
         while True:
             event = self.poll_event(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if event is not None and (not types or event.type in types) and (where is None or where(event)):
                 return event
+            if event is not None:
+                dropped += event.dropped
             if event is None and self.closed:
                 raise StateError(ErrorCode.STATE, "the client is closed")
             if deadline is not None and time.monotonic() >= deadline:
                 names = ", ".join(t.name for t in types) or "any event"
-                raise TimeoutError(f"no {names} within {timeout} s")
+                lost = (f" ({dropped} event{'s were' if dropped != 1 else ' was'} dropped meanwhile: the queue was full)"
+                        if dropped else "")
+                raise TimeoutError(f"no {names} within {timeout} s{lost}")
 
     def async_events(self, maxsize: int = 1024) -> AsyncEvents:
         """Events for asyncio, taken from now on (call it from a coroutine, before the

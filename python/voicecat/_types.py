@@ -43,14 +43,16 @@ class Event:
     ``kind`` is a :class:`StreamKind` for the stream and talk events (REMOTE_STREAM_ADDED
     / REMOVED, TALK_START / STOP, STREAM_STATE_UPDATE), a :class:`DeviceKind` for ERROR
     and DEVICE_RESTORED, a plain int otherwise. ``code`` is the C field of the same
-    name, which holds two kinds of value: for USER_UPDATED the :class:`UserChange`
-    bits of what changed (also :attr:`changes`), for every other event an
+    name, which holds three kinds of value: for USER_UPDATED the :class:`UserChange`
+    bits of what changed (also :attr:`changes`), for EVENTS_DROPPED how many events
+    were dropped (a plain int, also :attr:`dropped`), for every other event an
     :class:`ErrorCode` (``OK`` unless the event reports a failure).
     """
 
     type: EventType
-    code: Union[ErrorCode, UserChange]
-    """An :class:`ErrorCode`, or for USER_UPDATED the :class:`UserChange` bits."""
+    code: Union[ErrorCode, UserChange, int]
+    """An :class:`ErrorCode`; for USER_UPDATED the :class:`UserChange` bits; for
+    EVENTS_DROPPED a count."""
     user_id: int
     ssrc: int
     stream_id: int
@@ -70,8 +72,13 @@ class Event:
             kind = StreamKind(kind)
         elif type_ in (EventType.ERROR, EventType.DEVICE_RESTORED):
             kind = DeviceKind(kind)
-        code: Union[ErrorCode, UserChange] = (UserChange(e.code) if type_ == EventType.USER_UPDATED
-                                               else ErrorCode(e.code))
+        code: Union[ErrorCode, UserChange, int]
+        if type_ == EventType.USER_UPDATED:
+            code = UserChange(e.code)
+        elif type_ == EventType.EVENTS_DROPPED:
+            code = int(e.code)
+        else:
+            code = ErrorCode(e.code)
         return cls(type=type_, code=code, user_id=e.user_id, ssrc=e.ssrc, stream_id=e.stream_id,
                    channel_id=e.channel_id, kind=kind, channels=e.channels, muted=bool(e.muted),
                    deafened=bool(e.deafened), hold=bool(e.hold), text=_text(e.text))
@@ -80,6 +87,11 @@ class Event:
     def changes(self) -> UserChange:
         """What a USER_UPDATED event reports as changed (empty for other events)."""
         return UserChange(self.code) if self.type == EventType.USER_UPDATED else UserChange(0)
+
+    @property
+    def dropped(self) -> int:
+        """How many events an EVENTS_DROPPED event says were dropped (0 for other events)."""
+        return int(self.code) if self.type == EventType.EVENTS_DROPPED else 0
 
     def __str__(self) -> str:
         parts = [self.type.name.lower()]
@@ -93,7 +105,9 @@ class Event:
                          EventType.USER_UPDATED):
             parts.append(f"muted={self.muted}")
             parts.append(f"deafened={self.deafened}" if self.type != EventType.STREAM_STATE_UPDATE else f"hold={self.hold}")
-        elif self.code != ErrorCode.OK:
+        elif self.type == EventType.EVENTS_DROPPED:
+            parts.append(f"dropped={self.dropped}")
+        elif isinstance(self.code, ErrorCode) and self.code != ErrorCode.OK:
             parts.append(f"code={self.code.name}")
         if self.text:
             parts.append(repr(self.text))
@@ -230,7 +244,8 @@ class PlaybackStats:
 
     device_underruns: int
     """Times the playback device ran dry and was restarted (a gap the listener heard
-    that no network caused: the client was not scheduled in time)."""
+    that no network caused: the client was not scheduled in time, or the card's
+    position jumped)."""
     device_failures: int
     """Times it failed, could not be opened at connect, or stopped playing (each an ERROR
     event; it is retried on a backoff)."""
