@@ -99,7 +99,7 @@ swift-test:
 ## listening runs (their threads run in other tests too, and real-time quality is judged
 ## in the normal build; TimingTests keeps its runs with threads of their own under TSan:
 ## the paced queue fed at once, DTX, the zero gate, a block change and the sink's moving
-## ticks while talkers talk). TSAN_SKIP took 150 of the stage's 540 s.
+## ticks while talkers talk). TSAN_SKIP took 150 of the stage's 540 s when it ran one test at a time.
 TSAN_SKIP := TimingTests/test(TalkspurtsWithPauses|ComfortNoiseUpdatesAreNotTalk|PullsOfManyBlocks|AWholeFileAtAnotherRate|ImpairedProfiles|AFrozenPaths|BlocksThatAreNotWholeFrames|APathThatGetsSlower|TenMillisecondBlocks|AHostSlower)
 tsan:
 	$(SWIFT) build --build-tests --sanitize=thread --build-path .build/tsan
