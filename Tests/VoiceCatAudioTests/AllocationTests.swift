@@ -59,15 +59,18 @@ final class AllocationTests: XCTestCase {
         }
 
         for k in 0..<200 { try frame(k) }          // warm-up: codec and DSP states settle
-        let before = vc_alloc_count()
+        // This thread's own allocations (the work runs on it; another thread of the test
+        // process may allocate meanwhile).
+        let before = vc_alloc_count_thread()
         for k in 200..<1200 { try frame(k) }       // 20 seconds of audio
-        let allocations = vc_alloc_count() - before
+        let allocations = vc_alloc_count_thread() - before
         print("allocations over 1000 steady-state frames: \(allocations)")
         XCTAssertEqual(allocations, 0)
         // The counter itself works: a fresh array is an allocation.
-        let probe = vc_alloc_count()
+        let probe = vc_alloc_count(), probeThread = vc_alloc_count_thread()
         let array = [Int](repeating: 7, count: 1000 + Int(allocations))
         XCTAssertGreaterThan(vc_alloc_count(), probe)
+        XCTAssertGreaterThan(vc_alloc_count_thread(), probeThread)
         XCTAssertEqual(array.count, 1000)
     }
 
@@ -127,9 +130,9 @@ final class AllocationTests: XCTestCase {
             }
         }
         run(0..<400)                                 // warm-up
-        let before = vc_alloc_count()
+        let before = vc_alloc_count_thread()         // (the work runs on this thread)
         run(400..<byTick.count)
-        let allocations = vc_alloc_count() - before
+        let allocations = vc_alloc_count_thread() - before
         let st = jb.stats
         print("jitter buffer over \(byTick.count - 400) ticks: \(allocations) allocations; fec \(st.fecRecovered), plc \(st.plcFrames), "
               + "late \(st.late), waited \(st.waited), skipped \(st.skipped), talkspurts \(st.talkspurts)")

@@ -6,5 +6,8 @@
 #define VOICECAT_ALLOC_COUNTER_H
 #include <stdint.h>
 uint64_t vc_alloc_count(void);
+/* The calling thread's own calls: for a test whose measured work runs on its thread
+ * (another thread of the process, say the test runner's, may allocate meanwhile). */
+uint64_t vc_alloc_count_thread(void);
 int vc_alloc_counter_active(void);
 #endif
