@@ -83,9 +83,12 @@ final class ReloadTests: XCTestCase {
 
         try write("max_users = 3\n[channel Lobby]\n[channel Studio]\nbitrate = 64000\n")
         server.signal(SIGHUP)
-        // The loop logs "reloaded: ..." once the new settings are in force.
-        XCTAssertTrue(server.waitForOutput("reloaded:", timeoutMs: 10_000), server.output)
-        XCTAssertTrue(server.output.contains("SIGHUP: configuration reloaded"), server.output)
+        // The loop logs "reloaded: ..." once the new settings are in force. The main
+        // thread logs "SIGHUP: configuration reloaded" once reload() has handed them to
+        // the loop, in either order: each is waited for (the second was read just after
+        // the first, before it was written, in one parallel run).
+        XCTAssertTrue(server.waitForOutput("reloaded: 2 channels", timeoutMs: 10_000), server.output)
+        XCTAssertTrue(server.waitForOutput("SIGHUP: configuration reloaded", timeoutMs: 10_000), server.output)
 
         // Both sessions are still there and still relayed; the new limit and channels apply.
         try ping(a, 7)
