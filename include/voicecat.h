@@ -922,8 +922,10 @@ int vc_stream_flush(vc_client *c, uint32_t stream_id);
  * as L = R). The talkspurt under way ends; the reopened device's audio starts a new
  * one. For an external-feed stream it only records the value (vc_stream_feed_pcm
  * names its channel count on every call). Returns VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG,
- * VC_ERR_DEVICE (the previous capture is kept: reopened, or retried on a backoff when
- * it cannot be at once, VC_EVENT_DEVICE_RESTORED when it opens). A device that was
+ * VC_ERR_DEVICE (the previous capture is kept: reopened, or, when it cannot be at
+ * once, a failure as a device lost while capturing, VC_EVENT_ERROR and a count in
+ * vc_send_stats device_failures unless it was away already, retried on a backoff,
+ * VC_EVENT_DEVICE_RESTORED when it opens). A device that was
  * away and opens now raises VC_EVENT_DEVICE_RESTORED. Callback-safe: no.
  */
 int vc_set_capture_channels(vc_client *c, uint32_t stream_id, uint32_t channels);
@@ -1378,8 +1380,11 @@ int vc_stop_recording(vc_client *c, uint32_t ssrc);
  * device may be open only once): on failure the previous device is opened again and
  * plays on, and VC_ERR_DEVICE is returned with the reason in vc_last_error (the name
  * of the device that plays and is away: tried at once, as vc_set_external_playback
- * does). A device that opens in place of one that had failed (its VC_EVENT_ERROR
- * raised, retried on its backoff) raises VC_EVENT_DEVICE_RESTORED with its name.
+ * does). When the previous device cannot be opened again either, it is a failure
+ * as a device lost while playing (VC_EVENT_ERROR, counted in vc_playback_stats
+ * device_failures; none more when it was away already), retried on a backoff.
+ * A device that opens in place of one that had failed (its VC_EVENT_ERROR
+ * raised) raises VC_EVENT_DEVICE_RESTORED with its name.
  * Otherwise
  * the name is kept for when the device next opens. A device that offers no 48 kHz is
  * opened at the rate it offers and fed through a resampler; one that offers only mono
@@ -1394,9 +1399,12 @@ int vc_set_playback_device(vc_client *c, const char *name);
  * (the talkspurt under way ends; the new device's audio starts a new one).
  * The previous device is closed first, then the new one opened (at the stream's
  * sample_rate, or the rate it offers); when it cannot be opened, the previous
- * device is reopened (or retried on a backoff when it cannot be at once:
- * VC_EVENT_DEVICE_RESTORED when it opens) and VC_ERR_DEVICE returned (reason in
- * vc_last_error). While
+ * device is reopened and VC_ERR_DEVICE returned (reason in vc_last_error). When the
+ * previous one cannot be reopened at once either, it is a failure as a device lost
+ * while capturing (VC_EVENT_ERROR with the stream_id, counted in vc_send_stats
+ * device_failures; none more when it was away already), retried on a backoff
+ * (VC_EVENT_DEVICE_RESTORED when it opens). A device that opens in place of one that
+ * had failed raises VC_EVENT_DEVICE_RESTORED with its name. While
  * audio is suspended the name is kept for vc_audio_restart. Returns
  * VC_ERR_NOT_FOUND, VC_ERR_INVALID_ARG (NULL or empty), VC_ERR_STATE (a stream fed
  * by the host), VC_ERR_DEVICE. Callback-safe: no.

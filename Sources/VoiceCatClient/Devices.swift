@@ -42,19 +42,29 @@ final class CaptureWorker {
     private let wakeup = Condition()
     private var thread: SystemThread?
 
-    /// Why the device could not be opened when the worker started retrying it
-    /// (`retryIfAway`); nil when it opened.
+    /// What a worker does when its device cannot be opened as it starts.
+    enum IfAway {
+        /// The start fails (VC_ERR_DEVICE at once).
+        case fail
+        /// The thread starts without it and reopens it on the backoff, as one lost while
+        /// running: counted and reported (VC_EVENT_ERROR) as a failure...
+        case retry
+        /// ...or not, when it is the device that was away already (reported when it went).
+        case retrySilently
+    }
+
+    /// Why the device could not be opened when the worker started retrying it; nil
+    /// when it opened.
     private(set) var openError: ClientError?
     /// 1 while the device is away (lost, or not opened yet) and the thread retries it.
     let deviceAway = AtomicCounter()
 
     /// Opens the device now (so the caller gets VC_ERR_DEVICE at once), or takes the
     /// one the caller opened (`opened`, same device, channels and rate), and starts the
-    /// thread. `retryIfAway`: a device that cannot be opened does not fail the call;
-    /// the thread starts without it and reopens it on the backoff, as one lost while
-    /// running (`openError` says why; VC_EVENT_DEVICE_RESTORED when it is back).
+    /// thread. A device that cannot be opened is as `ifAway` says (`openError` says why;
+    /// VC_EVENT_DEVICE_RESTORED when it is back).
     init(owner: AnyObject, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int, slot: StreamSlot,
-         streamID: UInt32, streams: StreamTable, opened: Capture? = nil, retryIfAway: Bool = false,
+         streamID: UInt32, streams: StreamTable, opened: Capture? = nil, ifAway: IfAway = .fail,
          raise: @escaping (ClientEvent) -> Void) throws {
         self.device = device
         self.channels = channels
@@ -63,8 +73,11 @@ final class CaptureWorker {
         if first == nil {
             do {
                 first = try Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality)
-            } catch let e as ClientError where retryIfAway {
+            } catch let e as ClientError where ifAway != .fail {
                 openError = e
+                if ifAway == .retry {
+                    CaptureWorker.failed(e.description, overruns: 0, slot: slot, streamID: streamID, raise: raise)
+                }
             }
         }
         let stop = self.stop, wakeup = self.wakeup, away = deviceAway
@@ -115,6 +128,20 @@ final class CaptureWorker {
         }
     }
 
+    /// The stream's capture device failed, stalled or could not be opened, and is
+    /// retried on the backoff: the one place that counts it on the stream
+    /// (vc_send_stats device_failures, with the overruns before it) and raises its
+    /// VC_EVENT_ERROR, so each event has its count.
+    private static func failed(_ reason: String, overruns: Int, slot: StreamSlot, streamID: UInt32,
+                               raise: (ClientEvent) -> Void) {
+        slot.lock.withLock {
+            guard let s = slot.stream, s.streamID == streamID else { return }
+            s.deviceOverruns += UInt64(overruns)
+            s.deviceFailures += 1
+        }
+        raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: reason, streamID: streamID))
+    }
+
     private static func run(first: Capture?, backend: AudioBackend, device: String, channels: Int, sampleRate: Int, quality: Int,
                             slot: StreamSlot, streamID: UInt32, streams: StreamTable, stop: StopFlag, wakeup: Condition,
                             away: AtomicCounter, raise: (ClientEvent) -> Void) {
@@ -130,16 +157,14 @@ final class CaptureWorker {
         var backoffMs: UInt64 = 250
         var retryAtMs: UInt64 = first == nil ? MonotonicClock.milliseconds() + backoffMs : 0
         var stallBackoff = StallBackoff()
-        // The open device's overruns already counted on the stream.
-        var overrunsSeen = 0
-        // A failure and the overruns before it, counted on the stream (vc_send_stats).
-        func count(overruns: Int, failed: Bool) {
-            guard overruns > 0 || failed else { return }
-            slot.lock.withLock {
-                guard let s = slot.stream, s.streamID == streamID else { return }
-                s.deviceOverruns += UInt64(overruns)
-                s.deviceFailures += failed ? 1 : 0
-            }
+        // The device failed or stalled: closed, counted and reported, retried later.
+        func lose(_ c: Capture, _ reason: String, retryInMs: UInt64) {
+            let overruns = c.device.takeXruns()
+            c.device.close()
+            cap = nil
+            away.store(1)
+            retryAtMs = MonotonicClock.milliseconds() + retryInMs
+            failed(reason, overruns: overruns, slot: slot, streamID: streamID, raise: raise)
         }
         while !stop.isSet {
             guard let c = cap else {
@@ -152,7 +177,6 @@ final class CaptureWorker {
                 // built here when it is not 48 kHz: recovery, not the steady state).
                 if let c = try? Capture.open(backend: backend, device: device, channels: channels, sampleRate: sampleRate, quality: quality) {
                     cap = c
-                    overrunsSeen = 0
                     away.store(0)
                     backoffMs = 250
                     pacer = PeriodPacer(periodFrames: c.period, sampleRate: c.device.sampleRate, catchUpPeriods: AlsaPCM.bufferPeriods)
@@ -167,28 +191,17 @@ final class CaptureWorker {
             // (after a stall, up to its buffer, read back to back), so it does not block.
             if let held = c.device.heldFrames(), held < c.period,
                !pacer.wait(forCapture: c.device, held: held, period: c.period, stopped: { stop.isSet }) {
-                count(overruns: c.device.xruns - overrunsSeen, failed: true)
-                c.device.close()
-                cap = nil
-                away.store(1)
-                retryAtMs = MonotonicClock.milliseconds() + stallBackoff.stalled()
-                raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "capture device \"\(device)\" stopped delivering: nothing came "
-                                    + "for \(PeriodPacer.cardStallNs / 1_000_000) ms", streamID: streamID))
+                lose(c, "capture device \"\(device)\" stopped delivering: nothing came for \(PeriodPacer.cardStallNs / 1_000_000) ms",
+                     retryInMs: stallBackoff.stalled())
                 continue
             }
             if stop.isSet { break }
             do { try c.device.read(buf, frames: c.period) } catch {
-                count(overruns: c.device.xruns - overrunsSeen, failed: true)
-                c.device.close()
-                cap = nil
-                away.store(1)
-                retryAtMs = MonotonicClock.milliseconds() + backoffMs
-                raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: "\(error)", streamID: streamID))
+                lose(c, "\(error)", retryInMs: backoffMs)
                 continue
             }
             let (pcm, frames) = c.converter?.convert(buf, frames: c.period) ?? (UnsafePointer(buf), c.period)
-            let overruns = c.device.xruns - overrunsSeen
-            overrunsSeen = c.device.xruns
+            let overruns = c.device.takeXruns()
             let due = slot.lock.withLock { () -> UInt64? in
                 guard let s = slot.stream, s.streamID == streamID else { return nil }
                 s.deviceOverruns += UInt64(overruns)
@@ -231,13 +244,20 @@ extension VoiceClient {
 
     /// Starts device capture for a stream (deviceLock held). `retryIfAway`: a device
     /// that cannot be opened is retried on the backoff by the capture thread, and the
-    /// reason returned.
+    /// reason returned; it is a failure (VC_EVENT_ERROR, counted) unless the stream's
+    /// device was away already (reported when it went), or `sayAgain` (vc_audio_restart).
+    /// Otherwise the call fails. A device that opens while the stream's was away raises
+    /// DEVICE_RESTORED, so every failure reported is paired with the news it is back.
     @discardableResult
     func startCapture(_ s: LocalStream, device: String, channels: Int, opened: CaptureWorker.Capture? = nil,
-                      retryIfAway: Bool = false) throws -> ClientError? {
+                      retryIfAway: Bool = false, sayAgain: Bool = false) throws -> ClientError? {
+        let ifAway: CaptureWorker.IfAway = !retryIfAway ? .fail : s.captureAway && !sayAgain ? .retrySilently : .retry
         let w = try CaptureWorker(owner: self, backend: config.backend, device: device, channels: channels, sampleRate: s.inputRate,
                                   quality: config.resamplerQuality, slot: s.slot, streamID: s.streamID,
-                                  streams: streams, opened: opened, retryIfAway: retryIfAway) { [unowned self] e in self.events.raise(e) }
+                                  streams: streams, opened: opened, ifAway: ifAway) { [unowned self] e in self.events.raise(e) }
+        if w.openError == nil && s.captureAway { events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: s.streamID)) }
+        // From here its thread pairs what it reports.
+        s.captureAway = false
         s.capture = w
         s.device = device
         s.inputChannels = channels
@@ -248,11 +268,13 @@ extension VoiceClient {
     /// audio, from this device reopened or another, starts a new one with the marker
     /// (with a device stream's 100 ms dry slack a quick switch carried the talkspurt on,
     /// its next frames late by the gap: delay listeners kept). Returns whether the
-    /// device was away (its thread retrying it) when the thread stopped.
+    /// device was away (its thread retrying it) when the thread stopped, or, with no
+    /// capture, when the last one stopped (kept in `captureAway` for the next start).
     @discardableResult
     func endCapture(_ s: LocalStream) -> Bool {
-        guard let w = s.capture else { return false }
+        guard let w = s.capture else { return s.captureAway }
         w.stopAndJoin()
+        s.captureAway = w.deviceAway.load() != 0
         s.capture = nil
         s.device = s.device ?? w.device
         s.slot.lock.withLock { if s.slot.stream === s { s.flush() } }
@@ -280,7 +302,7 @@ extension VoiceClient {
                     s.slot.lock.withLock { s.inputChannels = channels }
                     return
                 }
-                let wasAway = endCapture(s)
+                endCapture(s)
                 if audioSuspended { s.inputChannels = channels; return }
                 do { try startCapture(s, device: old.device, channels: channels) } catch let e as ClientError {
                     // Put the previous capture back so the stream keeps working (retried
@@ -288,8 +310,6 @@ extension VoiceClient {
                     _ = try? startCapture(s, device: old.device, channels: old.channels, retryIfAway: true)
                     throw e
                 }
-                // A device that was away and opens now is back, as its thread would say.
-                if wasAway { events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: old.device, streamID: streamID)) }
             }
         }
     }
@@ -363,13 +383,9 @@ extension VoiceClient {
     /// Reopens the devices against the current route. Idempotent.
     public func restartAudio() throws {
         try refuseInCallback("vc_audio_restart")
-        var firstError: ClientError? = output.restart()
         // Each device that cannot be opened is a failure as one lost while running is: an
         // event and a count (the call's error names the first only), then its backoff.
-        if let e = firstError {
-            output.deviceFailures.add(1)
-            events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: e.description))
-        }
+        var firstError: ClientError? = output.restart()
         deviceLock.withLock {
             audioSuspended = false
             // A capture device that cannot be opened is retried on the backoff, as one
@@ -377,17 +393,14 @@ extension VoiceClient {
             // vc_audio_restart again, with no event).
             // One whose device is away (its thread retrying it) is tried again now, so
             // the host hears whether it opens.
+            // (One still away once stopped: one that its thread reopened meanwhile has
+            // said so. One that opens now after one that was away raises DEVICE_RESTORED.)
             for s in streams.all where !s.externalFeed && (s.capture == nil || s.capture?.deviceAway.load() != 0) {
-                // (Still away once stopped: one that its thread reopened meanwhile has said so.)
-                let wasAway = endCapture(s)
+                endCapture(s)
                 do {
-                    let device = s.device ?? "default"
-                    if let e = try startCapture(s, device: device, channels: s.inputChannels, retryIfAway: true) {
+                    if let e = try startCapture(s, device: s.device ?? "default", channels: s.inputChannels, retryIfAway: true,
+                                                sayAgain: true) {
                         firstError = firstError ?? e
-                        s.slot.lock.withLock { if s.slot.stream === s { s.deviceFailures += 1 } }
-                        events.raise(.deviceFailed(VC_DEVICE_CAPTURE, reason: e.description, streamID: s.streamID))
-                    } else if wasAway {
-                        events.raise(.deviceRestored(VC_DEVICE_CAPTURE, name: device, streamID: s.streamID))
                     }
                 } catch let e as ClientError {
                     firstError = firstError ?? e

@@ -138,6 +138,9 @@ final class LocalStream {
     /// The device capture feeding this stream (nil for external feed).
     var capture: CaptureWorker?
     var device: String?
+    /// Its device was away (its VC_EVENT_ERROR raised, not yet DEVICE_RESTORED) when its
+    /// capture last ended; the next capture started pairs it (deviceLock, as `capture`).
+    var captureAway = false
     /// Talker-side processing (MIC streams on mono channels); swapped under the slot lock.
     var apm: SpeexApm?
     /// This stream's read position in the played mix (echo cancellation).

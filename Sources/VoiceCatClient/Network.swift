@@ -170,11 +170,9 @@ extension VoiceClient {
         connected.text = link.hello.serverName
         events.raise(connected)
         for text in link.refused { raiseRefusal(text) }
-        // The driver goes on retrying it on the backoff.
-        if let err = output.setConnected(true) {
-            output.deviceFailures.add(1)
-            events.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: err.description))
-        }
+        // A playback device that cannot be opened is reported (VC_EVENT_ERROR) and
+        // retried on the backoff by the output stage.
+        output.setConnected(true)
         events.deliver()
         cond.withLock { networkReady = true; cond.broadcast() }
 

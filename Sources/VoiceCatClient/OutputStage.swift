@@ -134,6 +134,11 @@ final class OutputStage {
     /// The schedule of a driver stopped for a device that then could not be opened:
     /// the driver started again right after (the previous mode) takes it over.
     private var stoppedSchedule: RenderDriver.Schedule?
+    /// 1 from a playback device's VC_EVENT_ERROR until a playback device opens again,
+    /// which then raises DEVICE_RESTORED: each failure reported is paired with the news
+    /// that playback is back, whoever reopens it (the driver's retry, vc_audio_restart,
+    /// a switch, the next session).
+    private let playbackDown = AtomicCounter()
 
     /// Serializes renders (a driver's, or vc_read_mixed_pcm callers') and guards the
     /// renderer's state below.
@@ -315,16 +320,17 @@ final class OutputStage {
     }
 
     /// The session came up or went away. Returns the device error when the playback
-    /// device could not be opened (the driver keeps trying on a backoff).
+    /// device could not be opened (reported and counted, and the driver keeps trying on
+    /// a backoff).
     @discardableResult
     func setConnected(_ on: Bool) -> ClientError? {
-        reconcileLock.withLock { connected = on; return reconcile(openNow: false) }
+        reconcileLock.withLock { connected = on; return reconcile(openNow: false, reportAgain: on) }
     }
 
     func suspend() { reconcileLock.withLock { suspended = true; _ = reconcile(openNow: false) } }
 
     /// Reopens the playback device (if the mode wants one); returns its error, if any
-    /// (the driver keeps trying on a backoff). A device that is away (lost, or never
+    /// (reported and counted, and the driver keeps trying on a backoff). A device that is away (lost, or never
     /// opened: its driver retries on the backoff) is tried again now, so that the caller
     /// hears whether it can be opened.
     func restart() -> ClientError? {
@@ -334,7 +340,7 @@ final class OutputStage {
             let idleMs = MonotonicClock.milliseconds() &- lastRenderMs.load(ordering: .relaxed)
             if suspended && idleMs > 100 { renderLock.withLock { bus.resetLimiter() } }
             suspended = false
-            return reconcile(openNow: false, retryAway: true)
+            return reconcile(openNow: false, retryAway: true, reportAgain: true)
         }
     }
 
@@ -478,10 +484,13 @@ final class OutputStage {
 
     /// Computes the mode the inputs ask for and makes it so (reconcileLock held).
     /// `openNow`: a device that cannot be opened is an error and nothing starts.
+    /// Otherwise one that cannot be is returned and retried by the driver started
+    /// without it: a failure (playbackFailed) unless it is already reported as down,
+    /// or `reportAgain` (vc_connect, vc_audio_restart: the host asked for it now).
     /// `retryAway`: a device driver whose device is away is replaced, so the device is
     /// tried now (DEVICE_RESTORED when it opens, as the driver's own retry raises; when
     /// it does not, the error is returned and the new driver retries as the old did).
-    private func reconcile(openNow: Bool, retryAway: Bool = false) -> ClientError? {
+    private func reconcile(openNow: Bool, retryAway: Bool = false, reportAgain: Bool = false) -> ClientError? {
         let want: Mode
         if !external && connected && !suspended {
             want = .device
@@ -493,9 +502,6 @@ final class OutputStage {
             want = .pull
         }
         let block = want == .sink ? sinkBlock : OutputStage.block
-        // A device that failed (its VC_EVENT_ERROR raised) and that a device opened now
-        // replaces, the same or another: DEVICE_RESTORED says playback is back.
-        let awayBefore = driver.map { $0.mode == .device && $0.deviceAway.load() != 0 } ?? false
         var wasAway = false
         if let d = driver, d.mode == want, want != .device || d.deviceName == playbackDevice, d.blockFrames == block {
             guard retryAway && want == .device && d.deviceAway.load() != 0 else { return nil }
@@ -527,7 +533,11 @@ final class OutputStage {
                 return failure
             }
         }
-        if awayBefore && first != nil { raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: playbackDevice)) }
+        if first != nil {
+            playbackOpened(playbackDevice)
+        } else if let f = failure, !openNow, reportAgain || playbackDown.load() == 0 {
+            playbackFailed(f.description)
+        }
         setMode(want)
         driver = RenderDriver(mode: want, stage: self, deviceName: playbackDevice, device: first, startsDown: failure != nil,
                               blockFrames: block, after: previous)
@@ -783,6 +793,22 @@ final class OutputStage {
     }
 
     fileprivate func raise(_ e: ClientEvent) { events.raise(e) }
+    /// The playback device failed, stalled or could not be opened, and its driver
+    /// retries it on a backoff: the one place that counts it (vc_playback_stats
+    /// device_failures) and raises its VC_EVENT_ERROR, so each event has its count.
+    fileprivate func playbackFailed(_ reason: String) {
+        deviceFailures.add(1)
+        deviceHeldUs.store(0)
+        playbackDown.store(1)
+        raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: reason))
+    }
+    /// A playback device opened: DEVICE_RESTORED when one was reported down. (The
+    /// render thread and reconcile never run it at once: reconcile joins the driver.)
+    fileprivate func playbackOpened(_ name: String) {
+        guard playbackDown.load() != 0 else { return }
+        playbackDown.store(0)
+        raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: name))
+    }
     /// The driver's ticks move `ms` earlier (negative: later) from the next one on.
     fileprivate func moveClocks(earlierByMs ms: Double) { receive.moveClocks(earlierByMs: ms) }
     fileprivate var deviceBackend: AudioBackend { backend }
@@ -809,8 +835,6 @@ final class PlaybackDevice {
     /// (on the host's thread, a driver's start later: the card could run dry first).
     private let silence: UnsafeMutablePointer<Int16>
     private var primed = false
-    /// The device's underruns already counted (newUnderruns).
-    private var underrunsSeen = 0
 
     /// ALSA periods of 5 ms in a buffer of 80 ms: the lead is 25 ms.
     static let periodMs = 5
@@ -843,13 +867,6 @@ final class PlaybackDevice {
             d.close()
             throw ClientError.device("playback device \"\(name)\" runs at \(d.sampleRate) Hz: \(error)")
         }
-    }
-
-    /// Underruns the device recovered since the last call (render thread).
-    func newUnderruns() -> Int {
-        let n = device.xruns - underrunsSeen
-        underrunsSeen = device.xruns
-        return n
     }
 
     /// Plays one 48 kHz stereo block, after the lead in silence the first time and
@@ -930,7 +947,6 @@ final class RenderDriver {
         out.initialize(repeating: 0, count: OutputStage.maxOutFrames * 2)
         defer { buf.deallocate(); out.deallocate() }
         var device = first
-        var down = startsDown
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
         var stallBackoff = StallBackoff()
@@ -962,6 +978,14 @@ final class RenderDriver {
             schedule.nextDueNs = nextDueNs
             schedule.leadMs = phase.leadMs
         }
+        // The device failed or stalled: closed, counted and reported, retried later.
+        func lose(_ reason: String, retryInMs: UInt64) {
+            device?.device.close()
+            device = nil
+            away.store(1)
+            retryAtMs = MonotonicClock.milliseconds() + retryInMs
+            stage.playbackFailed(reason)
+        }
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -971,10 +995,7 @@ final class RenderDriver {
                         away.store(0)
                         backoffMs = 250
                         pacer = PeriodPacer(periodFrames: frames)
-                        if down {
-                            down = false
-                            stage.raise(.deviceRestored(VC_DEVICE_PLAYBACK, name: deviceName))
-                        }
+                        stage.playbackOpened(deviceName)
                     } else {
                         retryAtMs = now + backoffMs
                         backoffMs = min(backoffMs * 2, 5000)
@@ -1008,17 +1029,8 @@ final class RenderDriver {
                     }
                 }
                 if let d = device {
-                    do { try d.write(buf, frames: frames) } catch {
-                        d.device.close()
-                        device = nil
-                        away.store(1)
-                        down = true
-                        retryAtMs = MonotonicClock.milliseconds() + backoffMs
-                        stage.deviceFailures.add(1)
-                        stage.deviceHeldUs.store(0)
-                        stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "\(error)"))
-                    }
-                    stage.deviceUnderruns.add(d.newUnderruns())
+                    do { try d.write(buf, frames: frames) } catch { lose("\(error)", retryInMs: backoffMs) }
+                    stage.deviceUnderruns.add(d.device.takeXruns())
                 }
             }
             if let p = device, let held = p.device.heldFrames() {
@@ -1035,15 +1047,8 @@ final class RenderDriver {
                 } else {
                     // A card that opens and then stalls again (a sound server's stream
                     // suspended) is retried ever less often, as one that cannot be opened.
-                    p.device.close()
-                    device = nil
-                    away.store(1)
-                    down = true
-                    retryAtMs = MonotonicClock.milliseconds() + stallBackoff.stalled()
-                    stage.deviceFailures.add(1)
-                    stage.deviceHeldUs.store(0)
-                    stage.raise(.deviceFailed(VC_DEVICE_PLAYBACK, reason: "playback device \"\(deviceName)\" stopped playing: "
-                                              + "it played nothing of what it held for \(PeriodPacer.cardStallNs / 1_000_000) ms"))
+                    lose("playback device \"\(deviceName)\" stopped playing: it played nothing of what it held for "
+                         + "\(PeriodPacer.cardStallNs / 1_000_000) ms", retryInMs: stallBackoff.stalled())
                 }
             } else {
                 // (No card, or one that does not run in real time: it holds nothing.)

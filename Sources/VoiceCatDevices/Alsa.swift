@@ -310,9 +310,14 @@ public final class AlsaPCM: AudioDevice {
         }
     }
 
-    /// Over- and underruns recovered so far (each a transfer that failed with EPIPE, or
-    /// ESTRPIPE after a suspend, and was recovered): audio the device lost.
-    public private(set) var xruns = 0
+    /// Over- and underruns recovered and not yet taken (each a transfer that failed with
+    /// EPIPE, or ESTRPIPE after a suspend, and was recovered): audio the device lost.
+    private var xruns = 0
+
+    public func takeXruns() -> Int {
+        defer { xruns = 0 }
+        return xruns
+    }
 }
 
 /// The backoff before reopening a card that stalled (PeriodPacer): it opens fine, so

@@ -40,9 +40,10 @@ public protocol AudioDevice: AnyObject {
     /// whose clock runs a little fast underran (playback) or overran (capture) as the
     /// two drifted apart.
     func heldFrames() -> Int?
-    /// Over- (capture) or underruns (playback) recovered since it was opened: audio a
-    /// listener lost to the device, not to the network.
-    var xruns: Int { get }
+    /// Over- (capture) or underruns (playback) recovered since the last call (or since
+    /// it was opened): audio a listener lost to the device, not to the network. The
+    /// thread that uses the device takes them as it counts them for the host.
+    func takeXruns() -> Int
     /// Reads exactly `frames` interleaved frames. Throws DeviceError when the device fails.
     func read(_ buf: UnsafeMutablePointer<Int16>, frames: Int) throws
     /// Writes exactly `frames` interleaved frames. Throws DeviceError when the device fails.

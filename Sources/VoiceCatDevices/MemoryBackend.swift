@@ -94,7 +94,7 @@ public final class MemoryAudioBackend: AudioBackend, @unchecked Sendable {
         var bufferFrames: Int { Int.max / 4 }
         func heldFrames() -> Int? { nil }
         /// Memory neither over- nor underruns.
-        var xruns: Int { 0 }
+        func takeXruns() -> Int { 0 }
 
         private func checkIO() throws {
             if closed { throw DeviceError("device \"\(d.name)\" is closed") }

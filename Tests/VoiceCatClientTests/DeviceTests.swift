@@ -491,16 +491,40 @@ final class DeviceTests: XCTestCase {
         XCTAssertTrue(AlsaBackend.shared.listDevices(.capture).contains { $0.name == "vc_cap_list" })
     }
 
+    /// Defines (only) a capture PCM reading a second of voice and a playback PCM writing
+    /// a file.
+    func defineVoicePCMs(capture: String, playback: String) throws {
+        let input = dir + "/\(capture).raw"
+        writeRaw(input, Signal.voiceLike(seconds: 1))
+        try definePCMs(captures: [capture: input], playbacks: [playback: dir + "/\(playback).raw"])
+    }
+
+    /// sam, playing on `playback` and capturing `capture` (defineVoicePCMs) on a MIC
+    /// stream: the client, its events and the stream.
+    func deviceTalker(capture: String, playback: String) throws -> (VoiceClient, EventLog, UInt32) {
+        try defineVoicePCMs(capture: capture, playback: playback)
+        let sam = try client("sam", playback: playback)
+        let log = EventLog(sam)
+        let sid = try sam.startStream(kind: .mic, externalFeed: false, channels: 1, device: capture)
+        return (sam, log, sid)
+    }
+
+    /// Both of sam's devices (deviceTalker) failed once and said they are back once: no
+    /// more events come, and one failure is counted on each.
+    func assertEachFailedOnceAndIsBack(_ sam: VoiceClient, _ log: EventLog, _ sid: UInt32,
+                                       file: StaticString = #filePath, line: UInt = #line) throws {
+        usleep(300_000)
+        XCTAssertEqual(log.count(.error), 2, file: file, line: line)
+        XCTAssertEqual(log.count(VC_EVENT_DEVICE_RESTORED), 2, file: file, line: line)
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1, file: file, line: line)
+        XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1, file: file, line: line)
+    }
+
     func testARestartThatCannotOpenItsDevicesRaisesAndCountsEachFailure() throws {
         // helper-94: vc_audio_restart returned the first device's error and retried
         // both on their backoff, with no VC_EVENT_ERROR and no count: a host that
         // follows events saw two DEVICE_RESTORED come later with no failure before them.
-        let input = dir + "/in.raw"
-        writeRaw(input, Signal.voiceLike(seconds: 1))
-        try definePCMs(captures: ["vc_cap_r": input], playbacks: ["vc_play_r": dir + "/out.raw"])
-        let sam = try client("sam", playback: "vc_play_r")
-        let log = EventLog(sam)
-        let sid = try sam.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_cap_r")
+        let (sam, log, sid) = try deviceTalker(capture: "vc_cap_r", playback: "vc_play_r")
         try sam.suspendAudio()
         try sam.setPlaybackDevice("vc_play_later")   // kept for the restart
         try sam.setCaptureDevice(streamID: sid, device: "vc_cap_later")
@@ -513,7 +537,7 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
         XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1)
         // The names come to exist: both are back on their backoff, without counting again.
-        try definePCMs(captures: ["vc_cap_later": input], playbacks: ["vc_play_later": dir + "/out.raw"])
+        try defineVoicePCMs(capture: "vc_cap_later", playback: "vc_play_later")
         XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
         XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.streamID == sid })
         XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
@@ -538,6 +562,50 @@ final class DeviceTests: XCTestCase {
         try sam.setPlaybackDevice("vc_play_two")
         usleep(200_000)
         XCTAssertEqual(log.count(VC_EVENT_DEVICE_RESTORED), 1)
+    }
+
+    func testASwitchWhoseOldDeviceCannotBeReopenedEitherIsAFailure() throws {
+        // A refused switch puts the previous device back; one that could not be opened
+        // again was retried silently (each raise site counted for itself, and this one
+        // did not), and its DEVICE_RESTORED came later with no VC_EVENT_ERROR before it.
+        let (sam, log, sid) = try deviceTalker(capture: "vc_cap_a", playback: "vc_play_a")
+        try definePCMs(captures: [:], playbacks: [:])   // neither opens again (both are open now)
+        XCTAssertThrowsError(try sam.setPlaybackDevice("vc_play_b"))
+        XCTAssertThrowsError(try sam.setCaptureDevice(streamID: sid, device: "vc_cap_b"))
+        let played = log.wait { $0.type == .error && $0.kind == VC_DEVICE_PLAYBACK.rawValue }
+        let captured = log.wait { $0.type == .error && $0.kind == VC_DEVICE_CAPTURE.rawValue }
+        XCTAssertTrue(played?.event.text.contains("vc_play_a") == true, "\(played?.event.text ?? "no event")")
+        XCTAssertEqual(captured?.event.streamID, sid)
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
+        XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1)
+        // A second refused switch while they are away says nothing more.
+        XCTAssertThrowsError(try sam.setPlaybackDevice("vc_play_b"))
+        XCTAssertThrowsError(try sam.setCaptureDevice(streamID: sid, device: "vc_cap_b"))
+        // They come back on their backoff: each says so once, and nothing counts again.
+        try defineVoicePCMs(capture: "vc_cap_a", playback: "vc_play_a")
+        let playing = log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue }
+        let capturing = log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.streamID == sid }
+        XCTAssertEqual(playing?.event.text, "vc_play_a")
+        XCTAssertEqual(capturing?.event.text, "vc_cap_a")
+        try assertEachFailedOnceAndIsBack(sam, log, sid)
+    }
+
+    func testDevicesThatComeBackAcrossASuspendSayTheyAreBack() throws {
+        // A device away (its VC_EVENT_ERROR raised) when audio was suspended, that opened
+        // at the next vc_audio_restart, raised no DEVICE_RESTORED: the suspend forgot it
+        // was away, and a host following the events thought it still failed.
+        let (sam, log, sid) = try deviceTalker(capture: "vc_cap_s", playback: "vc_play_s")
+        try sam.suspendAudio()
+        try definePCMs(captures: [:], playbacks: [:])
+        XCTAssertThrowsError(try sam.restartAudio())
+        XCTAssertNotNil(log.wait { $0.type == .error && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
+        XCTAssertNotNil(log.wait { $0.type == .error && $0.streamID == sid })
+        try sam.suspendAudio()
+        try defineVoicePCMs(capture: "vc_cap_s", playback: "vc_play_s")
+        try sam.restartAudio()
+        XCTAssertNotNil(log.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
+        XCTAssertNotNil(log.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.streamID == sid })
+        try assertEachFailedOnceAndIsBack(sam, log, sid)
     }
 
     func testDefinedPCMsAreListedByTheirHints() throws {
