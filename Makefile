@@ -86,7 +86,7 @@ test:
 ## CI's time limit. The two phases take about 2 minutes each here. Under TSan, whose
 ## threads run several times slower, the real-time tests run one at a time, as they
 ## always had (two at a time, a card test concealed a frame at its start in one of four
-## runs); TSan's stage takes about 5 minutes.
+## runs); TSan's stage takes about 6 minutes.
 TEST_WORKERS ?= 3
 TEST_MINUTES ?= 10
 REALTIME_TESTS := TimingTests/|ImpairedNetworkTests/|SendProcessingNetworkTests/|DeviceTests/
