@@ -1141,7 +1141,12 @@ int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
  *    VC_ERR_DEVICE and the session continues). A sound card's own clock paces the
  *    blocks: it holds about 25 ms when the next block is rendered (a block and one
  *    ALSA period; more when its periods are longer than 5 ms): 25-45 ms in the card,
- *    added to the card's own output latency. A device that fails, or a card that plays nothing of what it holds for
+ *    added to the card's own output latency. The card's clock cannot move while it
+ *    plays, but between talkspurts (nothing playing, digital silence) a block of
+ *    silence is cut short when a talker's first frame will have its jitter cushion
+ *    before the next block: the talkspurt then starts with its cushion, not up to
+ *    20 ms later at the card's phase (for frames as long as the block; the taps still
+ *    get whole blocks, that one up to 20 ms early). A device that fails, or a card that plays nothing of what it holds for
  *    1 s (nothing renders in that second), is reopened on a backoff: VC_EVENT_ERROR
  *    when it fails, VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps
  *    still get their blocks every 20 ms. A device that offers no 48 kHz is played at its rate through

@@ -1031,6 +1031,19 @@ public final class JitterBuffer {
         pendingGrid += ms / frameMs
     }
 
+    /// Between ticks while no talkspurt plays: how much earlier (in periods, below one)
+    /// the next tick would have to come for the first frame waiting here to start on
+    /// it with exactly the cushion a start asks for, not up to a period more. 0: nothing
+    /// waits, it needs more than a period yet, or it starts under rules of their own
+    /// (nothing known yet, a stream that starved). A renderer that may
+    /// move its ticks while nothing plays (a device fed silence: a shorter block of it
+    /// is not heard) moves them by this and tells every buffer (moveClock).
+    public var startEarlyTicks: Double {
+        guard !playing, !endedStarved, historyCount > 0, let o = oldestSlot() else { return 0 }
+        let excess = cushion(timestamps[o]) - pendingGrid - startTicks
+        return excess > 0 && excess < 1 ? excess : 0
+    }
+
     /// Periods the held first frame has waited, counting this tick: by the tick times
     /// when the consumer gives them (one that takes several periods at one instant
     /// gives each the same time: they are not periods of waiting), else by ticks.

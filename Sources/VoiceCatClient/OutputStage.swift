@@ -986,6 +986,8 @@ final class RenderDriver {
             retryAtMs = MonotonicClock.milliseconds() + retryInMs
             stage.playbackFailed(reason)
         }
+        // The length of the block last written to the device (shorter for a silent cut).
+        var writtenMs = Double(frames) / 48
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -1029,7 +1031,17 @@ final class RenderDriver {
                     }
                 }
                 if let d = device {
-                    do { try d.write(buf, frames: frames) } catch { lose("\(error)", retryInMs: backoffMs) }
+                    // Nothing played and a talkspurt's first frame waits for its cushion:
+                    // the card gets a shorter block of silence, so the next block (and
+                    // the talkspurt on it) comes when the frame has its cushion, not up
+                    // to a period later. Only silence is cut, which nobody hears.
+                    let cut = mode == .device ? played.silentCut(buf, frames: frames) : 0
+                    if cut > 0 {
+                        stage.moveClocks(earlierByMs: Double(cut) / 48)
+                        pacer.move(earlierByNs: Int64(cut) * 1_000_000 / 48)
+                    }
+                    writtenMs = Double(frames - cut) / 48
+                    do { try d.write(buf, frames: frames - cut) } catch { lose("\(error)", retryInMs: backoffMs) }
                     stage.deviceUnderruns.add(d.device.takeXruns())
                 }
             }
@@ -1040,7 +1052,7 @@ final class RenderDriver {
                 // render that wakes a little late) and its buffer does not drift towards
                 // empty or full (paced to the monotonic clock alone, a card that ran a
                 // little fast underran every few seconds, and every period at 1 %).
-                if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: p.device.sampleRate / 50,
+                if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: Int(writtenMs * Double(p.device.sampleRate) / 1000),
                                         restarted: p.restarted, stopped: { stop.isSet }) {
                     nextDueNs = due
                     stallBackoff.moved()

@@ -47,7 +47,7 @@ extension PlayoutModel {
 /// Our JitterBuffer as a PlayoutModel (it decides; nothing is decoded).
 public final class JitterBufferModel: PlayoutModel {
     public let jb: JitterBuffer
-    public var name: String { phase == nil ? "VoiceCat JitterBuffer" : "VoiceCat, ticks placed (sink mode)" }
+    public var name: String { phase != nil ? "VoiceCat, ticks placed (sink mode)" : alignStarts ? "VoiceCat JitterBuffer (device)" : "VoiceCat JitterBuffer" }
     /// Set: the ticks follow the stream's frames as the sink mode's mixer thread
     /// places them (RenderPhase, told what each played frame could spare, as
     /// RemoteSlot and ReceiveSet tell it for one stream); nil: a fixed clock.
@@ -57,6 +57,10 @@ public final class JitterBufferModel: PlayoutModel {
     /// keeps a cushion beyond its target longer, quietCatchUpTicks); off, the buffer
     /// knows no levels (bench-jitter's tables, whose frames carry no audio).
     public var loudLevels = false
+    /// On the fixed clock: a tick in which nothing played moves the next one earlier by
+    /// the buffer's startEarlyTicks, as the device driver does by writing a shorter block
+    /// of silence (its card's clock then goes on from there).
+    public var alignStarts = false
     private var move = 0.0
     /// Talkspurt edges seen in playout, in order (true: started).
     public private(set) var edges: [Bool] = []
@@ -84,11 +88,14 @@ public final class JitterBufferModel: PlayoutModel {
         var block = PlayedBlock()
         let before = PlayedBlock.Before(jb)
         let decision = jb.next(atMs: nowMs)
+        block.add(jb, decision, before: before, blockSamples: jb.frameSamples)
         if phase != nil {
-            block.add(jb, decision, before: before, blockSamples: jb.frameSamples)
             move = phase!.rendered(block)
             if move != 0 { jb.moveClock(earlierByMs: move) }
             if loudLevels { jb.reportPlayedLevel(quiet: false) }
+        } else if alignStarts {
+            move = block.silentStartMoveMs
+            if move != 0 { jb.moveClock(earlierByMs: move) }
         }
         switch jb.talkEdge {
         case .started: edges.append(true)

@@ -972,6 +972,51 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(jb2.bounds.minMs, JitterBuffer.maxTargetMs)
     }
 
+    /// A device cannot move its clock while it plays, but may write a shorter block of
+    /// silence: when a talkspurt's first frame would have its cushion a fraction of a
+    /// period before the next tick (startEarlyTicks), the next tick comes then. Every
+    /// talkspurt then waits its cushion and no more, whatever its phase against the
+    /// device's ticks; on a clock nothing moves (a host that pulls) it waits up to a
+    /// period more.
+    func testStartsAlignedInSilenceWaitTheirCushionWhateverTheirPhase() {
+        var trace: [TraceFrame] = []
+        // Ten talkspurts of 50 frames, 2 s apart and 7 ms more each time (phases all
+        // across the period); a 20 ms path with up to ±3 ms of jitter, none on the first
+        // frames; the sender's timestamps advance by the pauses.
+        for spurt in 0..<10 {
+            let startMs = Double(spurt) * 2007
+            for j in 0..<50 {
+                let send = startMs + Double(j) * 20
+                var flags: FrameFlags = []
+                if j == 0 { flags.insert(.marker) }
+                if j == 49 { flags.insert(.lastFrame) }
+                let jitter = j == 0 ? 0 : Double((j * 5 + spurt) % 7) - 3
+                trace.append(TraceFrame(seq: UInt64(spurt * 50 + j), timestamp: UInt32(send * 48), flags: flags, sendMs: send,
+                                        arrivalsMs: [send + 20 + jitter]))
+            }
+        }
+        func run(aligned: Bool) -> (first: [Double], mean: Double, concealed: Int, late: Int) {
+            let m = JitterBufferModel()
+            m.alignStarts = aligned
+            // A start's cushion of more than a period: every first frame is here a tick
+            // before it is due.
+            m.jb.setBounds(minMs: 50, maxMs: 500)
+            let r = JitterSimulation.run(trace, model: m, tickMs: 20, phase: 0.37)
+            let first = zip(r.playedSeqs, r.delaysMs).filter { $0.0 % 50 == 0 && $0.0 > 0 }.map(\.1)
+            return (first, r.meanDelayMs, r.concealedTicks, r.lateLost)
+        }
+        let a = run(aligned: true), f = run(aligned: false)
+        func spread(_ x: [Double]) -> Double { x.max()! - x.min()! }
+        print("first frames' delay (ms), aligned: \(a.first.map { Int($0.rounded()) }), on a fixed clock: \(f.first.map { Int($0.rounded()) }); "
+              + "mean \(a.mean) against \(f.mean) ms")
+        XCTAssertEqual(a.first.count, 9)
+        XCTAssertLessThan(spread(a.first), 0.5, "aligned starts wait the same cushion")
+        XCTAssertGreaterThan(spread(f.first), 10, "the fixed clock's phase was not varied")
+        XCTAssertLessThan(a.mean, f.mean - 5, "the phase's wait is gone")
+        XCTAssertEqual(a.concealed, 0)
+        XCTAssertEqual(a.late, 0)
+    }
+
     func testBoundsSetTheTalkspurtStartCushion() {
         // With history, a talkspurt waits for the lower bound.
         let jb = JitterBuffer(frameSamples: 960)

@@ -451,6 +451,61 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(phase.rendered(PlayedBlock()), 0, "nothing played: no move")
     }
 
+    /// In a block in which nothing plays, a talkspurt's first frame that will have its
+    /// cushion a fraction of a period before the next tick asks for that tick earlier:
+    /// the sink's RenderPhase moves it (within its bounds), a device cuts that much of
+    /// its block of silence (silentCut; nothing that is not silent), and the frame
+    /// then starts on the moved tick.
+    func testAFirstFrameWaitingInSilenceHasTheNextTickComeWhenItHasItsCushion() {
+        let jb = JitterBuffer()
+        jb.setBounds(minMs: 50, maxMs: 500)   // a start's cushion of more than a period
+        let tag: [UInt8] = [0, 0]
+        func put(_ f: Int, _ flags: FrameFlags, at ms: Double) {
+            _ = tag.withUnsafeBytes { jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: flags, payload: $0, arrivalMs: ms) }
+        }
+        // A first talkspurt (frames 2 ms into each period, ticks 14 ms in), then a pause.
+        var tick = 0
+        func next(_ move: Double = 0) -> (JitterBuffer.Playout, PlayedBlock) {
+            var block = PlayedBlock(talking: jb.talking)
+            let before = PlayedBlock.Before(jb)
+            let playout = jb.next(atMs: Double(tick) * 20 + 14 - move)
+            if case .packet(let s) = playout { jb.release(s) }
+            block.add(jb, playout, before: before, blockSamples: 960)
+            tick += 1
+            return (playout, block)
+        }
+        for f in 0..<10 {
+            put(f, f == 0 ? .marker : f == 9 ? .lastFrame : [], at: Double(f) * 20 + 2)
+            _ = next()
+        }
+        for _ in 10..<40 { XCTAssertEqual(next().1.silentStartMoveMs, 0, "nothing waits") }
+        // The next talkspurt's first frame comes 9 ms into period 40.
+        put(40, .marker, at: 40 * 20 + 9)
+        var asked: PlayedBlock? = nil
+        for _ in 0..<4 {
+            let (playout, block) = next()
+            XCTAssertEqual(playout, .silence)
+            if block.silentStartMoveMs > 0 { asked = block; break }
+        }
+        let block = try! XCTUnwrap(asked, "no tick asked for")
+        let move = block.silentStartMoveMs
+        XCTAssertTrue(move >= 1 && move < 20, "\(move)")
+        XCTAssertFalse(block.played)
+        XCTAssertEqual(block.quietStartMoveMs, move)
+        var sink = RenderPhase()
+        XCTAssertEqual(sink.rendered(block), move, "the sink's next tick comes that much earlier")
+        // A device cuts that much of a silent block, and nothing of one whose tail is not.
+        var pcm = [Int16](repeating: 0, count: 960 * 2)
+        XCTAssertEqual(pcm.withUnsafeBufferPointer { block.silentCut($0.baseAddress!, frames: 960) }, Int(move * 48))
+        pcm[960 * 2 - 1] = 300
+        XCTAssertEqual(pcm.withUnsafeBufferPointer { block.silentCut($0.baseAddress!, frames: 960) }, 0, "a tail that is not silent")
+        // The frame starts on the moved tick, with its cushion and no more.
+        jb.moveClock(earlierByMs: move)
+        let (playout, _) = next(move)
+        guard case .packet = playout else { return XCTFail("the first frame did not start on the moved tick: \(playout)") }
+        XCTAssertEqual(jb.stats.plcFrames, 0)
+    }
+
     /// A move later lengthens the period before the moved tick: a frame that arrives
     /// in the extension (told before it is inserted, as the driver tells the slots) is
     /// placed by that length, so nothing but the move shows in the slack.

@@ -220,6 +220,64 @@ final class DeviceTests: XCTestCase {
         clients = []
     }
 
+    /// A sound card's clock cannot be moved while it plays, so a talkspurt's first frame
+    /// waited for the card's next block: up to 20 ms more than its cushion, depending on
+    /// where its phase fell against the card's. Now the block of silence before it is
+    /// cut short (silentCut): every talkspurt waits its cushion and no more. Nine
+    /// talkspurts, each 7 ms further on in the card's period; where each starts in
+    /// the card's output, against when it was sent, must not move with its phase.
+    func testTalkspurtsStartOnACardAfterTheirCushionWhateverTheirPhase() throws {
+        let plugin = try buildFakeCard()
+        try AlsaConfig.set(plugin + "pcm.vc_align_card { type vcfakecard file \"\(dir)/align.raw\" rate 48000 channels 2 }\n")
+        let sam = try client("sam", playback: "vc_align_card")
+        let alex = try client("alex")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        // A start's cushion of more than a period (the lower bound): every first frame
+        // is here a block before it is due, which a loopback's would not be.
+        try sam.setJitterBounds(ssrc: ssrc, JitterBounds(minMs: 50, maxMs: 500))
+        let speech = Signal.glidingVoice(seconds: 0.4, amplitude: 0.3)
+        let probe = StallProbe()
+        probe.start()
+        var sentNs: [UInt64] = []
+        let t0 = MonotonicClock.nanoseconds() + 100_000_000
+        for k in 0..<9 {
+            let at = t0 + UInt64(k) * 1_007_000_000
+            let now = MonotonicClock.nanoseconds()
+            if at > now { usleep(UInt32((at - now) / 1000)) }
+            sentNs.append(MonotonicClock.nanoseconds())
+            try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: speech.count, channels: 1) }
+        }
+        usleep(800_000)
+        let stalls = probe.stop()
+        let st = try sam.streamStats(ssrc: ssrc)
+        sam.shutdown()
+        alex.shutdown()
+        // Onsets in the card's output (its position runs with its clock: no underrun
+        // leaves a gap), each after at least 200 ms of silence (or the start).
+        let out = readRaw(dir + "/align.raw")
+        let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+        var onsets: [Int] = []
+        var quiet = 9600
+        for (i, v) in left.enumerated() {
+            if abs(Int(v)) > 1000 && quiet >= 9600 { onsets.append(i) }
+            quiet = abs(Int(v)) < 8 ? quiet + 1 : (abs(Int(v)) > 1000 ? 0 : quiet)
+        }
+        XCTAssertEqual(onsets.count, 9, "talkspurts found in the card's output: at \(onsets.map { $0 / 48 }) ms of \(left.count / 48)")
+        guard onsets.count == 9 else { return }
+        // Each talkspurt's start in the card's time less its send time, against the
+        // second's (the first starts before anything is known of the path).
+        let offsets = (1..<9).map { k in Double(onsets[k] - onsets[1]) / 48 - Double(Int64(sentNs[k]) - Int64(sentNs[1])) / 1e6 }
+        let spread = offsets.max()! - offsets.min()!
+        print("talkspurt starts on the card against their send times (ms, from the second): \(offsets.map { String(format: "%.1f", $0) }); "
+              + "spread \(String(format: "%.1f", spread)) ms; concealed \(st.jitter.plcFrames), late \(st.jitter.late); stalls seen \(stalls.count)")
+        XCTAssertEqual(st.jitter.plcFrames, 0)
+        if Sanitizers.thread || !stalls.isEmpty { return }   // real-time timing: the normal build, undisturbed, judges it
+        XCTAssertLessThan(spread, 6, "where a talkspurt starts moved with its phase against the card's clock")
+    }
+
     func testEveryXrunOfBothCardsIsCountedForTheHost() throws {
         // A card's over- and underruns (the client not scheduled in time, a position
         // that jumped) were recovered and counted inside the ALSA wrapper, and seen by
