@@ -411,7 +411,8 @@ typedef struct vc_stream_stats {
     uint64_t packets_received;
     uint64_t packets_lost;         /**< seq gaps never filled */
     uint64_t duplicates;           /**< replayed or repeated seqs, dropped */
-    uint64_t late;                 /**< arrived after their playout time, dropped */
+    uint64_t late;                 /**< dropped unplayed: arrived after their playout time, or dropped to
+                                        shed excess delay (at a pause or a quiet frame when possible) */
     uint64_t underruns;            /**< the buffer ran dry mid-talkspurt */
     uint64_t fec_recovered;        /**< lost frames rebuilt from in-band FEC */
     uint64_t plc_frames;           /**< frames concealed by PLC */

@@ -90,8 +90,8 @@
 //   * Excess cushion (when one period less, plus `hysteresisTicks`, would still
 //     cover the target: after a spike, a drop in delay, a sender clock running
 //     fast) is given back where it is cheapest: at a pause (free); at once by
-//     dropping a DTX or quiet frame (a small packet, or after the renderer reported
-//     a quiet one); and only once it has lasted `catchUpTicks` (when the renderer
+//     dropping a DTX or quiet frame (after the renderer reported a quiet one; a small
+//     packet when it reports no levels); and only once it has lasted `catchUpTicks` (when the renderer
 //     reports levels, `quietCatchUpTicks`: it waits for a pause) by skipping a frame
 //     the network lost, or else dropping one buffered frame. With n whole periods of
 //     excess buffered the wait is divided by n, with drops at least `minShedGapTicks`
@@ -252,7 +252,7 @@ public final class JitterBuffer {
         /// (this many divided by n when the buffer holds n whole periods of excess)...
         public var catchUpTicks = 100
         /// ...unless the consumer reports the level of what it plays (reportPlayedLevel):
-        /// then a frame it is cheap to drop (after quiet ones, DTX, small) is waited for
+        /// then a frame it is cheap to drop (after quiet ones, DTX) is waited for
         /// up to this many ticks (10 s of 20 ms frames) when the excess is a single
         /// period, and this many divided by n when it is n whole periods. Speech pauses within seconds; a voiced frame dropped mid-word is a
         /// 20 ms jump a listener hears, a period of delay for a few seconds more is
@@ -1305,8 +1305,13 @@ public final class JitterBuffer {
     /// speech codecs spend few bytes on quiet frames), or one after the renderer
     /// reported a quiet frame.
     private func isCheapToDrop(_ s: Int) -> Bool {
-        flagSets[s].contains(.dtx) || lastPlayedQuiet
-            || (packetBytesAverage > 8 && Double(lengths[s]) < 0.5 * packetBytesAverage)
+        if flagSets[s].contains(.dtx) || lastPlayedQuiet { return true }
+        // Without levels, a packet under half the stream's usual size is taken for a
+        // quiet frame. A consumer that reports levels knows better: loud audio that
+        // codes small (a steady tone, some music, a held vowel: helper-95 heard a
+        // tone's 31-byte frame among 68-byte ones dropped mid-note) is not dropped for
+        // its size.
+        return !levelsReported && packetBytesAverage > 8 && Double(lengths[s]) < 0.5 * packetBytesAverage
     }
 
     /// While paused: comfort noise for a while after a DTX frame (its updates come

@@ -31,6 +31,8 @@ final class JitterBufferTests: XCTestCase {
         var frame: Int
         var arrival: Int?
         var flags: FrameFlags = []
+        /// The packet's size (its first two bytes tag it).
+        var bytes = 2
     }
 
     /// Inserts each frame just before its arrival tick and plays `ticks` ticks:
@@ -47,7 +49,7 @@ final class JitterBufferTests: XCTestCase {
         for (i, f) in trace.enumerated() { if let a = f.arrival, ticks.contains(a) { arriving[a, default: []].append(i) } }
         for k in ticks {
             for i in arriving[k] ?? [] {
-                let tag: [UInt8] = [UInt8(i & 0xff), UInt8(i >> 8)]
+                let tag: [UInt8] = [UInt8(i & 0xff), UInt8(i >> 8)] + [UInt8](repeating: 0, count: max(0, trace[i].bytes - 2))
                 _ = tag.withUnsafeBytes {
                     jb.insert(seq: UInt64(i), timestamp: UInt32(trace[i].frame * 960), flags: trace[i].flags, payload: $0,
                               arrivalMs: Double(k) * 20 - (timed ? 10 : 0))
@@ -829,6 +831,38 @@ final class JitterBufferTests: XCTestCase {
         let deep = steps(dropBy: 3, report: { _ in false })
         XCTAssertEqual(deep.ticks.first, 200 + patience / 3 - 1, "three periods of excess and no pause: quietCatchUpTicks / 3")
         XCTAssertEqual(deep.skipped, 3)
+    }
+
+    func testASmallPacketInLoudAudioIsNotDroppedForItsSizeWhenTheRendererReportsLevels() {
+        // helper-95: a tone started while others played had a period of excess from its
+        // start; its Opus packets settled from ~68 bytes to 31 and the first small one
+        // was dropped mid-note (a 20 ms jump in the tone), though the renderer reported
+        // every block loud. Size stands in for level only when no level is reported.
+        func drops(report: Bool) -> [Int] {
+            var trace: [Sent] = []
+            for f in 0..<800 {
+                trace.append(Sent(frame: f, arrival: f < 200 ? f + 1 : f, flags: f == 0 ? .marker : [], bytes: f >= 300 ? 30 : 68))
+            }
+            trace[799].flags.insert(.lastFrame)
+            let jb = JitterBuffer(frameSamples: 960)
+            var out: [Int?] = []
+            for k in 0..<810 {
+                out += drive(jb, trace, k..<(k + 1))
+                if report { jb.reportPlayedLevel(quiet: false) }
+            }
+            // The ticks at which the frame played is not the one after the last.
+            var at: [Int] = []
+            var last = -1
+            for (tick, i) in out.enumerated() {
+                guard let i, i >= 0 else { continue }
+                if last >= 0 && i != last + 1 { at.append(tick) }
+                last = i
+            }
+            return at
+        }
+        XCTAssertEqual(drops(report: false), [299], "no levels: the first small packet (frame 300, due at tick 299) is taken for a quiet frame")
+        let patience = JitterBuffer.Tuning().quietCatchUpTicks
+        XCTAssertEqual(drops(report: true), [200 + patience - 1], "loud: the excess waits for a pause, or quietCatchUpTicks")
     }
 
     func testBeyondTheTargetAMissingFrameIsWaitedForOnlyWhenLateFramesComeSoon() {

@@ -128,7 +128,8 @@ class StreamStats:
     duplicates: int
     """Replayed or repeated sequence numbers, dropped."""
     late: int
-    """Arrived after their playout time, dropped."""
+    """Dropped unplayed: arrived after their playout time, or dropped to shed excess
+    delay (at a pause or a quiet frame when possible)."""
     underruns: int
     """The buffer ran dry mid-talkspurt."""
     fec_recovered: int
