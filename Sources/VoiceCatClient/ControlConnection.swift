@@ -139,6 +139,9 @@ final class ControlConnection: ControlSender {
     func send(_ m: ControlMessage) throws {
         try sendLock.withLock {
             if let why = brokenReason { throw ClientError.network("the control connection is lost: \(why)") }
+            // Closed under this lock (close(): vc_disconnect, the session's end): said as
+            // such, not as the write's EBADF (helper-95, a join racing a disconnect).
+            guard socket.fd >= 0 else { throw ClientError.network("the connection ended before the request was sent (it was closed)") }
             m.encode(into: &plainOut)
             let need = plainOut.count + ControlFraming.overhead
             if frameOut.count < need { frameOut = [UInt8](repeating: 0, count: need) }
