@@ -1146,8 +1146,11 @@ int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
  *    plays, but between talkspurts (nothing playing, digital silence) a block of
  *    silence is cut short when a talker's first frame will have its jitter cushion
  *    before the next block: the talkspurt then starts with its cushion, not up to
- *    20 ms later at the card's phase (for frames as long as the block; the taps still
- *    get whole blocks, that one up to 20 ms early). A device that fails, or a card that plays nothing of what it holds for
+ *    20 ms later at the card's phase (streams of 20 ms frames ask for it; one of other
+ *    frames whose start falls there may wait a block more). The taps (sinks,
+ *    recordings) still get whole blocks, that one up to 20 ms early, so over a call
+ *    they get the cuts' total more silence than the card played (at most 20 ms per
+ *    talkspurt start). A device that fails, or a card that plays nothing of what it holds for
  *    1 s (nothing renders in that second), is reopened on a backoff: VC_EVENT_ERROR
  *    when it fails, VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps
  *    still get their blocks every 20 ms. A device that offers no 48 kHz is played at its rate through

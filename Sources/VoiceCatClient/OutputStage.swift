@@ -669,8 +669,8 @@ final class OutputStage {
     /// which runs after the render lock is released. Returns its frames and channels,
     /// or nil when a background driver yields to the host's pulls.
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
-                                     out: UnsafeMutablePointer<Int16>)
-        -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock)? {
+                                     out: UnsafeMutablePointer<Int16>, cutSilence: Bool)
+        -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock, cut: Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
         if mode == .background && pullHorizonNs &+ pullMarginNs > MonotonicClock.nanoseconds() {
@@ -679,10 +679,10 @@ final class OutputStage {
         // A background driver renders a block at a time once the host stopped pulling:
         // the pulls' burst is let go as after smaller pulls (held 2 s).
         if mode == .background { noteBurst(blocks: 1, nowNs: MonotonicClock.nanoseconds()) }
-        let played = renderBlock(into: buf, frames: frames, fixedBlock: true)
+        let (played, cut) = renderBlock(into: buf, frames: frames, fixedBlock: true, cutSilence: cutSilence)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
-        return (n, format.channels, format.sampleRate, played)
+        return (n, format.channels, format.sampleRate, played, cut)
     }
 
     /// The driver's block for the mixed sink `box` (`pcm`, the sink's own copy): faded
@@ -697,9 +697,12 @@ final class OutputStage {
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
     /// speaker's block to the per-speaker sink and its recording (renderLock held).
-    /// Returns what the block played, for the driver's phase.
+    /// Returns what the block played, for the driver's phase, and (`cutSilence`: the
+    /// device's block) how many frames of silence at its end the device is not to play
+    /// (PlayedBlock.silentCut: the next block comes that much earlier).
     @discardableResult
-    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, fixedBlock: Bool = false) -> PlayedBlock {
+    private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, fixedBlock: Bool = false,
+                             cutSilence: Bool = false) -> (played: PlayedBlock, cut: Int) {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
         // What arrived up to now is played by this render (the clock is read first: a
@@ -713,10 +716,12 @@ final class OutputStage {
         bus.clear(frames: frames)
         let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, fixedBlock: fixedBlock)
         bus.render(into: out, frames: frames)
-        // The echo canceller's far-end reference: what is being played.
-        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames) }
+        let cut = cutSilence ? played.silentCut(out, frames: frames) : 0
+        // The echo canceller's far-end reference: what is being played (without the cut:
+        // counted in, every cut would leave the reference that much behind the card).
+        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames - cut) }
         if tapping { handOutSpeakers(frames: frames) }
-        return played
+        return (played, cut)
     }
 
     /// The taps start (a per-speaker sink set, a speaker's recording started, with
@@ -1010,8 +1015,8 @@ final class RenderDriver {
                     continue
                 }
             }
-            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out)
-            if let (n, channels, rate, played) = rendered {
+            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out, cutSilence: device != nil)
+            if let (n, channels, rate, played, cut) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {
                     let moved = phase.rendered(played)
@@ -1032,10 +1037,9 @@ final class RenderDriver {
                 }
                 if let d = device {
                     // Nothing played and a talkspurt's first frame waits for its cushion:
-                    // the card gets a shorter block of silence, so the next block (and
-                    // the talkspurt on it) comes when the frame has its cushion, not up
-                    // to a period later. Only silence is cut, which nobody hears.
-                    let cut = mode == .device ? played.silentCut(buf, frames: frames) : 0
+                    // the card gets a shorter block of silence (renderBlock's cut), so the
+                    // next block (and the talkspurt on it) comes when the frame has its
+                    // cushion, not up to a period later. Only silence is cut.
                     if cut > 0 {
                         stage.moveClocks(earlierByMs: Double(cut) / 48)
                         pacer.move(earlierByNs: Int64(cut) * 1_000_000 / 48)

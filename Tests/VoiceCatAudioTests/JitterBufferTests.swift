@@ -1051,6 +1051,54 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertEqual(a.late, 0)
     }
 
+    /// The move a start asks for is whole samples and a hair short of the excess, so
+    /// the frame starts on the moved tick whatever the rounding of its cushion: one ask
+    /// per start, never a second of almost a period (helper-96: with the exact excess,
+    /// 261 of 5,900 starts missed the moved tick by rounding and asked again).
+    func testEachAlignedStartAsksOnceAndStartsOnTheMovedTick() {
+        // 200 talkspurts of 20 frames, each at another phase (1013.37 ms apart), on a
+        // path of 25 ms with up to ±6 ms of jitter in fractions of a millisecond.
+        var trace: [TraceFrame] = []
+        for spurt in 0..<200 {
+            for j in 0..<20 {
+                let send = Double(spurt) * 1013.37 + Double(j) * 20
+                var flags: FrameFlags = j == 0 ? .marker : []
+                if j == 19 { flags.insert(.lastFrame) }
+                let jitter = 6 * sin(Double(spurt * 20 + j) * 1.7)
+                trace.append(TraceFrame(seq: UInt64(spurt * 20 + j), timestamp: UInt32((send * 48).rounded()), flags: flags,
+                                        sendMs: send, arrivalsMs: [send + 25 + jitter]))
+            }
+        }
+        let m = JitterBufferModel()
+        m.alignStarts = true
+        m.jb.setBounds(minMs: 50, maxMs: 500)   // a start's cushion of more than a period: every start asks
+        var arrivals: [(t: Double, i: Int)] = []
+        for (i, f) in trace.enumerated() { for a in f.arrivalsMs { arrivals.append((a, i)) } }
+        arrivals.sort { $0.t < $1.t }
+        var k = 0, now = arrivals[0].t + 7.3
+        var moves = 0, missed = 0, starts = 0
+        var movedBefore = false
+        while now < arrivals.last!.t + 500 {
+            while k < arrivals.count && arrivals[k].t <= now {
+                let f = trace[arrivals[k].i]
+                m.put(seq: f.seq, timestamp: f.timestamp, flags: f.flags, arrivalMs: arrivals[k].t)
+                k += 1
+            }
+            let before = m.jb.stats.talkspurts
+            _ = m.tick(nowMs: now)
+            if m.jb.stats.talkspurts > before { starts += 1 }
+            if movedBefore && m.jb.stats.talkspurts == before { missed += 1 }
+            let move = m.clockMoveMs()
+            if move > 0 { moves += 1 }
+            XCTAssertLessThan(move, 20, "a move of a period or more")
+            movedBefore = move > 0
+            now += 20 - move
+        }
+        print("aligned starts: \(moves) moves for \(starts) talkspurts, \(missed) moved ticks without the start")
+        XCTAssertGreaterThan(moves, starts * 3 / 4, "the starts asked for moves")
+        XCTAssertEqual(missed, 0, "a moved tick without the start it was moved for")
+    }
+
     func testBoundsSetTheTalkspurtStartCushion() {
         // With history, a talkspurt waits for the lower bound.
         let jb = JitterBuffer(frameSamples: 960)

