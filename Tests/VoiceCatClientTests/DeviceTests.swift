@@ -604,6 +604,36 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(log.count(.error), 2)
     }
 
+    /// A new session asks for the playback device again: one that still cannot be
+    /// opened at the next vc_connect is reported and counted again (as the header
+    /// says, "could not be opened at vc_connect"), and one DEVICE_RESTORED follows
+    /// when it opens; a refused vc_set_capture_channels whose device cannot be reopened
+    /// either is a failure of the stream's capture.
+    func testAPlaybackDeviceStillMissingAtTheNextConnectIsReportedAgainThenRestoredOnce() throws {
+        try definePCMs(captures: [:], playbacks: [:])
+        let sam = try client("sam", playback: "vc_play_later")
+        let log = EventLog(sam)
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1, "at the first vc_connect")
+        try sam.disconnect()
+        try sam.connect(host: "127.0.0.1", port: server.port, username: "sam", password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        XCTAssertNotNil(log.wait { $0.type == .error && $0.kind == VC_DEVICE_PLAYBACK.rawValue }, "the next vc_connect reports it")
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 2)
+        try defineVoicePCMs(capture: "vc_cap_later", playback: "vc_play_later")
+        XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
+        // The capture side: a stream whose device is open, then gone, asked for stereo.
+        try sam.joinChannel("Lobby")
+        let sid = try sam.startStream(kind: .mic, externalFeed: false, channels: 1, device: "vc_cap_later")
+        try definePCMs(captures: [:], playbacks: ["vc_play_later": dir + "/vc_play_later.raw"])
+        XCTAssertThrowsError(try sam.setCaptureChannels(streamID: sid, channels: 2))
+        XCTAssertNotNil(log.wait { $0.type == .error && $0.streamID == sid }, "its device not reopened is a failure")
+        XCTAssertEqual(try sam.sendStats(streamID: sid).deviceFailures, 1)
+        try defineVoicePCMs(capture: "vc_cap_later", playback: "vc_play_later")
+        XCTAssertNotNil(log.wait(timeoutMs: 8000) { $0.type == VC_EVENT_DEVICE_RESTORED && $0.streamID == sid })
+        usleep(300_000)
+        XCTAssertEqual(log.count(VC_EVENT_DEVICE_RESTORED), 2, "one for each device back")
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 2)
+    }
+
     func testAPlaybackDeviceThatReplacesAFailedOneSaysPlaybackIsBack() throws {
         // helper-94: a client that connected with a playback device it could not open
         // got its VC_EVENT_ERROR; vc_set_playback_device to one that opens then played,
