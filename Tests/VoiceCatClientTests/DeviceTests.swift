@@ -634,6 +634,30 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(sam.playbackStats().deviceFailures, 2)
     }
 
+    /// vc_set_external_playback(0) while the device is away (it could not be opened at
+    /// vc_connect) tries it at once: VC_ERR_DEVICE while it cannot be opened, with no
+    /// second ERROR or count (it was reported when it went); from external playback the
+    /// same, the previous mode kept; DEVICE_RESTORED once it opens.
+    func testExternalPlaybackOffWhileTheDeviceIsAwayTriesItAndSaysItOnce() throws {
+        try definePCMs(captures: [:], playbacks: [:])
+        let sam = try client("sam", playback: "vc_play_away")
+        let log = EventLog(sam)
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1, "at vc_connect")
+        XCTAssertThrowsError(try sam.setExternalPlayback(false), "the device away is tried at once")
+        try sam.setExternalPlayback(true)
+        XCTAssertThrowsError(try sam.setExternalPlayback(false), "from external playback: still not there")
+        XCTAssertTrue(sam.isExternalPlayback, "the previous mode stays")
+        usleep(300_000)
+        XCTAssertEqual(log.count(.error), 0, "no second ERROR for the same device")
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
+        try definePCMs(captures: [:], playbacks: ["vc_play_away": dir + "/away.raw"])
+        try sam.setExternalPlayback(false)
+        XCTAssertNotNil(log.wait { $0.type == VC_EVENT_DEVICE_RESTORED && $0.kind == VC_DEVICE_PLAYBACK.rawValue })
+        usleep(300_000)
+        XCTAssertEqual(log.count(VC_EVENT_DEVICE_RESTORED), 1)
+        XCTAssertEqual(sam.playbackStats().deviceFailures, 1)
+    }
+
     func testAPlaybackDeviceThatReplacesAFailedOneSaysPlaybackIsBack() throws {
         // helper-94: a client that connected with a playback device it could not open
         // got its VC_EVENT_ERROR; vc_set_playback_device to one that opens then played,
