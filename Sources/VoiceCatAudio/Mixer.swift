@@ -13,6 +13,13 @@
 // 1 / `releaseFrames` per frame. Below the ceiling the mix passes
 // unchanged (gain 1), so a single stream is heard as decoded.
 
+/// Digital silence: an int16 sample of at most this magnitude (below −72 dBFS) is not
+/// heard; a block of such samples may be cut short or dropped (PlayedBlock.silentCut,
+/// the receive slots' FIFO).
+public enum DigitalSilence {
+    public static let peak = 7
+}
+
 /// A gain that moves in a straight line over a block of `frames` frames: from `from`
 /// (the gain before the block) to `to` (reached at its last frame). A listener's gain
 /// or mute that changes while a stream talks is ramped over the next block instead of

@@ -196,7 +196,7 @@ public struct PlayedBlock: Equatable, Sendable {
     public func silentCut(_ block: UnsafePointer<Int16>, frames: Int) -> Int {
         let cut = Int((silentStartMoveMs * 48).rounded())   // whole samples already
         guard cut > 0 && cut < frames else { return 0 }
-        for i in ((frames - cut) * 2)..<(frames * 2) where abs(Int(block[i])) > 7 { return 0 }
+        for i in ((frames - cut) * 2)..<(frames * 2) where abs(Int(block[i])) > DigitalSilence.peak { return 0 }
         return cut
     }
 

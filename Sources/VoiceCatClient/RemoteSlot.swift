@@ -320,11 +320,11 @@ final class RemoteSlot {
         }
     }
 
-    /// Whether the oldest `frames` frames of the FIFO are silent (below -72 dBFS).
+    /// Whether the oldest `frames` frames of the FIFO are silent (DigitalSilence).
     private func fifoIsSilent(frames: Int) -> Bool {
         for k in 0..<frames {
             let i = (fifoRead + k) % RemoteSlot.fifoCapacity
-            if abs(Int(fifo[2 * i])) > 7 || abs(Int(fifo[2 * i + 1])) > 7 { return false }
+            if abs(Int(fifo[2 * i])) > DigitalSilence.peak || abs(Int(fifo[2 * i + 1])) > DigitalSilence.peak { return false }
         }
         return true
     }
