@@ -1142,15 +1142,20 @@ int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
  *    VC_ERR_DEVICE and the session continues). A sound card's own clock paces the
  *    blocks: it holds about 25 ms when the next block is rendered (a block and one
  *    ALSA period; more when its periods are longer than 5 ms): 25-45 ms in the card,
- *    added to the card's own output latency. The card's clock cannot move while it
- *    plays, but between talkspurts (nothing playing, digital silence) a block of
- *    silence is cut short when a talker's first frame will have its jitter cushion
- *    before the next block: the talkspurt then starts with its cushion, not up to
- *    20 ms later at the card's phase (streams of 20 ms frames ask for it; one of other
- *    frames whose start falls there may wait a block more). The taps (sinks,
- *    recordings) still get whole blocks, that one up to 20 ms early, so over a call
- *    they get the cuts' total more silence than the card played (at most 20 ms per
- *    talkspurt start). A device that fails, or a card that plays nothing of what it holds for
+ *    added to the card's own output latency. The card's clock is moved by what it is
+ *    written, so that frames do not wait up to a block more at its phase: between
+ *    talkspurts (nothing playing, digital silence) a block of silence is cut short
+ *    when a talker's first frame will have its jitter cushion before the next block
+ *    (the talkspurt then starts with its cushion, not up to 20 ms later); while streams
+ *    play and every frame played has time to spare (a path that got faster, a talker
+ *    whose clock runs ahead of the card's), a block is played up to 2 % faster
+ *    (resampled: 0.4 ms less of a 20 ms block, a third of a semitone higher for that
+ *    block), at most once every 10 blocks. Streams of 20 ms frames ask for these moves;
+ *    one of other frames whose start falls at a cut may wait a block more. The echo
+ *    canceller's reference is what the card plays. The taps (sinks, recordings) get
+ *    each block whole, as mixed, at the card's pace, so over a call they get the
+ *    moves' total more audio than the card played (at most 20 ms per talkspurt start,
+ *    0.2 % while streams play). A device that fails, or a card that plays nothing of what it holds for
  *    1 s (nothing renders in that second), is reopened on a backoff: VC_EVENT_ERROR
  *    when it fails, VC_EVENT_DEVICE_RESTORED when it is back; meanwhile the taps
  *    still get their blocks every 20 ms. A device that offers no 48 kHz is played at its rate through

@@ -61,9 +61,17 @@ public struct RenderPhase: Sendable {
     public var holdMs = 2000.0
     /// The longest window (ms), reached by holds 10 s apart.
     public var maxHoldMs = 20_000.0
+    /// The renderer keeps a real-time schedule (the sink's mixer thread: its lead stays
+    /// within (−periodMs, 2 periodMs), and a quiet block gives a whole period back);
+    /// false: a device's clock, which the moves change for good (a block written
+    /// shorter or longer by playing it faster or slower), with no schedule to keep.
+    public var keepsSchedule = true
+    /// Moves later when a talkspurt's last frame would miss its tick; false: earlier
+    /// only (a device's glide, DevicePhase).
+    public var movesLater = true
 
     /// How far ahead of the real-time schedule the ticks are (ms; negative: behind),
-    /// within (−periodMs, 2 periodMs).
+    /// within (−periodMs, 2 periodMs) when the renderer keeps its schedule.
     public private(set) var leadMs = 0.0
 
     private var blocks = 0
@@ -101,6 +109,7 @@ public struct RenderPhase: Sendable {
             restart()
             endHold()
             // A free moment: back towards the schedule by a whole period (the phase stays).
+            guard keepsSchedule else { return 0 }
             if leadMs >= periodMs { return record(-periodMs) }
             if leadMs < -periodMs / 2 { return record(periodMs) }
             return 0
@@ -134,8 +143,8 @@ public struct RenderPhase: Sendable {
         let earlier = min(min(leastSlackMs - marginMs, maxStepMs), budgetMs)
         let later = leastEndSlackMs.isFinite ? min(marginMs - leastEndSlackMs, maxStepMs) : 0
         restart()
-        if later >= minStepMs && leadMs - later > -periodMs { return record(-later) }
-        if earlier >= minStepMs && leadMs + earlier < 2 * periodMs {
+        if movesLater && later >= minStepMs && (!keepsSchedule || leadMs - later > -periodMs) { return record(-later) }
+        if earlier >= minStepMs && (!keepsSchedule || leadMs + earlier < 2 * periodMs) {
             budgetMs -= earlier
             return record(earlier)
         }

@@ -628,7 +628,8 @@ final class OutputStage {
             let need = frames - done
             let chunk = mixConverter.splicePending ? OutputStage.block
                 : rate == 48000 ? min(OutputStage.block, need) : max(1, min(OutputStage.block, (need * 48000 + rate - 1) / rate))
-            renderBlock(into: pullMix, frames: chunk)
+            var noDevice: DevicePhase? = nil   // the host's clock: the whole block is played
+            renderBlock(into: pullMix, frames: chunk, device: &noDevice, card: nil)
             let (p, n) = handOutMix(pullMix, frames: chunk)
             let take = min(n, need)
             if take > 0 { emit(p, take, done, ch) }
@@ -666,11 +667,15 @@ final class OutputStage {
 
     /// The driver's render of one block into `buf` (48 kHz stereo), and the block in
     /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
-    /// which runs after the render lock is released. Returns its frames and channels,
-    /// or nil when a background driver yields to the host's pulls.
+    /// which runs after the render lock is released. `device`: a device driver's moves
+    /// (nil: another driver), and `card` (room for `frames`) what the card is to play
+    /// of the block (DevicePhase.fit: a silent cut or a glide). Returns the block's
+    /// frames and channels in the output format, what it played, and the frames
+    /// written to `card` (`frames` without a device); nil when a background driver
+    /// yields to the host's pulls.
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
-                                     out: UnsafeMutablePointer<Int16>, cutSilence: Bool)
-        -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock, cut: Int)? {
+                                     out: UnsafeMutablePointer<Int16>, device: inout DevicePhase?, card: UnsafeMutablePointer<Int16>)
+        -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock, cardFrames: Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
         if mode == .background && pullHorizonNs &+ pullMarginNs > MonotonicClock.nanoseconds() {
@@ -679,10 +684,10 @@ final class OutputStage {
         // A background driver renders a block at a time once the host stopped pulling:
         // the pulls' burst is let go as after smaller pulls (held 2 s).
         if mode == .background { noteBurst(blocks: 1, nowNs: MonotonicClock.nanoseconds()) }
-        let (played, cut) = renderBlock(into: buf, frames: frames, fixedBlock: true, cutSilence: cutSilence)
+        let played = renderBlock(into: buf, frames: frames, fixedBlock: true, device: &device, card: card)
         let (p, n) = handOutMix(buf, frames: frames)
         if mode != .background { out.update(from: p, count: n * format.channels) }
-        return (n, format.channels, format.sampleRate, played, cut)
+        return (n, format.channels, format.sampleRate, played.played, played.cardFrames)
     }
 
     /// The driver's block for the mixed sink `box` (`pcm`, the sink's own copy): faded
@@ -697,12 +702,13 @@ final class OutputStage {
 
     /// Renders `frames` (≤ block) of the final 48 kHz stereo mix and hands each
     /// speaker's block to the per-speaker sink and its recording (renderLock held).
-    /// Returns what the block played, for the driver's phase, and (`cutSilence`: the
-    /// device's block) how many frames of silence at its end the device is not to play
-    /// (PlayedBlock.silentCut: the next block comes that much earlier).
+    /// `device`: a device driver's moves, which decide what of the block the card
+    /// plays, written to `card` (DevicePhase: a silent cut before a talkspurt, or the
+    /// block played a little faster; its next block comes that much earlier). Returns
+    /// what the block played, for the driver's phase, and the frames for the card.
     @discardableResult
     private func renderBlock(into out: UnsafeMutablePointer<Int16>, frames: Int, fixedBlock: Bool = false,
-                             cutSilence: Bool = false) -> (played: PlayedBlock, cut: Int) {
+                             device: inout DevicePhase?, card: UnsafeMutablePointer<Int16>?) -> (played: PlayedBlock, cardFrames: Int) {
         let nowNs = MonotonicClock.nanoseconds()
         lastRenderMs.store(nowNs / 1_000_000, ordering: .relaxed)
         // What arrived up to now is played by this render (the clock is read first: a
@@ -716,12 +722,19 @@ final class OutputStage {
         bus.clear(frames: frames)
         let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, fixedBlock: fixedBlock)
         bus.render(into: out, frames: frames)
-        let cut = cutSilence ? played.silentCut(out, frames: frames) : 0
-        // The echo canceller's far-end reference: what is being played (without the cut:
-        // counted in, every cut would leave the reference that much behind the card).
-        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(out, frames: frames - cut) }
+        var heard = out, cardFrames = frames
+        if device != nil, let c = card {
+            let cut = played.silentCut(out, frames: frames)
+            let move = device!.move(after: played, cut: cut, frames: frames)
+            cardFrames = DevicePhase.fit(out, frames: frames, move: move, silent: cut > 0, into: c)
+            heard = c
+        }
+        // The echo canceller's far-end reference: what is played (the card's block: a
+        // cut or glide counted in as a whole block would leave the reference that much
+        // behind the card).
+        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(heard, frames: cardFrames) }
         if tapping { handOutSpeakers(frames: frames) }
-        return (played, cut)
+        return (played, cardFrames)
     }
 
     /// The taps start (a per-speaker sink set, a speaker's recording started, with
@@ -948,9 +961,11 @@ final class RenderDriver {
         defer { ThreadIdentity.clear() }
         let buf = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)
         buf.initialize(repeating: 0, count: frames * 2)
+        let card = UnsafeMutablePointer<Int16>.allocate(capacity: frames * 2)   // what the card plays of buf
+        card.initialize(repeating: 0, count: frames * 2)
         let out = UnsafeMutablePointer<Int16>.allocate(capacity: OutputStage.maxOutFrames * 2)
         out.initialize(repeating: 0, count: OutputStage.maxOutFrames * 2)
-        defer { buf.deallocate(); out.deallocate() }
+        defer { buf.deallocate(); card.deallocate(); out.deallocate() }
         var device = first
         var backoffMs: UInt64 = 250
         var retryAtMs = MonotonicClock.milliseconds() + (startsDown ? backoffMs : 0)
@@ -975,8 +990,10 @@ final class RenderDriver {
             pacer.wait()
             leadMs = p.leadMs - Double(longerNs) / 1e6
         }
-        // Only the sink driver picks its own phase: a device's clock is the device's.
+        // Only the sink driver picks its own phase; a device's clock is the device's, which
+        // its driver moves by what it writes (DevicePhase).
         var phase = RenderPhase(periodMs: Double(frames) / 48, leadMs: mode == .sink ? leadMs : 0)
+        var devicePhase: DevicePhase? = mode == .device ? DevicePhase(periodMs: Double(frames) / 48) : nil
         // What the driver that replaces this one takes over (read after the join).
         var nextDueNs: UInt64 = 0
         defer {
@@ -991,8 +1008,9 @@ final class RenderDriver {
             retryAtMs = MonotonicClock.milliseconds() + retryInMs
             stage.playbackFailed(reason)
         }
-        // The length of the block last written to the device (shorter for a silent cut).
-        var writtenMs = Double(frames) / 48
+        // The length of the block last written to the device (48 kHz frames; shorter for a
+        // silent cut or a glide).
+        var written = frames
         while !stop.isSet {
             if mode == .device && device == nil {
                 let now = MonotonicClock.milliseconds()
@@ -1015,8 +1033,11 @@ final class RenderDriver {
                     continue
                 }
             }
-            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out, cutSilence: device != nil)
-            if let (n, channels, rate, played, cut) = rendered {
+            // (No card: nothing is moved; the taps' clock stays the schedule's.)
+            var moves = device != nil ? devicePhase : nil
+            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out, device: &moves, card: card)
+            if moves != nil { devicePhase = moves }
+            if let (n, channels, rate, played, cardFrames) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {
                     let moved = phase.rendered(played)
@@ -1036,16 +1057,17 @@ final class RenderDriver {
                     }
                 }
                 if let d = device {
-                    // Nothing played and a talkspurt's first frame waits for its cushion:
-                    // the card gets a shorter block of silence (renderBlock's cut), so the
-                    // next block (and the talkspurt on it) comes when the frame has its
-                    // cushion, not up to a period later. Only silence is cut.
-                    if cut > 0 {
-                        stage.moveClocks(earlierByMs: Double(cut) / 48)
-                        pacer.move(earlierByNs: Int64(cut) * 1_000_000 / 48)
+                    // The card is written a shorter block (DevicePhase): silence cut short
+                    // where a talkspurt's first frame waits for its cushion, or the block
+                    // played a little faster while frames had time to spare. Its next
+                    // block, and every stream's next tick, come that much earlier.
+                    let move = frames - cardFrames
+                    if move > 0 {
+                        stage.moveClocks(earlierByMs: Double(move) / 48)
+                        pacer.move(earlierByNs: Int64(move) * 1_000_000 / 48)
                     }
-                    writtenMs = Double(frames - cut) / 48
-                    do { try d.write(buf, frames: frames - cut) } catch { lose("\(error)", retryInMs: backoffMs) }
+                    written = cardFrames
+                    do { try d.write(card, frames: cardFrames) } catch { lose("\(error)", retryInMs: backoffMs) }
                     stage.deviceUnderruns.add(d.device.takeXruns())
                 }
             }
@@ -1056,7 +1078,7 @@ final class RenderDriver {
                 // render that wakes a little late) and its buffer does not drift towards
                 // empty or full (paced to the monotonic clock alone, a card that ran a
                 // little fast underran every few seconds, and every period at 1 %).
-                if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: Int(writtenMs * Double(p.device.sampleRate) / 1000),
+                if let due = pacer.wait(for: p.device, held: held, lead: p.leadFrames, block: written * p.device.sampleRate / 48000,
                                         restarted: p.restarted, stopped: { stop.isSet }) {
                     nextDueNs = due
                     stallBackoff.moved()

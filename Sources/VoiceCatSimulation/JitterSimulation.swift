@@ -47,7 +47,9 @@ extension PlayoutModel {
 /// Our JitterBuffer as a PlayoutModel (it decides; nothing is decoded).
 public final class JitterBufferModel: PlayoutModel {
     public let jb: JitterBuffer
-    public var name: String { phase != nil ? "VoiceCat, ticks placed (sink mode)" : alignStarts ? "VoiceCat JitterBuffer (device)" : "VoiceCat JitterBuffer" }
+    public var name: String {
+        phase != nil ? "VoiceCat, ticks placed (sink mode)" : device != nil || alignStarts ? "VoiceCat JitterBuffer (device)" : "VoiceCat JitterBuffer"
+    }
     /// Set: the ticks follow the stream's frames as the sink mode's mixer thread
     /// places them (RenderPhase, told what each played frame could spare, as
     /// RemoteSlot and ReceiveSet tell it for one stream); nil: a fixed clock.
@@ -61,6 +63,11 @@ public final class JitterBufferModel: PlayoutModel {
     /// the buffer's startEarlyTicks, as the device driver does by writing a shorter block
     /// of silence (its card's clock then goes on from there).
     public var alignStarts = false
+    /// Set: the device driver's moves on the fixed clock (DevicePhase): a tick in which
+    /// nothing played has the next one come earlier by the buffer's startEarlyTicks
+    /// (a silent cut, as with alignStarts), and ticks in which the stream played glide
+    /// earlier or later (the block played faster or slower), in whole samples.
+    public var device: DevicePhase?
     private var move = 0.0
     /// Talkspurt edges seen in playout, in order (true: started).
     public private(set) var edges: [Bool] = []
@@ -93,6 +100,10 @@ public final class JitterBufferModel: PlayoutModel {
             move = phase!.rendered(block)
             if move != 0 { jb.moveClock(earlierByMs: move) }
             if loudLevels { jb.reportPlayedLevel(quiet: false) }
+        } else if device != nil {
+            let cut = Int((block.silentStartMoveMs * 48).rounded())   // (whole samples already)
+            move = Double(device!.move(after: block, cut: cut, frames: jb.frameSamples)) / 48
+            if move != 0 { jb.moveClock(earlierByMs: move) }
         } else if alignStarts {
             move = block.silentStartMoveMs
             if move != 0 { jb.moveClock(earlierByMs: move) }

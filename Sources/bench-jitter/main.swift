@@ -10,17 +10,19 @@
 //   --sweep     the goal count over a grid of tuning values
 //   --floor     per continuous trace (steady delay and clock), what every fixed
 //               whole-frame alignment gets: the best a policy that never realigns can do
-// Environment, for experiments (the table's figures are with neither set):
+// Environment, for experiments (the table's figures are with none set):
+//   JB_NOALIGN   the first table on a fixed clock (no silent cuts, no glides)
 //   JB_TUNE="quantile=0.975,waitTicks=0,..."  VoiceCat's Tuning knobs for this run
 //   JB_FIXED=n   VoiceCat's target pinned to n periods (setBounds): a fixed alignment
 //                through the real buffer, to compare with --floor
 //   JB_WATCH=i   for trace i, VoiceCat's target (periods) every 300 ticks of each run,
 //                and each half's mean delay (with --sink: on the sink mode's clock, and
-//                the ticks' lead in ms after each target)
+//                the ticks' lead in ms after each target; --device: the device's moves)
 //   JB_DIAG=i    for trace i, per run: frames later than each fixed alignment +k
 //                (arrivals only) and what the buffer pinned to +k loses and delays
 //   JB_TICKS=i,a,b[,r]  for trace i, run r (default the first): each arrival and each
-//                tick's outcome, target and depth, from tick a to tick b
+//                tick's outcome, target and depth, from tick a to tick b (--device: on
+//                the device's clock, with its moves)
 //   JB_SEEDS=n   the three runs' seeds moved by n x 10000: traces the tuning was not
 //                chosen on (the table is with n = 0)
 import Glibc
@@ -265,13 +267,14 @@ final class Watch: PlayoutModel {
     init(periodMs: Double) {
         inner.jb.tuning = envTuning
         if args.contains("--sink") { inner.phase = RenderPhase(periodMs: periodMs) }
+        if args.contains("--device") { inner.device = DevicePhase(periodMs: periodMs) }
     }
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) { inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs) }
     func tick(nowMs: Double) -> TickOutcome {
         n += 1
         let o = inner.tick(nowMs: nowMs)
         lead += inner.clockMoveMs()
-        if n % 300 == 0 { line += " \(Int(inner.jb.targetMs / 20) - 1)" + (inner.phase == nil ? "" : "/\(Int(lead.rounded()))") }
+        if n % 300 == 0 { line += " \(Int(inner.jb.targetMs / 20) - 1)" + (inner.phase == nil && inner.device == nil ? "" : "/\(Int(lead.rounded()))") }
         return o
     }
 }
@@ -293,6 +296,8 @@ final class TickTrace: PlayoutModel {
     let inner = JitterBufferModel()
     var n = 0, from = 0, to = 0
     var name: String { inner.name }
+    func clockMoveMs() -> Double { inner.clockMoveMs() }
+    init() { if args.contains("--device") { inner.device = DevicePhase(periodMs: 20) } }
     func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) {
         if n >= from && n <= to { print("   put seq \(seq) ts/960 \(timestamp / 960) at \(f1(arrivalMs))") }
         inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs)
@@ -300,7 +305,7 @@ final class TickTrace: PlayoutModel {
     func tick(nowMs: Double) -> TickOutcome {
         n += 1
         let o = inner.tick(nowMs: nowMs)
-        if n >= from && n <= to { print("tick \(n) at \(f1(nowMs)): \(o) target \(f1(inner.jb.targetMs)) depth \(f1(inner.jb.depthMs))") }
+        if n >= from && n <= to { print("tick \(n) at \(f1(nowMs)): \(o) target \(f1(inner.jb.targetMs)) depth \(f1(inner.jb.depthMs))\(inner.clockMoveMs() != 0 ? " move \(f2(inner.clockMoveMs())) ms" : "")") }
         return o
     }
 }
@@ -422,7 +427,8 @@ for (i, s) in all.enumerated() {
     let set = traces(i, s)
     let ours = simulate(set, s, {
         let m = JitterBufferModel(); m.jb.tuning = envTuning
-        m.alignStarts = getenv("JB_NOALIGN") == nil   // the device's clock: starts aligned in silence
+        // The device's clock: starts aligned in silence, glides while the stream plays.
+        if getenv("JB_NOALIGN") == nil { m.device = DevicePhase(periodMs: s.receiverTickMs) }
         if let f = getenv("JB_FIXED"), let n = Double(String(cString: f)) { m.jb.setBounds(minMs: n * 20, maxMs: n * 20) }
         return m
     }, inspect: { m in

@@ -51,14 +51,30 @@ final class DeviceTests: XCTestCase {
         return d.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
     }
 
-    func client(_ name: String, channel: String = "Lobby", playback: String? = nil) throws -> VoiceClient {
+    /// Ends a real-time run: the stalls the probe saw, what the listener's stream counted,
+    /// and both clients shut down (the card's file is then complete).
+    func endRun(_ probe: StallProbe, listener: VoiceClient, talker: VoiceClient, ssrc: UInt32) throws -> (stalls: [Int], stats: StreamStats) {
+        let stalls = probe.stop()
+        let st = try listener.streamStats(ssrc: ssrc)
+        listener.shutdown()
+        talker.shutdown()
+        return (stalls, st)
+    }
+
+    /// The left channel of a raw stereo file a card wrote.
+    func readLeft(_ path: String) -> [Int16] {
+        let out = readRaw(path)
+        return stride(from: 0, to: out.count, by: 2).map { out[$0] }
+    }
+
+    func client(_ name: String, channel: String = "Lobby", playback: String? = nil, port: UInt16? = nil) throws -> VoiceClient {
         var cfg = ClientConfig()
         cfg.keepaliveMs = 1000
         cfg.externalPlayback = playback == nil
         if let p = playback { cfg.playbackDevice = p }
         let c = try VoiceClient(config: cfg)
         clients.append(c)
-        try c.connect(host: "127.0.0.1", port: server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
+        try c.connect(host: "127.0.0.1", port: port ?? server.port, username: name, password: nil, pinnedFingerprint: nil, timeoutMs: 3000)
         try c.joinChannel(channel)
         return c
     }
@@ -74,6 +90,20 @@ final class DeviceTests: XCTestCase {
         let voice = Signal.voiceLike(seconds: seconds)
         try voice.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: voice.count, channels: 1) }
         return (alex, sid, ssrc)
+    }
+
+    /// Where in `x` a sound starts: a sample louder than `above` after at least `after`
+    /// samples quieter than `quietBelow` (none louder than `above` between; the start
+    /// of `x` counts as quiet).
+    func onsetsOf(_ x: [Int16], above: Int, after: Int, quietBelow: Int) -> [Int] {
+        var onsets: [Int] = []
+        var quiet = after
+        for (i, v) in x.enumerated() {
+            let m = abs(Int(v))
+            if m > above && quiet >= after { onsets.append(i) }
+            quiet = m < quietBelow ? quiet + 1 : (m > above ? 0 : quiet)
+        }
+        return onsets
     }
 
     /// Index of the first 10 ms block whose RMS exceeds `level` (fraction of full scale).
@@ -98,8 +128,7 @@ final class DeviceTests: XCTestCase {
         usleep(3_200_000)
         try alex.stopStream(sid)
         sam.shutdown()
-        let out = readRaw(dir + "/out.raw")
-        let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+        let left = readLeft(dir + "/out.raw")
         let start = try XCTUnwrap(onset(left), "nothing audible was played")
         let signal = Array(input[24000...])
         let played = Array(left[max(0, start - 4800)...])
@@ -173,8 +202,7 @@ final class DeviceTests: XCTestCase {
             XCTAssertGreaterThanOrEqual(played.deviceBufferedUs, 25_000)
             XCTAssertLessThanOrEqual(played.deviceBufferedUs, 70_000)
             XCTAssertGreaterThan(stats.jitter.packetsReceived, 200, "the talker's card was heard")
-            let out = readRaw(dir + "/out-\(speed).raw")
-            let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
+            let left = readLeft(dir + "/out-\(speed).raw")
             XCTAssertNotNil(onset(left), "the listener's card played the talker")
             clients = []
         }
@@ -251,20 +279,11 @@ final class DeviceTests: XCTestCase {
             try speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: speech.count, channels: 1) }
         }
         usleep(800_000)
-        let stalls = probe.stop()
-        let st = try sam.streamStats(ssrc: ssrc)
-        sam.shutdown()
-        alex.shutdown()
+        let (stalls, st) = try endRun(probe, listener: sam, talker: alex, ssrc: ssrc)
         // Onsets in the card's output (its position runs with its clock: no underrun
         // leaves a gap), each after at least 200 ms of silence (or the start).
-        let out = readRaw(dir + "/align.raw")
-        let left = stride(from: 0, to: out.count, by: 2).map { out[$0] }
-        var onsets: [Int] = []
-        var quiet = 9600
-        for (i, v) in left.enumerated() {
-            if abs(Int(v)) > 1000 && quiet >= 9600 { onsets.append(i) }
-            quiet = abs(Int(v)) < 8 ? quiet + 1 : (abs(Int(v)) > 1000 ? 0 : quiet)
-        }
+        let left = readLeft(dir + "/align.raw")
+        let onsets = onsetsOf(left, above: 1000, after: 9600, quietBelow: 8)
         XCTAssertEqual(onsets.count, 9, "talkspurts found in the card's output: at \(onsets.map { $0 / 48 }) ms of \(left.count / 48)")
         guard onsets.count == 9 else { return }
         // Each talkspurt's start in the card's time less its send time, against the
@@ -277,6 +296,63 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(st.jitter.plcFrames, 0)
         // 0.2-0.3 ms here; 19 ms without the cut (phases 7 ms apart over the period).
         XCTAssertLessThan(spread, 10, "where a talkspurt starts moved with its phase against the card's clock")
+    }
+
+    /// A path that gets 10 ms faster while a stream plays on (no pause to cut): its
+    /// frames then wait 10 ms more for the card's blocks, on a fixed clock for as long as
+    /// it plays (less than a period: no frame is dropped for it). The card's blocks glide
+    /// earlier (each played up to 2 % faster, DevicePhase) until they take it back.
+    func testACardGlidesEarlierWhenThePathGetsFasterWhileAStreamPlays() throws {
+        let plugin = try buildFakeCard()
+        try AlsaConfig.set(plugin + "pcm.vc_glide_card { type vcfakecard file \"\(dir)/glide.raw\" rate 48000 channels 2 }\n")
+        var slow = Impairment()
+        slow.baseDelayMs = 40
+        let proxy = try ImpairmentProxy(targetPort: server.port, downstream: slow, seed: 9)
+        defer { proxy.stop() }
+        let sam = try client("sam", playback: "vc_glide_card", port: proxy.port)
+        let alex = try client("alex")
+        alex.setInputMode(.continuous)
+        let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
+        let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
+        try sam.waitForRemote(ssrc: ssrc)
+        // 14 s of a 200 Hz hum with a 10 ms burst of 2 kHz every 500 ms (from 250 ms),
+        // fed in two halves (a queue holds 10 s): the library sends it paced at real
+        // time, never running dry.
+        var pcm = Signal.tone(200, seconds: 14, amplitude: 0.1)
+        let pulses = (0..<28).map { 12_000 + $0 * 24_000 }
+        for p in pulses {
+            for i in 0..<480 { pcm[p + i] = Int16(clamping: Int(pcm[p + i]) + Int((0.7 * 32767 * sin(2 * Double.pi * 2000 * Double(i) / 48000)).rounded())) }
+        }
+        let probe = StallProbe()
+        probe.start()
+        let half = pcm.count / 2
+        try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: half, channels: 1) }
+        // (What the start left to spare is taken within the first seconds.)
+        usleep(6_000_000)
+        var fast = Impairment()
+        fast.baseDelayMs = 30
+        proxy.setImpairment(upstream: Impairment(), downstream: fast)
+        try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + half, frames: pcm.count - half, channels: 1) }
+        try alex.drain(streamID: sid, timeoutMs: 15_000)
+        usleep(500_000)
+        let (stalls, st) = try endRun(probe, listener: sam, talker: alex, ssrc: ssrc)
+        // Each burst's onset in the card's output (its position runs with its clock)
+        // less where it was in what was sent (ms): the stream's delay, up to a constant.
+        let left = readLeft(dir + "/glide.raw")
+        let onsets = onsetsOf(left, above: 12_000, after: 19_200, quietBelow: 12_001)
+        XCTAssertEqual(onsets.count, pulses.count, "bursts found in the card's output at \(onsets.map { $0 / 48 }) ms")
+        guard onsets.count == pulses.count else { return }
+        let delay = zip(onsets, pulses).map { Double($0 - $1) / 48 }
+        let before = delay[9...11].reduce(0, +) / 3, after = delay[25...27].reduce(0, +) / 3
+        print("bursts' delay on the card (ms, less the first's): \(delay.map { String(format: "%.1f", $0 - delay[0]) }); "
+              + "before the path got 10 ms faster \(String(format: "%.1f", before - delay[0])), at the end \(String(format: "%.1f", after - delay[0])); "
+              + "late \(st.jitter.late), concealed \(st.jitter.plcFrames); stalls seen \(stalls.count)")
+        if Sanitizers.thread || !stalls.isEmpty { return }   // real-time timing: the normal build, undisturbed, judges it
+        XCTAssertEqual(st.jitter.late, 0, "no frame dropped")
+        XCTAssertLessThanOrEqual(st.jitter.plcFrames, 1, "the glides made no frame miss its block")
+        // 9.9 ms here; 0 on a card whose clock nothing moves (the frames only wait longer).
+        XCTAssertGreaterThan(before - after, 5, "the card's blocks took back what the faster path gave")
+        XCTAssertLessThan(before - after, 15, "about what the path gave (and what the start may have left)")
     }
 
     func testEveryXrunOfBothCardsIsCountedForTheHost() throws {

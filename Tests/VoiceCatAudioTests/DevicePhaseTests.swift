@@ -1,0 +1,102 @@
+// A device driver's moves of its card's clock (DevicePhase): the block played a
+// little faster while streams play (a glide), or cut short in silence; then closed
+// loops in simulated time with a real JitterBuffer on a fixed clock, judged by what
+// was played and how long frames waited.
+import Foundation
+import VoiceCatAudio
+import VoiceCatProtocol
+import VoiceCatSimulation
+import XCTest
+
+final class DevicePhaseTests: XCTestCase {
+    /// A block of two tones (L 440 Hz, R 1 kHz) starting at sample `from` of the stream.
+    private func tones(from: Int, frames: Int) -> [Int16] {
+        var b = [Int16](repeating: 0, count: frames * 2)
+        for i in 0..<frames {
+            let t = Double(from + i) / 48000
+            b[2 * i] = Int16((10_000 * sin(2 * .pi * 440 * t)).rounded())
+            b[2 * i + 1] = Int16((10_000 * sin(2 * .pi * 1000 * t)).rounded())
+        }
+        return b
+    }
+
+    func testAGlidePlaysTheBlockFasterWithItsSamplesEvenlySpacedIntoTheNext() {
+        let block = tones(from: 0, frames: 960)
+        var out = [Int16](repeating: 0, count: 960 * 2)
+        let n = DevicePhase.fit(block, frames: 960, move: 19, silent: false, into: &out)
+        XCTAssertEqual(n, 941)
+        // Output sample j is the stream at j × 960 / 941: the first is the block's first,
+        // the last falls a step before the next block's first (sample 960).
+        var worst = 0.0
+        for j in 0..<n {
+            let t = Double(j) * 960 / 941 / 48000
+            worst = max(worst, abs(Double(out[2 * j]) - 10_000 * sin(2 * .pi * 440 * t)))
+            // (The last sample's outer point is clamped to the block: no sample of the next.)
+            if j < n - 1 { worst = max(worst, abs(Double(out[2 * j + 1]) - 10_000 * sin(2 * .pi * 1000 * t))) }
+        }
+        print("glide of 19 samples: worst error \(worst) of 10000")
+        XCTAssertLessThan(worst, 4, "the resampled block is the same waveform, played 2 % faster")
+        XCTAssertEqual(out[0], block[0])
+        XCTAssertEqual(out[1], block[1])
+    }
+
+    func testNoMoveCopiesAndASilentCutKeepsTheBlocksStart() {
+        let block = tones(from: 480, frames: 960)
+        var out = [Int16](repeating: 7, count: 960 * 2)
+        XCTAssertEqual(DevicePhase.fit(block, frames: 960, move: 0, silent: false, into: &out), 960)
+        XCTAssertEqual(out, block)
+        out = [Int16](repeating: 7, count: 960 * 2)
+        XCTAssertEqual(DevicePhase.fit(block, frames: 960, move: 300, silent: true, into: &out), 660)
+        XCTAssertEqual(Array(out[0..<1320]), Array(block[0..<1320]), "a cut plays the block's first frames as they are")
+        XCTAssertEqual(out[1320], 7, "nothing written past them")
+        XCTAssertEqual(DevicePhase.fit(block, frames: 960, move: -5, silent: false, into: &out), 960, "never longer than the block")
+        XCTAssertEqual(DevicePhase.maxGlide(frames: 960), 19)
+        XCTAssertEqual(DevicePhase.maxGlide(frames: 480), 9)
+    }
+
+    /// A stream that never pauses, from a sender whose clock runs 0.1 % faster than the
+    /// card's: on a fixed clock its buffer grows a period every 20 s and a frame is
+    /// dropped for it; the card's glide follows it and drops none. Every move is a step
+    /// of at most 2 % of a block, at least 10 blocks apart.
+    func testACardSlowerThanTheSenderIsFollowedWithNoFrameDropped() {
+        var net = TraceGenerator.Network()
+        net.baseDelayMs = 20; net.jitterMs = 3; net.senderClockRate = 1.001
+        let trace = TraceGenerator.generate(frames: 4500, talk: .continuous, network: net, seed: 77)
+        final class Moves: PlayoutModel {
+            let inner = JitterBufferModel()
+            var ticks = 0, last = -100, moves = 0, largest = 0.0, closest = Int.max
+            var name: String { inner.name }
+            func put(seq: UInt64, timestamp: UInt32, flags: FrameFlags, arrivalMs: Double) {
+                inner.put(seq: seq, timestamp: timestamp, flags: flags, arrivalMs: arrivalMs)
+            }
+            func tick(nowMs: Double) -> TickOutcome {
+                ticks += 1
+                let o = inner.tick(nowMs: nowMs)
+                let m = inner.clockMoveMs()
+                if m != 0 && inner.jb.talking {
+                    moves += 1
+                    largest = max(largest, m)
+                    closest = min(closest, ticks - last)
+                    last = ticks
+                }
+                return o
+            }
+            func clockMoveMs() -> Double { inner.clockMoveMs() }
+        }
+        let glides = Moves()
+        glides.inner.device = DevicePhase(periodMs: 20)
+        let g = JitterSimulation.run(trace, model: glides, tickMs: 20, phase: 0.37)
+        let fixed = JitterBufferModel()
+        let f = JitterSimulation.run(trace, model: fixed, tickMs: 20, phase: 0.37)
+        print("sender 0.1 % fast, 90 s: card gliding \(g), \(glides.moves) moves (largest \(glides.largest) ms, closest \(glides.closest) "
+              + "blocks apart), dropped \(glides.inner.jb.stats.skipped); fixed clock \(f), dropped \(fixed.jb.stats.skipped)")
+        XCTAssertGreaterThanOrEqual(fixed.jb.stats.skipped, 3, "the fixed clock drops a frame every 20 s or so")
+        XCTAssertEqual(glides.inner.jb.stats.skipped, 0, "no frame dropped: the card's clock followed the sender's")
+        XCTAssertEqual(g.lateLost, 0)
+        XCTAssertEqual(g.concealedTicks, 0)
+        XCTAssertLessThan(g.meanDelayMs, f.meanDelayMs - 3, "the half period a drop every 20 s costs on average, and the phase")
+        XCTAssertGreaterThan(glides.moves, 80, "90 ms followed in steps of 0.4 ms at most")
+        XCTAssertLessThanOrEqual(glides.largest, Double(DevicePhase.maxGlide(frames: 960)) / 48 + 1e-9)
+        XCTAssertGreaterThanOrEqual(glides.closest, 10)
+    }
+}
