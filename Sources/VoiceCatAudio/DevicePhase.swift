@@ -63,8 +63,13 @@ public struct DevicePhase: Sendable {
     /// which is the move when there is one; else the glide's, in whole samples (at most
     /// maxGlide). Called once per block.
     public mutating func move(after played: PlayedBlock, cut: Int, frames: Int) -> Int {
-        if cut > 0 { return cut }
+        // Every block counts for the glide's window, a cut one too (nothing played in
+        // it: the window starts again, and holds end): a window must not span a cut
+        // and take again what the cut took (helper-97).
         let ms = glide.rendered(played)
+        if cut > 0 { return cut }
+        // (The policy counts the step it asked for, 0.4 ms, against its budget; the
+        // card moves the whole samples below it, 19 of 19.2: a hair less than counted.)
         let limit = DevicePhase.maxGlide(frames: frames)
         return max(0, min(limit, Int((ms * 48).rounded())))
     }

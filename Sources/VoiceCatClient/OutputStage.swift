@@ -1020,6 +1020,9 @@ final class RenderDriver {
                         away.store(0)
                         backoffMs = 250
                         pacer = PeriodPacer(periodFrames: frames)
+                        // (What the glide counted of the blocks before the outage says
+                        // nothing of this card's clock.)
+                        devicePhase = DevicePhase(periodMs: Double(frames) / 48)
                         stage.playbackOpened(deviceName)
                     } else {
                         retryAtMs = now + backoffMs

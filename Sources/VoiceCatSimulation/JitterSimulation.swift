@@ -65,8 +65,8 @@ public final class JitterBufferModel: PlayoutModel {
     public var alignStarts = false
     /// Set: the device driver's moves on the fixed clock (DevicePhase): a tick in which
     /// nothing played has the next one come earlier by the buffer's startEarlyTicks
-    /// (a silent cut, as with alignStarts), and ticks in which the stream played glide
-    /// earlier or later (the block played faster or slower), in whole samples.
+    /// (a silent cut, as with alignStarts; the model's blocks are silence), and ticks in
+    /// which the stream played glide earlier (the block played faster), in whole samples.
     public var device: DevicePhase?
     private var move = 0.0
     /// Talkspurt edges seen in playout, in order (true: started).

@@ -3,6 +3,7 @@
 // loops in simulated time with a real JitterBuffer on a fixed clock, judged by what
 // was played and how long frames waited.
 import Foundation
+import VoiceCatAllocCounter
 import VoiceCatAudio
 import VoiceCatProtocol
 import VoiceCatSimulation
@@ -98,5 +99,49 @@ final class DevicePhaseTests: XCTestCase {
         XCTAssertGreaterThan(glides.moves, 80, "90 ms followed in steps of 0.4 ms at most")
         XCTAssertLessThanOrEqual(glides.largest, Double(DevicePhase.maxGlide(frames: 960)) / 48 + 1e-9)
         XCTAssertGreaterThanOrEqual(glides.closest, 10)
+    }
+
+    /// Catmull-Rom overshoots at a sharp edge: a block at full scale that jumps from
+    /// one end to the other is clipped to int16, not trapped on.
+    func testAGlideOfAFullScaleSquareWaveStaysInRange() {
+        var block = [Int16](repeating: 0, count: 960 * 2)
+        for i in 0..<960 { let v: Int16 = (i / 5) % 2 == 0 ? .max : .min; block[2 * i] = v; block[2 * i + 1] = v == .max ? .min : .max }
+        var out = [Int16](repeating: 0, count: 960 * 2)
+        XCTAssertEqual(DevicePhase.fit(block, frames: 960, move: 19, silent: false, into: &out), 941)
+        XCTAssertTrue(out[0..<(941 * 2)].contains(.max) && out[0..<(941 * 2)].contains(.min), "clipped at both ends")
+        XCTAssertEqual(DevicePhase.fit(block, frames: 960, move: 960, silent: false, into: &out), 0, "nothing left to play")
+    }
+
+    /// The device driver's glide, per block: the policy's move and the block played
+    /// faster, on a stream with time to spare. No allocation (the audio path).
+    func testTheGlidesPathDoesNotAllocate() throws {
+        try XCTSkipIf(vc_alloc_counter_active() == 0, "the allocation counter is off under sanitizers")
+        let m = JitterBufferModel()
+        m.device = DevicePhase(periodMs: 20)
+        // Frames arriving 0.1 % fast (the card's clock slower), made before counting.
+        let arrivals = (0..<1600).map { 13.0 + Double($0) * 20 / 1.001 }
+        let block = UnsafeMutablePointer<Int16>.allocate(capacity: 1920)
+        let out = UnsafeMutablePointer<Int16>.allocate(capacity: 1920)
+        defer { block.deallocate(); out.deallocate() }
+        for i in 0..<1920 { block[i] = Int16(8000 * sin(Double(i) * 0.03)) }
+        var next = 0, now = 0.0, glides = 0
+        func tick() {
+            while next < arrivals.count && arrivals[next] <= now {
+                m.put(seq: UInt64(next), timestamp: UInt32(next * 960), flags: next == 0 ? .marker : [], arrivalMs: arrivals[next])
+                next += 1
+            }
+            _ = m.tick(nowMs: now)
+            let move = Int((m.clockMoveMs() * 48).rounded())
+            if move > 0 { glides += 1 }
+            DevicePhase.fit(block, frames: 960, move: move, silent: false, into: out)
+            now += 20 - m.clockMoveMs()
+        }
+        for _ in 0..<300 { tick() }   // warm-up: the buffer learns the path
+        let before = vc_alloc_count_thread(), glidesBefore = glides
+        for _ in 0..<1200 { tick() }
+        let allocations = vc_alloc_count_thread() - before
+        print("glide path over 1200 blocks: \(glides - glidesBefore) glides, \(allocations) allocations")
+        XCTAssertGreaterThan(glides - glidesBefore, 20, "the blocks glided")
+        XCTAssertEqual(allocations, 0)
     }
 }
