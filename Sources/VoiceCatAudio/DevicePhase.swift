@@ -6,9 +6,9 @@
 // blocks earlier (and every jitter buffer's ticks, `JitterBuffer.moveClock`) in two
 // ways, each by writing the card a block shorter than a period:
 //
-// - In silence, at once: a talkspurt's first frame waiting for its cushion has the
-//   silent block before it cut short (`PlayedBlock.silentCut`), so it starts when it
-//   has its cushion.
+// - In a pause, at once: a talkspurt's first frame waiting for its cushion has the
+//   block before it, digital silence or comfort noise, cut short
+//   (`PlayedBlock.silentCut`), so it starts when it has its cushion.
 // - While streams play, by a glide: the block is played a little faster, resampled to
 //   at most 2 % fewer samples (a third of a semitone higher for that block, as the
 //   listener's denoiser moves a stream: LagGlide). The moves are the sink's earlier
@@ -76,7 +76,8 @@ public struct DevicePhase: Sendable {
 
     /// Writes `block` (`frames` of interleaved stereo) played `move` (0 ..< frames)
     /// samples shorter into `out` (room for `frames`): as it is when the move is 0, its
-    /// first frames - move when `silent` (a silent cut: nothing is heard missing), else
+    /// first frames - move when `silent` (a silent cut: nothing is heard missing; their
+    /// last millisecond faded out, for comfort noise), else
     /// resampled (a glide: Catmull-Rom, the block's first sample kept and its last one
     /// just before where the next block's first falls, so the samples are evenly spaced
     /// across both blocks). Returns frames - move.
@@ -87,6 +88,17 @@ public struct DevicePhase: Sendable {
         guard n > 0 else { return 0 }
         if n == frames || silent {
             out.update(from: block, count: 2 * n)
+            if n < frames {
+                // Comfort noise cut short fades out over its last millisecond (digital
+                // silence is unchanged by it).
+                let fade = min(48, n)
+                for k in 0..<fade {
+                    let g = Float(fade - k) / Float(fade + 1)
+                    let i = 2 * (n - fade + k)
+                    out[i] = Int16((Float(out[i]) * g).rounded())
+                    out[i + 1] = Int16((Float(out[i + 1]) * g).rounded())
+                }
+            }
             return n
         }
         let step = Double(frames) / Double(n)

@@ -191,25 +191,32 @@ public struct PlayedBlock: Equatable, Sendable {
     /// ms; infinity: none waits so). Only frames as long as the block say.
     public private(set) var startEarlyMs = Double.infinity
 
-    /// How much earlier (ms) a renderer that moves its clock only in silence (a device:
-    /// it writes a shorter block of silence, silentCut) has its next tick: the least
-    /// start's wish when no stream played in the block, nor comfort noise, and it is
-    /// worth a move (a millisecond); else 0.
+    /// How much earlier (ms) a renderer that moves its clock only in a pause (a device:
+    /// it writes a shorter block of silence or comfort noise, silentCut) has its next
+    /// tick: the least start's wish when no stream played in the block (silence or
+    /// comfort noise), and it is worth a move (a millisecond); else 0.
     public var silentStartMoveMs: Double {
-        !played && !comfortNoise && startEarlyMs.isFinite && startEarlyMs >= 1 ? startEarlyMs : 0
+        !played && startEarlyMs.isFinite && startEarlyMs >= 1 ? startEarlyMs : 0
     }
     /// The frames to cut from the end of the block rendered (`block`: `frames` of 48 kHz
     /// stereo) before a device plays it, for its next block to come silentStartMoveMs
-    /// earlier: all of that when it is silent (a decoder's or a denoiser's fading tail
-    /// is not cut, nor is comfort noise), else 0.
+    /// earlier: all of that when what is cut is digital silence, or, where a stream
+    /// played comfort noise, no louder than `pausePeak` (a decoder's or a denoiser's
+    /// fading tail of speech is not cut), else 0. (DevicePhase.fit fades the last
+    /// millisecond before the cut out: the noise does not stop on a step.)
     public func silentCut(_ block: UnsafePointer<Int16>, frames: Int) -> Int {
         let cut = Int((silentStartMoveMs * 48).rounded())   // whole samples already
         guard cut > 0 && cut < frames else { return 0 }
-        for i in ((frames - cut) * 2)..<(frames * 2) where abs(Int(block[i])) > DigitalSilence.peak { return 0 }
+        let limit = comfortNoise ? PlayedBlock.pausePeak : DigitalSilence.peak
+        for i in ((frames - cut) * 2)..<(frames * 2) where abs(Int(block[i])) > limit { return 0 }
         return cut
     }
 
-    /// A stream played comfort noise in the block (not silence: nothing is cut of it).
+    /// The loudest comfort noise cut short (−40 dBFS, 328 of 32767: the level below which
+    /// a receive slot takes a block for a pause in the speech, RemoteSlot.quietPeak).
+    public static let pausePeak = 328
+
+    /// A stream played comfort noise in the block.
     public private(set) var comfortNoise = false
 
     /// Nothing rendered yet.

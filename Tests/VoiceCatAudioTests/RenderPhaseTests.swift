@@ -506,6 +506,56 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(jb.stats.plcFrames, 0)
     }
 
+    /// The same in a DTX pause: comfort noise plays, and the block before the next
+    /// talkspurt's first frame is cut short as silence is, where the noise is as quiet as
+    /// a pause (−40 dBFS), with its last millisecond faded out; a louder tail (speech
+    /// fading) is not cut.
+    func testAFirstFrameWaitingInComfortNoiseHasItsBlockOfNoiseCutShort() {
+        let jb = JitterBuffer()
+        jb.setBounds(minMs: 50, maxMs: 500)
+        let tag: [UInt8] = [0, 0]
+        var tick = 0
+        func next() -> (JitterBuffer.Playout, PlayedBlock) {
+            var block = PlayedBlock(talking: jb.talking)
+            let before = PlayedBlock.Before(jb)
+            let playout = jb.next(atMs: Double(tick) * 20 + 14)
+            if case .packet(let s) = playout { jb.release(s) }
+            block.add(jb, playout, before: before, blockSamples: 960)
+            tick += 1
+            return (playout, block)
+        }
+        for f in 0..<10 {
+            _ = tag.withUnsafeBytes {
+                jb.insert(seq: UInt64(f), timestamp: UInt32(f * 960), flags: f == 0 ? .marker : f == 9 ? .dtx : [], payload: $0,
+                          arrivalMs: Double(f) * 20 + 2)
+            }
+            _ = next()
+        }
+        let pause = (10..<25).map { _ in next().0 }
+        XCTAssertEqual(Array(pause.suffix(10)), Array(repeating: .comfortNoise, count: 10), "the pause after a DTX frame plays comfort noise")
+        _ = tag.withUnsafeBytes { jb.insert(seq: 10, timestamp: UInt32(25 * 960), flags: .marker, payload: $0, arrivalMs: 25 * 20 + 9) }
+        var asked: PlayedBlock? = nil
+        for _ in 0..<4 {
+            let (playout, block) = next()
+            XCTAssertEqual(playout, .comfortNoise)
+            if block.silentStartMoveMs > 0 { asked = block; break }
+        }
+        let block = try! XCTUnwrap(asked, "no tick asked for in comfort noise")
+        XCTAssertTrue(block.comfortNoise)
+        let cut = Int(block.silentStartMoveMs * 48)
+        // Noise of ±300 (−41 dBFS) is cut; a tail with a sample of 400 is not.
+        var noise = [Int16](repeating: 0, count: 960 * 2)
+        for i in 0..<noise.count { noise[i] = Int16((i * 7919) % 601 - 300) }
+        XCTAssertEqual(noise.withUnsafeBufferPointer { block.silentCut($0.baseAddress!, frames: 960) }, cut)
+        var out = [Int16](repeating: 0, count: 960 * 2)
+        let n = DevicePhase.fit(noise, frames: 960, move: cut, silent: true, into: &out)
+        XCTAssertEqual(n, 960 - cut)
+        XCTAssertEqual(Array(out[0..<(2 * (n - 48))]), Array(noise[0..<(2 * (n - 48))]), "played as it is up to its last millisecond")
+        XCTAssertLessThanOrEqual(abs(Int(out[2 * n - 1])), 300 / 40, "faded out at the cut")
+        noise[960 * 2 - 2] = 400
+        XCTAssertEqual(noise.withUnsafeBufferPointer { block.silentCut($0.baseAddress!, frames: 960) }, 0, "a louder tail")
+    }
+
     /// A move later lengthens the period before the moved tick: a frame that arrives
     /// in the extension (told before it is inserted, as the driver tells the slots) is
     /// placed by that length, so nothing but the move shows in the slack.
