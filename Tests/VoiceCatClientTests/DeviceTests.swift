@@ -6,6 +6,7 @@ import VoiceCatAudio
 import VoiceCatClient
 @testable import VoiceCatDevices
 import VoiceCatProtocol
+import VoiceCatSimulation
 import VoiceCatSystem
 import VoiceCatTestSupport
 import XCTest
@@ -298,48 +299,60 @@ final class DeviceTests: XCTestCase {
         XCTAssertLessThan(spread, 10, "where a talkspurt starts moved with its phase against the card's clock")
     }
 
-    /// A path that gets 10 ms faster while a stream plays on (no pause to cut): its
-    /// frames then wait 10 ms more for the card's blocks, on a fixed clock for as long as
-    /// it plays (less than a period: no frame is dropped for it). The card's blocks glide
-    /// earlier (each played up to 2 % faster, DevicePhase) until they take it back.
-    func testACardGlidesEarlierWhenThePathGetsFasterWhileAStreamPlays() throws {
+    /// alex feeds `pcm` (mono, continuous mode, the Lobby) in two parts, paced by the
+    /// library at real time; sam hears it on a fake card on its own clock (`card`.raw)
+    /// through the impairment proxy, whose path gets faster at `atSeconds` (from
+    /// `fromMs` to `toMs`). Returns the card's left channel, the stalls a probe saw and
+    /// sam's stream statistics.
+    func playThroughAPathThatGetsFaster(_ pcm: [Int16], card: String, fromMs: Double, toMs: Double, atSeconds: Double,
+                                        bounds: JitterBounds?) throws -> (left: [Int16], stalls: [Int], stats: StreamStats) {
         let plugin = try buildFakeCard()
-        try AlsaConfig.set(plugin + "pcm.vc_glide_card { type vcfakecard file \"\(dir)/glide.raw\" rate 48000 channels 2 }\n")
+        try AlsaConfig.set(plugin + "pcm.vc_\(card)_card { type vcfakecard file \"\(dir)/\(card).raw\" rate 48000 channels 2 }\n")
         var slow = Impairment()
-        slow.baseDelayMs = 40
+        slow.baseDelayMs = fromMs
         let proxy = try ImpairmentProxy(targetPort: server.port, downstream: slow, seed: 9)
         defer { proxy.stop() }
-        let sam = try client("sam", playback: "vc_glide_card", port: proxy.port)
+        let sam = try client("sam", playback: "vc_\(card)_card", port: proxy.port)
         let alex = try client("alex")
         alex.setInputMode(.continuous)
         let sid = try alex.startStream(kind: .mic, externalFeed: true, channels: 1)
         let ssrc = try XCTUnwrap(alex.ssrc(ofStream: sid))
         try sam.waitForRemote(ssrc: ssrc)
-        // 18 s of a 200 Hz hum with a 10 ms burst of 2 kHz every 500 ms (from 250 ms),
-        // fed in two parts (a queue holds 10 s): the library sends it paced at real
-        // time, never running dry.
+        if let b = bounds { try sam.setJitterBounds(ssrc: ssrc, b) }
+        let probe = StallProbe()
+        probe.start()
+        // (A queue holds 10 s: the first part runs half a second past the switch.)
+        let first = min(pcm.count, Int((atSeconds + 0.5) * 48_000))
+        try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: first, channels: 1) }
+        usleep(UInt32(atSeconds * 1e6))
+        var fast = Impairment()
+        fast.baseDelayMs = toMs
+        proxy.setImpairment(upstream: Impairment(), downstream: fast)
+        if first < pcm.count {
+            try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + first, frames: pcm.count - first, channels: 1) }
+        }
+        try alex.drain(streamID: sid, timeoutMs: 15_000)
+        usleep(500_000)
+        let (stalls, st) = try endRun(probe, listener: sam, talker: alex, ssrc: ssrc)
+        return (readLeft(dir + "/\(card).raw"), stalls, st)
+    }
+
+    /// A path that gets 10 ms faster while a stream plays on (no pause to cut): its
+    /// frames then wait 10 ms more for the card's blocks, on a fixed clock for as long as
+    /// it plays (less than a period: no frame is dropped for it). The card's blocks glide
+    /// earlier (each played up to 2 % faster, DevicePhase) until they take it back.
+    func testACardGlidesEarlierWhenThePathGetsFasterWhileAStreamPlays() throws {
+        // 18 s of a 200 Hz hum with a 10 ms burst of 2 kHz every 500 ms (from 250 ms).
+        // (What the start left to spare, up to 12 ms in helper-97's runs, is taken by
+        // the switch at 9 s: the card glides at most 2 ms a second.)
         var pcm = Signal.tone(200, seconds: 18, amplitude: 0.1)
         let pulses = (0..<36).map { 12_000 + $0 * 24_000 }
         for p in pulses {
             for i in 0..<480 { pcm[p + i] = Int16(clamping: Int(pcm[p + i]) + Int((0.7 * 32767 * sin(2 * Double.pi * 2000 * Double(i) / 48000)).rounded())) }
         }
-        let probe = StallProbe()
-        probe.start()
-        let first = 48_000 * 19 / 2   // 9.5 s
-        try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: first, channels: 1) }
-        // (What the start left to spare, up to 12 ms in helper-97's runs, is taken by
-        // 6 s: the card glides at most 2 ms a second.)
-        usleep(9_000_000)
-        var fast = Impairment()
-        fast.baseDelayMs = 30
-        proxy.setImpairment(upstream: Impairment(), downstream: fast)
-        try pcm.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress! + first, frames: pcm.count - first, channels: 1) }
-        try alex.drain(streamID: sid, timeoutMs: 15_000)
-        usleep(500_000)
-        let (stalls, st) = try endRun(probe, listener: sam, talker: alex, ssrc: ssrc)
+        let (left, stalls, st) = try playThroughAPathThatGetsFaster(pcm, card: "glide", fromMs: 40, toMs: 30, atSeconds: 9, bounds: nil)
         // Each burst's onset in the card's output (its position runs with its clock)
         // less where it was in what was sent (ms): the stream's delay, up to a constant.
-        let left = readLeft(dir + "/glide.raw")
         let onsets = onsetsOf(left, above: 12_000, after: 19_200, quietBelow: 12_001)
         XCTAssertEqual(onsets.count, pulses.count, "bursts found in the card's output at \(onsets.map { $0 / 48 }) ms")
         guard onsets.count == pulses.count else { return }
@@ -357,6 +370,46 @@ final class DeviceTests: XCTestCase {
         XCTAssertGreaterThan(before - after, 5, "the card's blocks took back what the faster path gave")
         // (Still gliding before the switch: what the start left is in the figure too.)
         if settled { XCTAssertLessThan(before - after, 12, "no more than the path gave, and a margin") }
+    }
+
+    /// A DTX talker (speech, then a pause of quiet noise the encoder sends as comfort-
+    /// noise updates, in turn) whose path gets 12 ms faster in a pause: the next
+    /// talkspurt's first frame then has 12 ms more than its cushion, and the block of
+    /// comfort noise before it is cut short (as silence is) so that it starts that much
+    /// earlier on the card. (Before, comfort noise was never cut: it started where the
+    /// card's phase put it, and the glide took the 12 ms back over seconds of talk.)
+    func testADTXTalkspurtStartsOnTimeAfterItsPauseOfComfortNoise() throws {
+        // Five cycles of 1 s of speech and 1 s of noise at about -55 dBFS (above digital
+        // silence, below a pause's -40 dBFS) on the Lobby (DTX on); the path gets faster
+        // in the third pause (at 5.5 s). A start's cushion of more than a period (the
+        // lower bound): every first frame is here a block before it is due, which a
+        // loopback's would not be.
+        var rng = TraceGenerator.Random(seed: 12)
+        var pcm: [Int16] = []
+        for k in 0..<5 {
+            pcm += Signal.voiceLike(seconds: 1, amplitude: 0.3, seed: Double(k))
+            pcm += (0..<48_000).map { _ in Int16((rng.uniform() - 0.5) * 120) }
+        }
+        let starts = (0..<5).map { $0 * 96_000 }   // where each cycle's speech begins
+        let (left, stalls, st) = try playThroughAPathThatGetsFaster(pcm, card: "dtx", fromMs: 40, toMs: 28, atSeconds: 5.5,
+                                                                     bounds: JitterBounds(minMs: 50, maxMs: 500))
+        let onsets = onsetsOf(left, above: 3000, after: 9600, quietBelow: 1000)
+        XCTAssertEqual(onsets.count, 5, "talkspurts found in the card's output at \(onsets.map { $0 / 48 }) ms")
+        guard onsets.count == 5 else { return }
+        // Where each talkspurt starts on the card less where it starts in what was sent
+        // (found the same way; ms, up to a constant).
+        let sent = starts.map { s in s + (onsetsOf(Array(pcm[s..<(s + 48_000)]), above: 3000, after: 0, quietBelow: 1000).first ?? 0) }
+        let delay = zip(onsets, sent).map { Double($0 - $1) / 48 }
+        let pause = left[(onsets[1] + 60_000)..<(onsets[2] - 4_800)]
+        let noisePeak = pause.map { abs(Int($0)) }.max() ?? 0
+        print("DTX talkspurts' delay on the card (ms, less the first's): \(delay.map { String(format: "%.1f", $0 - delay[0]) }); "
+              + "comfort noise peak \(noisePeak); late \(st.jitter.late), concealed \(st.jitter.plcFrames); stalls seen \(stalls.count)")
+        XCTAssertGreaterThan(noisePeak, DigitalSilence.peak, "the pauses played comfort noise, not digital silence")
+        XCTAssertLessThan(noisePeak, PlayedBlock.pausePeak, "quiet enough to be cut")
+        if Sanitizers.thread || !stalls.isEmpty { return }   // real-time timing: the normal build, undisturbed, judges it
+        // 15-16 ms here; 3-5 without the cut of comfort noise (two runs).
+        XCTAssertGreaterThan(delay[2] - delay[3], 8, "the talkspurt after the faster path's pause started earlier")
+        XCTAssertLessThan(delay[2] - delay[3], 20)
     }
 
     func testEveryXrunOfBothCardsIsCountedForTheHost() throws {
