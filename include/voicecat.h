@@ -1144,8 +1144,9 @@ int vc_get_playback_stats(vc_client *c, vc_playback_stats *out);
  *    ALSA period; more when its periods are longer than 5 ms): 25-45 ms in the card,
  *    added to the card's own output latency. The card's clock is moved by what it is
  *    written, so that frames do not wait up to a block more at its phase: between
- *    talkspurts (nothing playing: digital silence, or comfort noise no louder than
- *    -40 dBFS, its last millisecond faded out) a block is cut short when a talker's
+ *    talkspurts (nothing playing: digital silence, or comfort noise below -40 dBFS
+ *    with nothing else sounding, its last millisecond cross-faded into the block's
+ *    last) a block is cut short when a talker's
  *    first frame will have its jitter cushion before the next block
  *    (the talkspurt then starts with its cushion, not up to 20 ms later); while streams
  *    play and every frame played has time to spare (a path that got faster, a talker

@@ -77,7 +77,7 @@ public struct DevicePhase: Sendable {
     /// Writes `block` (`frames` of interleaved stereo) played `move` (0 ..< frames)
     /// samples shorter into `out` (room for `frames`): as it is when the move is 0, its
     /// first frames - move when `silent` (a silent cut: nothing is heard missing; their
-    /// last millisecond faded out, for comfort noise), else
+    /// last millisecond cross-faded into the block's last, for comfort noise), else
     /// resampled (a glide: Catmull-Rom, the block's first sample kept and its last one
     /// just before where the next block's first falls, so the samples are evenly spaced
     /// across both blocks). Returns frames - move.
@@ -89,14 +89,16 @@ public struct DevicePhase: Sendable {
         if n == frames || silent {
             out.update(from: block, count: 2 * n)
             if n < frames {
-                // Comfort noise cut short fades out over its last millisecond (digital
-                // silence is unchanged by it).
-                let fade = min(48, n)
-                for k in 0..<fade {
-                    let g = Float(fade - k) / Float(fade + 1)
-                    let i = 2 * (n - fade + k)
-                    out[i] = Int16((Float(out[i]) * g).rounded())
-                    out[i + 1] = Int16((Float(out[i + 1]) * g).rounded())
+                // Comfort noise cut short: its last millisecond cross-fades into the
+                // block's last one, so the written block ends on the samples the next
+                // block continues from (no step in the noise; digital silence stays
+                // within digital silence).
+                let m = min(48, n)
+                for k in 0..<m {
+                    let w = Float(k + 1) / Float(m + 1)
+                    let i = 2 * (n - m + k), j = 2 * (frames - m + k)
+                    out[i] = Int16((Float(block[i]) * (1 - w) + Float(block[j]) * w).rounded())
+                    out[i + 1] = Int16((Float(block[i + 1]) * (1 - w) + Float(block[j + 1]) * w).rounded())
                 }
             }
             return n

@@ -199,25 +199,36 @@ public struct PlayedBlock: Equatable, Sendable {
         !played && startEarlyMs.isFinite && startEarlyMs >= 1 ? startEarlyMs : 0
     }
     /// The frames to cut from the end of the block rendered (`block`: `frames` of 48 kHz
-    /// stereo) before a device plays it, for its next block to come silentStartMoveMs
-    /// earlier: all of that when what is cut is digital silence, or, where a stream
-    /// played comfort noise, no louder than `pausePeak` (a decoder's or a denoiser's
-    /// fading tail of speech is not cut), else 0. (DevicePhase.fit fades the last
-    /// millisecond before the cut out: the noise does not stop on a step.)
+    /// stereo, the mix) before a device plays it, for its next block to come
+    /// silentStartMoveMs earlier: all of that when what is cut is digital silence, or,
+    /// where a stream played comfort noise and no stream sounded otherwise (`sounded`: a
+    /// long frame's or a denoiser's fading tail of speech), no louder than `pausePeak`;
+    /// else 0. (DevicePhase.fit cross-fades the last millisecond before the cut into
+    /// the block's last one, so what follows continues from it.)
     public func silentCut(_ block: UnsafePointer<Int16>, frames: Int) -> Int {
         let cut = Int((silentStartMoveMs * 48).rounded())   // whole samples already
         guard cut > 0 && cut < frames else { return 0 }
-        let limit = comfortNoise ? PlayedBlock.pausePeak : DigitalSilence.peak
+        let limit = comfortNoise && !sounded ? PlayedBlock.pausePeak : DigitalSilence.peak
         for i in ((frames - cut) * 2)..<(frames * 2) where abs(Int(block[i])) > limit { return 0 }
         return cut
     }
 
-    /// The loudest comfort noise cut short (−40 dBFS, 328 of 32767: the level below which
-    /// a receive slot takes a block for a pause in the speech, RemoteSlot.quietPeak).
-    public static let pausePeak = 328
+    /// The loudest comfort noise cut short: below −40 dBFS (327 of 32767), the level
+    /// below which a receive slot takes a block for a pause in the speech
+    /// (RemoteSlot.quietPeak, 0.01 of full scale).
+    public static let pausePeak = 327
 
     /// A stream played comfort noise in the block.
     public private(set) var comfortNoise = false
+    /// A stream's part of the block was above digital silence with something other than
+    /// comfort noise (`heard(peak:)`): then only digital silence is cut.
+    public private(set) var sounded = false
+
+    /// The stream's part of the block peaked at `peak` (full scale 1.0, what it mixed):
+    /// above digital silence in a part that played no comfort noise, it sounded.
+    public mutating func heard(peak: Float) {
+        if !comfortNoise && peak * 32768 > Float(DigitalSilence.peak) { sounded = true }
+    }
 
     /// Nothing rendered yet.
     public init() {}
@@ -272,6 +283,7 @@ public struct PlayedBlock: Equatable, Sendable {
         played = played || other.played
         startEarlyMs = min(startEarlyMs, other.startEarlyMs)
         comfortNoise = comfortNoise || other.comfortNoise
+        sounded = sounded || other.sounded
     }
 }
 

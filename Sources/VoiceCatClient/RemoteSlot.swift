@@ -308,6 +308,7 @@ final class RemoteSlot {
             }
         }
         level = BlockLevel(rms: frames > 0 ? min(Float((sumSquares / Double(frames * 2)).squareRoot()), 1) : 0, peak: min(peak, 1))
+        blockPlayed.heard(peak: peak)   // (a tail of speech beside another stream's comfort noise is not cut)
         let quiet = peak < RemoteSlot.quietPeak
         jitter.reportPlayedLevel(quiet: quiet && lastBlockQuiet)
         lastBlockQuiet = quiet

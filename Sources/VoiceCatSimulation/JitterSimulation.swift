@@ -65,7 +65,8 @@ public final class JitterBufferModel: PlayoutModel {
     public var alignStarts = false
     /// Set: the device driver's moves on the fixed clock (DevicePhase): a tick in which
     /// nothing played has the next one come earlier by the buffer's startEarlyTicks
-    /// (a silent cut, as with alignStarts; the model's blocks are silence), and ticks in
+    /// (a silent cut, as with alignStarts; the model's blocks are silence, and its
+    /// comfort noise is taken to be as quiet as the engine's cut asks), and ticks in
     /// which the stream played glide earlier (the block played faster), in whole samples.
     public var device: DevicePhase?
     private var move = 0.0

@@ -456,7 +456,7 @@ final class RenderPhaseTests: XCTestCase {
     /// a device cuts that much of its block of silence (silentCut; nothing that is not
     /// silent), and the frame then starts on the moved tick. (The sink's RenderPhase
     /// does not move for it.)
-    func testAFirstFrameWaitingInSilenceHasTheNextTickComeWhenItHasItsCushion() {
+    func testAFirstFrameWaitingInSilenceHasTheNextTickComeWhenItHasItsCushion() throws {
         let jb = JitterBuffer()
         jb.setBounds(minMs: 50, maxMs: 500)   // a start's cushion of more than a period
         let tag: [UInt8] = [0, 0]
@@ -487,7 +487,7 @@ final class RenderPhaseTests: XCTestCase {
             XCTAssertEqual(playout, .silence)
             if block.silentStartMoveMs > 0 { asked = block; break }
         }
-        let block = try! XCTUnwrap(asked, "no tick asked for")
+        let block = try XCTUnwrap(asked, "no tick asked for")
         let move = block.silentStartMoveMs
         XCTAssertTrue(move >= 1 && move < 20, "\(move)")
         XCTAssertFalse(block.played)
@@ -508,9 +508,9 @@ final class RenderPhaseTests: XCTestCase {
 
     /// The same in a DTX pause: comfort noise plays, and the block before the next
     /// talkspurt's first frame is cut short as silence is, where the noise is as quiet as
-    /// a pause (−40 dBFS), with its last millisecond faded out; a louder tail (speech
-    /// fading) is not cut.
-    func testAFirstFrameWaitingInComfortNoiseHasItsBlockOfNoiseCutShort() {
+    /// a pause (−40 dBFS) and nothing else sounds, its last millisecond cross-faded into
+    /// the block's last; a louder tail, or another stream's tail of speech, is not cut.
+    func testAFirstFrameWaitingInComfortNoiseHasItsBlockOfNoiseCutShort() throws {
         let jb = JitterBuffer()
         jb.setBounds(minMs: 50, maxMs: 500)
         let tag: [UInt8] = [0, 0]
@@ -540,7 +540,7 @@ final class RenderPhaseTests: XCTestCase {
             XCTAssertEqual(playout, .comfortNoise)
             if block.silentStartMoveMs > 0 { asked = block; break }
         }
-        let block = try! XCTUnwrap(asked, "no tick asked for in comfort noise")
+        let block = try XCTUnwrap(asked, "no tick asked for in comfort noise")
         XCTAssertTrue(block.comfortNoise)
         let cut = Int(block.silentStartMoveMs * 48)
         // Noise of ±300 (−41 dBFS) is cut; a tail with a sample of 400 is not.
@@ -551,7 +551,22 @@ final class RenderPhaseTests: XCTestCase {
         let n = DevicePhase.fit(noise, frames: 960, move: cut, silent: true, into: &out)
         XCTAssertEqual(n, 960 - cut)
         XCTAssertEqual(Array(out[0..<(2 * (n - 48))]), Array(noise[0..<(2 * (n - 48))]), "played as it is up to its last millisecond")
-        XCTAssertLessThanOrEqual(abs(Int(out[2 * n - 1])), 300 / 40, "faded out at the cut")
+        // ...which cross-fades into the block's last millisecond: it ends where the next
+        // block continues from.
+        XCTAssertLessThanOrEqual(abs(Int(out[2 * n - 1]) - Int(noise[2 * 960 - 1])), 600 / 48 + 1, "ends on the block's last sample")
+        // Beside another stream's tail of speech (a long frame's, a denoiser's), only
+        // digital silence is cut.
+        var mixed = block
+        var tail = PlayedBlock()
+        tail.heard(peak: 0.005)
+        mixed.merge(tail)
+        XCTAssertTrue(mixed.sounded)
+        XCTAssertEqual(noise.withUnsafeBufferPointer { mixed.silentCut($0.baseAddress!, frames: 960) }, 0, "beside a tail of speech")
+        var quietTail = PlayedBlock()
+        quietTail.heard(peak: 0.0001)   // 3 of 32768: digital silence
+        mixed = block
+        mixed.merge(quietTail)
+        XCTAssertEqual(noise.withUnsafeBufferPointer { mixed.silentCut($0.baseAddress!, frames: 960) }, cut, "beside digital silence")
         noise[960 * 2 - 2] = 400
         XCTAssertEqual(noise.withUnsafeBufferPointer { block.silentCut($0.baseAddress!, frames: 960) }, 0, "a louder tail")
     }
