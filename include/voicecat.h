@@ -793,7 +793,8 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
 /**
  * Feeds PCM to an external-feed stream: `frames` sample frames of `channels` (1 or
  * 2) interleaved int16 at the stream's sample_rate (vc_stream_desc; 48 kHz by
- * default), any amount, at any time. PCM at another rate is first resampled to
+ * default), any amount, at any time (`frames` 0 feeds nothing, with `pcm` NULL or
+ * not: the stream and `channels` are still checked). PCM at another rate is first resampled to
  * 48 kHz (in preallocated blocks; the resampler carries its state from call to
  * call, so blocks of any size join seamlessly). The PCM is reframed to
  * the channel's frame size, converted to the channel's mode (mono upmixed L = R,

@@ -337,6 +337,7 @@ final class LocalStream {
     /// first frame leaves late against the rest and every listener's jitter buffer
     /// holds that lateness as extra delay (then sheds a frame of speech to lose it).
     func feed(_ pcm: UnsafePointer<Int16>, frames: Int, channels: Int, clock: () -> UInt64) throws {
+        guard frames > 0 else { return }   // nothing fed: not a block the talkspurt's timing sees
         try admit(frames: frames)
         let before = queuedFrames
         push(pcm, frames: frames, channels: channels)
@@ -346,6 +347,7 @@ final class LocalStream {
     /// vc_stream_feed_pcm_f32: float PCM (full scale ±1.0, clipped), converted to
     /// int16 a chunk at a time, then as `feed`.
     func feedFloat(_ pcm: UnsafePointer<Float>, frames: Int, channels: Int, clock: () -> UInt64) throws {
+        guard frames > 0 else { return }
         try admit(frames: frames)
         let before = queuedFrames
         var done = 0

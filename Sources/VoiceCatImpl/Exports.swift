@@ -447,18 +447,20 @@ public func vc_stream_stop(_ p: OpaquePointer?, _ id: UInt32) -> Int32 {
     withClient(p) { b in try b.client.stopStream(id); return VC_OK }
 }
 
-/// The checks both feeds share: PCM present, 1 or 2 channels; nothing to do for 0 frames.
-func feedArguments<T>(_ pcm: UnsafePointer<T>?, _ frames: UInt32, _ channels: UInt32, _ function: String) throws -> UnsafePointer<T>? {
-    guard let pcm else { throw invalid("\(function): pcm is NULL") }
+/// The checks both feeds share: PCM present (NULL only for 0 frames, as a read of 0
+/// frames may pass NULL), 1 or 2 channels. A feed of 0 frames still goes to the client,
+/// which checks the stream and feeds nothing (helper-95: it returned VC_OK for any id).
+func feedArguments<T>(_ pcm: UnsafePointer<T>?, _ frames: UInt32, _ channels: UInt32, _ function: String) throws {
+    guard pcm != nil || frames == 0 else { throw invalid("\(function): pcm is NULL") }
     guard channels == 1 || channels == 2 else { throw invalid("\(function): channels must be 1 or 2 (got \(channels))") }
-    return frames == 0 ? nil : pcm
 }
 
 @_cdecl("vc_stream_feed_pcm")
 public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Int16>?, _ frames: UInt32, _ channels: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm") else { return VC_OK }
-        try b.client.feed(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm")
+        var none: Int16 = 0   // (0 frames with NULL: nothing is read)
+        try withUnsafePointer(to: &none) { try b.client.feed(streamID: id, pcm: pcm ?? $0, frames: Int(frames), channels: Int(channels)) }
         return VC_OK
     }
 }
@@ -467,8 +469,9 @@ public func vc_stream_feed_pcm(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafeP
 public func vc_stream_feed_pcm_f32(_ p: OpaquePointer?, _ id: UInt32, _ pcm: UnsafePointer<Float>?, _ frames: UInt32,
                                    _ channels: UInt32) -> Int32 {
     withClient(p) { b in
-        guard let pcm = try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm_f32") else { return VC_OK }
-        try b.client.feedFloat(streamID: id, pcm: pcm, frames: Int(frames), channels: Int(channels))
+        try feedArguments(pcm, frames, channels, "vc_stream_feed_pcm_f32")
+        var none: Float = 0   // (0 frames with NULL: nothing is read)
+        try withUnsafePointer(to: &none) { try b.client.feedFloat(streamID: id, pcm: pcm ?? $0, frames: Int(frames), channels: Int(channels)) }
         return VC_OK
     }
 }

@@ -375,6 +375,11 @@ static void null_args_on_a_live_client(int port) {
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 0), VC_ERR_INVALID_ARG);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 960, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_feed_pcm(c, id, NULL, 0, 1), VC_OK);             /* 0 frames feed nothing, NULL or not */
+    EXPECT(vc_stream_feed_pcm_f32(c, id, NULL, 0, 2), VC_OK);
+    EXPECT(vc_stream_feed_pcm(c, id + 1000, pcm, 0, 1), VC_ERR_NOT_FOUND); /* ...but the stream is checked */
+    EXPECT(vc_stream_feed_pcm_f32(c, id + 1000, NULL, 0, 1), VC_ERR_NOT_FOUND);
+    EXPECT(vc_stream_feed_pcm(c, id, NULL, 0, 3), VC_ERR_INVALID_ARG);
     EXPECT(vc_stream_feed_pcm(c, id, pcm, 960, 2), VC_OK);
     EXPECT(vc_stream_stop(c, id + 1000), VC_ERR_NOT_FOUND);
     uint32_t queued = 99;

@@ -100,6 +100,15 @@ def test_an_empty_block_sends_nothing_and_a_valid_one_still_works(talker, mic):
     assert talker.connection_stats().packets_out == before + 1
 
 
+def test_an_empty_block_still_checks_its_stream(talker):
+    # (vc_stream_feed_pcm of 0 frames returned VC_OK for any stream id: helper-95.)
+    stream = talker.start_stream()
+    assert stream.feed(b"") == 0
+    stream.stop()
+    with pytest.raises(voicecat.NotFound):
+        stream.feed(b"")
+
+
 def test_a_drain_that_times_out_says_the_callers_timeout_and_what_is_left(talker, mic):
     mic.feed(array.array("h", [1000] * 48000))            # one second, sent at real time
     with pytest.raises(voicecat.Timeout, match=r"still has \d+ ms queued after 0.2 s"):

@@ -311,12 +311,12 @@ class Stream:
         ``channels`` that is not an int, ValueError for a wrong sample type, shape or
         byte count, or a float array holding NaN or infinity (taken for a bug here:
         ``vc_stream_feed_pcm_f32`` itself plays NaN as silence and clips the rest),
-        StateError for a device stream, NoMemory when the queue
-        (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
+        StateError for a device stream, NotFound once the stream is stopped (an empty
+        block too: it feeds nothing, but is checked like any other), NoMemory when the
+        queue (``max_queue_ms``) cannot take the whole block (nothing of it is queued).
         """
         block = _pcm.pcm_block(pcm, self.channels if channels is None else channels, explicit=channels is not None)
-        if block.frames == 0:
-            return 0
+        # (An empty block goes to C too: it feeds nothing, but a stopped stream says so.)
         name = "vc_stream_feed_pcm_f32" if block.f32 else "vc_stream_feed_pcm"
         with self._feed_lock:
             self._client._call(name, self.id, block.pointer, block.frames, block.channels)
