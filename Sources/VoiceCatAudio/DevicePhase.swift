@@ -30,7 +30,7 @@
 /// no schedule, in small steps).
 public struct DevicePhase: Sendable {
     /// The glide's policy (RenderPhase with keepsSchedule false).
-    public private(set) var glide: RenderPhase
+    private var glide: RenderPhase
 
     /// For blocks of `periodMs`: glide steps of 2 % of a period (0.4 ms at 20 ms), at
     /// most one per 10 blocks, keeping 1 ms in hand, earlier only. Chosen on
@@ -113,12 +113,7 @@ public struct DevicePhase: Sendable {
             // could allocate a context on the audio path in a debug build).
             let i0 = 2 * max(base - 1, 0), i1 = 2 * min(base, last), i2 = 2 * min(base + 1, last), i3 = 2 * min(base + 2, last)
             for c in 0..<2 {
-                let p0 = Float(block[i0 + c]), p1 = Float(block[i1 + c]), p2 = Float(block[i2 + c]), p3 = Float(block[i3 + c])
-                let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
-                let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
-                let d = -0.5 * p0 + 0.5 * p2
-                let v = ((a * t + b) * t + d) * t + p1
-                out[2 * j + c] = Int16(max(-32768, min(32767, v.rounded())))
+                out[2 * j + c] = CatmullRom.sample(Float(block[i0 + c]), Float(block[i1 + c]), Float(block[i2 + c]), Float(block[i3 + c]), t: t)
             }
         }
         return n

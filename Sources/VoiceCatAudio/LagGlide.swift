@@ -119,7 +119,16 @@ public final class LagGlide {
     @inline(__always)
     private static func cubic(_ ring: UnsafeMutablePointer<Int16>, channel: Int, base: Int, t: Float, newest: Int, capacity: Int) -> Int16 {
         @inline(__always) func x(_ k: Int) -> Float { k < 0 ? 0 : Float(ring[2 * (min(k, newest) % capacity) + channel]) }
-        let p0 = x(base - 1), p1 = x(base), p2 = x(base + 1), p3 = x(base + 2)
+        return CatmullRom.sample(x(base - 1), x(base), x(base + 1), x(base + 2), t: t)
+    }
+}
+
+/// Catmull-Rom interpolation between `p1` and `p2` (`t` in 0..<1; `p0` and `p3` the
+/// points either side), rounded and clipped to int16: LagGlide's reads and a device's
+/// glide (DevicePhase.fit).
+public enum CatmullRom {
+    @inline(__always)
+    public static func sample(_ p0: Float, _ p1: Float, _ p2: Float, _ p3: Float, t: Float) -> Int16 {
         let a = -0.5 * p0 + 1.5 * p1 - 1.5 * p2 + 0.5 * p3
         let b = p0 - 2.5 * p1 + 2 * p2 - 0.5 * p3
         let c = -0.5 * p0 + 0.5 * p2

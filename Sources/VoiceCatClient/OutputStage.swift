@@ -668,13 +668,13 @@ final class OutputStage {
     /// The driver's render of one block into `buf` (48 kHz stereo), and the block in
     /// the output format copied into `out` (maxOutFrames × 2) for the mixed sink,
     /// which runs after the render lock is released. `device`: a device driver's moves
-    /// (nil: another driver), and `card` (room for `frames`) what the card is to play
-    /// of the block (DevicePhase.fit: a silent cut or a glide). Returns the block's
-    /// frames and channels in the output format, what it played, and the frames
-    /// written to `card` (`frames` without a device); nil when a background driver
+    /// (nil: another driver), and `card` (room for `frames`; nil: no card open) what the
+    /// card is to play of the block (DevicePhase.fit: a silent cut or a glide). Returns
+    /// the block's frames and channels in the output format, what it played, and the
+    /// frames written to `card` (`frames` without one); nil when a background driver
     /// yields to the host's pulls.
     fileprivate func renderForDriver(into buf: UnsafeMutablePointer<Int16>, frames: Int, mode: Mode,
-                                     out: UnsafeMutablePointer<Int16>, device: inout DevicePhase?, card: UnsafeMutablePointer<Int16>)
+                                     out: UnsafeMutablePointer<Int16>, device: inout DevicePhase?, card: UnsafeMutablePointer<Int16>?)
         -> (frames: Int, channels: Int, rate: Int, played: PlayedBlock, cardFrames: Int)? {
         renderLock.lock()
         defer { renderLock.unlock() }
@@ -722,17 +722,17 @@ final class OutputStage {
         bus.clear(frames: frames)
         let played = receive.render(into: bus, frames: frames, nowMs: Double(nowNs) / 1e6, tap: tapping, fixedBlock: fixedBlock)
         bus.render(into: out, frames: frames)
-        var heard = out, cardFrames = frames
+        var playedPCM = out, cardFrames = frames
         if device != nil, let c = card {
             let cut = played.silentCut(out, frames: frames)
             let move = device!.move(after: played, cut: cut, frames: frames)
             cardFrames = DevicePhase.fit(out, frames: frames, move: move, silent: cut > 0, into: c)
-            heard = c
+            playedPCM = c
         }
         // The echo canceller's far-end reference: what is played (the card's block: a
         // cut or glide counted in as a whole block would leave the reference that much
         // behind the card).
-        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(heard, frames: cardFrames) }
+        if streams.aecStreams.load() > 0 { streams.farEnd.pushStereo(playedPCM, frames: cardFrames) }
         if tapping { handOutSpeakers(frames: frames) }
         return (played, cardFrames)
     }
@@ -1037,9 +1037,8 @@ final class RenderDriver {
                 }
             }
             // (No card: nothing is moved; the taps' clock stays the schedule's.)
-            var moves = device != nil ? devicePhase : nil
-            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out, device: &moves, card: card)
-            if moves != nil { devicePhase = moves }
+            let rendered = stage.renderForDriver(into: buf, frames: frames, mode: mode, out: out, device: &devicePhase,
+                                                 card: device != nil ? card : nil)
             if let (n, channels, rate, played, cardFrames) = rendered {
                 // Frames all had time to spare: the next block comes that much earlier.
                 if mode == .sink {

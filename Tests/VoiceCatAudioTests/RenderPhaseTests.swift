@@ -451,6 +451,19 @@ final class RenderPhaseTests: XCTestCase {
         XCTAssertEqual(phase.rendered(PlayedBlock()), 0, "nothing played: no move")
     }
 
+    /// The first of up to `ticks` blocks (each playing `pause`) that asks for its next
+    /// tick earlier (silentStartMoveMs); fails the test when none does.
+    private func firstAsking(within ticks: Int, playing pause: JitterBuffer.Playout,
+                             _ next: () -> (JitterBuffer.Playout, PlayedBlock)) throws -> PlayedBlock {
+        var asked: PlayedBlock? = nil
+        for _ in 0..<ticks where asked == nil {
+            let (playout, block) = next()
+            XCTAssertEqual(playout, pause)
+            if block.silentStartMoveMs > 0 { asked = block }
+        }
+        return try XCTUnwrap(asked, "no tick asked for in \(pause)")
+    }
+
     /// In a block in which nothing plays, a talkspurt's first frame that will have its
     /// cushion a fraction of a period before the next tick asks for that tick earlier:
     /// a device cuts that much of its block of silence (silentCut; nothing that is not
@@ -481,13 +494,7 @@ final class RenderPhaseTests: XCTestCase {
         for _ in 10..<40 { XCTAssertEqual(next().1.silentStartMoveMs, 0, "nothing waits") }
         // The next talkspurt's first frame comes 9 ms into period 40.
         put(40, .marker, at: 40 * 20 + 9)
-        var asked: PlayedBlock? = nil
-        for _ in 0..<4 {
-            let (playout, block) = next()
-            XCTAssertEqual(playout, .silence)
-            if block.silentStartMoveMs > 0 { asked = block; break }
-        }
-        let block = try XCTUnwrap(asked, "no tick asked for")
+        let block = try firstAsking(within: 4, playing: .silence) { next() }
         let move = block.silentStartMoveMs
         XCTAssertTrue(move >= 1 && move < 20, "\(move)")
         XCTAssertFalse(block.played)
@@ -534,13 +541,7 @@ final class RenderPhaseTests: XCTestCase {
         let pause = (10..<25).map { _ in next().0 }
         XCTAssertEqual(Array(pause.suffix(10)), Array(repeating: .comfortNoise, count: 10), "the pause after a DTX frame plays comfort noise")
         _ = tag.withUnsafeBytes { jb.insert(seq: 10, timestamp: UInt32(25 * 960), flags: .marker, payload: $0, arrivalMs: 25 * 20 + 9) }
-        var asked: PlayedBlock? = nil
-        for _ in 0..<4 {
-            let (playout, block) = next()
-            XCTAssertEqual(playout, .comfortNoise)
-            if block.silentStartMoveMs > 0 { asked = block; break }
-        }
-        let block = try XCTUnwrap(asked, "no tick asked for in comfort noise")
+        let block = try firstAsking(within: 4, playing: .comfortNoise, next)
         XCTAssertTrue(block.comfortNoise)
         let cut = Int(block.silentStartMoveMs * 48)
         // Noise of ±300 (−41 dBFS) is cut; a tail with a sample of 400 is not.
