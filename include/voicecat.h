@@ -836,7 +836,10 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * last-frame flag; the next audio starts a new talkspurt (marker) whose timestamps
  * advance by the wall-clock time that passed (for a block that came within 40 ms
  * after the talkspurt was ended waiting for it: right after that talkspurt), so
- * listeners hear a pause. Never blocks (a full
+ * listeners hear a pause. That last frame comes the slack later than the others;
+ * a listener learns how much from the stream's recent talkspurt ends and starts its
+ * talkspurts with that covered (a few ms more delay), so one whose output cannot wait
+ * for it (a playback device, a host pulling the mix) does not conceal it. Never blocks (a full
  * socket buffer drops the frame) and does not allocate; it does the work of what it
  * is given on the calling thread (copying it into the queue, and a stream at another
  * rate than 48 kHz resamples it there: measured on a 2-core VM, 0.1 ms of CPU per

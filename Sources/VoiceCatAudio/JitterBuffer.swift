@@ -28,7 +28,13 @@
 //     costs at most `cleanStartTicks` (half a period) more: a clean path, where no
 //     talkspurt then has to wait for its first late frame (a concealed period in the
 //     middle of speech, and a realignment) — the first complaint. A smaller
-//     setting trades that for delay where lateness is known within the period;
+//     setting trades that for delay where lateness is known within the period.
+//     A stream whose talkspurts end late as a rule (the median of its last
+//     `endWindow` ends' lateness over the median lateness above `endLateGateTicks`,
+//     2 ms of 20: a fed stream's sender waits a slack before it ends a talkspurt)
+//     starts with its ends covered too (`endCoverTicks`, not part of the target nor
+//     shed as excess), so a clock that cannot move later for an end (a card, a
+//     host's pulls) does not conceal it;
 //   * target: `quantile` (98 %), and at least the clean cover where that costs at
 //     most `cleanTargetTicks` (one period) more than the 90 % one;
 //   * on a stream that loses frames FEC can rebuild (loss rate above
@@ -289,6 +295,15 @@ public final class JitterBuffer {
         /// missed those periods: they are taken as ticks at their times (catchUp). In
         /// ms, not periods: a renderer's lateness is the same whatever the frame length.
         public var stallMs = 100.0
+        /// A stream's talkspurt ends are late as a rule when the median of the last
+        /// `endWindow` ends' lateness over the median lateness is more than this
+        /// (periods; 2 ms of 20): then a talkspurt starts with them covered
+        /// (`endCoverTicks`). Below it they are on time, moved by the path's jitter. 1
+        /// (a whole period, the most an end's lateness counts for) turns the cover off.
+        public var endLateGateTicks = 0.1
+        /// What the end cover keeps beyond the upper quartile of the ends seen (periods;
+        /// 2 ms of 20): the sender's timer fires a little later some times than others.
+        public var endMarginTicks = 0.1
         public init() {}
     }
 
@@ -340,8 +355,21 @@ public final class JitterBuffer {
     /// until one is seen, then the latest seen (at most a period), decaying by a tenth
     /// at each last frame (a stream whose talkspurts end in DTX keeps the default). Not
     /// part of the target (the buffer does not wait for it at every frame); the slack
-    /// reported to a renderer keeps it covered.
+    /// reported to a renderer keeps it covered. (What a start's cushion covers of the
+    /// ends is the robust `endCoverTicks` below, not this peak.)
     private var endLateTicks = 0.0
+    /// The last `endWindow` talkspurt ends' lateness over the median (ticks, each at
+    /// most a period), a ring, and `endCoverTicks` from them (`noteEnd`): how much later
+    /// than a typical frame this stream's ends come as a rule (a fed stream's sender
+    /// waits a slack before it sends one), judged by their median, which a path's
+    /// jitter (moving single ends either way) does not move. A talkspurt starts with
+    /// at least the median lateness and that cover (`startTicks`; not shed as excess),
+    /// so its end is not concealed where the clock cannot move later for it (a card,
+    /// a host's pulls). Zero for a stream whose ends come on time.
+    private let endExcess: UnsafeMutablePointer<Double>
+    private var endExcessCount = 0, endExcessNext = 0
+    private var endCoverTicks = 0.0
+    public static let endWindow = 8
     /// 5 ms of least dry slack, and 1.5 ms for the sender's timer to fire late.
     public static let endLateDefaultMs = 6.5
 
@@ -452,6 +480,8 @@ public final class JitterBuffer {
         gridAtTick.initialize(repeating: 0, count: JitterBuffer.tickTimeCapacity)
         history = .allocate(capacity: JitterBuffer.historyFrames)
         history.initialize(repeating: 0, count: JitterBuffer.historyFrames)
+        endExcess = .allocate(capacity: JitterBuffer.endWindow)
+        endExcess.initialize(repeating: 0, count: JitterBuffer.endWindow)
         bins = .allocate(capacity: JitterBuffer.histogramBins)
         bins.initialize(repeating: 0, count: JitterBuffer.histogramBins)
         reset(frameSamples: frameSamples)
@@ -460,7 +490,7 @@ public final class JitterBuffer {
     deinit {
         payloads.deallocate(); lengths.deallocate(); timestamps.deallocate()
         seqs.deallocate(); flagSets.deallocate(); arrivals.deallocate(); used.deallocate()
-        history.deallocate(); bins.deallocate(); tickTimes.deallocate(); gridAtTick.deallocate()
+        history.deallocate(); endExcess.deallocate(); bins.deallocate(); tickTimes.deallocate(); gridAtTick.deallocate()
     }
 
     /// Forgets everything (a new stream in this slot). Bounds and tuning are kept.
@@ -482,6 +512,7 @@ public final class JitterBuffer {
         playedSlackTicks = .nan
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
+        endExcessCount = 0; endExcessNext = 0; endCoverTicks = 0
         starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false; resumedTicksLeft = 0
         packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
@@ -588,8 +619,36 @@ public final class JitterBuffer {
 
     /// Target cushion in ticks (frame periods beyond the frame in play).
     private var targetTicks: Double { bounded(quantileTicks) }
-    /// The cushion a talkspurt starts with.
-    private var startTicks: Double { bounded(startQuantileTicks) }
+    /// The cushion a talkspurt starts with: its ends' usual lateness covered too
+    /// (`endCoverTicks`: not part of the target, which the other frames need).
+    private var startTicks: Double { bounded(max(startQuantileTicks, medianTicks + endCoverTicks)) }
+
+    /// Notes a talkspurt end's lateness over the median. The stream's ends are late as
+    /// a rule when the lower median of the last `endWindow` is more than
+    /// `Tuning.endLateGateTicks` (the path's jitter moves single ends either way, not
+    /// their median); `endCoverTicks` is then the upper quartile of them (the first end
+    /// seen, then the larger of two...) and `Tuning.endMarginTicks`, else nothing.
+    private func noteEnd(excess: Double) {
+        endExcess[endExcessNext] = min(1, excess)
+        endExcessNext = (endExcessNext + 1) % JitterBuffer.endWindow
+        endExcessCount = min(endExcessCount + 1, JitterBuffer.endWindow)
+        let n = endExcessCount
+        endCoverTicks = rankedEnd((n - 1) / 2) > tuning.endLateGateTicks
+            ? rankedEnd((3 * (n - 1) + 3) / 4) + tuning.endMarginTicks : 0
+    }
+
+    /// The end lateness of rank `rank` (0: the least) among those noted, by counting (at
+    /// most `endWindow` values: no sort, no allocation).
+    private func rankedEnd(_ rank: Int) -> Double {
+        for i in 0..<endExcessCount {
+            var below = 0, equal = 0
+            for j in 0..<endExcessCount {
+                if endExcess[j] < endExcess[i] { below += 1 } else if endExcess[j] == endExcess[i] { equal += 1 }
+            }
+            if below <= rank && rank < below + equal { return endExcess[i] }
+        }
+        return 0
+    }
 
     /// A cushion from the histogram, raised for FEC on a lossy stream and bounded.
     private func bounded(_ q: Double) -> Double {
@@ -776,6 +835,7 @@ public final class JitterBuffer {
         if flags.contains(.lastFrame) && !flags.contains(.marker) && historyCount > 0 {
             // At most a period: one frame delayed by a spike must not hold the phase for long.
             endLateTicks = min(1, max(l - baseline - medianTicks, endLateTicks * 0.9))
+            noteEnd(excess: l - baseline - medianTicks)
         }
         guard flags.isDisjoint(with: JitterBuffer.notJitter) else {
             // A seeded stream's first frame (a talkspurt's marker, as a rule) sets the
@@ -1173,8 +1233,9 @@ public final class JitterBuffer {
                 c = cushion(nextTS)
             }
         }
-        // Excess: a whole period less would still cover the target.
-        excessTicks = c >= target + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
+        // Excess: a whole period less would still cover the target (and the talkspurt's
+        // end, which its start's cushion covers).
+        excessTicks = c >= max(target, startTicks) + 1 + tuning.hysteresisTicks ? excessTicks + 1 : 0
         // Excess is shed by dropping a frame (its successor plays in its place) at once
         // when it is cheap to lose, else once the excess has lasted catchUpTicks, or,
         // when the buffer holds n whole periods of it, catchUpTicks / n (at least

@@ -247,6 +247,8 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
         case "fecLossRate": t.fecLossRate = v
         case "rescueShare": t.rescueShare = v
         case "rescueWindowTicks": t.rescueWindowTicks = v
+        case "endLateGateTicks": t.endLateGateTicks = v
+        case "endMarginTicks": t.endMarginTicks = v
         default:
             fputs("JB_TUNE: unknown knob \(kv[0])\n", stderr)
             exit(2)

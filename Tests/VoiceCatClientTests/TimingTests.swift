@@ -626,6 +626,56 @@ final class TimingTests: XCTestCase {
         }
     }
 
+    /// A host that pulls the mix on its own clock (pull mode, the default bounds) while
+    /// a bot feeds each 0.8 s sentence in one call, one every 1.007 s, so each starts 7
+    /// ms further on in the pulls' period. The sender ends each talkspurt a slack after
+    /// its queue ran dry (it cannot know sooner that no more audio comes), so the end
+    /// frame comes a few ms later than the others; nothing of it may be concealed on a
+    /// clean loopback, whatever the phase and the pulls' size.
+    func testBulkFedSentencesPulledOnAFixedClockConcealNothing() throws {
+        for (k, pull) in [960, 240].enumerated() {
+            let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(k)")
+            defer { alex.shutdown(); sam.shutdown() }
+            while sam.pollEvent(timeoutMs: 0) != nil {}
+            let speech = Signal.glidingVoice(seconds: 0.8, amplitude: 0.3)
+            let sentences = 9
+            let probe = StallProbe()
+            probe.start()
+            let t0 = MonotonicClock.nanoseconds()
+            let feeder = Thread {
+                for n in 0..<sentences {
+                    let at = t0 + 300_000_000 + UInt64(n) * 1_007_000_000
+                    let now = MonotonicClock.nanoseconds()
+                    if at > now { usleep(UInt32((at - now) / 1000)) }
+                    try? speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: speech.count, channels: 1) }
+                }
+            }
+            feeder.start()
+            var out = [Int16](repeating: 0, count: pull * 2)
+            var pulled = 0
+            let total = 48000 * (sentences + 1)
+            var concealedBy: [UInt64] = []     // the count at the end of each sentence's second
+            while pulled < total {
+                try out.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: pull) }
+                pulled += pull
+                if pulled % 48000 < pull && pulled > 48000 { concealedBy.append(try sam.streamStats(ssrc: ssrc).jitter.plcFrames) }
+                let due = t0 + UInt64(pulled) * 1_000_000_000 / 48000
+                let now = MonotonicClock.nanoseconds()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+            }
+            let stalls = probe.stop().count
+            let st = try sam.streamStats(ssrc: ssrc)
+            print("pulls of \(pull): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
+                  + "underruns \(st.jitter.underruns), waited \(st.jitter.waited), target \(st.targetDepthMs) ms, "
+                  + "talkspurts \(st.jitter.talkspurts), concealed by each second \(concealedBy); stalls seen \(stalls)")
+            XCTAssertEqual(Int(st.jitter.talkspurts), sentences, "pulls of \(pull): one talkspurt per sentence")
+            if Sanitizers.thread { continue }   // real-time quality: the normal build judges it
+            XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls, "pulls of \(pull): frames concealed on a clean path")
+            XCTAssertLessThanOrEqual(Int(st.jitter.late), stalls, "pulls of \(pull): late frames on a clean path")
+            XCTAssertLessThanOrEqual(st.targetDepthMs, 60, "pulls of \(pull): the target on a clean path")
+        }
+    }
+
     /// DTX: in a pause the talker sends only sparse comfort-noise updates and the
     /// listener plays comfort noise, not digital silence; talk state follows.
     func testDTXPauseSendsComfortNoiseUpdatesAndTheListenerPlaysComfortNoise() throws {
