@@ -1269,7 +1269,10 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * pull was first seen may underrun at it, once for each period of that cushion it
  * lacked: each underrun adds one; its next talkspurt starts with all of it in
  * hand): the size of the pulls adds to the
- * delay, and pulls of 10–20 ms give the least. A per-speaker sink set on the client is
+ * delay, and pulls of 10–20 ms give the least. Pulls shorter than a stream's frame
+ * start each of its talkspurts within a pull of the cushion it needs (the rest of a
+ * frame of silence before it is dropped); pulls of whole frames start it at the
+ * next frame, up to a frame later. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while

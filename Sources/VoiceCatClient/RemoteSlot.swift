@@ -263,6 +263,22 @@ final class RemoteSlot {
             fifoRead = (fifoRead + stray) % RemoteSlot.fifoCapacity
             fifoCount -= stray
         }
+        // A host's pulls shorter than a frame hand out each decoded frame over several
+        // pulls, and the buffer ticks when the FIFO runs dry: at a phase of the pulls
+        // nobody picked, so a talkspurt's first frame waited up to a frame more than its
+        // cushion. Between talkspurts the rest of a silent frame is not heard: when the
+        // first frame waiting has its start's cushion by now, that rest is dropped and
+        // the buffer ticks at this pull (told by moveClock), which plays what it decides
+        // at once (a card's driver cuts its block of silence the same way). Digital
+        // silence only (not comfort noise, not a denoiser's tail).
+        if !fixedBlock && lastDecodeSilent && fifoCount > 0 && fifoCount < frameSamples {
+            let early = (jitter.startEarlyTicks * Double(frameSamples) - 1e-3).rounded(.down)
+            if Double(fifoCount) <= early && fifoIsSilent(frames: fifoCount) {
+                jitter.moveClock(earlierByMs: Double(fifoCount) / 48)
+                fifoRead = (fifoRead + fifoCount) % RemoteSlot.fifoCapacity
+                fifoCount = 0
+            }
+        }
         blockPlayed = PlayedBlock(talking: jitter.talking)
         blockTalkEdge = false
         let gain: Float = settings.muted ? 0 : settings.gain

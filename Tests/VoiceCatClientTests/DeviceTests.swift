@@ -93,20 +93,6 @@ final class DeviceTests: XCTestCase {
         return (alex, sid, ssrc)
     }
 
-    /// Where in `x` a sound starts: a sample louder than `above` after at least `after`
-    /// samples quieter than `quietBelow` (none louder than `above` between; the start
-    /// of `x` counts as quiet).
-    func onsetsOf(_ x: [Int16], above: Int, after: Int, quietBelow: Int) -> [Int] {
-        var onsets: [Int] = []
-        var quiet = after
-        for (i, v) in x.enumerated() {
-            let m = abs(Int(v))
-            if m > above && quiet >= after { onsets.append(i) }
-            quiet = m < quietBelow ? quiet + 1 : (m > above ? 0 : quiet)
-        }
-        return onsets
-    }
-
     /// Index of the first 10 ms block whose RMS exceeds `level` (fraction of full scale).
     func onset(_ x: [Int16], level: Double = 0.02) -> Int? {
         var i = 0
@@ -298,7 +284,7 @@ final class DeviceTests: XCTestCase {
         // Onsets in the card's output (its position runs with its clock: no underrun
         // leaves a gap), each after at least 200 ms of silence (or the start).
         let left = readLeft(dir + "/align.raw")
-        let onsets = onsetsOf(left, above: 1000, after: 9600, quietBelow: 8)
+        let onsets = Signal.onsets(left, above: 1000, after: 9600, quietBelow: 8)
         XCTAssertEqual(onsets.count, 9, "talkspurts found in the card's output: at \(onsets.map { $0 / 48 }) ms of \(left.count / 48)")
         guard onsets.count == 9 else { return }
         // Each talkspurt's start in the card's time less its send time, against the
@@ -388,7 +374,7 @@ final class DeviceTests: XCTestCase {
         let (left, stalls, st) = try playThroughAPathThatGetsFaster(pcm, card: "glide", fromMs: 40, toMs: 30, atSeconds: 9, bounds: nil)
         // Each burst's onset in the card's output (its position runs with its clock)
         // less where it was in what was sent (ms): the stream's delay, up to a constant.
-        let onsets = onsetsOf(left, above: 12_000, after: 19_200, quietBelow: 12_001)
+        let onsets = Signal.onsets(left, above: 12_000, after: 19_200, quietBelow: 12_001)
         XCTAssertEqual(onsets.count, pulses.count, "bursts found in the card's output at \(onsets.map { $0 / 48 }) ms")
         guard onsets.count == pulses.count else { return }
         let delay = zip(onsets, pulses).map { Double($0 - $1) / 48 }
@@ -434,12 +420,12 @@ final class DeviceTests: XCTestCase {
         let starts = (0..<5).map { $0 * 96_000 }   // where each cycle's speech begins
         let (left, stalls, st) = try playThroughAPathThatGetsFaster(pcm, card: "dtx", fromMs: 40, toMs: 28, atSeconds: 5.5,
                                                                      bounds: JitterBounds(minMs: 50, maxMs: 500))
-        let onsets = onsetsOf(left, above: 3000, after: 9600, quietBelow: 1000)
+        let onsets = Signal.onsets(left, above: 3000, after: 9600, quietBelow: 1000)
         XCTAssertEqual(onsets.count, 5, "talkspurts found in the card's output at \(onsets.map { $0 / 48 }) ms")
         guard onsets.count == 5 else { return }
         // Where each talkspurt starts on the card less where it starts in what was sent
         // (found the same way; ms, up to a constant).
-        let sent = starts.map { s in s + (onsetsOf(Array(pcm[s..<(s + 48_000)]), above: 3000, after: 0, quietBelow: 1000).first ?? 0) }
+        let sent = starts.map { s in s + (Signal.onsets(Array(pcm[s..<(s + 48_000)]), above: 3000, after: 0, quietBelow: 1000).first ?? 0) }
         let delay = zip(onsets, sent).map { Double($0 - $1) / 48 }
         let pause = left[(onsets[1] + 60_000)..<(onsets[2] - 4_800)]
         let noisePeak = pause.map { abs(Int($0)) }.max() ?? 0

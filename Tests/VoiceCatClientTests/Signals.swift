@@ -35,6 +35,20 @@ enum Signal {
         (0..<Int(seconds * 48000)).map { Int16(amplitude * 32767 * sin(2 * .pi * f * Double($0) / 48000)) }
     }
 
+    /// Where in `x` a sound starts: a sample louder than `above` after at least `after`
+    /// samples quieter than `quietBelow` (none louder than `above` between; the start
+    /// of `x` counts as quiet).
+    static func onsets(_ x: [Int16], above: Int, after: Int, quietBelow: Int) -> [Int] {
+        var onsets: [Int] = []
+        var quiet = after
+        for (i, v) in x.enumerated() {
+            let m = abs(Int(v))
+            if m > above && quiet >= after { onsets.append(i) }
+            quiet = m < quietBelow ? quiet + 1 : (m > above ? 0 : quiet)
+        }
+        return onsets
+    }
+
     static func rms(_ x: ArraySlice<Int16>) -> Double {
         guard !x.isEmpty else { return 0 }
         return sqrt(x.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(x.count))

@@ -631,8 +631,11 @@ final class TimingTests: XCTestCase {
     /// ms further on in the pulls' period. The sender ends each talkspurt a slack after
     /// its queue ran dry (it cannot know sooner that no more audio comes), so the end
     /// frame comes a few ms later than the others; nothing of it may be concealed on a
-    /// clean loopback, whatever the phase and the pulls' size.
-    func testBulkFedSentencesPulledOnAFixedClockConcealNothing() throws {
+    /// clean loopback, whatever the phase and the pulls' size. Pulls shorter than a
+    /// frame start each talkspurt within a pull of its cushion, whatever its phase
+    /// (the rest of a silent frame is dropped for it); pulls of a whole frame start it
+    /// at the next frame, up to a frame later.
+    func testBulkFedSentencesPulledOnAFixedClockStartOnTheirCushionAndConcealNothing() throws {
         for (k, pull) in [960, 240].enumerated() {
             let (alex, sam, sid, ssrc) = try talkerAndListener(suffix: "-\(k)")
             defer { alex.shutdown(); sam.shutdown() }
@@ -642,21 +645,27 @@ final class TimingTests: XCTestCase {
             let probe = StallProbe()
             probe.start()
             let t0 = MonotonicClock.nanoseconds()
+            final class Sent: @unchecked Sendable {
+                let lock = NSLock()
+                var ns: [UInt64] = []
+            }
+            let sentNs = Sent()
             let feeder = Thread {
                 for n in 0..<sentences {
                     let at = t0 + 300_000_000 + UInt64(n) * 1_007_000_000
                     let now = MonotonicClock.nanoseconds()
                     if at > now { usleep(UInt32((at - now) / 1000)) }
+                    sentNs.lock.withLock { sentNs.ns.append(MonotonicClock.nanoseconds()) }
                     try? speech.withUnsafeBufferPointer { try alex.feed(streamID: sid, pcm: $0.baseAddress!, frames: speech.count, channels: 1) }
                 }
             }
             feeder.start()
-            var out = [Int16](repeating: 0, count: pull * 2)
-            var pulled = 0
             let total = 48000 * (sentences + 1)
+            var out = [Int16](repeating: 0, count: (total + pull) * 2)
+            var pulled = 0
             var concealedBy: [UInt64] = []     // the count at the end of each sentence's second
             while pulled < total {
-                try out.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress!, frames: pull) }
+                try out.withUnsafeMutableBufferPointer { try sam.readMixed(into: $0.baseAddress! + pulled * 2, frames: pull) }
                 pulled += pull
                 if pulled % 48000 < pull && pulled > 48000 { concealedBy.append(try sam.streamStats(ssrc: ssrc).jitter.plcFrames) }
                 let due = t0 + UInt64(pulled) * 1_000_000_000 / 48000
@@ -665,6 +674,19 @@ final class TimingTests: XCTestCase {
             }
             let stalls = probe.stop().count
             let st = try sam.streamStats(ssrc: ssrc)
+            // Each talkspurt's start in the pulled output (sample i plays at t0 + i / 48
+            // ms: the pulls keep real time) less its send time, against the second's.
+            let left = stride(from: 0, to: pulled * 2, by: 2).map { out[$0] }
+            let onsets = Signal.onsets(left, above: 1000, after: 4800, quietBelow: 8)
+            let sent = sentNs.lock.withLock { sentNs.ns }
+            var spread = -1.0, mean = -1.0
+            if onsets.count == sentences && sent.count == sentences {
+                let offsets = (1..<sentences).map { k in Double(onsets[k]) / 48 - Double(Int64(sent[k]) - Int64(t0)) / 1e6 }
+                spread = offsets.max()! - offsets.min()!
+                mean = offsets.reduce(0, +) / Double(offsets.count)
+            }
+            print("pulls of \(pull): talkspurt starts found \(onsets.count), after their send times by \(String(format: "%.1f", mean)) ms "
+                  + "on average (pulled, not yet played), spread \(String(format: "%.1f", spread)) ms")
             print("pulls of \(pull): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
                   + "underruns \(st.jitter.underruns), waited \(st.jitter.waited), target \(st.targetDepthMs) ms, "
                   + "talkspurts \(st.jitter.talkspurts), concealed by each second \(concealedBy); stalls seen \(stalls)")
@@ -673,6 +695,10 @@ final class TimingTests: XCTestCase {
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls, "pulls of \(pull): frames concealed on a clean path")
             XCTAssertLessThanOrEqual(Int(st.jitter.late), stalls, "pulls of \(pull): late frames on a clean path")
             XCTAssertLessThanOrEqual(st.targetDepthMs, 60, "pulls of \(pull): the target on a clean path")
+            XCTAssertEqual(onsets.count, sentences, "pulls of \(pull): talkspurts found in the output")
+            // 5 ms pulls: within a pull and the loopback's jitter (15-19 ms without the
+            // drop: the phases, 7 ms apart, spread over the frame).
+            if pull < 960 && stalls == 0 { XCTAssertLessThan(spread, 10, "pulls of \(pull): where a talkspurt starts moved with its phase") }
         }
     }
 
