@@ -837,9 +837,11 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * advance by the wall-clock time that passed (for a block that came within 40 ms
  * after the talkspurt was ended waiting for it: right after that talkspurt), so
  * listeners hear a pause. That last frame comes the slack later than the others;
- * a listener learns how much from the stream's recent talkspurt ends and starts its
- * talkspurts with that covered (a few ms more delay), so one whose output cannot wait
- * for it (a playback device, a host pulling the mix) does not conceal it. Never blocks (a full
+ * a listener learns how much from the stream's recent talkspurt ends and, from its
+ * second talkspurt on, starts its talkspurts with up to 20 ms of it covered (a few ms
+ * more delay for a steady host), so one whose output cannot wait for it (a playback
+ * device, a host pulling the mix) does not conceal it; a last frame later than that
+ * costs the periods it is late, then the talkspurt ends. Never blocks (a full
  * socket buffer drops the frame) and does not allocate; it does the work of what it
  * is given on the calling thread (copying it into the queue, and a stream at another
  * rate than 48 kHz resamples it there: measured on a 2-core VM, 0.1 ms of CPU per
@@ -1270,9 +1272,10 @@ int vc_set_mixed_output_block_ms(vc_client *c, uint32_t ms);
  * lacked: each underrun adds one; its next talkspurt starts with all of it in
  * hand): the size of the pulls adds to the
  * delay, and pulls of 10–20 ms give the least. Pulls shorter than a stream's frame
- * start each of its talkspurts within a pull of the cushion it needs (the rest of a
- * frame of silence before it is dropped); pulls of whole frames start it at the
- * next frame, up to a frame later. A per-speaker sink set on the client is
+ * start a talkspurt that follows digital silence within a pull of the cushion it
+ * needs (the rest of the silent frame before it is dropped; not after comfort noise,
+ * which a DTX channel's pauses play, nor a stream's first talkspurt); pulls of whole
+ * frames start it at the next frame, up to a frame later. A per-speaker sink set on the client is
  * called on this thread, inside this call, for the blocks it renders. Does not
  * allocate. Served in pull mode and in the background mode of a per-speaker sink or
  * recording (vc_set_external_playback; the client's own thread then pauses while

@@ -30,8 +30,8 @@
 //     middle of speech, and a realignment) — the first complaint. A smaller
 //     setting trades that for delay where lateness is known within the period.
 //     A stream whose talkspurts end late as a rule (the median of its last
-//     `endWindow` ends' lateness over the median lateness above `endLateGateTicks`,
-//     2 ms of 20: a fed stream's sender waits a slack before it ends a talkspurt)
+//     `endWindow` ends' lateness over the median lateness above `endLateGateMs`,
+//     2 ms: a fed stream's sender waits a slack before it ends a talkspurt)
 //     starts with its ends covered too (`endCoverTicks`, not part of the target nor
 //     shed as excess), so a clock that cannot move later for an end (a card, a
 //     host's pulls) does not conceal it;
@@ -295,15 +295,17 @@ public final class JitterBuffer {
         /// missed those periods: they are taken as ticks at their times (catchUp). In
         /// ms, not periods: a renderer's lateness is the same whatever the frame length.
         public var stallMs = 100.0
+        /// Whether a talkspurt starts with its stream's usual end lateness covered
+        /// (`endCoverTicks`).
+        public var coversEnds = true
         /// A stream's talkspurt ends are late as a rule when the median of the last
-        /// `endWindow` ends' lateness over the median lateness is more than this
-        /// (periods; 2 ms of 20): then a talkspurt starts with them covered
-        /// (`endCoverTicks`). Below it they are on time, moved by the path's jitter. 1
-        /// (a whole period, the most an end's lateness counts for) turns the cover off.
-        public var endLateGateTicks = 0.1
-        /// What the end cover keeps beyond the upper quartile of the ends seen (periods;
-        /// 2 ms of 20): the sender's timer fires a little later some times than others.
-        public var endMarginTicks = 0.1
+        /// `endWindow` ends' lateness over the median lateness is more than this (ms):
+        /// then a talkspurt starts with them covered. Below it they are on time, moved
+        /// by the path's jitter.
+        public var endLateGateMs = 2.0
+        /// What the end cover keeps beyond the upper quartile of the ends seen (ms):
+        /// the sender's timer fires a little later some times than others.
+        public var endMarginMs = 2.0
         public init() {}
     }
 
@@ -359,7 +361,7 @@ public final class JitterBuffer {
     /// ends is the robust `endCoverTicks` below, not this peak.)
     private var endLateTicks = 0.0
     /// The last `endWindow` talkspurt ends' lateness over the median (ticks, each at
-    /// most a period), a ring, and `endCoverTicks` from them (`noteEnd`): how much later
+    /// most a period or `endCoverCapMs`), a ring, and `endCoverTicks` from them (`noteEnd`): how much later
     /// than a typical frame this stream's ends come as a rule (a fed stream's sender
     /// waits a slack before it sends one), judged by their median, which a path's
     /// jitter (moving single ends either way) does not move. A talkspurt starts with
@@ -370,6 +372,11 @@ public final class JitterBuffer {
     private var endExcessCount = 0, endExcessNext = 0
     private var endCoverTicks = 0.0
     public static let endWindow = 8
+    /// The most an end's lateness over the median counts for: a period, and at least
+    /// this (ms): a steady host's dry slack (5 ms) and its timer at any frame length.
+    /// A jittery host's longer slack (up to 40 ms) is not covered: that would delay
+    /// every talkspurt by more than a frame to save its last frame from concealment.
+    public static let endCoverCapMs = 20.0
     /// 5 ms of least dry slack, and 1.5 ms for the sender's timer to fire late.
     public static let endLateDefaultMs = 6.5
 
@@ -451,6 +458,10 @@ public final class JitterBuffer {
     /// at its first starved tick. After a talkspurt ended by starving, frames from
     /// here on are the stream's continuation, not late (see insert).
     private var starvedFromTS: Int64 = 0
+    /// While starving, the talkspurt's last frame came after its tick had passed: the
+    /// talker has stopped, so the next starved tick ends the talkspurt (silence) rather
+    /// than concealing on until `maxStarvedMs`.
+    private var lateEndArrived = false
     /// The next frame to arrive is the first since a talkspurt ended by starving: its
     /// timing is taken as a marker's (observe).
     private var resumeRebase = false
@@ -513,7 +524,7 @@ public final class JitterBuffer {
         playedEndSlackTicks = .nan
         endLateTicks = JitterBuffer.endLateDefaultMs / (Double(frameSamples) / 48)
         endExcessCount = 0; endExcessNext = 0; endCoverTicks = 0
-        starvedTicks = 0; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false; resumedTicksLeft = 0
+        starvedTicks = 0; lateEndArrived = false; excessTicks = 0; heldStartTicks = 0; heldStartMs = .nan; endedStarved = false; resumeRebase = false; resumedTicksLeft = 0
         packetBytesAverage = 0; lastPlayedQuiet = false; levelsReported = false
         recoveryAvailable = false
         seeded = false
@@ -623,18 +634,19 @@ public final class JitterBuffer {
     /// (`endCoverTicks`: not part of the target, which the other frames need).
     private var startTicks: Double { bounded(max(startQuantileTicks, medianTicks + endCoverTicks)) }
 
-    /// Notes a talkspurt end's lateness over the median. The stream's ends are late as
-    /// a rule when the lower median of the last `endWindow` is more than
-    /// `Tuning.endLateGateTicks` (the path's jitter moves single ends either way, not
-    /// their median); `endCoverTicks` is then the upper quartile of them (the first end
-    /// seen, then the larger of two...) and `Tuning.endMarginTicks`, else nothing.
+    /// Notes a talkspurt end's lateness over the median (counted up to a period or
+    /// `endCoverCapMs`, whichever is more). The stream's ends are late as a rule when
+    /// the lower median of the last `endWindow` is more than `Tuning.endLateGateMs`
+    /// (the path's jitter moves single ends either way, not their median);
+    /// `endCoverTicks` is then the upper quartile of them (the first end seen, then
+    /// the larger of two...) and `Tuning.endMarginMs`, else nothing.
     private func noteEnd(excess: Double) {
-        endExcess[endExcessNext] = min(1, excess)
+        endExcess[endExcessNext] = min(max(1, JitterBuffer.endCoverCapMs / frameMs), excess)
         endExcessNext = (endExcessNext + 1) % JitterBuffer.endWindow
         endExcessCount = min(endExcessCount + 1, JitterBuffer.endWindow)
         let n = endExcessCount
-        endCoverTicks = rankedEnd((n - 1) / 2) > tuning.endLateGateTicks
-            ? rankedEnd((3 * (n - 1) + 3) / 4) + tuning.endMarginTicks : 0
+        endCoverTicks = tuning.coversEnds && rankedEnd((n - 1) / 2) > tuning.endLateGateMs / frameMs
+            ? rankedEnd((3 * (n - 1) + 3) / 4) + tuning.endMarginMs / frameMs : 0
     }
 
     /// The end lateness of rank `rank` (0: the least) among those noted, by counting (at
@@ -738,6 +750,9 @@ public final class JitterBuffer {
         // a backlog that came at once is skipped to a start's cushion in advance()).
         if havePlayed && ext < nextTS && !(endedStarved && ext >= starvedFromTS) {
             stats.late += 1
+            if playing && starvedTicks > 0 && ext >= starvedFromTS && flags.contains(.lastFrame) && !flags.contains(.marker) {
+                lateEndArrived = true
+            }
             return .late
         }
         var slot = -1
@@ -1316,6 +1331,14 @@ public final class JitterBuffer {
             return .conceal
         }
         // Nothing newer: starving.
+        if lateEndArrived {
+            // The talkspurt's last frame came too late to play: it has ended.
+            lateEndArrived = false
+            playing = false
+            starvedTicks = 0
+            if talking { talking = false; talkEdge = .ended }
+            return pausePlayout()
+        }
         if starvedTicks == 0 { stats.underruns += 1; starvedFromTS = nextTS }
         starvedTicks += 1
         if Double(starvedTicks) * frameMs > maxStarvedMs {
@@ -1398,6 +1421,7 @@ public final class JitterBuffer {
         havePlayed = true
         lastPlayedSeq = seqs[s]
         starvedTicks = 0
+        lateEndArrived = false
         // After a last-frame or DTX frame the stream is expected to pause.
         if !flagSets[s].isDisjoint(with: JitterBuffer.pauseFollows) {
             playing = false

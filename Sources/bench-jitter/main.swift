@@ -247,8 +247,9 @@ func tuningFromEnvironment() -> JitterBuffer.Tuning {
         case "fecLossRate": t.fecLossRate = v
         case "rescueShare": t.rescueShare = v
         case "rescueWindowTicks": t.rescueWindowTicks = v
-        case "endLateGateTicks": t.endLateGateTicks = v
-        case "endMarginTicks": t.endMarginTicks = v
+        case "coversEnds": t.coversEnds = v != 0
+        case "endLateGateMs": t.endLateGateMs = v
+        case "endMarginMs": t.endMarginMs = v
         default:
             fputs("JB_TUNE: unknown knob \(kv[0])\n", stderr)
             exit(2)

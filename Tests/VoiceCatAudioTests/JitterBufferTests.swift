@@ -493,6 +493,68 @@ final class JitterBufferTests: XCTestCase {
         XCTAssertFalse(jb.talking)
     }
 
+    /// A talkspurt's last frame that comes after its tick (a sender's dry slack longer
+    /// than the cushion) is too late to play, but it says the talker stopped: the
+    /// buffer conceals only until it came, then the talkspurt ends (silence), not 200
+    /// ms of concealment until it counts as starved.
+    func testALastFrameThatComesTooLateEndsTheTalkspurtAtOnce() {
+        let jb = JitterBuffer(frameSamples: 960)
+        var trace: [Sent] = []
+        for f in 0..<50 { trace.append(Sent(frame: f, arrival: f, flags: f == 0 ? .marker : [])) }
+        trace.append(Sent(frame: 50, arrival: 53, flags: .lastFrame))   // three periods late
+        let out = drive(jb, trace, ticks: 80)
+        XCTAssertEqual(Array(out.prefix(50)), (0..<50).map { $0 })
+        print("a last frame 3 periods late: \(out[50..<56].map { $0.map(String.init) ?? "-" }), concealed \(jb.stats.plcFrames)")
+        XCTAssertLessThanOrEqual(jb.stats.plcFrames, 3, "concealed until the last frame came, not for 200 ms")
+        XCTAssertEqual(out[54...].filter { $0 != nil }.count, 0, "silence once it came")
+        XCTAssertFalse(jb.talking)
+    }
+
+    /// The end cover is counted in ms, whatever the frame length: 2.5 ms frames (the
+    /// shortest) whose talkspurt ends come 6.5 ms late (a steady host's dry slack and
+    /// its timer: over two periods) are covered from the third talkspurt on, and
+    /// conceal an end frame each without the cover.
+    func testTalkspurtEndsLateByMorePeriodsThanOneAreCoveredForShortFrames() {
+        func run(covers: Bool) -> (concealed: UInt64, lateEnds: Int) {
+            let jb = JitterBuffer(frameSamples: 120)
+            var t = JitterBuffer.Tuning()
+            t.coversEnds = covers
+            jb.tuning = t
+            var lateEnds = 0
+            // Ten talkspurts of 200 frames (0.5 s) with 200 frames of pause; ticks every
+            // 2.5 ms at a phase 1.1 ms after the frames' sending grid.
+            var arrivals: [(ms: Double, frame: Int, flags: FrameFlags)] = []
+            for spurt in 0..<10 {
+                for j in 0..<200 {
+                    let frame = spurt * 400 + j
+                    var flags: FrameFlags = j == 0 ? .marker : []
+                    var at = Double(frame) * 2.5 + 0.3 + Double((frame * 7) % 5) * 0.05
+                    if j == 199 { flags = .lastFrame; at += 6.5 }
+                    arrivals.append((at, frame, flags))
+                }
+            }
+            arrivals.sort { $0.ms < $1.ms }
+            var next = 0
+            for k in 0..<4000 {
+                let now = Double(k) * 2.5 + 1.1
+                while next < arrivals.count && arrivals[next].ms <= now {
+                    let a = arrivals[next]
+                    let r = insert(jb, UInt64(a.frame), ts: UInt32(a.frame * 120), flags: a.flags, at: a.ms)
+                    if a.flags.contains(.lastFrame) && r == .late && a.frame > 800 { lateEnds += 1 }
+                    next += 1
+                }
+                if case .packet(let s) = jb.next(atMs: now) { jb.release(s) }
+            }
+            return (jb.stats.plcFrames, lateEnds)
+        }
+        let covered = run(covers: true), bare = run(covers: false)
+        print("2.5 ms frames, ends 6.5 ms late: concealed \(covered.concealed) with the cover (late ends after the second talkspurt "
+              + "\(covered.lateEnds)), \(bare.concealed) without (\(bare.lateEnds))")
+        XCTAssertEqual(covered.lateEnds, 0, "ends covered once two were seen")
+        XCTAssertGreaterThan(bare.lateEnds, 4, "without the cover the ends come too late")
+        XCTAssertLessThan(covered.concealed, bare.concealed)
+    }
+
     // MARK: FEC
 
     func testAnIsolatedLossIsRebuiltFromFECOnceLossesAreSeen() {

@@ -349,7 +349,7 @@ final class RenderPhaseTests: XCTestCase {
     /// phase without that cover (its like), and the cover must conceal no more.
     func testJitterIsNotConcealedMoreThanAtAFixedPhase() {
         var uncovered = JitterBuffer.Tuning()
-        uncovered.endLateGateTicks = 1
+        uncovered.coversEnds = false
         for endLateMs in [0.0, 5.5] {
             for jitterMs in [1.0, 2.0, 4.0] {
                 var fixed = 0, plain = 0, aligned = 0

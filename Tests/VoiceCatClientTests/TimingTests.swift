@@ -690,15 +690,17 @@ final class TimingTests: XCTestCase {
             print("pulls of \(pull): received \(st.jitter.packetsReceived), concealed \(st.jitter.plcFrames), late \(st.jitter.late), "
                   + "underruns \(st.jitter.underruns), waited \(st.jitter.waited), target \(st.targetDepthMs) ms, "
                   + "talkspurts \(st.jitter.talkspurts), concealed by each second \(concealedBy); stalls seen \(stalls)")
-            XCTAssertEqual(Int(st.jitter.talkspurts), sentences, "pulls of \(pull): one talkspurt per sentence")
             if Sanitizers.thread { continue }   // real-time quality: the normal build judges it
             XCTAssertLessThanOrEqual(Int(st.jitter.plcFrames), 3 * stalls, "pulls of \(pull): frames concealed on a clean path")
             XCTAssertLessThanOrEqual(Int(st.jitter.late), stalls, "pulls of \(pull): late frames on a clean path")
             XCTAssertLessThanOrEqual(st.targetDepthMs, 60, "pulls of \(pull): the target on a clean path")
+            // (A stall of the feeding thread can split a sentence in two.)
+            guard stalls == 0 else { continue }
+            XCTAssertEqual(Int(st.jitter.talkspurts), sentences, "pulls of \(pull): one talkspurt per sentence")
             XCTAssertEqual(onsets.count, sentences, "pulls of \(pull): talkspurts found in the output")
-            // 5 ms pulls: within a pull and the loopback's jitter (15-19 ms without the
+            // 5 ms pulls: within a pull and the loopback's jitter (15 ms without the
             // drop: the phases, 7 ms apart, spread over the frame).
-            if pull < 960 && stalls == 0 { XCTAssertLessThan(spread, 10, "pulls of \(pull): where a talkspurt starts moved with its phase") }
+            if pull < 960 { XCTAssertLessThan(spread, 10, "pulls of \(pull): where a talkspurt starts moved with its phase") }
         }
     }
 
