@@ -380,12 +380,19 @@ final class DeviceTests: XCTestCase {
         XCTAssertEqual(onsets.count, pulses.count, "bursts found in the card's output at \(onsets.map { $0 / 48 }) ms")
         guard onsets.count == pulses.count else { return }
         let delay = zip(onsets, pulses).map { Double($0 - $1) / 48 }
-        // The last bursts before the switch (at 9 s), and the last three.
-        let before = delay[14...16].reduce(0, +) / 3, after = delay[33...35].reduce(0, +) / 3
+        // The last bursts before the switch (at 9 s), and the last three. A frame that
+        // came late enough for the buffer to hold its clock (a concealed period, which
+        // a loaded loopback's jitter can bring: one is allowed below) moves every burst
+        // after it a whole period later, all at once between two bursts (the glide
+        // moves at most 1 ms in 500 ms): such a step after the switch is not counted.
+        let before = delay[14...16].reduce(0, +) / 3
+        let holds = (17..<delay.count).filter { delay[$0] - delay[$0 - 1] > 15 }.count
+        let after = delay[33...35].reduce(0, +) / 3 - 20 * Double(holds)
         let settled = delay[12...16].max()! - delay[12...16].min()! < 1
         print("bursts' delay on the card (ms, less the first's): \(delay.map { String(format: "%.1f", $0 - delay[0]) }); "
-              + "before the path got 15 ms faster \(String(format: "%.1f", before - delay[0])), at the end \(String(format: "%.1f", after - delay[0])); "
-              + "late \(st.jitter.late), concealed \(st.jitter.plcFrames); stalls seen \(stalls.count)")
+              + "before the path got 15 ms faster \(String(format: "%.1f", before - delay[0])), at the end \(String(format: "%.1f", after - delay[0])) "
+              + "(\(holds) steps of a period after the switch not counted); "
+              + "late \(st.jitter.late), concealed \(st.jitter.plcFrames), waited \(st.jitter.waited); stalls seen \(stalls.count)")
         if !stalls.isEmpty { return }   // real-time timing: an undisturbed run judges it
         XCTAssertEqual(st.jitter.late, 0, "no frame dropped")
         XCTAssertLessThanOrEqual(st.jitter.plcFrames, 1, "the glides made no frame miss its block")
