@@ -838,10 +838,11 @@ int vc_stream_stop(vc_client *c, uint32_t stream_id);
  * after the talkspurt was ended waiting for it: right after that talkspurt), so
  * listeners hear a pause. That last frame comes the slack later than the others;
  * a listener learns how much from the stream's recent talkspurt ends and, from its
- * second talkspurt on, starts its talkspurts with up to 20 ms of it covered (a few ms
- * more delay for a steady host), so one whose output cannot wait for it (a playback
- * device, a host pulling the mix) does not conceal it; a last frame later than that
- * costs the periods it is late, then the talkspurt ends. Never blocks (a full
+ * second talkspurt on, starts its talkspurts with up to 20 ms of it (or a frame, if
+ * longer) covered (a few ms more delay for a steady host), so one whose output cannot
+ * wait for it (a playback device, a host pulling the mix) does not conceal it; a last
+ * frame later than that costs the periods it is late, then the talkspurt ends. Never
+ * blocks (a full
  * socket buffer drops the frame) and does not allocate; it does the work of what it
  * is given on the calling thread (copying it into the queue, and a stream at another
  * rate than 48 kHz resamples it there: measured on a 2-core VM, 0.1 ms of CPU per

@@ -1119,6 +1119,14 @@ public final class JitterBuffer {
         return excess > 0 && excess < 1 ? excess : 0
     }
 
+    /// `startEarlyTicks` in whole 48 kHz samples, rounded down with a hair to spare: a
+    /// move of exactly the excess left the frame's cushion equal to the start's, and
+    /// rounding then decided whether it started on the moved tick (helper-96: 261 of
+    /// 5,900 starts missed it and asked again, for a period). 0: no move.
+    public var startEarlySamples: Int {
+        max(0, Int((startEarlyTicks * Double(frameSamples) - 1e-3).rounded(.down)))
+    }
+
     /// Periods the held first frame has waited, counting this tick: by the tick times
     /// when the consumer gives them (one that takes several periods at one instant
     /// gives each the same time: they are not periods of waiting), else by ticks.

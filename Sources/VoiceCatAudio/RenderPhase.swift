@@ -266,12 +266,8 @@ public struct PlayedBlock: Equatable, Sendable {
         if before.talking || (decision != .silence && decision != .comfortNoise) { played = true }
         if decision == .comfortNoise { comfortNoise = true }
         if jb.frameSamples == blockSamples {
-            // Whole 48 kHz samples, rounded down with a hair to spare: a move of exactly
-            // the excess left the frame's cushion equal to the start's, and rounding
-            // then decided whether it started on the moved tick (helper-96: 261 of
-            // 5,900 starts missed it and asked again, for a period).
-            let samples = (jb.startEarlyTicks * Double(jb.frameSamples) - 1e-3).rounded(.down)
-            if samples > 0 { startEarlyMs = min(startEarlyMs, samples / 48) }
+            let samples = jb.startEarlySamples
+            if samples > 0 { startEarlyMs = min(startEarlyMs, Double(samples) / 48) }
         }
     }
 

@@ -272,8 +272,7 @@ final class RemoteSlot {
         // at once (a card's driver cuts its block of silence the same way). Digital
         // silence only (not comfort noise, not a denoiser's tail).
         if !fixedBlock && lastDecodeSilent && fifoCount > 0 && fifoCount < frameSamples {
-            let early = (jitter.startEarlyTicks * Double(frameSamples) - 1e-3).rounded(.down)
-            if Double(fifoCount) <= early && fifoIsSilent(frames: fifoCount) {
+            if fifoCount <= jitter.startEarlySamples && fifoIsSilent(frames: fifoCount) {
                 jitter.moveClock(earlierByMs: Double(fifoCount) / 48)
                 fifoRead = (fifoRead + fifoCount) % RemoteSlot.fifoCapacity
                 fifoCount = 0
